@@ -1,0 +1,114 @@
+# imexguard: plain Makefile (the layout of fzy and vis: flat src/, one file per concern).
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+CC       ?= cc
+PKG      := lua5.4 libsystemd
+B        := build
+
+CFLAGS   ?= -O2 -g
+WARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+PKGCFLAGS = $(shell pkg-config --cflags $(PKG))
+PKGLIBS   = $(shell pkg-config --libs $(PKG))
+ALL_CFLAGS = $(WARN) $(PKGCFLAGS) -Isrc $(CFLAGS)
+LDLIBS_HOST = $(PKGLIBS) -llua5.4-cjson -lm
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+# Primitives: every src/*.c except the binary's own files; they also build the Lua C module.
+BIN_ONLY := src/main.c src/sandbox.c
+PRIM_SRC := $(filter-out $(BIN_ONLY),$(wildcard src/*.c))
+LUA_LIB  := $(wildcard lua/imexguard/*.lua)
+POLICIES := $(filter-out %_spec.lua,$(wildcard policies/*.lua))
+SIM_SRC  := $(wildcard contrib/imexsim/*.c)
+
+BIN      := $(B)/imexguard
+MODULE   := $(B)/lua/imexguard/host.so
+SIM      := $(B)/imexsim
+ASAN_BIN := $(B)/asan/imexguard
+ASAN_MOD := $(B)/asan/lua/imexguard/host.so
+
+.PHONY: all check test lint format demo bench e2e install uninstall clean deps sanitize
+all: $(BIN) $(MODULE) $(SIM)
+
+$(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES)
+	@mkdir -p $(@D)
+	lua5.4 src/embed.lua $@ $(LUA_LIB) $(POLICIES)
+
+$(B)/obj/%.o: src/%.c src/imexguard.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+$(B)/obj/embedded.o: $(B)/embedded.c
+	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c -o $@ $<
+$(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/embedded.o
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
+
+$(B)/pic/%.o: src/%.c src/imexguard.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
+$(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
+
+# Sanitizer build (ASan + UBSan) of the binary and of the module, used by `make check`.
+$(B)/asan/obj/%.o: src/%.c src/imexguard.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) -fPIC -O1 -c -o $@ $<
+$(B)/asan/obj/embedded.o: $(B)/embedded.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Wno-overlength-strings -O1 -c -o $@ $<
+$(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/asan/obj/embedded.o
+	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
+$(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC))
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -shared -o $@ $^ -lsystemd -lm
+sanitize: $(ASAN_BIN) $(ASAN_MOD)
+
+# The IMEX simulator (test and demo infrastructure): one binary, called as nvidia-imex or
+# nvidia-imex-ctl through symlinks.
+$(SIM): $(SIM_SRC) $(wildcard contrib/imexsim/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(WARN) -Icontrib/imexsim $(CFLAGS) -o $@ $(SIM_SRC) -lm
+	ln -sf imexsim $(B)/nvidia-imex
+	ln -sf imexsim $(B)/nvidia-imex-ctl
+
+deps:
+	@contrib/deps.sh
+
+lint:
+	luacheck -q lua policies tests contrib src/embed.lua
+	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)
+
+format:
+	clang-format -i src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)
+
+# The test command of the README: installs what is missing, builds, runs every tier, and ends
+# with the line "N passed, N failed".
+check: deps
+	@$(MAKE) --no-print-directory all sanitize
+	@tests/run
+
+test: check
+
+e2e: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run e2e
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@contrib/demo.sh $(DEMO_ARGS)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bench/run
+
+install: $(BIN)
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
+	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
+	install -D -m 0755 contrib/slurm/prolog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh
+	install -D -m 0755 contrib/slurm/epilog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
+	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh
+
+clean:
+	rm -rf $(B)

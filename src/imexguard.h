@@ -1,0 +1,80 @@
+/*
+ * imexguard: the C host's shared declarations.
+ *
+ * Conventions (every file of src/ follows them):
+ *  - Internal C functions return 0 (or a count) on success and a negative errno on failure;
+ *    -ETIMEDOUT means "the step's own timeout expired", -ETIME means "the run's global deadline
+ *    (budget) ran out first".  They clean up on every path.
+ *  - Lua primitives check their arguments with luaL_check* (misuse raises) and report runtime
+ *    failure as three values: nil, a one-line message that names the input, and a short code
+ *    string (see ig_push_error).  They never exit and never raise on a runtime failure.
+ *  - Every blocking primitive is bounded by min(its own timeout, ig_remaining()).
+ *  - Times are seconds as lua_Number (double) unless a name ends in _us (microseconds) or _ms.
+ */
+#ifndef IMEXGUARD_H
+#define IMEXGUARD_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#define IG_VERSION "0.1.0"
+
+/* ---- clock.c: monotonic clock and the global deadline ------------------------------------ */
+
+/* Monotonic clock (CLOCK_MONOTONIC), in seconds. */
+double ig_now(void);
+/* Wall clock (CLOCK_REALTIME), in seconds since the Unix epoch. */
+double ig_wallclock(void);
+/* Set the global budget to `seconds` from now (seconds <= 0 or INFINITY: no deadline). */
+void ig_set_deadline(double seconds);
+/* Absolute monotonic time of the deadline in seconds (INFINITY when none is set). */
+double ig_deadline(void);
+/* Seconds left of the global budget, >= 0 (INFINITY when no deadline is set). */
+double ig_remaining(void);
+/* Bound a step's own timeout (seconds) by the budget: min(timeout, ig_remaining()).
+ * *by_deadline (may be NULL) is set to 1 when the budget is the tighter bound. */
+double ig_bound(double timeout, int *by_deadline);
+/* Sleep `seconds` (CLOCK_MONOTONIC, restarting on EINTR) but never past the deadline.
+ * Returns 0, or -ETIME when the deadline cut the sleep short. */
+int ig_sleep(double seconds);
+
+/* ---- error helpers (clock.c) ------------------------------------------------------------- */
+
+/* Short code for a negative errno: -ETIMEDOUT -> "timeout", -ETIME -> "deadline",
+ * otherwise the symbolic name ("ENOENT", "EACCES", "ENOSPC", ...). */
+const char *ig_code(int neg_errno);
+/* Push nil, message (printf format), code; return 3.  Use as `return ig_push_error(...)`. */
+int ig_push_error(lua_State *L, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- registration: each concern's file adds its primitives to the table on top of stack -- */
+void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
+void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
+void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char */
+void ig_register_run(lua_State *L);   /* run.c: run */
+void ig_register_unit(lua_State *L);  /* unit.c: unit, unit_job, unit_reset_failed, unit_kill */
+void ig_register_log(lua_State *L);   /* log.c: log */
+void ig_register_net(lua_State *L);   /* net.c: local_addresses, resolve, hostname */
+
+/* host.c: the module table `imexguard.host` (also the entry point of the Lua C module). */
+int luaopen_imexguard_host(lua_State *L);
+
+/* ---- log.c: used by the C side too ---------------------------------------------------------- */
+enum ig_level { IG_ERR = 3, IG_WARNING = 4, IG_NOTICE = 5, IG_INFO = 6, IG_DEBUG = 7 };
+/* Log one event: a plain line "imexguard: LEVEL: message" on stderr (what slurmd keeps) and,
+ * when enabled and reachable, a journald entry with MESSAGE, PRIORITY, SYSLOG_IDENTIFIER and
+ * the given extra "KEY=value" fields (NULL-terminated array, may be NULL). */
+void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Turn journald output on or off (default on); stderr lines at or above `min_level` only. */
+void ig_log_setup(int journal, enum ig_level min_level);
+
+/* ---- unit.c: bus address used by unit primitives --------------------------------------- */
+/* "system" (default: /run/systemd/private when root, else the system bus), "user"
+ * (the calling user's manager), or a D-Bus address such as "unix:path=/run/user/0/systemd/private".
+ * Returns 0 or -EINVAL. The string is copied. */
+int ig_unit_set_bus(const char *address);
+
+#endif

@@ -26,7 +26,7 @@ SIM      := $(B)/imexsim
 ASAN_BIN := $(B)/asan/imexguard
 ASAN_MOD := $(B)/asan/lua/imexguard/host.so
 
-.PHONY: all check test lint format demo bench e2e install uninstall clean deps sanitize
+.PHONY: all check test lint lint-c format demo bench e2e install uninstall clean deps sanitize
 all: $(BIN) $(MODULE) $(SIM)
 
 $(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES)
@@ -60,7 +60,10 @@ $(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/
 $(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC))
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -shared -o $@ $^ -lsystemd -lm
-sanitize: $(ASAN_BIN) $(ASAN_MOD)
+sanitize: $(ASAN_BIN) $(ASAN_MOD) $(SIM)
+	ln -sf ../imexsim $(B)/asan/imexsim
+	ln -sf ../nvidia-imex $(B)/asan/nvidia-imex
+	ln -sf ../nvidia-imex-ctl $(B)/asan/nvidia-imex-ctl
 
 # The IMEX simulator (test and demo infrastructure): one binary, called as nvidia-imex or
 # nvidia-imex-ctl through symlinks.
@@ -73,8 +76,10 @@ $(SIM): $(SIM_SRC) $(wildcard contrib/imexsim/*.h)
 deps:
 	@contrib/deps.sh
 
-lint:
+lint: lint-c
 	luacheck -q lua policies tests contrib src/embed.lua
+
+lint-c:
 	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)
 
 format:
@@ -94,7 +99,7 @@ e2e: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@contrib/demo.sh $(DEMO_ARGS)
+	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES))
 
 bench: deps
 	@$(MAKE) --no-print-directory all

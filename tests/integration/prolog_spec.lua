@@ -1,0 +1,115 @@
+-- Integration: `imexguard prolog` on a simulated 4-node IMEX domain under a real systemd user manager
+-- (tests/with-systemd), with the real 22.05 prolog environment and the simulator's real ctl formats.
+package.path = "contrib/?.lua;" .. package.path
+local simdomain = require "simdomain"
+local cjson = require "cjson"
+
+local function starts(d, name)
+  -- Every start of a simulated daemon appends one "starting" line to its log (contrib/imexsim).
+  local log = simdomain.read_file(d:dir(name) .. "/imex.log") or ""
+  local n = 0
+  for _ in log:gmatch("[^\n]*starting[^\n]*") do n = n + 1 end
+  return n
+end
+
+local function expected_bytes(d, names)
+  local t = {}
+  for _, n in ipairs(names) do t[#t + 1] = d.addr[n] end
+  return table.concat(t, "\n") .. "\n"
+end
+
+describe("prolog on a simulated domain under systemd", function()
+  local d
+  local all = { "n1", "n2", "n3", "n4" }
+
+  setup(function()
+    d = simdomain.new { nodes = 4, net = 20 }
+    d:write_nodes("n1", { "n1", "n2" })
+    d:write_nodes("n2", { "n1", "n2" })
+    d:write_nodes("n3", { "n3", "n4" })
+    d:write_nodes("n4", { "n3", "n4" })
+    assert(d:start())
+  end)
+
+  teardown(function()
+    if d then d:destroy() end
+  end)
+
+  it("job 1 on all four nodes: ok everywhere, one restart per stale node, domain UP", function()
+    local before = {}
+    for _, n in ipairs(all) do before[n] = { inv = d:invocation(n), starts = starts(d, n) } end
+    local res = d:prologs { job = 1, nodelist = "n[1-4]" }
+    local want = expected_bytes(d, all)
+    for _, n in ipairs(all) do
+      assert.are.equal(0, res[n].status, n .. ": " .. res[n].output)
+      assert.are.equal("ok", res[n].outcome, res[n].output)
+      assert.are_not.equal(before[n].inv, d:invocation(n))
+      assert.are.equal(before[n].starts + 1, starts(d, n), n .. " restarted exactly once")
+      assert.are.equal(want, d:nodes_file(n))
+      local dom = assert(d:ctl_json(n))
+      assert.are.equal("UP", dom.status)
+    end
+  end)
+
+  it("the same job again: no restart, no rewrite", function()
+    local before = {}
+    for _, n in ipairs(all) do before[n] = d:invocation(n) end
+    local res = d:prologs { job = 2, nodelist = "n[1-4]" }
+    for _, n in ipairs(all) do
+      assert.are.equal("ok", res[n].outcome, res[n].output)
+      assert.are.equal(before[n], d:invocation(n), n .. " must not restart")
+    end
+  end)
+
+  it("four concurrent prologs of one job on one node restart it once", function()
+    local s0 = starts(d, "n1")
+    local pipes = {}
+    for i = 1, 4 do
+      local env = simdomain.prolog_env(10 + i, "n1", "n1", 1)
+      local assign = {}
+      for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. simdomain.quote(v) end
+      pipes[i] = io.popen(string.format("env -i %s %s --config %s prolog 2>&1; echo rc=$?",
+        table.concat(assign, " "), simdomain.quote(d.build .. "/imexguard"),
+        simdomain.quote(d:config("n1"))))
+    end
+    for i = 1, 4 do
+      local out = pipes[i]:read("a")
+      pipes[i]:close()
+      -- A one-node domain on n1: n1 is healthy alone.
+      assert.truthy(out:match("rc=0"), out)
+    end
+    assert.are.equal(s0 + 1, starts(d, "n1"))
+    assert.are.equal(expected_bytes(d, { "n1" }), d:nodes_file("n1"))
+  end)
+
+  it("a job on two nodes restarts only those whose list changed", function()
+    local before = {}
+    for _, n in ipairs(all) do before[n] = starts(d, n) end
+    local res = d:prologs { job = 20, nodelist = "n[1-2]", names = { "n1", "n2" } }
+    assert.are.equal("ok", res.n1.outcome, res.n1.output)
+    assert.are.equal("ok", res.n2.outcome, res.n2.output)
+    assert.are.equal(before.n1 + 1, starts(d, "n1"))
+    assert.are.equal(before.n2 + 1, starts(d, "n2"))
+    assert.are.equal(before.n3, starts(d, "n3"))
+    assert.are.equal(before.n4, starts(d, "n4"))
+    local dom = assert(d:ctl_json("n1"))
+    assert.are.equal("UP", dom.status)
+  end)
+
+  it("a prolog environment without a node list: bad-input, nothing rewritten or restarted", function()
+    local file, inv = d:nodes_file("n3"), d:invocation("n3")
+    local res = d:run_all { job = 30, names = { "n3" }, env = { SLURM_NODELIST = false } }
+    assert.are.equal("bad-input", res.n3.outcome, res.n3.output)
+    assert.are.equal(2, res.n3.status)
+    assert.are.equal(file, d:nodes_file("n3"))
+    assert.are.equal(inv, d:invocation("n3"))
+  end)
+
+  it("status --json reports the domain", function()
+    local _, out = simdomain.capture(simdomain.quote(d.build .. "/imexguard") .. " --config "
+      .. simdomain.quote(d:config("n1")) .. " status --json 2>/dev/null")
+    local ok, v = pcall(cjson.decode, out)
+    assert.is_true(ok, out)
+    assert.are.equal("table", type(v))
+  end)
+end)

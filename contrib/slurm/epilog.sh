@@ -1,0 +1,3 @@
+#!/bin/sh
+# Slurm Epilog= wrapper: imexguard unregisters the job; IMEX stays running (a policy may stop it).
+exec "${IMEXGUARD:-/usr/local/sbin/imexguard}" epilog

@@ -1,0 +1,154 @@
+-- End to end under a real Slurm (tests/e2e/run: munged, slurmctld, four slurmd -N nK with
+-- PrologFlags=Alloc and Prolog=/Epilog= running build/imexguard), each Slurm node mapped to one
+-- simulated IMEX node of contrib/imexsim under the private systemd user manager.
+package.path = "contrib/?.lua;" .. package.path
+local simdomain = require "simdomain"
+local cjson = require "cjson"
+
+local q = simdomain.quote
+local root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run")
+local simroot = os.getenv("IMEXGUARD_E2E_SIMROOT")
+local logdir = os.getenv("IMEXGUARD_E2E_LOG")
+
+local function sh(cmd)
+  local ok, out = simdomain.capture(cmd)
+  return ok, out
+end
+
+local function node_state(n)
+  local _, out = sh("sinfo -h -n " .. n .. " -o %T")
+  return (out:gsub("%s+$", ""))
+end
+
+local function node_reason(n)
+  local _, out = sh("scontrol show node " .. n)
+  return out:match("Reason=([^\n]*)") or ""
+end
+
+-- Submit a batch job; returns its id.
+local function sbatch(args, script)
+  local path = root .. "/job-" .. tostring(math.random(1e9)) .. ".sh"
+  simdomain.write_file(path, "#!/bin/sh\n" .. script .. "\n")
+  local ok, out = sh("sbatch --parsable -D " .. q(root) .. " -o " .. q(root .. "/slurm-%j.out") .. " "
+    .. args .. " " .. q(path))
+  assert(ok, out)
+  return assert(out:match("^(%d+)"), out)
+end
+
+-- Wait until a job has left the queue (completed, failed or requeued and held); returns its state.
+local function wait_job(id, timeout)
+  local state
+  simdomain.wait_until(function()
+    local _, out = sh("scontrol show job " .. id)
+    state = out:match("JobState=(%S+)")
+    if not state then return true end -- purged: completed long ago
+    return state ~= "PENDING" and state ~= "RUNNING" and state ~= "CONFIGURING"
+      and state ~= "COMPLETING"
+  end, timeout or 90, 0.2)
+  return state
+end
+
+local function log_of(n)
+  return simdomain.read_file(logdir .. "/imexguard-" .. n .. ".log") or ""
+end
+
+local function outcomes(n, job)
+  local t = {}
+  for line in log_of(n):gmatch("[^\n]+") do
+    local j, o = line:match("prolog job=(%d+) outcome=([%w%-]+)")
+    if j == tostring(job) then t[#t + 1] = o end
+  end
+  return t
+end
+
+local function starts(d, n)
+  local log = simdomain.read_file(d:dir(n) .. "/imex.log") or ""
+  local c = 0
+  for _ in log:gmatch("[^\n]*starting[^\n]*") do c = c + 1 end
+  return c
+end
+
+describe("imexguard as the Slurm prolog", function()
+  local d
+  local all = { "n1", "n2", "n3", "n4" }
+
+  setup(function()
+    d = simdomain.new { nodes = 4, net = 30, root = simroot, settings = { "health_timeout = 8" } }
+    for _, n in ipairs(all) do d:write_nodes(n, { n }) end
+    assert(d:start())
+  end)
+
+  teardown(function()
+    if d then d:stop() end
+  end)
+
+  it("a 4-node job: every prolog succeeds and a step reads UP from the ctl", function()
+    local id = sbatch("-N4", "srun -N4 sh -c '" .. d.build .. "/nvidia-imex-ctl -c " .. simroot
+      .. "/$SLURMD_NODENAME/config.cfg -N -j > " .. root .. "/ctl-$SLURM_JOB_ID-$SLURMD_NODENAME.json'")
+    assert.are.equal("COMPLETED", wait_job(id))
+    for _, n in ipairs(all) do
+      assert.are.same({ "ok" }, outcomes(n, id))
+      local dom = cjson.decode(assert(simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")))
+      assert.are.equal("UP", dom.status)
+      assert.are.equal("idle", node_state(n))
+    end
+  end)
+
+  it("then a 2-node job: only the daemons whose list changed restart", function()
+    local before = {}
+    for _, n in ipairs(all) do before[n] = starts(d, n) end
+    local id = sbatch("-N2 -w n[1-2]", "true")
+    assert.are.equal("COMPLETED", wait_job(id))
+    assert.are.same({ "ok" }, outcomes("n1", id))
+    assert.are.same({ "ok" }, outcomes("n2", id))
+    assert.are.equal(before.n1 + 1, starts(d, "n1"))
+    assert.are.equal(before.n2 + 1, starts(d, "n2"))
+    assert.are.equal(before.n3, starts(d, "n3"))
+    assert.are.equal(before.n4, starts(d, "n4"))
+    assert.truthy(log_of("n1"):match("restart"), "the log says why n1 restarted")
+  end)
+
+  it("two 2-node jobs at once on disjoint nodes: both healthy, no cross-talk", function()
+    local a = sbatch("-N2 -w n[1-2]", "sleep 1")
+    local b = sbatch("-N2 -w n[3-4]", "sleep 1")
+    assert.are.equal("COMPLETED", wait_job(a))
+    assert.are.equal("COMPLETED", wait_job(b))
+    assert.are.equal(d:nodes_file("n1"), d:nodes_file("n2"))
+    assert.are.equal(d:nodes_file("n3"), d:nodes_file("n4"))
+    assert.are.equal(d.addr.n1 .. "\n" .. d.addr.n2 .. "\n", d:nodes_file("n1"))
+    assert.are.equal(d.addr.n3 .. "\n" .. d.addr.n4 .. "\n", d:nodes_file("n3"))
+    for _, n in ipairs(all) do assert.are.equal("UP", (assert(d:ctl_json(n))).status) end
+  end)
+
+  it("a node whose daemon never becomes READY is drained, its healthy peers are not", function()
+    -- n4's simulated daemon comes up but never reaches READY (fault knob of contrib/imexsim).
+    local cfg = d:dir("n4") .. "/config.cfg"
+    simdomain.write_file(cfg, simdomain.read_file(cfg) .. "IMEXSIM_NEVER_READY=1\n")
+    d:write_nodes("n4", { "n4" }) -- stale: forces a restart that reads the knob
+    local id = sbatch("-N2 -w n[3-4]", "true")
+    local drained = simdomain.wait_until(function()
+      local s = node_state("n4")
+      return (s == "drained" or s == "draining") and s
+    end, 90, 0.2)
+    assert.truthy(drained, "n4 must be drained, is " .. node_state("n4"))
+    assert.truthy(node_reason("n4"):lower():match("prolog"), node_reason("n4"))
+    assert.truthy(log_of("n4"):match("outcome=domain%-unhealthy"), log_of("n4"))
+    local s3 = node_state("n3")
+    assert.is_nil(s3:match("drain"), "n3 must not be drained: " .. s3)
+    sh("scancel " .. id)
+    simdomain.write_file(cfg, (simdomain.read_file(cfg):gsub("IMEXSIM_NEVER_READY=1\n", "")))
+    sh("scontrol update nodename=n4 state=resume")
+  end)
+
+  it("a prolog environment without a node list: bad-input and nothing rewritten", function()
+    -- Slurm always sets SLURM_NODELIST; run the installed prolog wrapper as slurmd would, minus it.
+    local before_file, before_inv = d:nodes_file("n1"), d:invocation("n1")
+    local ok, out = sh("env -i SLURMD_NODENAME=n1 SLURM_JOB_ID=999 SLURM_SCRIPT_CONTEXT=prolog_slurmd "
+      .. q(root .. "/prolog.sh") .. "; echo rc=$?")
+    assert.is_true(ok)
+    assert.truthy(out:match("rc=2"), out)
+    assert.truthy(log_of("n1"):match("job=999 outcome=bad%-input"), log_of("n1"))
+    assert.are.equal(before_file, d:nodes_file("n1"))
+    assert.are.equal(before_inv, d:invocation("n1"))
+  end)
+end)

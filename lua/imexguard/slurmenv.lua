@@ -1,0 +1,88 @@
+--- The job as the Slurm prolog/epilog environment describes it (case C11).
+--
+-- Pure Lua, no side effects: every function takes the environment as a table of strings
+-- (`ctx.env`). Sources: Slurm's prolog/epilog documentation (slurm.conf(5), "Prolog and Epilog
+-- Guide") and the captured 22.05 prolog environment in tests/fixtures/slurm/prolog-env-22.05.txt,
+-- which has `SLURM_NODELIST` and `SLURM_JOBID` but no `SLURM_JOB_NODELIST`; later releases add
+-- `SLURM_JOB_NODELIST` and `SLURM_JOB_OVERSUBSCRIBE`.
+-- @module imexguard.slurmenv
+local M = {}
+
+-- The value of a variable with surrounding whitespace removed, or nil when unset/blank.
+local function value(env, key)
+  local v = env[key]
+  if type(v) ~= "string" then
+    return nil
+  end
+  v = v:match("^%s*(.-)%s*$")
+  if v == "" then
+    return nil
+  end
+  return v
+end
+
+local function check_env(env, fname)
+  if type(env) ~= "table" then
+    error("slurmenv." .. fname .. ": expected the environment table, got " .. type(env), 3)
+  end
+end
+
+--- The job's node list expression.
+-- Prefers `SLURM_JOB_NODELIST`, falls back to `SLURM_NODELIST` (the only one in the 22.05
+-- prolog). Surrounding whitespace is removed; a blank value counts as unset.
+-- @tparam table env the environment (name -> string)
+-- @treturn[1] string the hostlist expression (not yet expanded: see imexguard.hostlist)
+-- @treturn[1] string the variable it came from
+-- @treturn[1] string|nil a warning when both are set and differ, or when `SLURM_JOB_NODELIST`
+--   is set but blank (the caller logs it)
+-- @treturn[2] nil
+-- @treturn[2] string error naming both variables when neither holds a node list
+-- @raise when env is not a table
+function M.nodelist(env)
+  check_env(env, "nodelist")
+  local job, legacy = value(env, "SLURM_JOB_NODELIST"), value(env, "SLURM_NODELIST")
+  if job then
+    local warning
+    if legacy and legacy ~= job then
+      warning = string.format("SLURM_JOB_NODELIST='%s' and SLURM_NODELIST='%s' differ; "
+        .. "using SLURM_JOB_NODELIST", job, legacy)
+    end
+    return job, "SLURM_JOB_NODELIST", warning
+  end
+  if legacy then
+    local warning
+    if env.SLURM_JOB_NODELIST ~= nil then
+      warning = string.format("SLURM_JOB_NODELIST is blank; using SLURM_NODELIST='%s'", legacy)
+    end
+    return legacy, "SLURM_NODELIST", warning
+  end
+  local function show(key)
+    local v = env[key]
+    return v == nil and "unset" or string.format("'%s'", tostring(v))
+  end
+  return nil, string.format("no job node list in the environment: SLURM_JOB_NODELIST is %s, "
+    .. "SLURM_NODELIST is %s", show("SLURM_JOB_NODELIST"), show("SLURM_NODELIST"))
+end
+
+--- The job's identity from the environment.
+-- Values are the environment's strings (whitespace-trimmed), nil when unset or blank.
+-- @tparam table env the environment (name -> string)
+-- @treturn table `{id = SLURM_JOB_ID or SLURM_JOBID, nodename = SLURMD_NODENAME,
+--   user = SLURM_JOB_USER, uid = SLURM_JOB_UID, oversubscribe = SLURM_JOB_OVERSUBSCRIBE,
+--   nodelist = expression or nil, nodelist_source = variable name or nil}`
+-- @raise when env is not a table
+function M.job(env)
+  check_env(env, "job")
+  local nodelist, source = M.nodelist(env)
+  return {
+    id = value(env, "SLURM_JOB_ID") or value(env, "SLURM_JOBID"),
+    nodename = value(env, "SLURMD_NODENAME"),
+    user = value(env, "SLURM_JOB_USER"),
+    uid = value(env, "SLURM_JOB_UID"),
+    oversubscribe = value(env, "SLURM_JOB_OVERSUBSCRIBE"),
+    nodelist = nodelist,
+    nodelist_source = nodelist and source or nil,
+  }
+end
+
+return M

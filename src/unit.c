@@ -1,0 +1,767 @@
+/*
+ * unit.c: systemd units over D-Bus (libsystemd's sd-bus).
+ *
+ * The Lua primitives unit, unit_job, unit_reset_failed, unit_kill and unit_set_bus (see
+ * docs/policy-api.md, section "systemd").  They talk to the service manager's D-Bus API,
+ * org.freedesktop.systemd1(5): the Manager object /org/freedesktop/systemd1 (LoadUnit, StartUnit,
+ * StopUnit, RestartUnit, TryRestartUnit, ResetFailedUnit, KillUnit, Subscribe, the JobRemoved
+ * signal) and the unit objects' org.freedesktop.systemd1.Unit and .Service properties read with
+ * org.freedesktop.DBus.Properties.GetAll (D-Bus specification, "org.freedesktop.DBus.Properties").
+ *
+ * One connection per process, opened lazily on first use and reopened when it was closed (the
+ * manager re-executed, or the process forked).  Every call, including connecting, is bounded by
+ * ig_bound(timeout): sd_bus_call with a microsecond timeout, and for waiting sd_bus_process +
+ * sd_bus_wait with the time left.  A query that fails is reported as nil, msg, code and never as
+ * a made-up state: the caller must treat it as "unknown".
+ *
+ * The bus work is done by plain C functions that fill a struct and an error buffer; the Lua
+ * wrappers push results only after every sd-bus object is released, so a Lua error (which
+ * longjmps) can never leak a message, slot or error.
+ */
+#include "imexguard.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-bus.h>
+#include <unistd.h>
+
+#define SD_DEST		     "org.freedesktop.systemd1"
+#define SD_PATH		     "/org/freedesktop/systemd1"
+#define SD_MANAGER	     "org.freedesktop.systemd1.Manager"
+#define DBUS_PROPS	     "org.freedesktop.DBus.Properties"
+#define PRIVATE_SYSTEM	     "unix:path=/run/systemd/private"
+#define UNIT_DEFAULT_TIMEOUT 10.0 /* seconds: unit(), unit_reset_failed(), unit_kill() */
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+
+/* ---- connection ------------------------------------------------------------------------- */
+
+static char *bus_address;  /* NULL means "system" */
+static sd_bus *bus;	   /* the process's connection, or NULL */
+static pid_t bus_pid;	   /* the process that opened it (sd-bus objects do not survive fork) */
+static int bus_subscribed; /* Subscribe() done on this connection */
+
+/* A failure, formatted before anything is pushed on the Lua stack. */
+struct unit_err {
+	char code[32];
+	char msg[512];
+};
+
+static void set_err(struct unit_err *e, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(struct unit_err *e, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	snprintf(e->code, sizeof e->code, "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+}
+
+/* Microseconds left until the absolute monotonic time `end` (seconds): 0 when expired,
+ * UINT64_MAX ("no timeout" for sd_bus_wait/sd_bus_call) when `end` is infinite, else >= 1. */
+static uint64_t usec_left(double end)
+{
+	double rem;
+
+	if (isinf(end))
+		return UINT64_MAX;
+	rem = end - ig_now();
+	if (!(rem > 0))
+		return 0;
+	if (rem > 1e12)
+		return UINT64_MAX;
+	return rem * 1e6 < 1 ? 1 : (uint64_t)(rem * 1e6);
+}
+
+/* Drop the connection (the next call reconnects); not flushed, since a flush could block on a
+ * hung peer and nothing we queue needs delivery.  After a fork the child must not touch the
+ * parent's sd-bus object (sd-bus(3): "not safe across fork"), so it is forgotten, not freed. */
+static void bus_drop(void)
+{
+	if (bus && bus_pid == getpid())
+		sd_bus_close_unref(bus);
+	bus = NULL;
+	bus_subscribed = 0;
+}
+
+/* Drive the connection until it is ready (authenticated; for a bus client, Hello answered) or
+ * `end` passes.  Returns 0, -ETIMEDOUT, or the negative errno of the failure. */
+static int bus_wait_ready(sd_bus *b, double end)
+{
+	for (;;) {
+		int r = sd_bus_is_ready(b);
+		uint64_t left;
+
+		if (r < 0)
+			return r;
+		if (r > 0)
+			return 0;
+		r = sd_bus_process(b, NULL);
+		if (r < 0)
+			return r;
+		if (r > 0)
+			continue;
+		left = usec_left(end);
+		if (left == 0)
+			return -ETIMEDOUT;
+		r = sd_bus_wait(b, left);
+		if (r < 0 && r != -EINTR)
+			return r;
+	}
+}
+
+/* Open a connection as the bus setting says: "system" -> the manager's private socket
+ * /run/systemd/private when euid is 0 (peer-to-peer, as systemctl does as root), else the system
+ * bus; "user" -> the user bus (sd_bus_open_user(3)); anything else is a D-Bus address used
+ * peer-to-peer (e.g. unix:path=$XDG_RUNTIME_DIR/systemd/private).  Returns 0 or negative errno. */
+static int bus_open(sd_bus **ret, double end)
+{
+	_cleanup_(sd_bus_close_unrefp) sd_bus *b = NULL;
+	const char *addr = bus_address;
+	int r;
+
+	if (!addr && geteuid() == 0)
+		addr = PRIVATE_SYSTEM;
+	if (!addr) {
+		r = sd_bus_open_system(&b);
+	} else if (strcmp(addr, "user") == 0) {
+		r = sd_bus_open_user(&b);
+	} else {
+		r = sd_bus_new(&b);
+		if (r >= 0)
+			r = sd_bus_set_address(b, addr);
+		if (r >= 0)
+			r = sd_bus_start(b);
+	}
+	if (r < 0)
+		return r;
+	r = bus_wait_ready(b, end);
+	if (r < 0)
+		return r;
+	*ret = b;
+	b = NULL;
+	return 0;
+}
+
+static const char *bus_name(void)
+{
+	if (!bus_address)
+		return geteuid() == 0 ? PRIVATE_SYSTEM : "the system bus";
+	if (strcmp(bus_address, "user") == 0)
+		return "the user bus";
+	return bus_address;
+}
+
+static int is_conn_error(int r)
+{
+	return r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN ||
+	       r == -ECHILD || r == -ECONNREFUSED;
+}
+
+/* The process's connection, ready to use: reuses the open one after dispatching (and so
+ * discarding) the signals queued since the last call, which also notices a closed peer.
+ * Returns 0 and sets *ret, or negative errno (-ETIMEDOUT when `end` passed). */
+static int bus_get(sd_bus **ret, double end)
+{
+	int r;
+
+	if (bus && bus_pid != getpid())
+		bus_drop();
+	if (bus) {
+		int n = 0;
+
+		do
+			r = sd_bus_process(bus, NULL);
+		while (r > 0 && ++n < 100000);
+		if (r < 0 || sd_bus_is_open(bus) <= 0)
+			bus_drop();
+	}
+	if (!bus) {
+		r = bus_open(&bus, end);
+		if (r < 0)
+			return r;
+		bus_pid = getpid();
+	}
+	*ret = bus;
+	return 0;
+}
+
+/* ig_unit_set_bus: see imexguard.h.  "system", "user", or a D-Bus address "transport:key=value,..."
+ * (D-Bus specification, "Server Addresses").  An open connection to another address is closed. */
+int ig_unit_set_bus(const char *address)
+{
+	const char *colon;
+	char *copy = NULL;
+
+	if (!address || !*address)
+		return -EINVAL;
+	colon = strchr(address, ':');
+	if (strcmp(address, "system") != 0 && strcmp(address, "user") != 0 &&
+	    (!colon || colon == address || !colon[1]))
+		return -EINVAL;
+	if (strcmp(address, "system") != 0) {
+		copy = strdup(address);
+		if (!copy)
+			return -ENOMEM;
+	}
+	if ((copy == NULL) != (bus_address == NULL) || (copy && strcmp(copy, bus_address) != 0))
+		bus_drop();
+	free(bus_address);
+	bus_address = copy;
+	return 0;
+}
+
+/* ---- calls ------------------------------------------------------------------------------ */
+
+/* Fill `e` for a failed step `what` ("unit foo.service", "restart foo.service: RestartUnit"...):
+ * code "timeout"/"deadline" for -ETIMEDOUT (by_deadline: the run's budget was the tighter bound),
+ * else "bus" with the D-Bus error name and message (or strerror for a local failure).
+ * A connection-level failure drops the connection so the next call reconnects. */
+static int bus_fail(struct unit_err *e, const char *what, int r, const sd_bus_error *error,
+		    double bound, int by_deadline)
+{
+	if (r == -ETIMEDOUT) {
+		if (by_deadline)
+			set_err(e, "deadline",
+				"%s: run deadline reached after %.3g s waiting for systemd", what,
+				bound);
+		else
+			set_err(e, "timeout", "%s: no answer from systemd on %s within %.3g s",
+				what, bus_name(), bound);
+		return r;
+	}
+	if (is_conn_error(r))
+		bus_drop();
+	if (error && sd_bus_error_is_set(error))
+		set_err(e, "bus", "%s: %s: %s", what, error->name,
+			error->message ? error->message : strerror(-r));
+	else
+		set_err(e, "bus", "%s: D-Bus on %s: %s", what, bus_name(), strerror(-r));
+	return r;
+}
+
+/* Call Manager/Properties method `member` on `path`/`iface` with arguments `types`..., bounded by
+ * `end`.  Returns 0 (reply in *reply if not NULL) or negative errno with *error set. */
+static int call(sd_bus *b, double end, const char *path, const char *iface, const char *member,
+		sd_bus_error *error, sd_bus_message **reply, const char *types, ...)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	uint64_t left = usec_left(end);
+	va_list ap;
+	int r;
+
+	if (left == 0)
+		return -ETIMEDOUT;
+	r = sd_bus_message_new_method_call(b, &m, SD_DEST, path, iface, member);
+	if (r < 0)
+		return r;
+	va_start(ap, types);
+	r = sd_bus_message_appendv(m, types, ap);
+	va_end(ap);
+	if (r < 0)
+		return r;
+	/* sd_bus_call(3): a timeout of 0 means the default (25 s), so left is >= 1 here; an
+	 * infinite bound (no budget, infinite timeout) is passed as UINT64_MAX - 1, which saturates
+	 * to none. */
+	r = sd_bus_call(b, m, left == UINT64_MAX ? UINT64_MAX - 1 : left, error, reply);
+	return r < 0 ? r : 0;
+}
+
+/* ---- unit properties -------------------------------------------------------------------- */
+
+struct unit_props {
+	char id[257]; /* UNIT_NAME_MAX is 256 */
+	char load_state[32];
+	char unit_file_state[32];
+	char active_state[32];
+	char sub_state[32];
+	char result[32];
+	uint32_t main_pid;
+	uint64_t exec_main_start_us;
+	uint64_t active_enter_us;
+	char invocation_id[33];
+};
+
+/* Read one variant value of property `key` if it is one we keep (and has the documented type:
+ * org.freedesktop.systemd1(5)); skip it otherwise. */
+static int read_prop(sd_bus_message *m, const char *key, struct unit_props *p)
+{
+	static const struct {
+		const char *key;
+		const char *sig;
+		size_t off;
+		size_t size;
+	} props[] = {
+#define S(k, f) {k, "s", offsetof(struct unit_props, f), sizeof(((struct unit_props *)0)->f)}
+	    S("Id", id),
+	    S("LoadState", load_state),
+	    S("UnitFileState", unit_file_state),
+	    S("ActiveState", active_state),
+	    S("SubState", sub_state),
+	    S("Result", result),
+#undef S
+	    {"MainPID", "u", offsetof(struct unit_props, main_pid), 0},
+	    {"ExecMainStartTimestamp", "t", offsetof(struct unit_props, exec_main_start_us), 0},
+	    {"ActiveEnterTimestamp", "t", offsetof(struct unit_props, active_enter_us), 0},
+	    {"InvocationID", "ay", offsetof(struct unit_props, invocation_id), 0},
+	};
+	const char *contents = NULL;
+	char type;
+	int r;
+
+	r = sd_bus_message_peek_type(m, &type, &contents);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < sizeof props / sizeof props[0]; i++) {
+		char *field = (char *)p + props[i].off;
+		const void *bytes;
+		size_t n;
+
+		if (strcmp(key, props[i].key) != 0)
+			continue;
+		if (type != 'v' || !contents || strcmp(contents, props[i].sig) != 0)
+			break; /* unexpected type: ignore rather than misread */
+		r = sd_bus_message_enter_container(m, 'v', props[i].sig);
+		if (r < 0)
+			return r;
+		switch (props[i].sig[0]) {
+		case 's': {
+			const char *s;
+			r = sd_bus_message_read(m, "s", &s);
+			if (r >= 0)
+				snprintf(field, props[i].size, "%s", s);
+			break;
+		}
+		case 'u':
+			r = sd_bus_message_read(m, "u", (uint32_t *)field);
+			break;
+		case 't':
+			r = sd_bus_message_read(m, "t", (uint64_t *)field);
+			break;
+		default: /* "ay": the 128-bit invocation ID, sd-id128(3) */
+			r = sd_bus_message_read_array(m, 'y', &bytes, &n);
+			if (r >= 0) {
+				field[0] = '\0';
+				if (n == 16)
+					for (size_t k = 0; k < 16; k++)
+						snprintf(field + 2 * k, 3, "%02x",
+							 ((const unsigned char *)bytes)[k]);
+			}
+			break;
+		}
+		if (r < 0)
+			return r;
+		return sd_bus_message_exit_container(m);
+	}
+	return sd_bus_message_skip(m, "v");
+}
+
+/* Parse a GetAll reply (a{sv}) into p. */
+static int read_props(sd_bus_message *m, struct unit_props *p)
+{
+	int r = sd_bus_message_enter_container(m, 'a', "{sv}");
+
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+		const char *key;
+
+		r = sd_bus_message_read(m, "s", &key);
+		if (r < 0)
+			return r;
+		r = read_prop(m, key, p);
+		if (r < 0)
+			return r;
+		r = sd_bus_message_exit_container(m);
+		if (r < 0)
+			return r;
+	}
+	if (r < 0)
+		return r;
+	return sd_bus_message_exit_container(m);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t a = strlen(s), b = strlen(suffix);
+
+	return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Properties of unit `name` within `timeout` seconds (bounded by the budget).  LoadUnit gives
+ * the object path even for a unit that is not loaded (load_state "not-found" when no unit file
+ * exists; GetUnit would fail for it), then Properties.GetAll of org.freedesktop.systemd1.Unit and,
+ * for a service, of org.freedesktop.systemd1.Service.  Returns 0 or negative errno with `e` set. */
+static int unit_query(const char *name, double timeout, struct unit_props *p, struct unit_err *e)
+{
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	int by_deadline = 0;
+	double bound = ig_bound(timeout, &by_deadline);
+	double end = ig_now() + bound;
+	char what[320], path[512];
+	const char *obj;
+	sd_bus *b;
+	int r;
+
+	snprintf(what, sizeof what, "unit %s", name);
+	memset(p, 0, sizeof *p);
+	r = bus_get(&b, end);
+	if (r < 0)
+		goto fail;
+	r = call(b, end, SD_PATH, SD_MANAGER, "LoadUnit", &error, &reply, "s", name);
+	if (r < 0)
+		goto fail;
+	r = sd_bus_message_read(reply, "o", &obj);
+	if (r < 0)
+		goto fail;
+	snprintf(path, sizeof path, "%s", obj);
+	reply = sd_bus_message_unref(reply);
+
+	r = call(b, end, path, DBUS_PROPS, "GetAll", &error, &reply, "s",
+		 "org.freedesktop.systemd1.Unit");
+	if (r >= 0)
+		r = read_props(reply, p);
+	if (r < 0)
+		goto fail;
+	reply = sd_bus_message_unref(reply);
+
+	if (ends_with(p->id[0] ? p->id : name, ".service")) {
+		r = call(b, end, path, DBUS_PROPS, "GetAll", &error, &reply, "s",
+			 "org.freedesktop.systemd1.Service");
+		if (r >= 0)
+			r = read_props(reply, p);
+		if (r < 0)
+			goto fail;
+	}
+	return 0;
+fail:
+	return bus_fail(e, what, r, &error, bound, by_deadline);
+}
+
+/* ---- unit jobs -------------------------------------------------------------------------- */
+
+struct job_wait {
+	char path[512];	 /* the job object path returned by Start/Stop/...Unit; "" until known */
+	char result[32]; /* JobRemoved's result, "" until our job is removed */
+};
+
+/* JobRemoved(u id, o job, s unit, s result), org.freedesktop.systemd1(5): note our job's result. */
+static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error)
+{
+	struct job_wait *w = userdata;
+	const char *job, *unit, *result;
+	uint32_t id;
+
+	(void)error;
+	if (sd_bus_message_read(m, "uoss", &id, &job, &unit, &result) < 0)
+		return 0;
+	if (w->path[0] && strcmp(job, w->path) == 0)
+		snprintf(w->result, sizeof w->result, "%s", result[0] ? result : "unknown");
+	return 0;
+}
+
+/* Queue job `method` (StartUnit, StopUnit, RestartUnit, TryRestartUnit) for `name` with mode
+ * "replace" and wait for its JobRemoved within `timeout` seconds (bounded by the budget), the
+ * pattern of systemctl (systemd src/shared/bus-wait-for-jobs.c): Subscribe, install the match
+ * for JobRemoved, then call the method, remember the returned job path and dispatch signals
+ * until that job is removed.  Returns 0 for result "done", else negative errno with `e` set:
+ * code = systemd's job result, "wait-timeout", "deadline", "timeout" or "bus". */
+static int unit_job_run(const char *name, const char *verb, const char *method, double timeout,
+			struct unit_err *e)
+{
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	_cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+	struct job_wait w = {{0}, {0}};
+	int by_deadline = 0;
+	double bound = ig_bound(timeout, &by_deadline);
+	double end = ig_now() + bound;
+	char what[320];
+	const char *job;
+	sd_bus *b;
+	int r;
+
+	snprintf(what, sizeof what, "%s %s", verb, name);
+	r = bus_get(&b, end);
+	if (r < 0)
+		goto fail;
+	if (!bus_subscribed) {
+		/* Subscribe: on the bus, systemd then sends us its signals; on a private
+		 * connection it does so anyway and the call is a no-op.  AlreadySubscribed is fine.
+		 */
+		r = call(b, end, SD_PATH, SD_MANAGER, "Subscribe", &error, NULL, "");
+		if (r < 0 &&
+		    !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.AlreadySubscribed"))
+			goto fail;
+		sd_bus_error_free(&error);
+		bus_subscribed = 1;
+	}
+	/* On a bus, match the sender; a direct connection has no sender names. */
+	r = sd_bus_match_signal_async(b, &slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
+				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, &w);
+	if (r < 0)
+		goto fail;
+	r = call(b, end, SD_PATH, SD_MANAGER, method, &error, &reply, "ss", name, "replace");
+	if (r < 0)
+		goto fail;
+	r = sd_bus_message_read(reply, "o", &job);
+	if (r < 0)
+		goto fail;
+	snprintf(w.path, sizeof w.path, "%s", job);
+
+	while (!w.result[0]) {
+		uint64_t left;
+
+		r = sd_bus_process(b, NULL);
+		if (r < 0)
+			goto fail;
+		if (r > 0)
+			continue;
+		left = usec_left(end);
+		if (left == 0) {
+			if (by_deadline)
+				set_err(
+				    e, "deadline",
+				    "%s: run deadline reached after %.3g s; job %s may still be "
+				    "running",
+				    what, bound, w.path);
+			else
+				set_err(e, "wait-timeout",
+					"%s: no result after %.3g s; job %s may still be running",
+					what, bound, w.path);
+			return -ETIMEDOUT;
+		}
+		r = sd_bus_wait(b, left);
+		if (r < 0 && r != -EINTR)
+			goto fail;
+	}
+	if (strcmp(w.result, "done") == 0)
+		return 0;
+	set_err(e, w.result, "%s: job %s finished with result '%s'", what, w.path, w.result);
+	return -EIO;
+fail:
+	return bus_fail(e, what, r, &error, bound, by_deadline);
+}
+
+/* One Manager method call with arguments, no result: ResetFailedUnit(s), KillUnit(ssi). */
+static int unit_simple(const char *what, const char *method, double timeout, struct unit_err *e,
+		       const char *types, const char *name, const char *who, int signo)
+{
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	int by_deadline = 0;
+	double bound = ig_bound(timeout, &by_deadline);
+	double end = ig_now() + bound;
+	sd_bus *b;
+	int r;
+
+	r = bus_get(&b, end);
+	if (r >= 0)
+		r = call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name, who,
+			 signo);
+	if (r < 0)
+		return bus_fail(e, what, r, &error, bound, by_deadline);
+	return 0;
+}
+
+/* ---- Lua primitives --------------------------------------------------------------------- */
+
+static const char *check_unit_name(lua_State *L, int arg)
+{
+	size_t len;
+	const char *name = luaL_checklstring(L, arg, &len);
+
+	if (len == 0 || strlen(name) != len || len > 256)
+		luaL_argerror(L, arg, "unit name must be a non-empty string of at most 256 bytes");
+	return name;
+}
+
+static double check_timeout(lua_State *L, int arg, int optional)
+{
+	double t =
+	    optional ? luaL_optnumber(L, arg, UNIT_DEFAULT_TIMEOUT) : luaL_checknumber(L, arg);
+
+	if (!(t >= 0))
+		luaL_argerror(L, arg, "timeout must be a number of seconds >= 0");
+	return t;
+}
+
+/*
+ * host.unit(name [, timeout]) -> properties | nil, msg, code
+ *   name: unit name (string, e.g. "nvidia-imex.service"); timeout: seconds (default 10),
+ *   bounded by the run's budget.
+ *   properties: {load_state, unit_file_state, active_state, sub_state, result (strings; result
+ *   "" for a unit that is not a service), main_pid (number, 0 when none), invocation_id (32
+ *   lowercase hex chars, "" when never started), exec_main_start_us, active_enter_us
+ *   (microseconds since the epoch, 0 when never)}.  A unit without a unit file answers with
+ *   load_state "not-found" (not an error).
+ *   Errors: code "timeout" (our timeout), "deadline" (the budget), "bus" (a D-Bus error or no
+ *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
+ *   systemd API: Manager.LoadUnit, then Properties.GetAll on org.freedesktop.systemd1.Unit and
+ *   org.freedesktop.systemd1.Service (org.freedesktop.systemd1(5)).
+ */
+static int l_unit(lua_State *L)
+{
+	const char *name = check_unit_name(L, 1);
+	double timeout = check_timeout(L, 2, 1);
+	struct unit_props p;
+	struct unit_err e;
+
+	if (unit_query(name, timeout, &p, &e) < 0)
+		return ig_push_error(L, e.code, "%s", e.msg);
+	lua_createtable(L, 0, 9);
+	lua_pushstring(L, p.load_state);
+	lua_setfield(L, -2, "load_state");
+	lua_pushstring(L, p.unit_file_state);
+	lua_setfield(L, -2, "unit_file_state");
+	lua_pushstring(L, p.active_state);
+	lua_setfield(L, -2, "active_state");
+	lua_pushstring(L, p.sub_state);
+	lua_setfield(L, -2, "sub_state");
+	lua_pushstring(L, p.result);
+	lua_setfield(L, -2, "result");
+	lua_pushinteger(L, (lua_Integer)p.main_pid);
+	lua_setfield(L, -2, "main_pid");
+	lua_pushstring(L, p.invocation_id);
+	lua_setfield(L, -2, "invocation_id");
+	lua_pushinteger(L, (lua_Integer)p.exec_main_start_us);
+	lua_setfield(L, -2, "exec_main_start_us");
+	lua_pushinteger(L, (lua_Integer)p.active_enter_us);
+	lua_setfield(L, -2, "active_enter_us");
+	return 1;
+}
+
+/*
+ * host.unit_job(name, verb, timeout) -> "done" | nil, msg, code
+ *   name: unit name; verb: "start" | "stop" | "restart" | "try-restart" (anything else raises);
+ *   timeout: seconds to wait for the job's result, bounded by the run's budget.
+ *   Queues the job with mode "replace" (Manager.StartUnit/StopUnit/RestartUnit/TryRestartUnit)
+ *   after subscribing to JobRemoved, then waits for this job's JobRemoved signal
+ *   (org.freedesktop.systemd1(5), the pattern of systemctl's bus-wait-for-jobs).
+ *   Errors: code = systemd's job result when not "done" ("failed", "canceled", "timeout",
+ *   "dependency", "skipped", "invalid", ...); "wait-timeout" when our wait expired (the job may
+ *   still be queued or running: the message says so and names the job); "deadline" when the
+ *   budget expired first; "timeout" when queuing the job got no answer; "bus" for a D-Bus
+ *   error (e.g. org.freedesktop.systemd1.NoSuchUnit).
+ */
+static int l_unit_job(lua_State *L)
+{
+	static const char *const verbs[] = {"start", "stop", "restart", "try-restart", NULL};
+	static const char *const methods[] = {"StartUnit", "StopUnit", "RestartUnit",
+					      "TryRestartUnit"};
+	const char *name = check_unit_name(L, 1);
+	int v = luaL_checkoption(L, 2, NULL, verbs);
+	double timeout = check_timeout(L, 3, 0);
+	struct unit_err e;
+
+	if (unit_job_run(name, verbs[v], methods[v], timeout, &e) < 0)
+		return ig_push_error(L, e.code, "%s", e.msg);
+	lua_pushliteral(L, "done");
+	return 1;
+}
+
+/*
+ * host.unit_reset_failed(name [, timeout]) -> true | nil, msg, code
+ *   name: unit name; timeout: seconds (default 10; an extension of docs/policy-api.md), bounded
+ *   by the budget.  Clears the "failed" state and the start rate-limit counter
+ *   (Manager.ResetFailedUnit, org.freedesktop.systemd1(5)).  Errors: "timeout", "deadline",
+ *   "bus" (e.g. org.freedesktop.systemd1.NoSuchUnit for a unit that is not loaded).
+ */
+static int l_unit_reset_failed(lua_State *L)
+{
+	const char *name = check_unit_name(L, 1);
+	double timeout = check_timeout(L, 2, 1);
+	struct unit_err e;
+	char what[320];
+
+	snprintf(what, sizeof what, "reset-failed %s", name);
+	if (unit_simple(what, "ResetFailedUnit", timeout, &e, "s", name, NULL, 0) < 0)
+		return ig_push_error(L, e.code, "%s", e.msg);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/*
+ * host.unit_kill(name, signal [, timeout]) -> true | nil, msg, code
+ *   name: unit name; signal: signal number (integer 1..SIGRTMAX, e.g. 10 for SIGUSR1 on x86 and
+ *   arm64); timeout: seconds (default 10; an extension of docs/policy-api.md), bounded by the
+ *   budget.  Sends the signal to the unit's main process only (Manager.KillUnit(name, "main",
+ *   signal), org.freedesktop.systemd1(5)).  Errors: "timeout", "deadline", "bus" (e.g.
+ *   org.freedesktop.systemd1.NoSuchProcess when the unit has no main process).
+ */
+static int l_unit_kill(lua_State *L)
+{
+	const char *name = check_unit_name(L, 1);
+	lua_Integer signo = luaL_checkinteger(L, 2);
+	double timeout;
+	struct unit_err e;
+	char what[320];
+
+	luaL_argcheck(L, signo >= 1 && signo <= SIGRTMAX, 2, "signal must be a signal number");
+	timeout = check_timeout(L, 3, 1);
+	snprintf(what, sizeof what, "kill %s", name);
+	if (unit_simple(what, "KillUnit", timeout, &e, "ssi", name, "main", (int)signo) < 0)
+		return ig_push_error(L, e.code, "%s", e.msg);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/*
+ * host.unit_set_bus(address) -> true | nil, msg, "EINVAL"
+ *   address: "system" (default: /run/systemd/private when root, else the system bus), "user"
+ *   (the user bus), or a D-Bus address such as "unix:path=/run/user/0/systemd/private" used
+ *   peer-to-peer.  Not in docs/policy-api.md: the busted module needs it to reach a test
+ *   manager; the binary sets the bus from its settings with ig_unit_set_bus and may remove it
+ *   from the sandbox like set_deadline.
+ */
+static int l_unit_set_bus(lua_State *L)
+{
+	const char *address = luaL_checkstring(L, 1);
+	int r = ig_unit_set_bus(address);
+
+	if (r < 0)
+		return ig_push_error(L, ig_code(r),
+				     "bus address '%s': not \"system\", \"user\" or a D-Bus "
+				     "address (transport:key=value)",
+				     address);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* __gc of a registry sentinel: closes the connection and forgets the bus setting when the Lua
+ * state closes (before the module is unloaded), so nothing of sd-bus outlives the state. */
+static int l_unit_gc(lua_State *L)
+{
+	(void)L;
+	bus_drop();
+	free(bus_address);
+	bus_address = NULL;
+	return 0;
+}
+
+/* ig_register_unit: see imexguard.h; adds the primitives above to the table on top of the stack. */
+void ig_register_unit(lua_State *L)
+{
+	static const luaL_Reg fns[] = {
+	    {"unit", l_unit},
+	    {"unit_job", l_unit_job},
+	    {"unit_reset_failed", l_unit_reset_failed},
+	    {"unit_kill", l_unit_kill},
+	    {"unit_set_bus", l_unit_set_bus},
+	    {NULL, NULL},
+	};
+	luaL_setfuncs(L, fns, 0);
+	lua_newuserdatauv(L, 0, 0);
+	lua_createtable(L, 0, 1);
+	lua_pushcfunction(L, l_unit_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_setmetatable(L, -2);
+	lua_setfield(L, LUA_REGISTRYINDEX, "imexguard.unit.bus");
+}

@@ -1,0 +1,475 @@
+-- Specs for imexguard.ctl (cases C06, C20) over every fixture in tests/fixtures/ctl.
+local cjson = require "cjson"
+local ctl = require "imexguard.ctl"
+
+local FIX = "tests/fixtures/ctl/"
+
+local function read(name)
+  local f = assert(io.open(FIX .. name, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function deepcopy(t)
+  if type(t) ~= "table" then
+    return t
+  end
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = deepcopy(v)
+  end
+  return c
+end
+
+-- Assert a parse error of the given kind with a one-line message.
+local function fails(kind, ok, err, got_kind)
+  assert.is_nil(ok, "expected an error, got a result")
+  assert.is_string(err)
+  assert.is_nil(err:find("\n"), err)
+  assert.equal(kind, got_kind, err)
+end
+
+local A, B = "192.168.103.159", "192.168.107.187"
+
+describe("ctl fixtures", function()
+  it("covers every file in tests/fixtures/ctl", function()
+    local p = assert(io.popen("ls " .. FIX))
+    local names = {}
+    for name in p:lines() do
+      names[#names + 1] = name
+    end
+    p:close()
+    table.sort(names)
+    -- If a fixture is added, add its spec here.
+    assert.same({ "down-unconfigured.json", "errors.txt", "q-ready.txt", "up-18node-text.txt",
+      "up-2node-570-00-text.txt", "up-2node-570.json" }, names)
+  end)
+end)
+
+describe("ctl.parse_query", function()
+  it("reads q-ready.txt", function()
+    assert.equal("READY", ctl.parse_query(read("q-ready.txt"), 0))
+  end)
+
+  it("knows every local state", function()
+    for _, s in ipairs({ "INITIALIZING", "STARTING_AUTH_SERVER", "WAITING_FOR_PEERS", "WAITING_FOR_RECOVERY",
+      "INIT_GPU", "READY", "SHUTTING_DOWN", "UNAVAILABLE" }) do
+      assert.equal(s, ctl.parse_query(s .. "\n", 0))
+    end
+  end)
+
+  it("calls anything else with exit 0 malformed", function()
+    local outs = { "", "\n", "ready\n", "READY READY\n", "READY\nextra\n", "UP\n", '{"status":"READY"}' }
+    for _, out in ipairs(outs) do
+      fails("malformed", ctl.parse_query(out, 0))
+    end
+  end)
+
+  it("reads exit 255 with no output as unconfigured and a killed ctl as unreachable", function()
+    fails("unconfigured", ctl.parse_query("", 255))
+    fails("unreachable", ctl.parse_query("", nil))
+    fails("unreachable", ctl.parse_query("READY\n", 2))
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() ctl.parse_query(1, 0) end)
+    assert.has_error(function() ctl.parse_query("READY", "0") end)
+  end)
+end)
+
+describe("ctl with errors.txt", function()
+  -- Each case is a comment line, possibly naming "exit status N", followed by one output line.
+  local cases = {}
+  local status
+  for line in read("errors.txt"):gmatch("([^\n]*)\n") do
+    if line:find("^#") then
+      status = tonumber(line:match("exit status (%d+)"))
+    elseif line ~= "" then
+      cases[#cases + 1] = { out = line .. "\n", status = status }
+    end
+  end
+
+  it("has the four cases", function()
+    assert.equal(4, #cases)
+    assert.equal(1, cases[1].status)
+    assert.equal(255, cases[2].status)
+  end)
+
+  it("reads 'failed to connect' with exit 1 as unreachable", function()
+    fails("unreachable", ctl.parse_query(cases[1].out, cases[1].status))
+    fails("unreachable", ctl.parse_domain(cases[1].out, cases[1].status))
+    -- even if the exit status were lost
+    fails("unreachable", ctl.parse_query(cases[1].out, 0))
+  end)
+
+  it("reads 'Failed to read node configuration file' as unconfigured, by text or by exit 255", function()
+    for _, st in ipairs({ 255, 0, 1 }) do
+      fails("unconfigured", ctl.parse_query(cases[2].out, st))
+      fails("unconfigured", ctl.parse_domain(cases[2].out, st))
+    end
+    local _, err = ctl.parse_domain(cases[2].out, 255)
+    assert.truthy(err:find("not configured", 1, true))
+  end)
+
+  it("calls daemon log lines printed with exit 0 malformed, never a state or a domain", function()
+    for i = 3, 4 do
+      fails("malformed", ctl.parse_query(cases[i].out, 0))
+      fails("malformed", ctl.parse_domain(cases[i].out, 0))
+    end
+  end)
+end)
+
+describe("ctl.parse_domain (C06)", function()
+  local up = read("up-2node-570.json")
+
+  it("reads the UP 2-node fixture", function()
+    local d = assert(ctl.parse_domain(up, 0))
+    assert.equal("UP", d.status)
+    assert.equal("8/8/2025 17:38:02.641", d.timestamp)
+    assert.equal(2, #d.nodes)
+    assert.same({ id = 0, host = A, status = "READY", version = "570.172.08",
+      connections = { [A] = "CONNECTED", [B] = "CONNECTED" } }, d.nodes[1])
+    assert.equal(1, d.nodes[2].id)
+    assert.equal(B, d.nodes[2].host)
+    assert.equal(d.nodes[2], d.by_host[B])
+    assert.equal(d.nodes[1], d.by_host[A])
+  end)
+
+  it("gives the same domain for the same JSON compacted on one line", function()
+    local compact = cjson.encode(cjson.decode(up))
+    assert.is_nil(compact:find("\n"))
+    assert.same(ctl.parse_domain(up, 0), ctl.parse_domain(compact, 0))
+  end)
+
+  it("sorts nodes by id when \"1\" comes before \"0\"", function()
+    local text = [[{"status":"UP","timestamp":"t","nodes":{
+      "1":{"status":"READY","host":"10.0.0.2","version":"580.1","hostName":"",
+           "connections":{"1":{"host":"10.0.0.2","status":"CONNECTED"},
+                          "0":{"host":"10.0.0.1","status":"CONNECTED"}}},
+      "0":{"status":"READY","host":"10.0.0.1",
+           "connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"},
+                          "1":{"host":"10.0.0.2","status":"CONNECTED"}}},
+      "10":{"status":"READY","host":"10.0.0.11","connections":{}}}}]]
+    local d = assert(ctl.parse_domain(text, 0))
+    assert.same({ 0, 1, 10 }, { d.nodes[1].id, d.nodes[2].id, d.nodes[3].id })
+    assert.equal("10.0.0.1", d.nodes[1].host)
+    assert.is_nil(d.nodes[1].version)
+    assert.equal("", d.nodes[2].hostname)
+  end)
+
+  it("reads the DOWN unconfigured fixture as a (DOWN) domain", function()
+    local d = assert(ctl.parse_domain(read("down-unconfigured.json"), 0))
+    assert.equal("DOWN", d.status)
+    assert.equal(1, #d.nodes)
+    assert.equal("0.0.0.0", d.nodes[1].host)
+    assert.equal("UNAVAILABLE", d.nodes[1].status)
+    assert.equal("", d.nodes[1].version)
+    assert.same({ ["0.0.0.0"] = "INVALID" }, d.nodes[1].connections)
+  end)
+
+  local function edited(fn)
+    local doc = cjson.decode(up)
+    fn(doc)
+    return cjson.encode(doc)
+  end
+
+  local variants = {
+    ["nodes as an array"] = edited(function(d) d.nodes = { d.nodes["0"], d.nodes["1"] } end),
+    ['"nodes": {}'] = up:gsub('"nodes": %b{}', '"nodes": {}'),
+    ["no top-level status"] = edited(function(d) d.status = nil end),
+    ["status null"] = up:gsub('"status": "UP"', '"status": null'),
+    ["unknown domain status"] = edited(function(d) d.status = "OK" end),
+    ["status as a number"] = edited(function(d) d.status = 1 end),
+    ["nodes keyed by names"] = edited(function(d) d.nodes = { a = d.nodes["0"] } end),
+    ["nodes a string"] = edited(function(d) d.nodes = "0,1" end),
+    ["no nodes key"] = edited(function(d) d.nodes = nil end),
+    ["a node missing host"] = edited(function(d) d.nodes["1"].host = nil end),
+    ["a node with a numeric status"] = edited(function(d) d.nodes["1"].status = 5 end),
+    ["a node without connections"] = edited(function(d) d.nodes["0"].connections = nil end),
+    ["connections as an array"] = edited(function(d)
+      d.nodes["0"].connections = { d.nodes["0"].connections["0"], d.nodes["0"].connections["1"] }
+    end),
+    ["a connection without status"] = edited(function(d) d.nodes["0"].connections["1"].status = nil end),
+    ["a node that is not an object"] = edited(function(d) d.nodes["1"] = "READY" end),
+    ["a numeric version"] = edited(function(d) d.nodes["1"].version = 570 end),
+    ["a host listed twice"] = edited(function(d) d.nodes["1"].host = d.nodes["0"].host end),
+    ["top-level array"] = "[1,2]",
+    ["a bare string"] = '"UP"',
+    ["trailing garbage"] = up .. "x",
+    ["grep bait"] = 'garbage "status": "UP" garbage',
+  }
+  for name, text in pairs(variants) do
+    it("calls " .. name .. " malformed", function()
+      fails("malformed", ctl.parse_domain(text, 0))
+    end)
+  end
+
+  it("calls empty output malformed with exit 0, unconfigured with exit 255", function()
+    fails("malformed", ctl.parse_domain("", 0))
+    fails("malformed", ctl.parse_domain(nil, 0))
+    fails("unconfigured", ctl.parse_domain("", 255))
+  end)
+
+  it("calls the text table with exit 0 malformed, never guessing", function()
+    for _, name in ipairs({ "up-2node-570-00-text.txt", "up-18node-text.txt" }) do
+      local d, err, kind = ctl.parse_domain(read(name), 0)
+      fails("malformed", d, err, kind)
+      assert.truthy(err:find("text table", 1, true))
+    end
+  end)
+
+  it("calls JSON cut at every 7th byte malformed, never a domain", function()
+    for _, name in ipairs({ "up-2node-570.json", "down-unconfigured.json" }) do
+      local text = read(name)
+      local last = text:find("}%s*$") -- the closing brace: any shorter prefix is incomplete
+      local n = 0
+      for cut = 0, last - 1, 7 do
+        fails("malformed", ctl.parse_domain(text:sub(1, cut), 0))
+        n = n + 1
+      end
+      assert.is_true(n > 40, name .. ": " .. n .. " cuts")
+    end
+  end)
+
+  it("reads a non-zero exit as unreachable even with JSON on stdout", function()
+    fails("unreachable", ctl.parse_domain(up, 1))
+    fails("unreachable", ctl.parse_domain("", nil))
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() ctl.parse_domain({}, 0) end)
+  end)
+end)
+
+describe("ctl.parse_text", function()
+  it("reads the 570.00 2-node text (6-line legend, no versions)", function()
+    local d = assert(ctl.parse_text(read("up-2node-570-00-text.txt")))
+    assert.equal("UP", d.status)
+    assert.equal("3/25/2025 10:42:08.082", d.timestamp)
+    assert.equal(2, #d.nodes)
+    assert.same({ id = 1, host = "10.136.206.48", status = "READY",
+      connections = { ["10.136.206.47"] = "CONNECTED", ["10.136.206.48"] = "CONNECTED" } }, d.nodes[2])
+    assert.same({ [0] = { [0] = "C", [1] = "C" }, [1] = { [0] = "C", [1] = "C" } }, d.matrix)
+  end)
+
+  it("reads the 18-node text (8-line legend, versions)", function()
+    local d = assert(ctl.parse_text(read("up-18node-text.txt")))
+    assert.equal("UP", d.status)
+    assert.equal(18, #d.nodes)
+    assert.equal(17, d.nodes[18].id)
+    assert.equal("172.31.56.47", d.nodes[18].host)
+    assert.equal("570.172", d.nodes[18].version)
+    assert.equal("CONNECTED", d.nodes[5].connections["172.31.56.47"])
+    assert.equal("C", d.matrix[17][0])
+    local expected = {}
+    for _, n in ipairs(d.nodes) do
+      expected[#expected + 1] = n.host
+    end
+    assert.is_true(ctl.health(d, expected, "172.31.48.81").healthy)
+  end)
+
+  it("reads mismatch and never-connected letters", function()
+    local text = "Nodes:\nNode #0 - 10.0.0.1 - READY - Version: 580.1\n"
+      .. "Node #1 - 10.0.0.2 - READY - Version: 580.1\n\n"
+      .. " Nodes From\\To  0   1\n       0        C   !M!\n       1        N   C\n\nDomain State: DEGRADED\n"
+    local d = assert(ctl.parse_text(text))
+    assert.equal("DEGRADED", d.status)
+    assert.equal("NODE_MAP_MISMATCH", d.nodes[1].connections["10.0.0.2"])
+    assert.equal("NEVER_CONNECTED", d.nodes[2].connections["10.0.0.1"])
+  end)
+
+  it("calls incomplete or foreign text malformed", function()
+    local full = read("up-2node-570-00-text.txt")
+    for _, text in ipairs({
+      "", read("up-2node-570.json"), full:gsub("Domain State: UP", "Domain State: FINE"),
+      full:gsub("Domain State: UP\n", ""), full:gsub("       1        C  C\n", ""),
+      full:gsub("       1        C  C", "       1        C  X"),
+      full:gsub("       1        C  C", "       1        C"),
+      (full:gsub("Node #1[^\n]*\n", "")),
+    }) do
+      fails("malformed", ctl.parse_text(text))
+    end
+  end)
+end)
+
+describe("ctl.health", function()
+  local up = cjson.decode(read("up-2node-570.json"))
+
+  local function domain(doc)
+    return assert(ctl.parse_domain(cjson.encode(doc), 0))
+  end
+
+  it("UP 2-node: healthy", function()
+    local v = ctl.health(domain(up), { A, B }, A)
+    assert.is_true(v.healthy)
+    assert.equal("UP", v.status)
+    assert.is_false(v.local_fault)
+    assert.is_false(v.mismatch)
+    assert.same({}, v.faulty)
+    assert.same({}, v.missing)
+    assert.same({}, v.extra)
+    assert.truthy(v.summary:find("UP", 1, true))
+  end)
+
+  it("compares host sets, never order", function()
+    assert.is_true(ctl.health(domain(up), { B, A }, B).healthy)
+  end)
+
+  it("DEGRADED with one UNAVAILABLE peer: names the peer, not a local fault", function()
+    local doc = deepcopy(up)
+    doc.status = "DEGRADED"
+    doc.nodes["1"].status = "UNAVAILABLE"
+    doc.nodes["0"].connections["1"].status = "INVALID"
+    for _, c in pairs(doc.nodes["1"].connections) do
+      c.status = "INVALID"
+    end
+    local v = ctl.health(domain(doc), { A, B }, A)
+    assert.is_false(v.healthy)
+    assert.is_false(v.local_fault)
+    assert.same({ { host = B, reason = "status UNAVAILABLE" } }, v.faulty)
+    assert.truthy(v.summary:find(B, 1, true))
+    assert.truthy(v.summary:find("DEGRADED", 1, true))
+  end)
+
+  it("a READY peer this node cannot reach is named with the connection state", function()
+    local doc = deepcopy(up)
+    doc.status = "DEGRADED"
+    doc.nodes["0"].connections["1"].status = "NEVER_CONNECTED"
+    local v = ctl.health(domain(doc), { A, B }, A)
+    assert.is_false(v.healthy)
+    assert.is_false(v.local_fault)
+    assert.same({ { host = B, reason = "connection from this node NEVER_CONNECTED" } }, v.faulty)
+  end)
+
+  it("self UNAVAILABLE: local fault", function()
+    local doc = deepcopy(up)
+    doc.status = "DEGRADED"
+    doc.nodes["0"].status = "UNAVAILABLE"
+    local v = ctl.health(domain(doc), { A, B }, A)
+    assert.is_false(v.healthy)
+    assert.is_true(v.local_fault)
+    assert.same({}, v.faulty)
+    assert.truthy(v.summary:find("UNAVAILABLE", 1, true))
+  end)
+
+  it("DOWN unconfigured: local fault (this node absent), node map mismatch", function()
+    local d = assert(ctl.parse_domain(read("down-unconfigured.json"), 0))
+    local v = ctl.health(d, { A, B }, A)
+    assert.is_false(v.healthy)
+    assert.is_true(v.local_fault)
+    assert.is_true(v.mismatch)
+    assert.same({ A, B }, v.missing)
+    assert.same({ "0.0.0.0" }, v.extra)
+    assert.truthy(v.summary:find("DOWN", 1, true))
+  end)
+
+  it("an expected host missing: mismatch naming it, not healthy", function()
+    local C = "192.168.1.3"
+    local v = ctl.health(domain(up), { A, C, B }, A)
+    assert.is_false(v.healthy)
+    assert.is_false(v.local_fault)
+    assert.is_true(v.mismatch)
+    assert.same({ C }, v.missing)
+    assert.same({}, v.extra)
+    assert.truthy(v.summary:find(C, 1, true))
+  end)
+
+  it("an extra host (a domain-wide node list): mismatch, yet healthy for the job", function()
+    local v = ctl.health(domain(up), { A }, A)
+    assert.is_true(v.healthy)
+    assert.is_true(v.mismatch)
+    assert.same({ B }, v.extra)
+  end)
+
+  -- A 4-node domain: nodes 1..4 at 10.0.0.1..4, all READY and CONNECTED unless edited.
+  local function four(edit)
+    local doc = { status = "UP", timestamp = "t", nodes = {} }
+    for i = 0, 3 do
+      local conns = {}
+      for j = 0, 3 do
+        conns[tostring(j)] = { host = "10.0.0." .. (j + 1), status = "CONNECTED", changed = false }
+      end
+      doc.nodes[tostring(i)] = { status = "READY", host = "10.0.0." .. (i + 1), connections = conns,
+        version = "580" }
+    end
+    edit(doc)
+    return domain(doc)
+  end
+  local hosts4 = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+
+  it("self cut off from a majority of peers that are connected to each other: local fault", function()
+    local d = four(function(doc)
+      doc.status = "DEGRADED"
+      for j = 1, 3 do
+        doc.nodes["0"].connections[tostring(j)].status = "INVALID"
+        doc.nodes[tostring(j)].connections["0"].status = "INVALID"
+      end
+    end)
+    local v = ctl.health(d, hosts4, "10.0.0.1")
+    assert.is_true(v.local_fault)
+    assert.same({}, v.faulty)
+    assert.truthy(v.summary:find("3 of 3", 1, true))
+  end)
+
+  it("broken links when the peers are broken among themselves too: peers named, no local fault", function()
+    local d = four(function(doc)
+      doc.status = "DEGRADED"
+      for j = 1, 3 do
+        doc.nodes["0"].connections[tostring(j)].status = "INVALID"
+      end
+      doc.nodes["1"].connections["2"].status = "INVALID"
+    end)
+    local v = ctl.health(d, hosts4, "10.0.0.1")
+    assert.is_false(v.local_fault)
+    assert.equal(3, #v.faulty)
+  end)
+
+  it("one broken link of three: the peer is named", function()
+    local d = four(function(doc)
+      doc.status = "DEGRADED"
+      doc.nodes["0"].connections["3"].status = "RECOVERING"
+    end)
+    local v = ctl.health(d, hosts4, "10.0.0.1")
+    assert.is_false(v.local_fault)
+    assert.same({ { host = "10.0.0.4", reason = "connection from this node RECOVERING" } }, v.faulty)
+  end)
+
+  it("C20: four situations give four distinguishable verdicts", function()
+    local function classify(q_out, q_status, n_out, n_status)
+      local state, _, qkind = ctl.parse_query(q_out, q_status)
+      local d, _, kind = ctl.parse_domain(n_out, n_status)
+      if not d then
+        return "ctl:" .. kind .. (state and "" or ("/q:" .. qkind))
+      end
+      local v = ctl.health(d, { A, B }, A)
+      if v.healthy then
+        return "healthy"
+      elseif v.local_fault then
+        return "local-fault" .. (state == "READY" and "" or "/q:" .. tostring(state))
+      end
+      return "peers:" .. v.faulty[1].host
+    end
+    local degraded = deepcopy(up)
+    degraded.status = "DEGRADED"
+    degraded.nodes["1"].status = "UNAVAILABLE"
+    local down_self = deepcopy(up)
+    down_self.status = "DOWN"
+    down_self.nodes["0"].status = "UNAVAILABLE"
+    down_self.nodes["1"].status = "UNAVAILABLE"
+    local verdicts = {
+      classify("", 255, "Failed to read node configuration file\n", 255), -- service disabled
+      classify("WAITING_FOR_PEERS\n", 0, cjson.encode(down_self), 0), -- active, not READY, DOWN
+      classify("READY\n", 0, cjson.encode(degraded), 0), -- DEGRADED, one UNAVAILABLE peer
+      classify("READY\n", 0, read("up-2node-570.json"), 0), -- UP
+    }
+    assert.same({ "ctl:unconfigured/q:unconfigured", "local-fault/q:WAITING_FOR_PEERS", "peers:" .. B,
+      "healthy" }, verdicts)
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() ctl.health(nil, {}, A) end)
+    assert.has_error(function() ctl.health(domain(up), nil, A) end)
+    assert.has_error(function() ctl.health(domain(up), {}, nil) end)
+  end)
+end)

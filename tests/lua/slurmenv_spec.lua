@@ -1,0 +1,109 @@
+-- Specs for imexguard.slurmenv (case C11) against the captured 22.05 prolog environment.
+local slurmenv = require "imexguard.slurmenv"
+local hostlist = require "imexguard.hostlist"
+
+local function load_env(path)
+  local env = {}
+  for line in assert(io.lines(path)) do
+    if line ~= "" and not line:find("^#") then
+      local k, v = line:match("^([%w_]+)=(.*)$")
+      assert(k, "bad fixture line: " .. line)
+      env[k] = v
+    end
+  end
+  return env
+end
+
+local function copy(t, extra)
+  local c = {}
+  for k, v in pairs(t) do
+    c[k] = v
+  end
+  for k, v in pairs(extra or {}) do
+    c[k] = v ~= false and v or nil
+  end
+  return c
+end
+
+describe("slurmenv with the 22.05 prolog environment", function()
+  local env = load_env("tests/fixtures/slurm/prolog-env-22.05.txt")
+
+  it("falls back to SLURM_NODELIST (22.05 has no SLURM_JOB_NODELIST)", function()
+    assert.is_nil(env.SLURM_JOB_NODELIST)
+    local expr, source, warning = slurmenv.nodelist(env)
+    assert.equal("n[1-3]", expr)
+    assert.equal("SLURM_NODELIST", source)
+    assert.is_nil(warning)
+    assert.same({ "n1", "n2", "n3" }, hostlist.expand(expr))
+  end)
+
+  it("reads the job", function()
+    assert.same({
+      id = "1", nodename = "n2", user = "root", uid = "0", oversubscribe = nil,
+      nodelist = "n[1-3]", nodelist_source = "SLURM_NODELIST",
+    }, slurmenv.job(env))
+  end)
+
+  it("uses SLURM_JOBID when SLURM_JOB_ID is missing, and reads SLURM_JOB_OVERSUBSCRIBE", function()
+    local job = slurmenv.job(copy(env,
+      { SLURM_JOB_ID = false, SLURM_JOBID = "77", SLURM_JOB_OVERSUBSCRIBE = "NO" }))
+    assert.equal("77", job.id)
+    assert.equal("NO", job.oversubscribe)
+  end)
+end)
+
+describe("slurmenv.nodelist (C11)", function()
+  it("uses SLURM_JOB_NODELIST alone", function()
+    local expr, source, warning = slurmenv.nodelist({ SLURM_JOB_NODELIST = "gpu[01-04]" })
+    assert.equal("gpu[01-04]", expr)
+    assert.equal("SLURM_JOB_NODELIST", source)
+    assert.is_nil(warning)
+  end)
+
+  it("prefers SLURM_JOB_NODELIST without a warning when both agree", function()
+    local expr, source, warning =
+      slurmenv.nodelist({ SLURM_JOB_NODELIST = "n[1-2]", SLURM_NODELIST = "n[1-2]" })
+    assert.equal("n[1-2]", expr)
+    assert.equal("SLURM_JOB_NODELIST", source)
+    assert.is_nil(warning)
+  end)
+
+  it("prefers SLURM_JOB_NODELIST and warns, naming both, when they differ", function()
+    local expr, source, warning =
+      slurmenv.nodelist({ SLURM_JOB_NODELIST = "n[1-2]", SLURM_NODELIST = "n[1-3]" })
+    assert.equal("n[1-2]", expr)
+    assert.equal("SLURM_JOB_NODELIST", source)
+    assert.truthy(warning:find("SLURM_JOB_NODELIST='n[1-2]'", 1, true))
+    assert.truthy(warning:find("SLURM_NODELIST='n[1-3]'", 1, true))
+  end)
+
+  it("falls back with a warning when SLURM_JOB_NODELIST is blank", function()
+    local expr, source, warning = slurmenv.nodelist({ SLURM_JOB_NODELIST = " ", SLURM_NODELIST = "n1" })
+    assert.equal("n1", expr)
+    assert.equal("SLURM_NODELIST", source)
+    assert.truthy(warning:find("blank", 1, true))
+  end)
+
+  it("trims surrounding whitespace", function()
+    assert.equal("n[1-2]", (slurmenv.nodelist({ SLURM_NODELIST = " n[1-2]\n" })))
+  end)
+
+  for name, env in pairs({
+    neither = {},
+    empty = { SLURM_JOB_NODELIST = "", SLURM_NODELIST = "" },
+    whitespace = { SLURM_NODELIST = " \t\n" },
+  }) do
+    it("is an error naming both variables when " .. name, function()
+      local expr, err = slurmenv.nodelist(env)
+      assert.is_nil(expr)
+      assert.truthy(err:find("SLURM_JOB_NODELIST", 1, true))
+      assert.truthy(err:find("SLURM_NODELIST", 1, true))
+      assert.is_nil(slurmenv.job(env).nodelist)
+    end)
+  end
+
+  it("raises on a non-table environment", function()
+    assert.has_error(function() slurmenv.nodelist("SLURM_NODELIST=n1") end)
+    assert.has_error(function() slurmenv.job(nil) end)
+  end)
+end)

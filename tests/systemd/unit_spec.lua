@@ -1,0 +1,384 @@
+-- Specs of the systemd primitives (src/unit.c) against a real systemd user manager.
+-- Run: tests/with-systemd busted --cpath='/tmp/h2-build/lua/?.so' tests/systemd
+-- tests/with-systemd provides the manager in a private mount namespace and exports
+-- IMEXGUARD_TEST_BUS (its private socket) and IMEXGUARD_TEST_UNIT_DIR (where units go).
+-- The C module is found through IMEXGUARD_BUILD (default: busted's cpath, i.e. build/).
+
+local build = os.getenv("IMEXGUARD_BUILD")
+if build then
+  package.cpath = build .. "/lua/?.so;" .. package.cpath
+end
+
+local BUS = os.getenv("IMEXGUARD_TEST_BUS")
+local UNIT_DIR = os.getenv("IMEXGUARD_TEST_UNIT_DIR")
+local RUNTIME = os.getenv("XDG_RUNTIME_DIR")
+local SRC_UNITS = "tests/systemd/units"
+local UNITS = { "ig-sleep.service", "ig-forking.service", "ig-fail.service", "ig-hang.service",
+  "ig-usr1.service", "ig-hung.socket", "ig-hung.service" }
+
+if not (BUS and UNIT_DIR and RUNTIME) then
+  describe("host.unit* against systemd", function()
+    pending("needs a systemd user manager: run under tests/with-systemd")
+  end)
+  return
+end
+
+local host = require "imexguard.host"
+
+-- States of ig-hang.service after a stop interrupted its ExecStartPre: the killed control
+-- process may leave the unit "failed" (result "signal") instead of "inactive".
+local stopped = { inactive = true, failed = true }
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  return ok == true
+end
+
+local function capture(cmd)
+  local f = assert(io.popen(cmd, "r"))
+  local out = f:read("a")
+  f:close()
+  return out
+end
+
+local function read_file(path)
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local data = f:read("a")
+  f:close()
+  return data
+end
+
+local function copy_file(from, to)
+  local data = assert(read_file(from), "cannot read " .. from)
+  local f = assert(io.open(to, "w"))
+  f:write(data)
+  f:close()
+end
+
+-- Poll `cond` every 20 ms until it returns a true value or `timeout` seconds pass.
+local function wait_for(what, timeout, cond)
+  local limit = host.now() + timeout
+  while true do
+    local v = cond()
+    if v then return v end
+    if host.now() >= limit then
+      error("timed out after " .. timeout .. " s waiting for " .. what, 2)
+    end
+    host.sleep(0.02)
+  end
+end
+
+local function pid_file(name)
+  local text = read_file(RUNTIME .. "/" .. name)
+  return text and tonumber(text:match("^(%d+)"))
+end
+
+-- Stop everything this spec may have started, through systemctl (independent of the code under
+-- test), and forget the files the units wrote.
+local function stop_all()
+  sh("systemctl --user stop " .. table.concat(UNITS, " ") .. " >/dev/null 2>&1")
+  sh("systemctl --user reset-failed " .. table.concat(UNITS, " ") .. " >/dev/null 2>&1")
+  for _, f in ipairs({ "ig-sleep.pid", "ig-forking.pid", "ig-usr1.ready", "ig-usr1.got" }) do
+    os.remove(RUNTIME .. "/" .. f)
+  end
+end
+
+describe("host.unit* against systemd", function()
+  setup(function()
+    for _, u in ipairs(UNITS) do
+      copy_file(SRC_UNITS .. "/" .. u, UNIT_DIR .. "/" .. u)
+    end
+    assert.is_true(sh("systemctl --user daemon-reload"), "systemctl --user daemon-reload failed")
+  end)
+
+  before_each(function()
+    host.set_deadline(0)
+    assert.is_true(host.unit_set_bus(BUS))
+  end)
+
+  after_each(function()
+    host.set_deadline(0)
+    host.unit_set_bus(BUS)
+    stop_all()
+  end)
+
+  teardown(stop_all)
+
+  describe("unit()", function()
+    it("reports a unit without a unit file as not-found, not as an error", function()
+      local p, err, code = host.unit("ig-absent.service", 5)
+      assert.is_table(p, tostring(err) .. " " .. tostring(code))
+      assert.equal("not-found", p.load_state)
+      assert.equal("inactive", p.active_state)
+      assert.equal(0, p.main_pid)
+      assert.equal("", p.invocation_id)
+      assert.equal(0, p.exec_main_start_us)
+    end)
+
+    it("reports an inactive unit with every field", function()
+      local p = assert(host.unit("ig-sleep.service"))
+      assert.equal("loaded", p.load_state)
+      assert.equal("disabled", p.unit_file_state)
+      assert.equal("inactive", p.active_state)
+      assert.equal("dead", p.sub_state)
+      assert.equal("success", p.result)
+      assert.equal(0, p.main_pid)
+      assert.equal("", p.invocation_id)
+      assert.equal(0, p.exec_main_start_us)
+      assert.equal(0, p.active_enter_us)
+    end)
+
+    it("reports an active unit: its main PID, a 32-hex invocation ID, start times near now",
+      function()
+        assert.is_true(sh("systemctl --user start ig-sleep.service"))
+        local pid = wait_for("ig-sleep.pid", 5, function() return pid_file("ig-sleep.pid") end)
+        local p = assert(host.unit("ig-sleep.service", 5))
+        assert.equal("active", p.active_state)
+        assert.equal("running", p.sub_state)
+        assert.equal(pid, p.main_pid)
+        assert.matches("^" .. string.rep("%x", 32) .. "$", p.invocation_id)
+        assert.equal(p.invocation_id, p.invocation_id:lower())
+        local want = capture("systemctl --user show -P InvocationID ig-sleep.service"):gsub("%s+$", "")
+        assert.equal(want, p.invocation_id)
+        local now = host.wallclock()
+        assert.is_true(math.abs(p.exec_main_start_us / 1e6 - now) < 30, "exec_main_start_us far from now")
+        assert.is_true(math.abs(p.active_enter_us / 1e6 - now) < 30, "active_enter_us far from now")
+        assert.is_true(p.exec_main_start_us <= p.active_enter_us + 1000000)
+      end)
+
+    it("reports the daemon of a Type=forking unit as main PID", function()
+      assert.equal("done", host.unit_job("ig-forking.service", "start", 5))
+      local pid = assert(pid_file("ig-forking.pid"))
+      local p = assert(host.unit("ig-forking.service"))
+      assert.equal("active", p.active_state)
+      assert.equal(pid, p.main_pid)
+      -- the PID file may be written before the forked child has executed sleep
+      wait_for("pid " .. pid .. " to run sleep", 5, function()
+        return read_file("/proc/" .. pid .. "/comm") == "sleep\n"
+      end)
+    end)
+
+    it("reconnects after the manager closed the connection (daemon-reexec)", function()
+      assert(host.unit("ig-sleep.service"))
+      assert.is_true(sh("systemctl --user daemon-reexec"))
+      local p, err = host.unit("ig-sleep.service", 5)
+      assert.is_table(p, err)
+      assert.equal("loaded", p.load_state)
+    end)
+
+    it("never turns a bus failure into a state", function()
+      assert.is_true(host.unit_set_bus("unix:path=" .. RUNTIME .. "/no-such-socket"))
+      local p, err, code = host.unit("ig-sleep.service", 2)
+      assert.is_nil(p)
+      assert.equal("bus", code)
+      assert.matches("ig%-sleep%.service", err)
+      assert.matches("no%-such%-socket", err)
+      local r, _, code2 = host.unit_job("ig-sleep.service", "start", 2)
+      assert.is_nil(r)
+      assert.equal("bus", code2)
+      r, _, code2 = host.unit_kill("ig-sleep.service", 15)
+      assert.is_nil(r)
+      assert.equal("bus", code2)
+      r, _, code2 = host.unit_reset_failed("ig-sleep.service")
+      assert.is_nil(r)
+      assert.equal("bus", code2)
+      -- and nothing was started through another route
+      assert.is_true(host.unit_set_bus(BUS))
+      assert.equal("inactive", assert(host.unit("ig-sleep.service")).active_state)
+    end)
+
+    it("returns timeout, not a state, when systemd does not answer", function()
+      assert.is_true(sh("systemctl --user start ig-hung.socket"))
+      assert.is_true(host.unit_set_bus("unix:path=" .. RUNTIME .. "/ig-hung.sock"))
+      local t0 = host.now()
+      local p, err, code = host.unit("ig-sleep.service", 0.3)
+      local elapsed = host.now() - t0
+      assert.is_nil(p)
+      assert.equal("timeout", code)
+      assert.matches("ig%-sleep%.service", err)
+      assert.is_true(elapsed >= 0.25 and elapsed < 1, "took " .. elapsed)
+      local r, _
+      r, _, code = host.unit_job("ig-sleep.service", "start", 0.3)
+      assert.is_nil(r)
+      assert.equal("timeout", code)
+      host.set_deadline(0.2)
+      t0 = host.now()
+      p, _, code = host.unit("ig-sleep.service", 5)
+      elapsed = host.now() - t0
+      assert.is_nil(p)
+      assert.equal("deadline", code)
+      assert.is_true(elapsed < 1, "took " .. elapsed)
+    end)
+
+    it("reports a D-Bus error for an invalid unit name with code bus", function()
+      local p, err, code = host.unit("no-suffix")
+      assert.is_nil(p)
+      assert.equal("bus", code)
+      assert.matches("no%-suffix", err)
+      assert.matches("InvalidArgs", err)
+    end)
+
+    it("is bounded by the run's deadline", function()
+      host.set_deadline(1e-6)
+      wait_for("the deadline to pass", 1, function() return host.remaining() == 0 end)
+      local p, _, code = host.unit("ig-sleep.service", 5)
+      assert.is_nil(p)
+      assert.equal("deadline", code)
+    end)
+
+    it("returns timeout (not a state) when its own timeout is 0", function()
+      local p, _, code = host.unit("ig-sleep.service", 0)
+      assert.is_nil(p)
+      assert.equal("timeout", code)
+    end)
+  end)
+
+  describe("unit_job()", function()
+    it("starts and stops a unit and waits for the job's result", function()
+      assert.equal("done", host.unit_job("ig-sleep.service", "start", 5))
+      -- the job is finished when the call returns: no polling needed
+      assert.equal("active", assert(host.unit("ig-sleep.service")).active_state)
+      assert.equal("done", host.unit_job("ig-sleep.service", "stop", 5))
+      assert.equal("inactive", assert(host.unit("ig-sleep.service")).active_state)
+    end)
+
+    it("restart gives a new invocation ID and a new main process", function()
+      assert.equal("done", host.unit_job("ig-sleep.service", "start", 5))
+      local before = assert(host.unit("ig-sleep.service"))
+      assert.equal("done", host.unit_job("ig-sleep.service", "restart", 5))
+      local after = assert(host.unit("ig-sleep.service"))
+      assert.equal("active", after.active_state)
+      assert.matches("^" .. string.rep("%x", 32) .. "$", after.invocation_id)
+      assert.are_not.equal(before.invocation_id, after.invocation_id)
+      assert.are_not.equal(before.main_pid, after.main_pid)
+      assert.is_true(after.exec_main_start_us >= before.exec_main_start_us)
+    end)
+
+    it("try-restart leaves an inactive unit inactive and restarts an active one", function()
+      assert.equal("done", host.unit_job("ig-sleep.service", "try-restart", 5))
+      assert.equal("inactive", assert(host.unit("ig-sleep.service")).active_state)
+      assert.equal("done", host.unit_job("ig-sleep.service", "start", 5))
+      local before = assert(host.unit("ig-sleep.service"))
+      assert.equal("done", host.unit_job("ig-sleep.service", "try-restart", 5))
+      local after = assert(host.unit("ig-sleep.service"))
+      assert.equal("active", after.active_state)
+      assert.are_not.equal(before.invocation_id, after.invocation_id)
+    end)
+
+    it("reports a failing start as failed; reset_failed clears the failed state", function()
+      local r, err, code = host.unit_job("ig-fail.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("failed", code)
+      assert.matches("ig%-fail%.service", err)
+      local p = assert(host.unit("ig-fail.service"))
+      assert.equal("failed", p.active_state)
+      assert.equal("exit-code", p.result)
+      assert.is_true(host.unit_reset_failed("ig-fail.service"))
+      p = assert(host.unit("ig-fail.service"))
+      assert.equal("inactive", p.active_state)
+      assert.equal("success", p.result)
+    end)
+
+    it("returns wait-timeout for a hanging start and leaves the job queued", function()
+      local t0 = host.now()
+      local r, err, code = host.unit_job("ig-hang.service", "start", 0.5)
+      local elapsed = host.now() - t0
+      assert.is_nil(r)
+      assert.equal("wait-timeout", code)
+      assert.matches("may still be running", err)
+      assert.is_true(elapsed >= 0.45, "returned early: " .. elapsed)
+      assert.is_true(elapsed < 1.2, "returned late: " .. elapsed)
+      assert.matches("ig%-hang%.service", capture("systemctl --user list-jobs --no-legend --no-pager"))
+      assert.equal("activating", assert(host.unit("ig-hang.service")).active_state)
+      -- stopping cancels the start job
+      assert.equal("done", host.unit_job("ig-hang.service", "stop", 5))
+      assert.is_not_nil(stopped[assert(host.unit("ig-hang.service")).active_state])
+      assert.is_nil(capture("systemctl --user list-jobs --no-legend --no-pager"):match("ig%-hang"))
+    end)
+
+    it("reports canceled when another client's stop replaces our start job", function()
+      -- A helper (its own 5 s limit) waits until our start job is queued, then stops the unit.
+      local helper = [[
+        end=$((SECONDS + 5))
+        until systemctl --user list-jobs --no-legend --no-pager | grep -q ig-hang; do
+          [ "$SECONDS" -ge "$end" ] && exit 1
+          sleep 0.02
+        done
+        systemctl --user stop ig-hang.service]]
+      local pid = tonumber(capture("sh -c '" .. helper .. "' >/dev/null 2>&1 & echo $!"))
+      finally(function() sh("kill " .. pid .. " 2>/dev/null") end)
+      local r, err, code = host.unit_job("ig-hang.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("canceled", code)
+      assert.matches("canceled", err)
+      -- the helper's stop job finishes after our start job was canceled
+      wait_for("ig-hang.service to stop", 5, function()
+        return stopped[assert(host.unit("ig-hang.service")).active_state]
+      end)
+    end)
+
+    it("stops its wait at the run's deadline with code deadline", function()
+      host.set_deadline(0.3)
+      local t0 = host.now()
+      local r, err, code = host.unit_job("ig-hang.service", "start", 10)
+      local elapsed = host.now() - t0
+      assert.is_nil(r)
+      assert.equal("deadline", code)
+      assert.matches("may still be running", err)
+      assert.is_true(elapsed < 1, "took " .. elapsed)
+    end)
+
+    it("reports an unknown unit as a bus error naming it", function()
+      local r, err, code = host.unit_job("ig-absent.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("bus", code)
+      assert.matches("ig%-absent%.service", err)
+      assert.matches("NoSuchUnit", err)
+    end)
+
+    it("rejects a bad verb, an empty name and a missing timeout", function()
+      assert.has_error(function() host.unit_job("ig-sleep.service", "reload", 1) end)
+      assert.has_error(function() host.unit_job("", "start", 1) end)
+      assert.has_error(function() host.unit_job("ig-sleep.service", "start") end)
+      assert.has_error(function() host.unit_job("ig-sleep.service", "start", -1) end)
+      assert.has_error(function() host.unit("") end)
+      assert.has_error(function() host.unit_kill("ig-sleep.service", 0) end)
+      -- and nothing was started
+      assert.equal("inactive", assert(host.unit("ig-sleep.service")).active_state)
+    end)
+  end)
+
+  describe("unit_kill()", function()
+    it("delivers the signal to the main process", function()
+      local usr1 = tonumber(capture("bash -c 'kill -l USR1'"):match("%d+"))
+      assert.equal("done", host.unit_job("ig-usr1.service", "start", 5))
+      wait_for("ig-usr1.ready", 5, function() return read_file(RUNTIME .. "/ig-usr1.ready") end)
+      assert.is_nil(read_file(RUNTIME .. "/ig-usr1.got"))
+      assert.is_true(host.unit_kill("ig-usr1.service", usr1))
+      local got = wait_for("ig-usr1.got", 5, function()
+        local text = read_file(RUNTIME .. "/ig-usr1.got")
+        return text and text:find("\n") and text -- a complete line, not a file still being written
+      end)
+      assert.equal("USR1\n", got)
+      -- the trap kept the process alive
+      assert.equal("active", assert(host.unit("ig-usr1.service")).active_state)
+    end)
+
+    it("reports a unit without a main process as a bus error", function()
+      local r, _, code = host.unit_kill("ig-sleep.service", 15)
+      assert.is_nil(r)
+      assert.equal("bus", code)
+    end)
+  end)
+
+  describe("unit_set_bus()", function()
+    it("rejects what is not a bus name or address and keeps the old one", function()
+      local r, err, code = host.unit_set_bus("bogus")
+      assert.is_nil(r)
+      assert.equal("EINVAL", code)
+      assert.matches("bogus", err)
+      assert.is_table(host.unit("ig-sleep.service"))
+    end)
+  end)
+end)

@@ -1,0 +1,119 @@
+--- Slurm node names -> IPv4 addresses for the IMEX node list (design.md "Desired list").
+-- Sources: "dns" (host.resolve, the FIRST IPv4 answer, so every node that sees the same resolver
+-- answer writes the same bytes) or "map" (a file of "name address" lines, '#' comments).
+local nodelist = require "imexguard.nodelist"
+
+local M = {}
+
+--- Largest address map read (bytes).
+M.MAX_MAP = 1024 * 1024
+
+--- Parse the text of an address map.
+-- @param text string file contents: lines "name address", blank lines and '#' comments ignored
+-- @param path string file name (for messages)
+-- @return table {[name] = address}, or nil, message naming the file and line
+function M.parse_map(text, path)
+  local map = {}
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    line = line:gsub("#.*$", ""):gsub("^%s+", ""):gsub("%s+$", "")
+    if line ~= "" then
+      local name, addr, rest = line:match("^(%S+)%s+(%S+)%s*(.*)$")
+      if not name or rest ~= "" then
+        return nil, string.format("address map %s line %d: expected 'name address', got '%s'", path, n, line)
+      end
+      if map[name] and map[name] ~= addr then
+        return nil, string.format("address map %s line %d: %s listed twice (%s, %s)", path, n, name,
+          map[name], addr)
+      end
+      map[name] = addr
+    end
+  end
+  return map
+end
+
+--- Read and parse the configured address map.
+-- @param host table primitives (read)
+-- @param path string
+-- @return map table, or nil, message
+function M.load_map(host, path)
+  if type(path) ~= "string" or path == "" then
+    return nil, "address_source is \"map\" but the setting address_map is not set"
+  end
+  local text, err = host.read(path, M.MAX_MAP)
+  if not text then return nil, string.format("address map %s unreadable: %s", path, tostring(err)) end
+  return M.parse_map(text, path)
+end
+
+--- First IPv4 literal of a resolver answer (deterministic: resolver order, not sorted).
+local function first_ipv4(list)
+  for _, a in ipairs(list) do
+    if nodelist.is_ipv4(a) then return a end
+  end
+  return nil
+end
+
+--- Map the job's node names to addresses.
+-- @param host table primitives (resolve, read)
+-- @param settings table validated settings (address_source, address_map, resolve_timeout)
+-- @param names list of Slurm node names (hostlist order)
+-- @return list of address strings in the same order, or nil, message naming the node, code
+--   (code is the primitive's code, e.g. "timeout", "deadline", or nil for a data error)
+function M.lookup(host, settings, names)
+  local addrs = {}
+  if settings.address_source == "map" then
+    local map, err = M.load_map(host, settings.address_map)
+    if not map then return nil, err end
+    for i, name in ipairs(names) do
+      local a = map[name]
+      if not a then
+        return nil, string.format("node %s is not in the address map %s", name, settings.address_map)
+      end
+      addrs[i] = a
+    end
+    return addrs
+  end
+  for i, name in ipairs(names) do
+    if nodelist.is_ipv4(name) then
+      addrs[i] = name
+    else
+      local list, err, code = host.resolve(name, settings.resolve_timeout)
+      if not list then
+        return nil, string.format("resolving node %s failed: %s", name, tostring(err)), code
+      end
+      local a = first_ipv4(list)
+      if not a then
+        return nil, string.format("node %s resolves to no IPv4 address (answer: %s)", name,
+          #list > 0 and table.concat(list, " ") or "empty"), nil
+      end
+      addrs[i] = a
+    end
+  end
+  return addrs
+end
+
+--- This node's entry of the list.
+-- @param host table primitives (local_addresses)
+-- @param bind string|nil BIND_INTERFACE_IP from config.cfg ("" or nil when unset)
+-- @param addrs list the job's addresses
+-- @return address string and its index, or nil, message
+function M.self(host, bind, addrs)
+  if bind and bind ~= "" then
+    for i, a in ipairs(addrs) do
+      if a == bind then return a, i end
+    end
+    return nil, string.format("this node's BIND_INTERFACE_IP %s is not in the job's node list (%s)", bind,
+      table.concat(addrs, " "))
+  end
+  local localset = {}
+  local locals = host.local_addresses() or {}
+  for _, a in ipairs(locals) do localset[a] = true end
+  for i, a in ipairs(addrs) do
+    if localset[a] then return a, i end
+  end
+  return nil, string.format("no local address of this node (%s) is in the job's node list (%s)",
+    #locals > 0 and table.concat(locals, " ") or "none", table.concat(addrs, " "))
+end
+
+return M

@@ -1,0 +1,230 @@
+--- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
+-- (design.md steps 5c and 8, cases C06, C13, C20), and render the status table.
+local cjson = require "cjson"
+local ctl = require "imexguard.ctl"
+
+local M = {}
+
+--- Largest ctl output kept (bytes per stream).
+M.MAX_OUTPUT = 1024 * 1024
+--- Seconds kept back from the run's budget so that a timed-out wait still ends in a named outcome.
+M.MARGIN = 0.5
+
+local function one_line(s)
+  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
+end
+
+--- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
+-- @param settings table (ctl: string or list of strings; imex_config)
+-- @return list of strings
+function M.ctl_argv(settings)
+  local argv = {}
+  if type(settings.ctl) == "table" then
+    for _, a in ipairs(settings.ctl) do argv[#argv + 1] = a end
+  else
+    argv[1] = settings.ctl
+  end
+  for _, a in ipairs({ "-c", settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
+  return argv
+end
+
+--- Run the ctl once and parse its answer.
+-- @param ctx table policy context
+-- @param timeout number|nil seconds (default settings.ctl_timeout)
+-- @return answer table: {domain = domain} when parsed, else {err = one-line message, kind =
+--   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_domain,
+--   or of the run: hang, budget, cannot execute)
+function M.probe(ctx, timeout)
+  local s = ctx.settings
+  timeout = timeout or s.ctl_timeout
+  local argv = M.ctl_argv(s)
+  local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
+  if not res then
+    if code == "timeout" then
+      return { kind = "timeout",
+        err = string.format("%s -N -j hung: no answer within %g s", argv[1], timeout) }
+    elseif code == "deadline" then
+      return { kind = "deadline", err = string.format("%s -N -j: the run's deadline passed", argv[1]) }
+    end
+    return { kind = "exec", err = string.format("%s cannot run: %s (%s)", argv[1], one_line(err or "?"),
+      tostring(code)) }
+  end
+  local domain, perr, kind = ctl.parse_domain(res.stdout or "", res.status)
+  if not domain then
+    return { kind = kind or "malformed", err = one_line(perr) }
+  end
+  return { domain = domain }
+end
+
+--- Set of hosts of a domain (table host -> true) and its size.
+function M.host_set(domain)
+  local set, n = {}, 0
+  for _, node in ipairs(domain.nodes) do
+    if not set[node.host] then n = n + 1 end
+    set[node.host] = true
+  end
+  return set, n
+end
+
+--- Label "host (slurm-name)" when the name is known.
+local function label(host, names)
+  local n = names and host and names[host]
+  if n and n ~= host then return string.format("%s (%s)", host, n) end
+  return tostring(host)
+end
+
+--- Verdict of one usable answer.
+-- @param answer table from probe
+-- @param expected list of addresses
+-- @param self string this node's address
+-- @return verdict (ctl.health's table, or a local-fault verdict when the local daemon is
+--   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
+--   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
+function M.verdict(answer, expected, self)
+  if answer.domain then return ctl.health(answer.domain, expected, self) end
+  if answer.kind == "unreachable" then
+    return { healthy = false, status = "DOWN", local_fault = answer.err, faulty = {}, summary = answer.err }
+  end
+  return nil
+end
+
+--- Reason this node is at fault, or nil when it is not.
+local function local_reason(v, self)
+  for _, f in ipairs(v.faulty or {}) do
+    if f.host == self then return tostring(f.reason) end
+  end
+  if v.local_fault then
+    if type(v.local_fault) == "string" then return v.local_fault end
+    return v.summary or ("domain " .. tostring(v.status))
+  end
+  return nil
+end
+
+--- Outcome and message for an unhealthy verdict (C20: blame the right node).
+-- @param ctx table policy context
+-- @param want table {self, names = {[addr] = slurm name}}
+-- @param v table verdict
+-- @param waited number seconds waited (for the message)
+-- @return outcome, message
+function M.blame(ctx, want, v, waited)
+  local me = label(want.self, want.names)
+  local why = local_reason(v, want.self)
+  local after = waited and string.format(" after %.1f s", waited) or ""
+  if why then
+    return "domain-unhealthy", one_line(string.format("this node %s is not healthy%s: %s", me, after, why))
+  end
+  local peers = {}
+  for _, f in ipairs(v.faulty or {}) do
+    if f.host ~= want.self then
+      peers[#peers + 1] = label(f.host, want.names) .. ": " .. tostring(f.reason)
+    end
+  end
+  if #peers > 0 then
+    local msg = one_line(string.format("this node %s is healthy, peers are not%s: %s (domain %s)", me, after,
+      table.concat(peers, "; "), tostring(v.status)))
+    ctx.host.log(ctx.settings.on_peer_fault == "fail" and "err" or "warning", msg)
+    return "peers-unhealthy", msg
+  end
+  return "domain-unhealthy", one_line(string.format("this node %s: domain not healthy%s: %s", me, after,
+    tostring(v.summary or v.status)))
+end
+
+--- Wait for the domain to be healthy (step 8): poll the ctl every poll_interval until healthy or
+-- health_timeout (bounded by the run's budget minus MARGIN) passes.
+-- @param ctx table policy context
+-- @param want table {addrs, self, names}
+-- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
+-- @return outcome, message, polls (number of answers examined)
+function M.wait(ctx, want, first)
+  local h, s = ctx.host, ctx.settings
+  local start = h.now()
+  local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
+  local answer, last_v, last_err, polls = first, nil, nil, 0
+  while true do
+    if not answer then
+      -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
+      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)))
+    end
+    polls = polls + 1
+    local v = M.verdict(answer, want.addrs, want.self)
+    if v and v.healthy then
+      return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
+    end
+    if v then last_v = v else last_err = answer.err end
+    if answer.kind == "deadline" then break end
+    answer = nil
+    local left = window - (h.now() - start)
+    if left <= 0 then break end
+    if not h.sleep(math.min(s.poll_interval, left)) then break end
+  end
+  local waited = h.now() - start
+  if last_v then
+    local o, m = M.blame(ctx, want, last_v, waited)
+    return o, m, polls
+  end
+  return "ctl-unusable", one_line(string.format("no usable answer from the ctl in %.1f s (%d tries): %s",
+    waited, polls, tostring(last_err))), polls
+end
+
+--- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
+local function conn_summary(node)
+  local total, up, bad = 0, 0, {}
+  local hosts = {}
+  for host in pairs(node.connections or {}) do hosts[#hosts + 1] = host end
+  table.sort(hosts)
+  for _, host in ipairs(hosts) do
+    local st = node.connections[host]
+    total = total + 1
+    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
+  end
+  local s = string.format("%d/%d connected", up, total)
+  if #bad > 0 then s = s .. "; " .. table.concat(bad, ", ") end
+  return s
+end
+
+--- Render the domain for a person (or as JSON).
+-- @param domain table parsed domain
+-- @param v table verdict (ctl.health)
+-- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message}
+-- @return string report (newline-terminated)
+function M.report(domain, v, opts)
+  local names = opts.names or {}
+  local diag = {}
+  for _, f in ipairs(v and v.faulty or {}) do diag[f.host] = tostring(f.reason) end
+  local rows = {}
+  for _, node in ipairs(domain.nodes) do
+    rows[#rows + 1] = {
+      id = node.id, host = node.host, name = names[node.host] or "",
+      status = tostring(node.status), version = node.version,
+      connections = conn_summary(node), self = node.host == opts.self,
+      diagnosis = diag[node.host] or "ok",
+    }
+  end
+  if opts.json then
+    return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
+      outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
+  end
+  local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
+  local cells = { head }
+  for _, r in ipairs(rows) do
+    cells[#cells + 1] = { tostring(r.id) .. (r.self and "*" or ""), r.host, r.name, r.status, r.connections,
+      r.diagnosis }
+  end
+  local width = {}
+  for _, row in ipairs(cells) do
+    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
+  end
+  local out = { string.format("Domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
+    tostring(domain.timestamp), #rows) }
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for i, c in ipairs(row) do
+      parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c
+    end
+    out[#out + 1] = table.concat(parts, "  ")
+  end
+  if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
+  return table.concat(out, "\n") .. "\n"
+end
+
+return M

@@ -1,0 +1,754 @@
+-- Specs of the default policy (design.md "Decision model") against the fake host.
+local testing = require "imexguard.testing"
+local outcomes = require "imexguard.outcomes"
+local cjson = require "cjson"
+local P = require "default"
+
+local NODES, CONFIG, STATE = testing.NODES, testing.CONFIG, testing.STATE
+
+local function fixture(name)
+  local f = assert(io.open("tests/fixtures/" .. name, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- This node (10.0.0.1, n1) READY, peer 10.0.0.2 (n2) UNAVAILABLE: the domain is DEGRADED.
+local DEGRADED = { domain = { nodes = { { host = "10.0.0.1" },
+  { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
+
+local function env(nodelist, extra)
+  local e = { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = nodelist, SLURMD_NODENAME = "n1" }
+  for k, v in pairs(extra or {}) do e[k] = v end
+  return e
+end
+
+local function run(h, o)
+  o = o or {}
+  o.host = h
+  local ctx = testing.ctx(o)
+  local outcome, message, report = P[o.command or "prolog"](ctx)
+  return outcome, message, report, ctx
+end
+
+local function assert_one_line(message)
+  assert.is_string(message)
+  assert.is_nil(message:find("\n"), "message is one line: " .. message)
+end
+
+-- Nothing on disk or in the service changed, and the node lock was never taken.
+local function assert_untouched(h)
+  assert.same({}, h.writes)
+  assert.same({}, h.jobs)
+  assert.equal(0, h.count("lock"))
+end
+
+-- Every lock taken was released.
+local function assert_released(h)
+  for _, l in ipairs(h.locks) do assert.is_true(l.released) end
+end
+
+describe("default policy prolog", function()
+  describe("fast path (nothing to do)", function()
+    it("writes nothing, restarts nothing, calls the ctl exactly once", function()
+      local h = testing.host()
+      local outcome, message = run(h)
+      assert.equal("ok", outcome)
+      assert_one_line(message)
+      assert.matches("current", message)
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+      assert.equal(1, h.count("run"))
+      assert.equal(0, h.count("sleep"))
+      assert.equal(1, #h.locks)
+      assert_released(h)
+    end)
+
+    it("works with the real 2-node fixture", function()
+      local h = testing.host{
+        files = { [NODES] = "192.168.103.159\n192.168.107.187\n" },
+        resolve = { n1 = { "192.168.103.159" }, n2 = { "192.168.107.187" } },
+        local_addresses = { "192.168.103.159" },
+        ctl = { fixture("ctl/up-2node-570.json") },
+      }
+      local outcome = run(h)
+      assert.equal("ok", outcome)
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+      assert.equal(1, h.count("run"))
+    end)
+
+    it("runs the configured ctl argv with -c config.cfg -N -j", function()
+      local h = testing.host()
+      run(h, { settings = { ctl = { "/opt/sim/ctl", "--node", "1" } } })
+      assert.same({ "/opt/sim/ctl", "--node", "1", "-c", CONFIG, "-N", "-j" }, h.runs[1])
+    end)
+  end)
+
+  describe("step 1: applies?", function()
+    it("unit query failure is unit-unknown, never a restart (C17)", function()
+      local h = testing.host{ unit_script = { "timeout" } }
+      local outcome, message = run(h)
+      assert.equal("unit-unknown", outcome)
+      assert.matches("nvidia%-imex%.service", message)
+      assert_untouched(h)
+      assert.equal(0, h.count("run"))
+    end)
+
+    it("a unit that is not installed is skipped", function()
+      local h = testing.host{ unit = false }
+      local outcome, message = run(h)
+      assert.equal("skipped", outcome)
+      assert.matches("not installed", message)
+      assert_untouched(h)
+    end)
+
+    it("a disabled unit with a ctl that exits 255 is skipped, not degraded (C20)", function()
+      local h = testing.host{ unit = { unit_file_state = "disabled", active_state = "inactive" },
+        ctl = { testing.UNCONFIGURED } }
+      local outcome, message = run(h)
+      assert.equal("skipped", outcome)
+      assert.equal("IMEX not enabled on this node: nvidia-imex.service is disabled", message)
+      assert.equal(0, outcomes.exit_code(outcome))
+      assert_untouched(h)
+      assert.equal(0, h.count("run"))
+    end)
+
+    it("a masked unit is skipped", function()
+      local h = testing.host{ unit = { unit_file_state = "masked" } }
+      assert.equal("skipped", (run(h)))
+    end)
+
+    it("a static unit applies", function()
+      local h = testing.host{ unit = { unit_file_state = "static" } }
+      assert.equal("ok", (run(h)))
+    end)
+
+    it("no config.cfg: not an IMEX node", function()
+      local h = testing.host{ files = { [CONFIG] = false } }
+      local outcome, message = run(h)
+      assert.equal("skipped", outcome)
+      assert.matches("not an IMEX node", message)
+      assert_untouched(h)
+    end)
+
+    it("an unreadable config.cfg is bad-input naming it", function()
+      local h = testing.host{ fail = { [CONFIG] = { read = "EACCES" } } }
+      local outcome, message = run(h)
+      assert.equal("bad-input", outcome)
+      assert.matches(CONFIG, message, 1, true)
+      assert_untouched(h)
+    end)
+  end)
+
+  describe("step 2: the desired list", function()
+    it("uses SLURM_NODELIST when it is the only variable (22.05 prolog, C11)", function()
+      local e = testing.parse_env(fixture("slurm/prolog-env-22.05.txt"))
+      assert.is_nil(e.SLURM_JOB_NODELIST)
+      local h = testing.host{ local_addresses = { "10.0.0.2" }, hostname = "n2" }
+      local outcome = run(h, { env = e })
+      assert.equal("ok", outcome)
+      assert.equal("10.0.0.1\n10.0.0.2\n10.0.0.3\n", h.writes[1].data)
+      assert.equal(NODES, h.writes[1].path)
+    end)
+
+    it("prefers SLURM_JOB_NODELIST and logs the disagreement (C11)", function()
+      local h = testing.host()
+      local outcome = run(h, { env = env("n[1,3]", { SLURM_NODELIST = "n[1-2]" }) })
+      assert.equal("ok", outcome)
+      assert.equal("10.0.0.1\n10.0.0.3\n", h.file(NODES))
+      local warned = false
+      for _, l in ipairs(h.logs) do
+        if l[1] == "warning" and l[2]:find("SLURM_NODELIST", 1, true) then warned = true end
+      end
+      assert.is_true(warned)
+    end)
+
+    for _, case in ipairs({
+      { "neither variable", { SLURM_JOB_ID = "101" } },
+      { "empty variables", { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "", SLURM_NODELIST = "" } },
+    }) do
+      it("bad-input when there is no node list: " .. case[1] .. " (C11)", function()
+        local h = testing.host()
+        local outcome, message = run(h, { env = case[2] })
+        assert.equal("bad-input", outcome)
+        assert.matches("SLURM_JOB_NODELIST", message)
+        assert_untouched(h)
+      end)
+    end
+
+    it("a malformed hostlist is bad-input naming the expression (C12)", function()
+      local h = testing.host()
+      local outcome, message = run(h, { env = env("n[1-") })
+      assert.equal("bad-input", outcome)
+      assert.matches("n[1-", message, 1, true)
+      assert_untouched(h)
+    end)
+
+    it("keeps the hostlist's order (C04)", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[2,1]") })))
+      assert.equal("10.0.0.2\n10.0.0.1\n", h.file(NODES))
+    end)
+
+    it("takes the first IPv4 answer of the resolver", function()
+      local h = testing.host{ resolve = { n2 = { "fd00::2", "10.0.0.2", "10.9.9.9" } } }
+      assert.equal("ok", (run(h)))
+      assert.same({}, h.writes) -- 10.0.0.1, 10.0.0.2: the file already holds them
+    end)
+
+    it("a slow name service is bad-input naming the node and the timeout (C13)", function()
+      local h = testing.host{ resolve = { n2 = "timeout" } }
+      local t0 = h.now()
+      local outcome, message = run(h)
+      assert.equal("bad-input", outcome)
+      assert.matches("n2", message)
+      assert.matches("2 s", message)
+      assert.near(2, h.now() - t0, 0.01)
+      assert_untouched(h)
+    end)
+
+    describe("bad entries are rejected by name, nothing written or restarted (C05)", function()
+      local map = "/etc/imexguard/addresses"
+      local use_map = { address_source = "map", address_map = map }
+      local cases = {
+        { "host name", use_map, "n1 10.0.0.1\nn2 node-b\n", nil, "node%-b" },
+        { "IPv6", use_map, "n1 10.0.0.1\nn2 fd00::2\n", nil, "fd00::2" },
+        { "127.0.1.1 for the local name", {}, nil, { n1 = { "127.0.1.1" } }, "127.0.1.1" },
+        { "duplicate", {}, nil, { n2 = { "10.0.0.1" } }, "10.0.0.1" },
+        { "no IPv4 answer", {}, nil, { n2 = { "fd00::2" } }, "n2" },
+        { "name missing from the map", use_map, "n1 10.0.0.1\n", nil, "n2" },
+      }
+      for _, c in ipairs(cases) do
+        it(c[1], function()
+          local files = {}
+          if c[3] then files[map] = c[3] end
+          local h = testing.host{ files = files, resolve = c[4] }
+          local outcome, message = run(h, { settings = c[2] })
+          assert.equal("bad-input", outcome)
+          assert_one_line(message)
+          assert.matches(c[5], message)
+          assert_untouched(h)
+          assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+        end)
+      end
+
+      it("missing self: no local address in the list", function()
+        local h = testing.host{ local_addresses = { "10.0.0.9" } }
+        local outcome, message = run(h)
+        assert.equal("bad-input", outcome)
+        assert.matches("10.0.0.9", message)
+        assert.matches("n1", message)
+        assert_untouched(h)
+      end)
+
+      it("missing self: BIND_INTERFACE_IP not in the list", function()
+        local h = testing.host{ files = { [CONFIG] = testing.CONFIG_TEXT:gsub("BIND_INTERFACE_IP=\n",
+          "BIND_INTERFACE_IP=10.0.0.7\n") } }
+        local outcome, message = run(h)
+        assert.equal("bad-input", outcome)
+        assert.matches("BIND_INTERFACE_IP 10.0.0.7", message)
+        assert_untouched(h)
+      end)
+
+      it("loopback is accepted with allow_loopback", function()
+        local h = testing.host{ resolve = { n1 = { "127.0.0.11" }, n2 = { "127.0.0.12" } },
+          local_addresses = { "127.0.0.11" } }
+        local outcome = run(h, { settings = { allow_loopback = true } })
+        assert.equal("ok", outcome)
+        assert.equal("127.0.0.11\n127.0.0.12\n", h.file(NODES))
+      end)
+    end)
+
+    it("the map source maps names through the file", function()
+      local map = "/etc/imexguard/addresses"
+      local h = testing.host{ files = { [map] = "# site map\nn1 10.0.0.1\nn2 10.0.0.2\nn3 10.0.0.3\n" },
+        resolve = { n1 = "timeout", n2 = "timeout", n3 = "timeout" } }
+      assert.equal("ok", (run(h, { env = env("n[1,3]"), settings = { address_source = "map",
+        address_map = map } })))
+      assert.equal("10.0.0.1\n10.0.0.3\n", h.file(NODES))
+      assert.equal(0, h.count("resolve"))
+    end)
+  end)
+
+  describe("step 3: the node lock", function()
+    it("held by another run: lock-timeout naming its pid and job, nothing changed", function()
+      local h = testing.host{ lock = { pid = 777, owner = "job=100", since = testing.WALL0 } }
+      local t0 = h.now()
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("lock-timeout", outcome)
+      assert.matches("pid 777", message)
+      assert.matches("job=100", message)
+      assert.near(60, h.now() - t0, 0.01)
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+    end)
+
+    it("the budget running out while waiting is deadline-exceeded", function()
+      local h = testing.host{ deadline = 10, lock = { pid = 777, owner = "job=100" } }
+      local outcome, message = run(h)
+      assert.equal("deadline-exceeded", outcome)
+      assert.matches("pid 777", message)
+    end)
+
+    it("waits for a holder that lets go in time", function()
+      local h = testing.host{ lock = { pid = 777, owner = "job=100", release_at = 1003 } }
+      assert.equal("ok", (run(h)))
+      assert.is_true(h.now() >= 1003)
+    end)
+
+    it("is released on failure paths and when a step raises", function()
+      local h = testing.host{ fail = { [NODES] = { write = "ENOSPC" } } }
+      assert.equal("write-failed", (run(h, { env = env("n[1,3]") })))
+      assert_released(h)
+      h = testing.host{ ctl = function() error("boom") end }
+      local ok = pcall(run, h)
+      assert.is_false(ok)
+      assert.equal(1, #h.locks)
+      assert_released(h)
+    end)
+  end)
+
+  describe("step 4: the node list file", function()
+    it("rewrites a different list and records it in the state file", function()
+      local h = testing.host()
+      local outcome = run(h, { env = env("n[1,3]") })
+      assert.equal("ok", outcome)
+      assert.same({ NODES, STATE, STATE }, { h.writes[1].path, h.writes[2].path, h.writes[3].path })
+      assert.equal("10.0.0.1\n10.0.0.3\n", h.writes[1].data)
+      local st = cjson.decode(h.file(STATE))
+      assert.equal("10.0.0.1\n10.0.0.3\n", st.nodes)
+      assert.equal("10.0.0.1\n10.0.0.3\n", st.running_nodes)
+      assert.equal(h.unit_props.invocation_id, st.invocation_id)
+      assert.equal(string.format("%d", h.unit_props.exec_main_start_us), st.started_us)
+      assert.is_string(st.written_us)
+      assert.equal("101", st.job)
+    end)
+
+    it("ENOSPC: write-failed, old file intact, nothing restarted", function()
+      local h = testing.host{ fail = { [NODES] = { write = "ENOSPC" } } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("write-failed", outcome)
+      assert.matches("ENOSPC", message)
+      assert.matches(NODES, message, 1, true)
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+      assert.same({}, h.jobs)
+    end)
+
+    it("a missing file is written", function()
+      local h = testing.host{ files = { [NODES] = false }, daemon_nodes = { "10.0.0.1", "10.0.0.2" } }
+      assert.equal("ok", (run(h)))
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+      assert.equal(1, #h.jobs)
+    end)
+
+    it("follows IMEX_NODE_CONFIG_FILE of config.cfg, and the nodes_file setting over it", function()
+      local other = "/etc/other/nodes.cfg"
+      local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=" .. other)
+      local h = testing.host{ files = { [CONFIG] = cfg } }
+      run(h)
+      assert.equal(other, h.writes[1].path)
+      h = testing.host{ files = { [CONFIG] = cfg } }
+      run(h, { settings = { nodes_file = "/srv/n.cfg" } })
+      assert.equal("/srv/n.cfg", h.writes[1].path)
+    end)
+  end)
+
+  describe("step 5: is the daemon stale?", function()
+    it("(a) the file changed after the daemon started: restart without a write", function()
+      local h = testing.host{ files = { [NODES] = { data = "10.0.0.1\n10.0.0.2\n",
+        mtime_us = testing.WALL0 * 1e6 - 60e6 } },
+        unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 } }
+      local outcome, message = run(h)
+      assert.equal("ok", outcome)
+      assert.same({ STATE }, { h.writes[1].path }) -- the state file after the restart, not the list
+      assert.equal(1, #h.jobs)
+      assert.equal("restart", h.jobs[1].verb)
+      assert.matches("changed after the daemon started", message)
+    end)
+
+    it("(a) config.cfg changed after the daemon started: restart", function()
+      local h = testing.host{ files = { [CONFIG] = { data = testing.CONFIG_TEXT,
+        mtime_us = testing.WALL0 * 1e6 } } }
+      assert.equal("ok", (run(h)))
+      assert.equal(1, #h.jobs)
+    end)
+
+    it("(b) the state file says this invocation runs another list: restart", function()
+      local h = testing.host()
+      h.set_file(STATE, cjson.encode({ invocation_id = h.unit_props.invocation_id,
+        running_nodes = "10.0.0.1\n10.0.0.3\n" }), testing.WALL0 * 1e6 - 3600e6)
+      local outcome, message = run(h)
+      assert.equal("ok", outcome)
+      assert.equal(1, #h.jobs)
+      assert.matches("another node list", message)
+      assert.equal(0, #h.writes - 1) -- only the state file after the restart
+    end)
+
+    it("(b) a record of an older invocation is not a reason", function()
+      local h = testing.host()
+      h.set_file(STATE, cjson.encode({ invocation_id = "0123", running_nodes = "10.0.0.1\n10.0.0.3\n" }),
+        testing.WALL0 * 1e6 - 3600e6)
+      assert.equal("ok", (run(h)))
+      assert.same({}, h.jobs)
+    end)
+
+    it("(c) the ctl proves another list: restart", function()
+      local h = testing.host{ daemon_nodes = { "10.0.0.1", "10.0.0.3" } }
+      local outcome, message = run(h)
+      assert.equal("ok", outcome)
+      assert.equal(1, #h.jobs)
+      assert.matches("the ctl shows", message)
+      assert.same({ "10.0.0.1", "10.0.0.2" }, h.daemon_nodes())
+    end)
+
+    it("unit query failing after the write: unit-unknown, no restart (C17)", function()
+      local h = testing.host{ unit_script = { {}, "timeout" } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("unit-unknown", outcome)
+      assert.matches("unknown", message)
+      assert.same({}, h.jobs)
+      assert_released(h)
+    end)
+
+    it("activating: waits until it settles, then decides (C17)", function()
+      local h = testing.host{ unit_script = { {}, { active_state = "activating" }, {},
+        { active_state = "active" } } }
+      local outcome = run(h)
+      assert.equal("ok", outcome)
+      assert.same({}, h.jobs)
+      assert.equal(2, h.count("sleep"))
+      for _, s in ipairs(h.sleeps) do assert.is_true(s <= 0.25) end
+    end)
+
+    it("activating forever: service-failed after start_timeout, no restart", function()
+      local h = testing.host{ unit = { active_state = "activating" } }
+      local t0 = h.now()
+      local outcome, message = run(h)
+      assert.equal("service-failed", outcome)
+      assert.matches("activating", message)
+      assert.same({}, h.jobs)
+      assert.near(30, h.now() - t0, 0.3)
+    end)
+
+    it("inactive: start (C17)", function()
+      local h = testing.host{ unit = { active_state = "inactive", sub_state = "dead" } }
+      local outcome = run(h)
+      assert.equal("ok", outcome)
+      assert.same({ { unit = testing.UNIT, verb = "start", result = "done" } }, h.jobs)
+    end)
+
+    it("failed: reset-failed, then start", function()
+      local h = testing.host{ unit = { active_state = "failed", result = "exit-code" } }
+      assert.equal("ok", (run(h)))
+      assert.equal(1, h.count("unit_reset_failed"))
+      assert.equal("start", h.jobs[1].verb)
+    end)
+  end)
+
+  describe("step 7: restart", function()
+    it("a failed job is service-failed with systemd's result", function()
+      local h = testing.host{ restart = { result = "failed" } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("service-failed", outcome)
+      assert.matches("failed", message)
+      assert.matches("restart", message)
+      assert.equal(0, h.count("sleep"))
+    end)
+
+    it("a job that outlives our wait is service-failed naming wait-timeout (C13)", function()
+      local h = testing.host{ restart = { result = "wait-timeout" } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("service-failed", outcome)
+      assert.matches("wait%-timeout", message)
+    end)
+
+    it("returns within one poll interval of the domain becoming UP", function()
+      local down = { domain = { nodes = { { host = "10.0.0.1" },
+        { host = "10.0.0.3", status = "UNAVAILABLE" } } } }
+      local h = testing.host{ ctl = { testing.UNREACHABLE, down, testing.up({ "10.0.0.1", "10.0.0.3" }) } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("ok", outcome)
+      assert.matches("restarted", message)
+      assert.equal(3, h.count("run"))
+      assert.same({ 0.25, 0.25 }, h.sleeps)
+    end)
+  end)
+
+  describe("step 8: health and blame (C20)", function()
+    it("active, DOWN, this node UNAVAILABLE: domain-unhealthy naming this node", function()
+      local down = { domain = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
+        { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
+      local h = testing.host{ ctl = { down } }
+      local t0 = h.now()
+      local outcome, message = run(h)
+      assert.equal("domain-unhealthy", outcome)
+      assert.equal(9, outcomes.exit_code(outcome))
+      assert.matches("this node 10.0.0.1 %(n1%)", message)
+      assert.matches("UNAVAILABLE", message)
+      assert.same({}, h.jobs)
+      assert.is_true(h.now() - t0 >= 60 and h.now() - t0 < 61)
+      for _, s in ipairs(h.sleeps) do assert.is_true(s <= 0.25) end
+    end)
+
+    it("local daemon unreachable is a local fault", function()
+      local h = testing.host{ ctl = { testing.UNREACHABLE } }
+      local outcome, message = run(h)
+      assert.equal("domain-unhealthy", outcome)
+      assert.matches("unreachable", message)
+    end)
+
+    it("DEGRADED with one UNAVAILABLE peer: peers-unhealthy naming it, exit 0", function()
+      local h = testing.host{ ctl = { DEGRADED } }
+      local outcome, message, _, ctx = run(h)
+      assert.equal("peers-unhealthy", outcome)
+      assert.matches("10.0.0.2 %(n2%)", message)
+      assert.matches("UNAVAILABLE", message)
+      assert.is_nil(message:find("10.0.0.1 (n1):", 1, true))
+      assert.equal(0, outcomes.exit_code(outcome, ctx.settings))
+      assert.same({}, h.jobs)
+    end)
+
+    it("DEGRADED with one UNAVAILABLE peer and on_peer_fault=fail: exit 12", function()
+      local h = testing.host{ ctl = { DEGRADED } }
+      local outcome, _, _, ctx = run(h, { settings = { on_peer_fault = "fail" } })
+      assert.equal("peers-unhealthy", outcome)
+      assert.equal(12, outcomes.exit_code(outcome, ctx.settings))
+    end)
+
+    it("UP: ok", function()
+      local h = testing.host{ ctl = { testing.up({ "10.0.0.1", "10.0.0.2" }) } }
+      assert.equal("ok", (run(h)))
+    end)
+
+    it("a wait cut by the run's budget still ends in a named outcome before the deadline", function()
+      local h = testing.host{ deadline = 20, ctl = { DEGRADED } }
+      local outcome = run(h)
+      assert.equal("peers-unhealthy", outcome)
+      assert.is_true(h.remaining() > 0)
+    end)
+  end)
+
+  describe("garbage from the ctl never causes a restart (C06)", function()
+    local up = fixture("ctl/up-2node-570.json")
+    local cases = {
+      { "text table, exit 0", fixture("ctl/up-2node-570-00-text.txt") },
+      { "nodes as an array", '{"nodes": [{"host": "10.0.0.1", "status": "READY"}], "status": "UP"}' },
+      { "empty nodes", '{"nodes": {}, "status": "UP"}' },
+      { "no top-level status",
+        '{"nodes": {"0": {"host": "10.0.0.1", "status": "READY", "connections": {}}}}' },
+      { "cut off", up:sub(1, #up // 2) },
+      { "empty output, exit 255", { stdout = "", status = 255 } },
+      { "a grep would match", '"status": "UP"' },
+    }
+    for _, c in ipairs(cases) do
+      it(c[1], function()
+        local h = testing.host{ ctl = { c[2] } }
+        local outcome, message = run(h)
+        assert.equal("ctl-unusable", outcome)
+        assert_one_line(message)
+        assert.same({}, h.jobs)
+        assert.same({}, h.writes)
+        assert.is_true(h.count("run") > 1)
+      end)
+    end
+
+    it("an unconfigured DOWN answer (0.0.0.0) from an active unit is not a proof", function()
+      local h = testing.host{ ctl = { fixture("ctl/down-unconfigured.json") } }
+      local outcome, message = run(h)
+      assert.equal("domain-unhealthy", outcome)
+      assert.matches("10.0.0.1", message)
+      assert.same({}, h.jobs)
+    end)
+  end)
+
+  it("a ctl that hangs is named, the run stays inside its budget (C13)", function()
+    local h = testing.host{ ctl = { testing.HANG } }
+    local t0 = h.now()
+    local outcome, message = run(h)
+    assert.equal("ctl-unusable", outcome)
+    assert.matches("hung", message)
+    assert.matches("5 s", message)
+    assert.same({}, h.jobs)
+    -- the staleness probe (5 s), health_timeout (60 s), at most one more call (5 s)
+    assert.is_true(h.now() - t0 >= 60 and h.now() - t0 <= 60 + 2 * 5 + 0.1)
+    assert.is_true(h.remaining() > 0)
+  end)
+
+  describe("C02: concurrent prologs, one restart per real change", function()
+    -- The file holds {.1,.2}; job 101 wants {.1,.3}, job 102 wants {.1,.2}. With the lock, the runs
+    -- are serialised; the writes and restarts are those of the serial order.
+    local function nodes_writes(h)
+      local n = 0
+      for _, w in ipairs(h.writes) do if w.path == NODES then n = n + 1 end end
+      return n
+    end
+
+    it("101 then 102: two real changes, two writes, two restarts", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })))
+      assert.equal(2, nodes_writes(h))
+      assert.equal(2, #h.jobs)
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+      assert.same({ "10.0.0.1", "10.0.0.2" }, h.daemon_nodes())
+    end)
+
+    it("102 then 101: one real change, one write, one restart", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })))
+      assert.equal(0, nodes_writes(h))
+      assert.same({}, h.jobs)
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal(1, nodes_writes(h))
+      assert.equal(1, #h.jobs)
+      assert.same({ "10.0.0.1", "10.0.0.3" }, h.daemon_nodes())
+    end)
+
+    it("the same change twice: one write, one restart", function()
+      local h = testing.host()
+      run(h, { env = env("n[1,3]") })
+      run(h, { env = env("n[1,3]", { SLURM_JOB_ID = "103" }) })
+      assert.equal(1, nodes_writes(h))
+      assert.equal(1, #h.jobs)
+    end)
+
+    it("101 arriving while 102 holds the lock too long changes nothing", function()
+      local h = testing.host{ lock = { pid = 4321, owner = "job=102" } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("lock-timeout", outcome)
+      assert.matches("job=102", message)
+      assert.equal(0, nodes_writes(h))
+      assert.same({}, h.jobs)
+    end)
+
+    it("101 waiting for 102's lock decides after it, from the file 102 left", function()
+      local h = testing.host{ lock = { pid = 4321, owner = "job=102", release_at = 1010 } }
+      -- 102 (the holder) leaves {.1,.2}: unchanged. 101 then rewrites once and restarts once.
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal(1, nodes_writes(h))
+      assert.equal(1, #h.jobs)
+      assert.is_true(h.now() >= 1010)
+    end)
+  end)
+end)
+
+describe("default policy epilog", function()
+  it("changes nothing", function()
+    local h = testing.host()
+    local outcome, message = run(h, { command = "epilog" })
+    assert.equal("ok", outcome)
+    assert.equal("nothing to do", message)
+    assert.same({}, h.calls)
+  end)
+end)
+
+describe("default policy plan", function()
+  it("reports the diff and the restart, with no side effect at all", function()
+    local h = testing.host()
+    local outcome, message, report = run(h, { command = "plan", dry_run = true, env = env("n[1,3]") })
+    assert.equal("ok", outcome)
+    assert_one_line(message)
+    assert.matches("would rewrite", message)
+    assert.matches("restart", message)
+    assert.matches("%- 10.0.0.2", report)
+    assert.matches("%+ 10.0.0.3", report)
+    assert.matches("restart: yes", report)
+    assert.same({}, h.writes)
+    assert.same({}, h.jobs)
+    assert.equal(0, h.count("lock"))
+    assert.equal(0, h.count("sleep"))
+    assert.equal(0, h.count("unit_reset_failed"))
+  end)
+
+  it("nothing to do when the daemon is current", function()
+    local h = testing.host()
+    local outcome, message, report = run(h, { command = "plan", dry_run = true })
+    assert.equal("ok", outcome)
+    assert.matches("nothing to do", message)
+    assert.matches("restart: no", report)
+    assert.matches("domain now: UP", report)
+    assert.same({}, h.writes)
+  end)
+
+  it("inactive unit: would start; activating: would wait, without waiting", function()
+    local h = testing.host{ unit = { active_state = "inactive" } }
+    local _, message = run(h, { command = "plan", dry_run = true })
+    assert.matches("would start", message)
+    h = testing.host{ unit = { active_state = "activating" } }
+    local _, _, report = run(h, { command = "plan", dry_run = true })
+    assert.matches("would wait", report)
+    assert.equal(0, h.count("sleep"))
+  end)
+
+  it("JSON report", function()
+    local h = testing.host()
+    local _, _, report = run(h, { command = "plan", dry_run = true, json = true, env = env("n[1,3]") })
+    local j = cjson.decode(report)
+    assert.is_true(j.changed)
+    assert.equal("restart", j.action)
+    assert.same({ "10.0.0.2" }, j.removed)
+    assert.same({ "10.0.0.3" }, j.added)
+    assert.equal("n3", j.nodes[2].name)
+  end)
+
+  it("bad input is reported as in prolog", function()
+    local h = testing.host()
+    local outcome = run(h, { command = "plan", env = env("n[") })
+    assert.equal("bad-input", outcome)
+    assert_untouched(h)
+  end)
+end)
+
+describe("default policy status", function()
+  it("prints one line per node with a diagnosis, and the domain state", function()
+    local degraded = { domain = { nodes = { { host = "10.0.0.1" },
+      { host = "10.0.0.2", status = "UNAVAILABLE" }, { host = "10.0.0.3" } } } }
+    local h = testing.host{ ctl = { degraded } }
+    local outcome, message, report = run(h, { command = "status" })
+    assert.equal("peers-unhealthy", outcome)
+    assert_one_line(message)
+    local lines = {}
+    for l in report:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.matches("^Domain DEGRADED", lines[1])
+    assert.matches("^ID", lines[2])
+    assert.matches("^0%*%s+10.0.0.1", lines[3])
+    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[4])
+    assert.matches("^2%s+10.0.0.3", lines[5])
+    assert.same({}, h.writes)
+    assert.same({}, h.jobs)
+  end)
+
+  it("names nodes from the address map", function()
+    local map = "/etc/imexguard/addresses"
+    local h = testing.host{ files = { [map] = "n1 10.0.0.1\nn2 10.0.0.2\n" } }
+    local outcome, _, report = run(h, { command = "status",
+      settings = { address_source = "map", address_map = map } })
+    assert.equal("ok", outcome)
+    assert.matches("10.0.0.2%s+n2", report)
+  end)
+
+  it("JSON report", function()
+    local h = testing.host()
+    local outcome, _, report = run(h, { command = "status", json = true })
+    assert.equal("ok", outcome)
+    local j = cjson.decode(report)
+    assert.equal("UP", j.status)
+    assert.equal(2, #j.nodes)
+    assert.equal("10.0.0.1", j.self)
+    assert.equal("ok", j.outcome)
+  end)
+
+  it("a disabled unit is skipped", function()
+    local h = testing.host{ unit = { unit_file_state = "disabled" }, ctl = { testing.UNCONFIGURED } }
+    local outcome, _, report = run(h, { command = "status" })
+    assert.equal("skipped", outcome)
+    assert.matches("^skipped: ", report)
+  end)
+
+  it("garbage: ctl-unusable", function()
+    local h = testing.host{ ctl = { "garbage" } }
+    local outcome = run(h, { command = "status" })
+    assert.equal("ctl-unusable", outcome)
+  end)
+end)

@@ -1,0 +1,463 @@
+/*
+ * imexsim ctl: a simulated nvidia-imex-ctl.  -q asks the local daemon for its state; -N asks every
+ * node of the node list, in parallel, on its command port and prints the domain in the real JSON
+ * (-j) or text layout (tests/fixtures/ctl/).  Guesses about the real ctl are listed in README.md.
+ */
+#include "imexsim.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_LINE 512
+
+/* One request/response exchange on a command port. */
+struct query {
+	const char *ip;
+	int port;
+	int fd;
+	int connecting;
+	int err; /* 0: answer complete; negative errno: -ECONNREFUSED, -ETIMEDOUT, -EPROTO, ... */
+	int done;
+	struct sim_buf out, in;
+};
+
+/* What one node said about itself and its peers (parsed STATUS/QUERY answer). */
+struct view {
+	int ok; /* 1 when the node answered */
+	char state[32], version[64], hostname[256];
+	int npeers;
+	char peer_addr[SIM_MAX_NODES][SIM_ADDR_LEN];
+	enum sim_conn peer_status[SIM_MAX_NODES];
+};
+
+static void query_finish(struct query *q, int err)
+{
+	if (q->fd >= 0)
+		close(q->fd);
+	q->fd = -1;
+	q->err = err;
+	q->done = 1;
+}
+
+/* Read what arrived; finish the query at "END" (success), EOF before it or an overflow. */
+static void query_read(struct query *q)
+{
+	for (;;) {
+		int r = sim_buf_fill(&q->in, q->fd);
+		if (r == -EAGAIN)
+			return;
+		if (r <= 0) {
+			query_finish(q, r == 0 ? -EPROTO : r);
+			return;
+		}
+		if (q->in.len >= 4 && !memcmp(q->in.data + q->in.len - 4, "END\n", 4) &&
+		    (q->in.len == 4 || q->in.data[q->in.len - 5] == '\n')) {
+			query_finish(q, 0);
+			return;
+		}
+	}
+}
+
+/* Run all `n` exchanges in parallel, each sending `request`, all bounded by `timeout_ms`
+ * (milliseconds, the ctl's -t).  Afterwards every query is done; unanswered ones have
+ * err = -ETIMEDOUT. */
+static void run_queries(struct query *qs, int n, const char *request, int timeout_ms)
+{
+	int64_t deadline = sim_now_ms() + timeout_ms;
+	for (int i = 0; i < n; i++) {
+		struct query *q = &qs[i];
+		q->fd = sim_connect_start(q->ip, q->port);
+		if (q->fd < 0) {
+			query_finish(q, q->fd);
+			continue;
+		}
+		q->connecting = 1;
+		sim_buf_printf(&q->out, "%s\n", request);
+	}
+	struct pollfd *fds = calloc((size_t)n, sizeof *fds);
+	int *idx = calloc((size_t)n, sizeof *idx);
+	for (;;) {
+		int m = 0;
+		for (int i = 0; fds && idx && i < n; i++) {
+			if (qs[i].done)
+				continue;
+			short ev = qs[i].connecting || qs[i].out.len ? POLLOUT : POLLIN;
+			fds[m] = (struct pollfd){.fd = qs[i].fd, .events = ev};
+			idx[m++] = i;
+		}
+		int64_t left = deadline - sim_now_ms();
+		if (m == 0 || left <= 0)
+			break;
+		if (poll(fds, (nfds_t)m, (int)left) < 0 && errno != EINTR)
+			break;
+		for (int k = 0; k < m; k++) {
+			struct query *q = &qs[idx[k]];
+			if (!fds[k].revents)
+				continue;
+			if (q->connecting) {
+				int r = sim_connect_result(q->fd);
+				if (r < 0) {
+					query_finish(q, r);
+					continue;
+				}
+				q->connecting = 0;
+			}
+			if (q->out.len) {
+				int r = sim_buf_flush(&q->out, q->fd);
+				if (r < 0)
+					query_finish(q, r);
+				continue;
+			}
+			query_read(q);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (!qs[i].done)
+			query_finish(&qs[i], -ETIMEDOUT);
+	free(fds);
+	free(idx);
+}
+
+/* Copy `src` into dst (size n), cut to fit. */
+static void copy_field(char *dst, size_t n, const char *src)
+{
+	size_t len = strnlen(src, n - 1);
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/* Parse an answer ("STATE x", "VERSION v", "HOSTNAME h", "PEER id addr STATUS", ..., "END"). */
+static void parse_view(struct query *q, struct view *v)
+{
+	memset(v, 0, sizeof *v);
+	if (q->err < 0)
+		return;
+	char line[MAX_LINE];
+	while (sim_buf_line(&q->in, line, sizeof line) == 1) {
+		char a[SIM_ADDR_LEN], s[32];
+		int id;
+		if (!strncmp(line, "STATE ", 6))
+			copy_field(v->state, sizeof v->state, line + 6);
+		else if (!strncmp(line, "VERSION ", 8))
+			copy_field(v->version, sizeof v->version, line + 8);
+		else if (!strncmp(line, "HOSTNAME ", 9))
+			copy_field(v->hostname, sizeof v->hostname, line + 9);
+		else if (sscanf(line, "PEER %d %63s %31s", &id, a, s) == 3 &&
+			 v->npeers < SIM_MAX_NODES) {
+			strcpy(v->peer_addr[v->npeers], a);
+			v->peer_status[v->npeers++] = sim_conn_parse(s);
+		}
+	}
+	v->ok = *v->state != '\0';
+}
+
+/* Node k's view of the node at `addr`: INVALID when k did not answer or does not know `addr`. */
+static enum sim_conn conn_of(const struct view *v, const char *addr)
+{
+	if (!v->ok)
+		return SIM_INVALID;
+	for (int i = 0; i < v->npeers; i++)
+		if (!strcmp(v->peer_addr[i], addr))
+			return v->peer_status[i];
+	return SIM_INVALID;
+}
+
+static const char *node_state(const struct view *v)
+{
+	return v->ok ? v->state : "UNAVAILABLE";
+}
+
+/* Domain status, by the rule of imex-facts.md (a guess consistent with every real sample): UP when
+ * every node is READY and all its connections are CONNECTED; DOWN when no node is READY; else
+ * DEGRADED. */
+static const char *domain_status(const struct sim_nodes *nodes, const struct view *views)
+{
+	int all = 1, any = 0;
+	for (int k = 0; k < nodes->count; k++) {
+		int ready = views[k].ok && !strcmp(views[k].state, "READY");
+		any |= ready;
+		all &= ready;
+		for (int j = 0; all && j < nodes->count; j++)
+			all &= conn_of(&views[k], nodes->addr[j]) == SIM_CONNECTED;
+	}
+	return all ? "UP" : any ? "DEGRADED" : "DOWN";
+}
+
+/* "M/D/YYYY HH:MM:SS.mmm" in local time, as in the real output. */
+static void timestamp(char *buf, size_t len)
+{
+	struct timespec ts;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	localtime_r(&ts.tv_sec, &tm);
+	snprintf(buf, len, "%d/%d/%d %02d:%02d:%02d.%03ld", tm.tm_mon + 1, tm.tm_mday,
+		 tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			printf("\\%c", c);
+		else if (c < 0x20)
+			printf("\\u%04x", c);
+		else
+			putchar(c);
+	}
+	putchar('"');
+}
+
+/* The -N -j layout of tests/fixtures/ctl/up-2node-570.json (one space of indent per level).
+ * "changed" is true when the status differs from the initial one (UNAVAILABLE / INVALID): a guess
+ * that fits both real samples.  "hostName" only with -H (580 prints it always). */
+static void print_json(const struct sim_nodes *nodes, const struct view *views, const char *status,
+		       int hostnames)
+{
+	char ts[64];
+	timestamp(ts, sizeof ts);
+	printf("{\n \"nodes\": {\n");
+	for (int k = 0; k < nodes->count; k++) {
+		const struct view *v = &views[k];
+		printf("  \"%d\": {\n   \"status\": ", k);
+		json_str(node_state(v));
+		printf(",\n   \"host\": ");
+		json_str(nodes->addr[k]);
+		printf(",\n   \"connections\": {\n");
+		for (int j = 0; j < nodes->count; j++) {
+			enum sim_conn c = conn_of(v, nodes->addr[j]);
+			printf("    \"%d\": {\n     \"host\": ", j);
+			json_str(nodes->addr[j]);
+			printf(",\n     \"status\": \"%s\",\n     \"changed\": %s\n    }%s\n",
+			       sim_conn_name(c), c != SIM_INVALID ? "true" : "false",
+			       j + 1 < nodes->count ? "," : "");
+		}
+		printf("   },\n   \"changed\": %s,\n   \"version\": ", v->ok ? "true" : "false");
+		json_str(v->ok ? v->version : "");
+		if (hostnames) {
+			printf(",\n   \"hostName\": ");
+			json_str(v->ok ? v->hostname : "N/A");
+		}
+		printf("\n  }%s\n", k + 1 < nodes->count ? "," : "");
+	}
+	printf(" },\n \"timestamp\": \"%s\",\n \"status\": \"%s\"\n}\n", ts, status);
+}
+
+/* Print `line` without trailing blanks (the real matrix has none). */
+static void put_trimmed(char *line)
+{
+	size_t n = strlen(line);
+	while (n > 0 && line[n - 1] == ' ')
+		line[--n] = '\0';
+	puts(line);
+}
+
+/* The -N text layout of tests/fixtures/ctl/up-18node-text.txt (580-style legend, Version column).
+ */
+static void print_text(const struct sim_nodes *nodes, const struct view *views, const char *status)
+{
+	char ts[64];
+	timestamp(ts, sizeof ts);
+	fputs(
+	    "Connectivity Table Legend:\n"
+	    "I - Invalid - Node wasn't reachable, no connection status available\n"
+	    "N - Never Connected\n"
+	    "R - Recovering - Connection was lost, but clean up has not yet been triggered.\n"
+	    "D - Disconnected - Connection was lost, and clean up has been triggreed.\n"
+	    "A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.\n"
+	    "!V! - Version mismatch, communication disabled.\n"
+	    "!M! - Node map mismatch, communication disabled.\n"
+	    "C - Connected - Ready for operation\n\n",
+	    stdout);
+	printf("%s\nNodes:\n", ts);
+	for (int k = 0; k < nodes->count; k++)
+		printf("Node #%-4d- %-16s- %-21s- Version: %s\n", k, nodes->addr[k],
+		       node_state(&views[k]), views[k].ok ? views[k].version : "");
+	char line[16 + 4 * SIM_MAX_NODES + 8];
+	int n = snprintf(line, sizeof line, " Nodes From\\To  ");
+	for (int j = 0; j < nodes->count; j++)
+		n += snprintf(line + n, sizeof line - (size_t)n, "%-4d", j);
+	putchar('\n');
+	put_trimmed(line);
+	for (int k = 0; k < nodes->count; k++) {
+		n = snprintf(line, sizeof line, "%8d        ", k);
+		for (int j = 0; j < nodes->count; j++)
+			n += snprintf(line + n, sizeof line - (size_t)n, "%-4s",
+				      sim_conn_letter(conn_of(&views[k], nodes->addr[j])));
+		put_trimmed(line);
+	}
+	printf("\nDomain State: %s\n", status);
+}
+
+/* Options of one ctl run. */
+struct opts {
+	const char *cfg_path, *ip;
+	int port;      /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
+	int node_port; /* IMEX_CMD_PORT: the command port of every node */
+	int mode, json, hostnames, timeout_ms;
+};
+
+/* -N once: query every node (and the local daemon), print, return 0.  When the local daemon
+ * does not answer, print what the real ctl printed for an unconfigured node
+ * (tests/fixtures/ctl/down-unconfigured.json): one node 0.0.0.0, UNAVAILABLE, DOWN (a guess). */
+static int domain_once(const struct opts *o, const struct sim_nodes *nodes)
+{
+	int n = nodes->count, local = -1;
+	for (int i = 0; i < n && o->port == o->node_port; i++)
+		if (!strcmp(nodes->addr[i], o->ip))
+			local = i;
+	int nq = n + (local < 0);
+	struct query *qs = calloc((size_t)nq, sizeof *qs);
+	struct view *views = calloc((size_t)nq, sizeof *views);
+	static struct sim_nodes down = {.count = 1, .addr = {"0.0.0.0"}};
+	if (!qs || !views) {
+		free(qs);
+		free(views);
+		fprintf(stderr, "nvidia-imex-ctl: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		qs[i].ip = nodes->addr[i];
+		qs[i].port = o->node_port;
+	}
+	if (local < 0) {
+		local = n;
+		qs[n].ip = o->ip;
+		qs[n].port = o->port;
+	}
+	run_queries(qs, nq, "STATUS", o->timeout_ms);
+	for (int i = 0; i < nq; i++)
+		parse_view(&qs[i], &views[i]);
+
+	const struct sim_nodes *shown = nodes;
+	struct view *shown_views = views;
+	const char *status;
+	if (!views[local].ok) {
+		shown = &down;
+		memset(views, 0, sizeof *views);
+		status = "DOWN";
+	} else {
+		status = domain_status(nodes, views);
+	}
+	if (o->json)
+		print_json(shown, shown_views, status, o->hostnames);
+	else
+		print_text(shown, shown_views, status);
+	fflush(stdout);
+	free(qs);
+	free(views);
+	return 0;
+}
+
+/* -q: the local daemon's state on one line.  The error lines are the real ctl's gRPC messages
+ * (tests/fixtures/ctl/errors.txt); code 4 for a timeout is a guess. */
+static int query_local(const struct opts *o)
+{
+	struct query *q = calloc(1, sizeof *q);
+	struct view *v = calloc(1, sizeof *v);
+	int rc = 1;
+	if (!q || !v) {
+		fprintf(stderr, "nvidia-imex-ctl: out of memory\n");
+		goto out;
+	}
+	q->ip = o->ip;
+	q->port = o->port;
+	run_queries(q, 1, "QUERY", o->timeout_ms);
+	parse_view(q, v);
+	if (v->ok) {
+		printf("%s\n", v->state);
+		rc = 0;
+	} else if (q->err == -ETIMEDOUT) {
+		printf("Query Status returned error code: 4 - Deadline Exceeded\n");
+	} else if (q->err == -EPROTO) {
+		printf("Query Status returned error code: 14 - Socket closed\n");
+	} else {
+		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
+		       "last error: UNKNOWN: ipv4:%s:%d: %s\n",
+		       o->ip, o->port, strerror(-q->err));
+	}
+out:
+	free(q);
+	free(v);
+	return rc;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: nvidia-imex-ctl [-c CONFIG | -i IP PORT] (-q|-N|-n) [-j] [-H] "
+			"[-t MS]   (imexsim: simulated IMEX ctl)\n");
+	return 2;
+}
+
+int sim_ctl_main(int argc, char **argv)
+{
+	struct opts o = {.cfg_path = SIM_DEFAULT_CFG, .timeout_ms = 1000};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "-c") && i + 1 < argc) {
+			o.cfg_path = argv[++i];
+		} else if (!strcmp(a, "-i") && i + 2 < argc) {
+			o.ip = argv[++i];
+			o.port = atoi(argv[++i]);
+			if (o.port <= 0 || o.port > 65535)
+				return usage();
+		} else if (!strcmp(a, "-t") && i + 1 < argc) {
+			o.timeout_ms = atoi(argv[++i]);
+			if (o.timeout_ms <= 0)
+				return usage();
+		} else if (!strcmp(a, "-q") || !strcmp(a, "-N") || !strcmp(a, "-n")) {
+			if (o.mode && o.mode != a[1])
+				return usage();
+			o.mode = a[1];
+		} else if (!strcmp(a, "-j")) {
+			o.json = 1;
+		} else if (!strcmp(a, "-H")) {
+			o.hostnames = 1;
+		} else {
+			if (!strcmp(a, "-u") || !strcmp(a, "-s"))
+				fprintf(stderr, "nvidia-imex-ctl: %s is not simulated\n", a);
+			return usage();
+		}
+	}
+	if (!o.mode)
+		return usage();
+
+	/* With -i, -q needs no file; everything else needs config.cfg and the node file. */
+	static struct sim_config cfg;
+	static struct sim_nodes nodes;
+	if (!(o.mode == 'q' && o.ip)) {
+		char err[SIM_PATH_LEN + 200];
+		if (sim_config_read(o.cfg_path, &cfg, err, sizeof err) < 0) {
+			printf("Failed to read config file %s\n", err);
+			return 255;
+		}
+		o.node_port = cfg.cmd_port;
+		if (sim_nodes_read(cfg.node_file, &nodes) < 0) {
+			printf("Failed to read node configuration file %s\n", cfg.node_file);
+			return 255;
+		}
+		if (!o.ip) {
+			int local = sim_nodes_first_local(&nodes);
+			o.ip = *cfg.cmd_bind_ip ? cfg.cmd_bind_ip
+			       : *cfg.bind_ip	? cfg.bind_ip
+			       : local >= 0	? nodes.addr[local]
+						: "127.0.0.1";
+			o.port = cfg.cmd_port;
+		}
+	}
+	if (o.mode == 'q')
+		return query_local(&o);
+	if (o.mode == 'N')
+		return domain_once(&o, &nodes);
+	for (;;) { /* -n: the real ctl refreshes continuously; we print every second */
+		domain_once(&o, &nodes);
+		struct timespec one = {.tv_sec = 1};
+		nanosleep(&one, NULL);
+	}
+}

@@ -1,0 +1,724 @@
+/*
+ * imexsim daemon: a simulated nvidia-imex.  One single-threaded ppoll() loop serves
+ *  - the peer mesh on SERVER_PORT: every node listens and connects out to every other node; a
+ *    HELLO handshake carries the node map (count and hash), the instance id and the version;
+ *  - the command port (IMEX_CMD_PORT): "STATUS" and "QUERY" requests of the ctl.
+ * Behaviour mirrored from NVIDIA's IMEX guide and real output (see imex-facts.md, README.md).
+ */
+#include "imexsim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HANDSHAKE_MS   2000 /* give up on a connect or a HELLO after this long */
+#define CMD_CLIENT_MS  5000 /* close an idle command-port client after this long */
+#define MAX_LINE       512
+#define LOG_ATTEMPTS_N 5 /* log the first N connection attempts to a peer, then every 100th */
+
+enum peer_phase { P_IDLE, P_CONNECTING, P_HELLO, P_UP };
+
+/* Our outgoing connection to one peer; its status is what the ctl shows for this pair. */
+struct peer {
+	enum sim_conn status;
+	enum peer_phase phase;
+	int fd;
+	int64_t next_ms; /* P_IDLE: next attempt; otherwise: give-up time of the handshake */
+	unsigned long attempts;
+	int have_instance;
+	int dropped; /* IMEXSIM_DROP_PEERS: never connect, refuse its handshakes */
+	uint64_t instance;
+	struct sim_buf in, out;
+};
+
+enum client_kind { C_PEER_IN, C_CMD };
+
+/* An accepted connection: a peer's outgoing connection, or a ctl on the command port. */
+struct client {
+	int fd;
+	enum client_kind kind;
+	int64_t deadline_ms; /* closed when reached (INT64_MAX: never) */
+	int closing;	     /* close once `out` is flushed */
+	struct sim_buf in, out;
+	struct client *next;
+};
+
+static struct {
+	struct sim_config cfg;
+	struct sim_nodes nodes;
+	int self;
+	const char *addr; /* our own address (BIND_INTERFACE_IP or the matching node file entry) */
+	uint64_t instance, map_hash;
+	const char *state;
+	int log_fd, log_stderr;
+	int peer_lfd, cmd_lfd;
+	struct peer *peers;
+	struct client *clients;
+	char hostname[256];
+	int64_t ready_ms; /* IMEXSIM_START_DELAY_MS: INITIALIZING until then (0: not waiting) */
+	int64_t crash_ms; /* IMEXSIM_CRASH_AFTER_MS: SIGKILL ourselves then (0: never) */
+} d;
+
+static volatile sig_atomic_t got_term, got_hup;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGHUP)
+		got_hup = 1;
+	else
+		got_term = 1;
+}
+
+/* Log one line "[YYYY-MM-DD HH:MM:SS.mmm] [LEVEL] [tid PID] message" (the real daemon's level and
+ * tid tags) to LOG_FILE_NAME and, until the daemon detaches, to stderr (only ERROR lines when a
+ * log file is set).  */
+static void logmsg(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logmsg(const char *level, const char *fmt, ...)
+{
+	char msg[1024], line[1200], ts[32];
+	struct timespec now;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &now);
+	localtime_r(&now.tv_sec, &tm);
+	strftime(ts, sizeof ts, "%Y-%m-%d %H:%M:%S", &tm);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	int n = snprintf(line, sizeof line, "[%s.%03ld] [%s] [tid %d] %s\n", ts,
+			 now.tv_nsec / 1000000, level, (int)getpid(), msg);
+	if (n < 0)
+		return;
+	size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+	if (d.log_fd >= 0 && write(d.log_fd, line, len) < 0) {
+		/* nothing sensible to do: the log is best effort, like the real daemon's */
+	}
+	if (d.log_stderr && (d.log_fd < 0 || !strcmp(level, "ERROR")) &&
+	    write(STDERR_FILENO, line, len) < 0) {
+	}
+}
+
+/* Write `text` to `path` through a temporary file and rename(2), so readers see old or new. */
+static void write_file_atomic(const char *path, const char *text)
+{
+	char tmp[SIM_PATH_LEN + 16];
+	if (!*path || snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+		return;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		logmsg("WARN", "Cannot write %s: %s", tmp, strerror(errno));
+		return;
+	}
+	size_t len = strlen(text);
+	int ok = write(fd, text, len) == (ssize_t)len;
+	ok = close(fd) == 0 && ok;
+	if (!ok || rename(tmp, path) < 0) {
+		logmsg("WARN", "Cannot write %s: %s", path, strerror(errno));
+		unlink(tmp);
+	}
+}
+
+/* IMEXSIM_STATE_FILE: what a test wants to know without the command port. */
+static void write_state_file(void)
+{
+	char text[512];
+	snprintf(text, sizeof text,
+		 "pid=%d\ninstance=%016" PRIx64 "\nstate=%s\nnode_id=%d\naddress=%s\n",
+		 (int)getpid(), d.instance, d.state, d.self, d.addr);
+	write_file_atomic(d.cfg.state_file, text);
+}
+
+/* The handshake line; both ends send it. */
+static int queue_hello(struct sim_buf *b)
+{
+	return sim_buf_printf(b, "HELLO %d %d %016" PRIx64 " %d %016" PRIx64 " %s\n",
+			      SIM_PROTO_VERSION, d.self, d.instance, d.nodes.count, d.map_hash,
+			      d.cfg.version);
+}
+
+/* Parsed HELLO of a peer. */
+struct hello {
+	int proto, id, count;
+	uint64_t instance, hash;
+	char version[64];
+};
+
+/* Parse a HELLO line; returns 0 or -EPROTO. */
+static int parse_hello(const char *line, struct hello *h)
+{
+	if (sscanf(line, "HELLO %d %d %" SCNx64 " %d %" SCNx64 " %63s", &h->proto, &h->id,
+		   &h->instance, &h->count, &h->hash, h->version) != 6 ||
+	    h->proto != SIM_PROTO_VERSION)
+		return -EPROTO;
+	return 0;
+}
+
+/* Verdict of a HELLO: CONNECTED, NODE_MAP_MISMATCH (other list, or the sender's own ID is not the
+ * one our list gives it) or VERSION_MISMATCH.  `expect_id` is -1 when unknown (inbound). */
+static enum sim_conn judge_hello(const struct hello *h, int expect_id)
+{
+	if (h->count != d.nodes.count || h->hash != d.map_hash ||
+	    (expect_id >= 0 && h->id != expect_id))
+		return SIM_NODE_MAP_MISMATCH;
+	if (strcmp(h->version, d.cfg.version) != 0)
+		return SIM_VERSION_MISMATCH;
+	return SIM_CONNECTED;
+}
+
+/* Remember a peer's instance id; a new one means the peer restarted (its imports are gone). */
+static void note_instance(int id, uint64_t instance)
+{
+	struct peer *p = &d.peers[id];
+	if (p->have_instance && p->instance != instance)
+		logmsg("INFO",
+		       "Node %d (%s) restarted: new instance %016" PRIx64 " (was %016" PRIx64 ")",
+		       id, d.nodes.addr[id], instance, p->instance);
+	p->have_instance = 1;
+	p->instance = instance;
+}
+
+static void peer_close(struct peer *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+	p->in.len = p->out.len = 0;
+	p->phase = P_IDLE;
+	p->next_ms = sim_now_ms() + d.cfg.reconnect_ms;
+}
+
+/* The connection to peer `id` failed or was lost: CONNECTED becomes RECOVERING (the real
+ * daemon's status while IMEX_NODE_DISCONNECTED_GRACE_TIME=-1 delays clean-up); other statuses stay.
+ */
+static void peer_fail(int id, const char *why)
+{
+	struct peer *p = &d.peers[id];
+	if (p->status == SIM_CONNECTED) {
+		p->status = SIM_RECOVERING;
+		logmsg("WARN", "Connection to node %d - %s:%d lost (%s)", id, d.nodes.addr[id],
+		       d.cfg.server_port, why);
+	}
+	peer_close(p);
+}
+
+static void peer_connect(int id)
+{
+	struct peer *p = &d.peers[id];
+	p->attempts++;
+	if (p->attempts <= LOG_ATTEMPTS_N || p->attempts % 100 == 0)
+		logmsg("INFO", "Attempting connection for target node %d - %s:%d, attempt #%lu", id,
+		       d.nodes.addr[id], d.cfg.server_port, p->attempts);
+	int fd = sim_connect_start(d.nodes.addr[id], d.cfg.server_port);
+	if (fd < 0) {
+		peer_fail(id, strerror(-fd));
+		return;
+	}
+	p->fd = fd;
+	p->phase = P_CONNECTING;
+	p->next_ms = sim_now_ms() + HANDSHAKE_MS;
+	p->in.len = p->out.len = 0;
+	queue_hello(&p->out);
+}
+
+/* POLLIN/POLLOUT/POLLHUP on our connection to peer `id`. */
+static void peer_event(int id, short revents)
+{
+	struct peer *p = &d.peers[id];
+	if (p->phase == P_CONNECTING) {
+		if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+			return;
+		int r = sim_connect_result(p->fd);
+		if (r < 0) {
+			peer_fail(id, strerror(-r));
+			return;
+		}
+		p->phase = P_HELLO;
+	}
+	if (p->out.len > 0) {
+		int r = sim_buf_flush(&p->out, p->fd);
+		if (r < 0) {
+			peer_fail(id, strerror(-r));
+			return;
+		}
+	}
+	if (!(revents & (POLLIN | POLLHUP | POLLERR)))
+		return;
+	int eof = 0;
+	for (;;) {
+		int r = sim_buf_fill(&p->in, p->fd);
+		if (r == -EAGAIN)
+			break;
+		if (r <= 0) {
+			eof = 1;
+			break;
+		}
+	}
+	char line[MAX_LINE];
+	while (p->phase == P_HELLO && sim_buf_line(&p->in, line, sizeof line) == 1) {
+		struct hello h;
+		if (parse_hello(line, &h) < 0) {
+			peer_fail(id, "bad handshake");
+			return;
+		}
+		enum sim_conn v = judge_hello(&h, id);
+		if (v != SIM_CONNECTED) {
+			if (p->status != v)
+				logmsg("ERROR", "%s with node %d - %s: communication disabled",
+				       v == SIM_NODE_MAP_MISMATCH ? "Node map mismatch"
+								  : "Version mismatch",
+				       id, d.nodes.addr[id]);
+			p->status = v;
+			peer_close(p);
+			return;
+		}
+		note_instance(id, h.instance);
+		p->phase = P_UP;
+		p->status = SIM_CONNECTED;
+		logmsg("INFO", "Connection established to node %d - %s:%d", id, d.nodes.addr[id],
+		       d.cfg.server_port);
+	}
+	p->in.len = 0; /* nothing but the HELLO is expected on this connection */
+	if (eof)
+		peer_fail(id, "closed by peer");
+}
+
+static void client_free(struct client **link)
+{
+	struct client *c = *link;
+	*link = c->next;
+	close(c->fd);
+	free(c);
+}
+
+static void accept_all(int lfd, enum client_kind kind)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		struct client *c = calloc(1, sizeof *c);
+		if (!c) {
+			close(fd);
+			return;
+		}
+		c->fd = fd;
+		c->kind = kind;
+		c->deadline_ms = sim_now_ms() + (kind == C_CMD ? CMD_CLIENT_MS : HANDSHAKE_MS);
+		c->next = d.clients;
+		d.clients = c;
+	}
+}
+
+/* The answer to "STATUS": this node's state, identity and its view of every node of its list. */
+static void answer_status(struct sim_buf *b)
+{
+	int rc = sim_buf_printf(b,
+				"STATE %s\nNODE %d %s\nVERSION %s\nINSTANCE %016" PRIx64
+				"\nHOSTNAME %s\nNODES %d %016" PRIx64 "\n",
+				d.state, d.self, d.addr, d.cfg.version, d.instance, d.hostname,
+				d.nodes.count, d.map_hash);
+	for (int i = 0; rc == 0 && i < d.nodes.count; i++) {
+		enum sim_conn s = i == d.self
+				      ? (strcmp(d.state, "READY") ? SIM_INVALID : SIM_CONNECTED)
+				      : d.peers[i].status;
+		rc = sim_buf_printf(b, "PEER %d %s %s\n", i, d.nodes.addr[i], sim_conn_name(s));
+	}
+	if (rc == 0)
+		rc = sim_buf_printf(b, "END\n");
+	if (rc < 0) {
+		b->len = 0;
+		sim_buf_printf(b, "ERROR answer too long\n");
+	}
+}
+
+/* Handle the buffered lines of a client; returns -1 when the client must be closed now. */
+static int client_lines(struct client *c)
+{
+	char line[MAX_LINE];
+	int r;
+	while (!c->closing && (r = sim_buf_line(&c->in, line, sizeof line)) != 0) {
+		if (r < 0)
+			return -1;
+		if (c->kind == C_CMD) {
+			if (d.cfg.hang_cmd)
+				continue; /* fault knob: read requests, never answer */
+			if (!strcmp(line, "STATUS"))
+				answer_status(&c->out);
+			else if (!strcmp(line, "QUERY"))
+				sim_buf_printf(&c->out, "STATE %s\nEND\n", d.state);
+			else
+				sim_buf_printf(&c->out, "ERROR unknown command\n");
+			c->closing = 1;
+			continue;
+		}
+		struct hello h;
+		if (c->deadline_ms == INT64_MAX || parse_hello(line, &h) < 0)
+			return -1; /* a second HELLO or garbage: not a peer of ours */
+		queue_hello(&c->out);
+		c->deadline_ms = INT64_MAX;
+		enum sim_conn v = judge_hello(&h, -1);
+		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count &&
+		    d.peers[h.id].dropped)
+			return -1; /* fault knob: as if the peer's packets never arrived */
+		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count)
+			note_instance(h.id, h.instance);
+		else
+			c->closing = 1; /* our HELLO tells the peer why; then communication stops */
+	}
+	if (c->kind == C_PEER_IN && c->deadline_ms == INT64_MAX)
+		c->in.len = 0; /* after the handshake nothing else is expected */
+	return 0;
+}
+
+/* POLLIN/POLLOUT/POLLHUP on an accepted connection; returns -1 when it must be closed. */
+static int client_event(struct client *c, short revents)
+{
+	if (revents & (POLLIN | POLLHUP | POLLERR)) {
+		int eof = 0;
+		for (;;) {
+			int r = sim_buf_fill(&c->in, c->fd);
+			if (r == -EAGAIN)
+				break;
+			if (r <= 0) {
+				eof = 1;
+				break;
+			}
+		}
+		if (client_lines(c) < 0)
+			return -1;
+		if (eof && c->out.len == 0)
+			return -1;
+	}
+	int pending = sim_buf_flush(&c->out, c->fd);
+	if (pending < 0 || (pending == 0 && c->closing))
+		return -1;
+	return 0;
+}
+
+/* What a poll slot belongs to: peer index >= 0, or a client. */
+struct slot {
+	int peer;
+	struct client *client;
+};
+
+/* One turn of the loop: build the poll set, wait, dispatch.  `orig` is the signal mask to wait
+ * with (SIGTERM/SIGINT/SIGQUIT/SIGHUP are blocked everywhere else, so none is lost). */
+static void loop_once(const sigset_t *orig)
+{
+	int64_t now = sim_now_ms(), wake = now + 1000;
+	if (d.crash_ms && now >= d.crash_ms) {
+		logmsg("ERROR", "Crashing on purpose (IMEXSIM_CRASH_AFTER_MS)");
+		kill(getpid(), SIGKILL);
+	}
+	if (d.ready_ms && now >= d.ready_ms) {
+		d.ready_ms = 0;
+		d.state = "READY";
+		write_state_file();
+		logmsg("INFO", "READY (after IMEXSIM_START_DELAY_MS)");
+	}
+	if (d.crash_ms && d.crash_ms < wake)
+		wake = d.crash_ms;
+	if (d.ready_ms && d.ready_ms < wake)
+		wake = d.ready_ms;
+	for (int i = 0; i < d.nodes.count; i++) {
+		struct peer *p = &d.peers[i];
+		if (i == d.self || p->dropped)
+			continue;
+		if (p->phase == P_IDLE && now >= p->next_ms)
+			peer_connect(i);
+		else if (p->phase != P_IDLE && p->phase != P_UP && now >= p->next_ms)
+			peer_fail(i, "handshake timeout");
+		if (p->phase != P_UP && p->next_ms < wake)
+			wake = p->next_ms;
+	}
+	for (struct client **l = &d.clients; *l;) {
+		if (now >= (*l)->deadline_ms) {
+			client_free(l);
+			continue;
+		}
+		if ((*l)->deadline_ms < wake)
+			wake = (*l)->deadline_ms;
+		l = &(*l)->next;
+	}
+
+	size_t nclients = 0;
+	for (struct client *c = d.clients; c; c = c->next)
+		nclients++;
+	size_t cap = 2 + (size_t)d.nodes.count + nclients, n = 0;
+	struct pollfd *fds = calloc(cap, sizeof *fds);
+	struct slot *owner = calloc(cap, sizeof *owner);
+	if (!fds || !owner) {
+		free(fds);
+		free(owner);
+		return;
+	}
+	fds[n++] = (struct pollfd){.fd = d.peer_lfd, .events = POLLIN};
+	fds[n++] = (struct pollfd){.fd = d.cmd_lfd, .events = POLLIN};
+	for (int i = 0; i < d.nodes.count; i++) {
+		struct peer *p = &d.peers[i];
+		if (i == d.self || p->fd < 0)
+			continue;
+		short ev = POLLIN;
+		if (p->phase == P_CONNECTING || p->out.len > 0)
+			ev |= POLLOUT;
+		owner[n] = (struct slot){.peer = i};
+		fds[n++] = (struct pollfd){.fd = p->fd, .events = ev};
+	}
+	for (struct client *c = d.clients; c; c = c->next) {
+		owner[n] = (struct slot){.peer = -1, .client = c};
+		fds[n++] = (struct pollfd){.fd = c->fd,
+					   .events = (short)(POLLIN | (c->out.len ? POLLOUT : 0))};
+	}
+
+	int64_t wait = wake - now;
+	if (wait < 0)
+		wait = 0;
+	struct timespec ts = {.tv_sec = wait / 1000, .tv_nsec = (wait % 1000) * 1000000};
+	int r = ppoll(fds, n, &ts, orig);
+	if (r > 0) {
+		if (fds[0].revents)
+			accept_all(d.peer_lfd, C_PEER_IN);
+		if (fds[1].revents)
+			accept_all(d.cmd_lfd, C_CMD);
+		for (size_t k = 2; k < n; k++) {
+			if (!fds[k].revents)
+				continue;
+			if (owner[k].peer >= 0) {
+				if (d.peers[owner[k].peer].fd == fds[k].fd)
+					peer_event(owner[k].peer, fds[k].revents);
+				continue;
+			}
+			for (struct client **l = &d.clients; *l; l = &(*l)->next) {
+				if (*l == owner[k].client) {
+					if (client_event(*l, fds[k].revents) < 0)
+						client_free(l);
+					break;
+				}
+			}
+		}
+	}
+	free(fds);
+	free(owner);
+}
+
+/* Fork like a Type=forking service.  The parent waits until the child reports that it is
+ * initialised (sockets bound, PID and state files written: see report_started), then exits 0;
+ * or exits 1 when the child died first.  Returns, in the child, the write end of the report pipe,
+ * or the negative errno of pipe/fork. */
+static int daemonize(void)
+{
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	pid_t pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return -e;
+	}
+	if (pid > 0) {
+		close(pfd[1]);
+		char c;
+		ssize_t r;
+		while ((r = read(pfd[0], &c, 1)) < 0 && errno == EINTR)
+			;
+		_exit(r == 1 ? 0 : 1);
+	}
+	close(pfd[0]);
+	setsid();
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, STDIN_FILENO);
+		dup2(null, STDOUT_FILENO);
+		dup2(null, STDERR_FILENO);
+		close(null);
+	}
+	d.log_stderr = 0;
+	return pfd[1];
+}
+
+/* Write IMEXSIM_PID_FILE (our PID) and the state file, then release a waiting parent (fd >= 0). */
+static void report_started(int fd)
+{
+	char text[32];
+	snprintf(text, sizeof text, "%d\n", (int)getpid());
+	if (*d.cfg.pid_file)
+		write_file_atomic(d.cfg.pid_file, text);
+	write_state_file();
+	if (fd >= 0) {
+		if (write(fd, "1", 1) < 0) {
+			/* the parent is gone: nobody to tell */
+		}
+		close(fd);
+	}
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: nvidia-imex [-c CONFIG]   (imexsim: simulated IMEX daemon)\n");
+	return 2;
+}
+
+int sim_daemon_main(int argc, char **argv)
+{
+	const char *cfg_path = SIM_DEFAULT_CFG;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-c") && i + 1 < argc)
+			cfg_path = argv[++i];
+		else
+			return usage();
+	}
+	memset(&d, 0, sizeof d);
+	d.log_fd = -1;
+	d.log_stderr = 1;
+	d.peer_lfd = d.cmd_lfd = -1;
+	d.state = "INITIALIZING";
+
+	char err[SIM_PATH_LEN + 200];
+	if (sim_config_read(cfg_path, &d.cfg, err, sizeof err) < 0) {
+		fprintf(stderr, "nvidia-imex: cannot read config file %s\n", err);
+		return 1;
+	}
+	if (*d.cfg.log_file) {
+		d.log_fd = open(d.cfg.log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+		if (d.log_fd < 0)
+			fprintf(stderr, "nvidia-imex: cannot open log file %s: %s\n",
+				d.cfg.log_file, strerror(errno));
+	}
+	/* Exactly one line with "starting" per start: tests count restarts by it. */
+	logmsg("INFO", "imexsim %s starting, config %s", d.cfg.version, cfg_path);
+	int rc = sim_nodes_read(d.cfg.node_file, &d.nodes);
+	if (rc < 0) {
+		logmsg("ERROR", "Failed to read node configuration file %s: %s", d.cfg.node_file,
+		       strerror(-rc));
+		return 1;
+	}
+	d.self = *d.cfg.bind_ip ? sim_nodes_find(&d.nodes, d.cfg.bind_ip)
+				: sim_nodes_first_local(&d.nodes);
+	if (d.self < 0) {
+		logmsg("ERROR", "No matching network interface found for any IP addresses in the "
+				"node configuration file");
+		return 1;
+	}
+	d.addr = d.nodes.addr[d.self];
+	d.map_hash = sim_nodes_hash(&d.nodes);
+	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
+		d.instance = ((uint64_t)getpid() << 32) ^ (uint64_t)sim_now_ms();
+	if (gethostname(d.hostname, sizeof d.hostname - 1) < 0 || !*d.hostname)
+		strcpy(d.hostname, "localhost");
+
+	d.peer_lfd = sim_listen(d.addr, d.cfg.server_port);
+	if (d.peer_lfd < 0) {
+		logmsg("ERROR", "Failed to listen on %s:%d: %s", d.addr, d.cfg.server_port,
+		       strerror(-d.peer_lfd));
+		return 1;
+	}
+	if (d.cfg.cmd_enabled) {
+		/* Real default: all interfaces; here: our own address, so that nodes can share the
+		 * port number on one machine. */
+		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.addr;
+		d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
+		if (d.cmd_lfd < 0) {
+			logmsg("ERROR", "Failed to listen on command port %s:%d: %s", ip,
+			       d.cfg.cmd_port, strerror(-d.cmd_lfd));
+			close(d.peer_lfd);
+			return 1;
+		}
+	}
+
+	sigset_t block, orig;
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGQUIT);
+	sigaddset(&block, SIGHUP);
+	sigprocmask(SIG_BLOCK, &block, &orig);
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGQUIT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	int report_fd = -1;
+	if (d.cfg.daemonize) {
+		if ((rc = report_fd = daemonize()) < 0) {
+			logmsg("ERROR", "fork: %s", strerror(-rc));
+			return 1;
+		}
+	}
+
+	d.peers = calloc((size_t)d.nodes.count, sizeof *d.peers);
+	if (!d.peers) {
+		logmsg("ERROR", "out of memory");
+		return 1;
+	}
+	for (int i = 0; i < d.nodes.count; i++) {
+		d.peers[i].fd = -1;
+		d.peers[i].status = i == d.self ? SIM_CONNECTED : SIM_NEVER_CONNECTED;
+	}
+	for (const char *p = d.cfg.drop_peers; *p;) {
+		int id = atoi(p);
+		if (id >= 0 && id < d.nodes.count && id != d.self)
+			d.peers[id].dropped = 1;
+		p += strcspn(p, ",");
+		p += *p == ',';
+	}
+	int64_t start = sim_now_ms();
+	if (d.cfg.crash_after_ms)
+		d.crash_ms = start + d.cfg.crash_after_ms;
+	/* IMEX_WAIT_FOR_QUORUM=RECOVERY (and NONE): a clean start is READY at once, unless a
+	 * fault knob says otherwise. */
+	if (d.cfg.never_ready) {
+		d.state = "WAITING_FOR_PEERS";
+	} else if (d.cfg.start_delay_ms) {
+		d.state = "INITIALIZING";
+		d.ready_ms = start + d.cfg.start_delay_ms;
+	} else {
+		d.state = "READY";
+	}
+	report_started(report_fd);
+	logmsg("INFO", "imexsim %s up: node %d of %d (%s), instance %016" PRIx64 ", %s",
+	       d.cfg.version, d.self, d.nodes.count, d.addr, d.instance, d.state);
+
+	while (!got_term) {
+		loop_once(&orig);
+		if (got_hup) {
+			got_hup = 0;
+			logmsg("INFO", "SIGHUP received (the real daemon dumps its log buffer)");
+		}
+	}
+
+	d.state = "SHUTTING_DOWN";
+	logmsg("INFO", "Shutting down (signal received)");
+	for (int i = 0; i < d.nodes.count; i++)
+		if (d.peers[i].fd >= 0)
+			close(d.peers[i].fd);
+	while (d.clients)
+		client_free(&d.clients);
+	close(d.peer_lfd);
+	if (d.cmd_lfd >= 0)
+		close(d.cmd_lfd);
+	if (*d.cfg.state_file)
+		unlink(d.cfg.state_file);
+	if (*d.cfg.pid_file)
+		unlink(d.cfg.pid_file);
+	free(d.peers);
+	logmsg("INFO", "Exiting");
+	if (d.log_fd >= 0)
+		close(d.log_fd);
+	return 0;
+}

@@ -1,0 +1,151 @@
+/*
+ * imexsim: a simulated nvidia-imex daemon and nvidia-imex-ctl (test and demo infrastructure for
+ * machines without NVLink).  One binary; main.c dispatches on the name it was called by.
+ *
+ * Conventions: internal functions return 0 (or a count) on success and a negative errno on
+ * failure; times are milliseconds (int64_t, CLOCK_MONOTONIC) unless stated otherwise.
+ * Behaviour of the real IMEX that this file mirrors is described in /work/shared/imex-facts.md and
+ * contrib/imexsim/README.md; where the real behaviour is unknown, README.md says which guess we
+ * made.
+ */
+#ifndef IMEXSIM_H
+#define IMEXSIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIM_MAX_NODES	  256 /* more than an NVL72 rack (18 compute trays) ever needs */
+#define SIM_ADDR_LEN	  64  /* one node file entry (IPv4 literal or host name) */
+#define SIM_PATH_LEN	  4096
+#define SIM_BUF_SIZE	  32768 /* per connection and direction; a STATUS answer for 256 nodes fits */
+#define SIM_DEFAULT_CFG	  "/etc/nvidia-imex/config.cfg"
+#define SIM_DEFAULT_VERS  "570.172.08-sim"
+#define SIM_PROTO_VERSION 1
+
+/* ---- cfg.c: config.cfg and the node file ----------------------------------------------------- */
+
+/* The keys of config.cfg the simulator knows (NVIDIA's package defaults, plus IMEXSIM_* keys). */
+struct sim_config {
+	char path[SIM_PATH_LEN];
+	int server_port;		/* SERVER_PORT, default 50000 (peer mesh) */
+	int cmd_port;			/* IMEX_CMD_PORT, default 50005 */
+	int cmd_enabled;		/* IMEX_CMD_ENABLED, default 1 */
+	char cmd_bind_ip[SIM_ADDR_LEN]; /* IMEX_CMD_BIND_INTERFACE_IP, default "" */
+	char bind_ip[SIM_ADDR_LEN];	/* BIND_INTERFACE_IP, default "" */
+	char node_file[SIM_PATH_LEN];	/* IMEX_NODE_CONFIG_FILE */
+	int daemonize;			/* DAEMONIZE, default 1 */
+	char log_file[SIM_PATH_LEN];	/* LOG_FILE_NAME, default "" (no log file) */
+	char wait_for_quorum[32];	/* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
+	char version[64];		/* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
+	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS, default 300 */
+	char pid_file[SIM_PATH_LEN];	/* IMEXSIM_PID_FILE, default "" */
+	char state_file[SIM_PATH_LEN];	/* IMEXSIM_STATE_FILE, default "" */
+	/* Fault knobs (README.md), all off by default. */
+	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
+	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING this long */
+	int crash_after_ms;   /* IMEXSIM_CRASH_AFTER_MS: SIGKILL itself then */
+	int hang_cmd;	      /* IMEXSIM_HANG_CMD: accept, never answer */
+	char drop_peers[256]; /* IMEXSIM_DROP_PEERS: node IDs, comma-separated */
+};
+
+/* The node list (nodes_config.cfg): entry i is node ID i. */
+struct sim_nodes {
+	int count;
+	char addr[SIM_MAX_NODES][SIM_ADDR_LEN];
+};
+
+/* Read config.cfg at `path` (KEY=VALUE lines, '#' comments, blanks ignored, unknown keys ignored)
+ * into *c, after filling in the defaults.  Returns 0, the negative errno of open/read, or -EINVAL
+ * for a malformed value (then `err` (size errlen) names the key and the value). */
+int sim_config_read(const char *path, struct sim_config *c, char *err, size_t errlen);
+
+/* Read the node file at `path`: one address per line; surrounding blanks are trimmed, blank lines
+ * and '#' comment lines are skipped (so the node ID is the index among the entries).  Returns the
+ * number of entries, the negative errno of open/read, -E2BIG (more than SIM_MAX_NODES entries or
+ * an entry longer than SIM_ADDR_LEN-1) or -ENODATA (no entry at all). */
+int sim_nodes_read(const char *path, struct sim_nodes *n);
+
+/* Index of `addr` in the node list, or -1. */
+int sim_nodes_find(const struct sim_nodes *n, const char *addr);
+
+/* FNV-1a 64-bit hash of the node map (entries in order, each followed by '\n'): the handshake
+ * compares it (with the count) to detect a node map mismatch. */
+uint64_t sim_nodes_hash(const struct sim_nodes *n);
+
+/* Index of the first entry of the node list that is an address of a local interface
+ * (getifaddrs(3), IPv4 only), or -1 when none is.  Note: 127.0.0.2 and the like are usable on
+ * Linux (all of 127/8 routes to lo) but only 127.0.0.1 is listed, so the simulator's demo and tests
+ * always set BIND_INTERFACE_IP. */
+int sim_nodes_first_local(const struct sim_nodes *n);
+
+/* ---- proto.c: clock, sockets, buffers, status names ------------------------------------------ */
+
+/* Monotonic clock (CLOCK_MONOTONIC) in milliseconds. */
+int64_t sim_now_ms(void);
+
+/* A byte buffer of one connection direction. */
+struct sim_buf {
+	size_t len;
+	char data[SIM_BUF_SIZE];
+};
+
+/* Create a non-blocking TCP socket listening on IPv4 `ip`:`port` (SO_REUSEADDR, backlog 64).
+ * Returns the fd, or -EINVAL for a non-literal `ip`, or the negative errno of socket/bind/listen.
+ */
+int sim_listen(const char *ip, int port);
+
+/* Start a non-blocking TCP connect to IPv4 `ip`:`port`.  Returns the fd (the connect may still be
+ * in progress: wait for POLLOUT, then call sim_connect_result), -EINVAL for a non-literal `ip`, or
+ * the negative errno of socket/connect (e.g. -ECONNREFUSED). */
+int sim_connect_start(const char *ip, int port);
+
+/* After POLLOUT on a connecting fd: 0 when connected, else the negative errno (SO_ERROR). */
+int sim_connect_result(int fd);
+
+/* Read what is available from `fd` into `b`.  Returns the bytes read (> 0), 0 at end of file,
+ * -EAGAIN when nothing was available, -EMSGSIZE when the buffer is full, or another negative errno.
+ */
+int sim_buf_fill(struct sim_buf *b, int fd);
+
+/* Pop one '\n'-terminated line from `b` into `line` (size `len`, the '\n' removed, a trailing '\r'
+ * too).  Returns 1 when a line was popped, 0 when no whole line is buffered, -EMSGSIZE when the
+ * line does not fit in `line`. */
+int sim_buf_line(struct sim_buf *b, char *line, size_t len);
+
+/* Append printf-formatted text to `b`.  Returns 0 or -EMSGSIZE (nothing appended). */
+int sim_buf_printf(struct sim_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Write as much of `b` to `fd` as the socket takes (MSG_NOSIGNAL) and drop what was written.
+ * Returns the bytes still pending (>= 0) or a negative errno. */
+int sim_buf_flush(struct sim_buf *b, int fd);
+
+/* Connection status of one node towards another, as nvidia-imex-ctl -N shows it. */
+enum sim_conn {
+	SIM_INVALID = 0,
+	SIM_NEVER_CONNECTED,
+	SIM_CONNECTED,
+	SIM_RECOVERING,
+	SIM_DISCONNECTED,
+	SIM_AUTHENTICATING,
+	SIM_VERSION_MISMATCH,
+	SIM_NODE_MAP_MISMATCH,
+	SIM_CONN_COUNT
+};
+
+/* JSON spelling ("CONNECTED", ...) of a connection status; see README.md for the guessed ones. */
+const char *sim_conn_name(enum sim_conn s);
+/* One-letter (or !V!/!M!) spelling of the text matrix. */
+const char *sim_conn_letter(enum sim_conn s);
+/* Parse a JSON spelling; returns SIM_INVALID for an unknown one. */
+enum sim_conn sim_conn_parse(const char *name);
+
+/* ---- daemon.c and ctl.c: the two programs ---------------------------------------------------- */
+
+/* nvidia-imex [-c CONFIG]: the daemon.  Returns the process exit status. */
+int sim_daemon_main(int argc, char **argv);
+/* nvidia-imex-ctl [-c CONFIG | -i IP PORT] (-q|-N|-n) [-j] [-H] [-t MS]: the ctl.  Returns the
+ * process exit status (0, 1 when -q cannot reach the daemon, 2 for a usage error, 255 when the
+ * configuration cannot be read). */
+int sim_ctl_main(int argc, char **argv);
+
+#endif

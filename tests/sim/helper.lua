@@ -1,0 +1,289 @@
+-- Test helper for the IMEX simulator (contrib/imexsim): simulated domains of daemons on a random
+-- 127.X.Y.0/24 subnet with a random port base, each node in its own temp dir, every process
+-- stopped by PID in cleanup(). The build is found through IMEXGUARD_BUILD (default "build").
+local cjson = require("cjson")
+local system = require("system")
+
+local M = {}
+
+local build = os.getenv("IMEXGUARD_BUILD") or "build"
+if build:sub(1, 1) ~= "/" then
+  build = (os.getenv("PWD") or ".") .. "/" .. build
+end
+M.build = build
+M.imex = build .. "/nvidia-imex"
+M.ctl = build .. "/nvidia-imex-ctl"
+
+-- Quote one shell word.
+local function q(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+M.q = q
+
+-- Run a shell command; returns its stdout (stderr too when merge is true) and its exit status.
+function M.run(cmd, merge)
+  local p = assert(io.popen(cmd .. (merge and " 2>&1" or " 2>/dev/null") .. "; echo \"__rc=$?\""))
+  local out = p:read("a")
+  p:close()
+  local body, rc = out:match("^(.*)__rc=(%d+)\n$")
+  return body, tonumber(rc)
+end
+
+function M.read(path)
+  local f = io.open(path, "r")
+  if not f then
+    return nil
+  end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+function M.write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- Poll fn() every `interval` seconds (default 0.05) until it returns a truthy value or `timeout`
+-- seconds (default 10) pass. Returns that value, or nil and the last value on timeout.
+function M.wait_for(fn, timeout, interval)
+  local deadline = system.monotime() + (timeout or 10)
+  local last
+  repeat
+    last = fn()
+    if last then
+      return last
+    end
+    system.sleep(interval or 0.05)
+  until system.monotime() > deadline
+  return nil, last
+end
+
+-- Is the process alive (and not a zombie)?
+function M.alive(pid)
+  local stat = M.read("/proc/" .. pid .. "/stat")
+  if not stat then
+    return false
+  end
+  return stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+
+-- The fixture file `name` of tests/fixtures/ctl.
+function M.fixture(name)
+  local text = M.read("tests/fixtures/ctl/" .. name)
+  assert(text, "fixture " .. name)
+  return text
+end
+
+-- Compare the JSON shape of `actual` with `expected`: same keys and value types at every level.
+-- Objects keyed by decimal strings (nodes, connections) are maps: every entry must have the shape
+-- of the fixture's first entry. Returns true, or false and the path of the first difference.
+function M.same_shape(actual, expected, path)
+  path = path or "$"
+  if type(actual) ~= type(expected) then
+    return false, path .. ": " .. type(actual) .. " instead of " .. type(expected)
+  end
+  if type(expected) ~= "table" then
+    return true
+  end
+  local ekey = next(expected)
+  if type(ekey) == "string" and ekey:match("^%d+$") then
+    if next(actual) == nil then
+      return false, path .. ": empty map"
+    end
+    for k, v in pairs(actual) do
+      if type(k) ~= "string" or not k:match("^%d+$") then
+        return false, path .. ": key " .. tostring(k) .. " is not a decimal string"
+      end
+      local ok, err = M.same_shape(v, expected[ekey], path .. "." .. k)
+      if not ok then
+        return false, err
+      end
+    end
+    return true
+  end
+  for k, v in pairs(expected) do
+    if actual[k] == nil then
+      return false, path .. ": missing " .. k
+    end
+    local ok, err = M.same_shape(actual[k], v, path .. "." .. k)
+    if not ok then
+      return false, err
+    end
+  end
+  for k in pairs(actual) do
+    if expected[k] == nil then
+      return false, path .. ": extra key " .. tostring(k)
+    end
+  end
+  return true
+end
+
+local Domain = {}
+Domain.__index = Domain
+
+-- A new simulated domain of n nodes (not started). Node i (1-based here; IMEX ID i-1) has the
+-- address 127.X.Y.i and its own directory with config.cfg and nodes_config.cfg.
+function M.domain(n)
+  local out = assert(M.run("mktemp -d /tmp/imexsim-test.XXXXXX"))
+  local d = setmetatable({
+    dir = out:gsub("%s+$", ""),
+    net = string.format("127.%d.%d.", math.random(16, 250), math.random(0, 255)),
+    port = math.random(20000, 59000),
+    n = n,
+    pids = {},
+    all_pids = {},
+  }, Domain)
+  d.cmd_port = d.port + 5
+  d.addrs = {}
+  for i = 1, n do
+    d.addrs[i] = d.net .. i
+    assert(os.execute("mkdir -p " .. q(d:path(i))))
+  end
+  for i = 1, n do
+    d:set_nodes(i, d.addrs)
+    d:configure(i)
+  end
+  return d
+end
+
+function Domain:path(i, file)
+  return self.dir .. "/node" .. i .. (file and ("/" .. file) or "")
+end
+
+-- Write node i's node file: the list of addresses, one a line.
+function Domain:set_nodes(i, list)
+  M.write(self:path(i, "nodes_config.cfg"), table.concat(list, "\n") .. "\n")
+end
+
+-- Write node i's config.cfg; `extra` (optional) maps further keys to values (they win).
+function Domain:configure(i, extra)
+  local keys = {
+    SERVER_PORT = self.port,
+    IMEX_CMD_PORT = self.cmd_port,
+    IMEX_CMD_ENABLED = 1,
+    BIND_INTERFACE_IP = self.addrs[i],
+    IMEX_CMD_BIND_INTERFACE_IP = self.addrs[i],
+    IMEX_NODE_CONFIG_FILE = self:path(i, "nodes_config.cfg"),
+    DAEMONIZE = 1,
+    LOG_FILE_NAME = self:path(i, "imex.log"),
+    IMEXSIM_PID_FILE = self:path(i, "imex.pid"),
+    IMEXSIM_STATE_FILE = self:path(i, "state"),
+    IMEXSIM_RECONNECT_MS = 100,
+  }
+  for k, v in pairs(extra or {}) do
+    keys[k] = v
+  end
+  local lines = { "# imexsim test config" }
+  for k, v in pairs(keys) do
+    lines[#lines + 1] = k .. "=" .. tostring(v)
+  end
+  M.write(self:path(i, "config.cfg"), table.concat(lines, "\n") .. "\n")
+end
+
+-- Start node i's daemon (DAEMONIZE=1: returns once the parent exited). Returns the exit status
+-- of the start and its output; on success the daemon's PID is recorded for cleanup().
+function Domain:start(i)
+  local out, rc = M.run(q(M.imex) .. " -c " .. q(self:path(i, "config.cfg")), true)
+  local pid = tonumber(M.read(self:path(i, "imex.pid")) or "")
+  if rc == 0 and pid then
+    self.pids[i] = pid
+    self.all_pids[#self.all_pids + 1] = pid
+  end
+  return rc, out
+end
+
+-- Start node i in the foreground mode (DAEMONIZE=0 in its config) as a background job of a shell;
+-- the daemon writes its own PID file. Returns the PID once the state file says READY, or nil.
+function Domain:start_foreground(i)
+  os.remove(self:path(i, "state"))
+  os.execute(q(M.imex) .. " -c " .. q(self:path(i, "config.cfg")) .. " >/dev/null 2>&1 &")
+  local st = M.wait_for(function()
+    local s = self:state(i)
+    return s and s.state == "READY" and s
+  end, 5)
+  if not st then
+    return nil
+  end
+  local pid = tonumber(st.pid)
+  self.pids[i] = pid
+  self.all_pids[#self.all_pids + 1] = pid
+  return pid
+end
+
+function Domain:start_all()
+  for i = 1, self.n do
+    local rc, out = self:start(i)
+    assert(rc == 0, "node " .. i .. " did not start: " .. tostring(out))
+  end
+end
+
+-- Send `sig` (default TERM) to node i and wait (bounded) until it is gone. Returns true when gone.
+function Domain:stop(i, sig)
+  local pid = self.pids[i]
+  if not pid then
+    return true
+  end
+  os.execute("kill -" .. (sig or "TERM") .. " " .. pid .. " 2>/dev/null")
+  local gone = M.wait_for(function()
+    return not M.alive(pid)
+  end, 5)
+  if gone then
+    self.pids[i] = nil
+  end
+  return gone and true or false
+end
+
+-- Node i's state file as a table (pid, instance, state, node_id, address), or nil.
+function Domain:state(i)
+  local text = M.read(self:path(i, "state"))
+  if not text then
+    return nil
+  end
+  local t = {}
+  for k, v in text:gmatch("([%w_]+)=([^\n]*)") do
+    t[k] = v
+  end
+  return t
+end
+
+-- Run the ctl with node i's config and `args`; returns stdout and the exit status.
+function Domain:ctl(i, args)
+  return M.run(q(M.ctl) .. " -c " .. q(self:path(i, "config.cfg")) .. " " .. args)
+end
+
+-- `ctl -N -j` of node i decoded, or nil and the raw output.
+function Domain:domain_json(i)
+  local out = self:ctl(i, "-N -j")
+  local ok, t = pcall(cjson.decode, out or "")
+  if ok and type(t) == "table" then
+    return t
+  end
+  return nil, out
+end
+
+-- Wait until node i's ctl reports domain status `want`; returns the decoded JSON or nil.
+function Domain:wait_status(i, want, timeout)
+  return M.wait_for(function()
+    local t = self:domain_json(i)
+    return t and t.status == want and t
+  end, timeout or 10)
+end
+
+-- Stop every process this domain started (TERM, then KILL) and remove its directory.
+function Domain:cleanup()
+  for _, pid in ipairs(self.all_pids) do
+    if M.alive(pid) then
+      os.execute("kill -TERM " .. pid .. " 2>/dev/null")
+      if not M.wait_for(function()
+        return not M.alive(pid)
+      end, 3) then
+        os.execute("kill -KILL " .. pid .. " 2>/dev/null")
+      end
+    end
+  end
+  os.execute("rm -rf " .. q(self.dir))
+end
+
+return M

@@ -146,7 +146,7 @@ function M:dir(name) return self.root .. "/" .. name end
 function M:config(name) return self:dir(name) .. "/imexguard.conf" end
 
 --- systemctl --user against the private manager; returns ok, output.
-function M:systemctl(...)
+function M.systemctl(_, ...)
   local args = {}
   for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
   local ok, out = capture("systemctl --user --no-pager " .. table.concat(args, " "))

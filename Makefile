@@ -33,7 +33,7 @@ $(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES)
 	@mkdir -p $(@D)
 	lua5.4 src/embed.lua $@ $(LUA_LIB) $(POLICIES)
 
-$(B)/obj/%.o: src/%.c src/imexguard.h
+$(B)/obj/%.o: src/%.c $(wildcard src/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 $(B)/obj/embedded.o: $(B)/embedded.c
@@ -41,7 +41,7 @@ $(B)/obj/embedded.o: $(B)/embedded.c
 $(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/embedded.o
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
 
-$(B)/pic/%.o: src/%.c src/imexguard.h
+$(B)/pic/%.o: src/%.c $(wildcard src/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
 $(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
@@ -49,7 +49,7 @@ $(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
 	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
 
 # Sanitizer build (ASan + UBSan) of the binary and of the module, used by `make check`.
-$(B)/asan/obj/%.o: src/%.c src/imexguard.h
+$(B)/asan/obj/%.o: src/%.c $(wildcard src/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -fPIC -O1 -c -o $@ $<
 $(B)/asan/obj/embedded.o: $(B)/embedded.c

@@ -1,0 +1,314 @@
+--- Settings: the schema of /etc/imexguard/imexguard.conf, its defaults, loading and validation.
+-- A settings file holds values only (luacheckrc style): top-level assignments such as
+-- `unit = "nvidia-imex.service"`, or a single `return { unit = "..." }`. It is evaluated in an
+-- EMPTY environment: no functions, no library, and reading a name that was not assigned above is
+-- an error (so `unit = nvidia` is caught instead of silently meaning nil).
+-- The host (src/main.c) runs: t = load(text, "@path"); t = apply_overrides(t, sets); t = validate(t).
+local M = {}
+
+local LEVELS = { "debug", "info", "notice", "warning", "err" }
+
+--- The schema, in the order the example file documents it. Each entry: name, default (nil when
+-- unset), kind ("number" > 0, "string", "boolean", "enum" with values, "bus", "argv"), optional,
+-- and a one-line doc with units.
+M.schema = {
+  { name = "deadline", default = 90, kind = "number",
+    doc = "seconds: the whole run's budget; every step and the policy stop when it runs out" },
+  { name = "unit", default = "nvidia-imex.service", kind = "string",
+    doc = "the systemd unit of the IMEX daemon" },
+  { name = "bus", default = "system", kind = "bus",
+    doc = "\"system\" (/run/systemd/private as root), \"user\", or a D-Bus address \"unix:path=...\"" },
+  { name = "imex_config", default = "/etc/nvidia-imex/config.cfg", kind = "string",
+    doc = "path of nvidia-imex's config.cfg" },
+  { name = "nodes_file", default = nil, kind = "string", optional = true,
+    doc = "path of the node list (default: IMEX_NODE_CONFIG_FILE from imex_config)" },
+  { name = "ctl", default = "/usr/bin/nvidia-imex-ctl", kind = "argv",
+    doc = "nvidia-imex-ctl: a path, or a list of strings used as the argv prefix" },
+  { name = "ctl_timeout", default = 5, kind = "number",
+    doc = "seconds: timeout of one nvidia-imex-ctl call" },
+  { name = "state_dir", default = "/run/imexguard", kind = "string",
+    doc = "directory of the node lock and the state file (registered jobs, last write)" },
+  { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
+    doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
+  { name = "address_map", default = nil, kind = "string", optional = true,
+    doc = "path of the static map file (\"name address\" per line), used when address_source = \"map\"" },
+  { name = "resolve_timeout", default = 2, kind = "number",
+    doc = "seconds: timeout of one name resolution" },
+  { name = "allow_loopback", default = false, kind = "boolean",
+    doc = "accept 127.0.0.0/8 addresses in the node list (tests and the simulator only)" },
+  { name = "lock_timeout", default = 60, kind = "number",
+    doc = "seconds: how long to wait for the node lock held by another run" },
+  { name = "start_timeout", default = 30, kind = "number",
+    doc = "seconds: how long to wait for systemd's start/restart job of the unit" },
+  { name = "health_timeout", default = 60, kind = "number",
+    doc = "seconds: how long to poll the domain for health after a (re)start" },
+  { name = "poll_interval", default = 0.25, kind = "number",
+    doc = "seconds: interval between two health polls" },
+  { name = "on_peer_fault", default = "warn", kind = "enum", values = { "warn", "fail" },
+    doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
+  { name = "restart_under_jobs", default = false, kind = "boolean",
+    doc = "allow restarting IMEX while another registered job uses a different node list" },
+  { name = "log_journal", default = true, kind = "boolean",
+    doc = "also send log entries to the systemd journal (stderr lines are always written)" },
+  { name = "log_level", default = "info", kind = "enum", values = LEVELS,
+    doc = "lowest level written to stderr: \"debug\", \"info\", \"notice\", \"warning\" or \"err\"" },
+  { name = "policy", default = nil, kind = "string", optional = true,
+    doc = "path of the policy file (default: the built-in policy; --policy overrides)" },
+}
+
+--- name -> schema entry.
+M.by_name = {}
+for _, e in ipairs(M.schema) do
+  M.by_name[e.name] = e
+end
+
+local function describe(v)
+  if type(v) == "string" then
+    return string.format("string %q", v)
+  end
+  return type(v) .. " " .. tostring(v)
+end
+
+local function is_in(list, v)
+  for _, x in ipairs(list) do
+    if x == v then
+      return true
+    end
+  end
+  return false
+end
+
+-- Check one value against its schema entry: returns the (copied) value | nil, err naming the key.
+local function check(e, v)
+  local bad = function(want)
+    return nil, string.format("setting '%s' must be %s, got %s", e.name, want, describe(v))
+  end
+  if e.kind == "number" then
+    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
+      return bad("a number > 0 (seconds)")
+    end
+    return v
+  elseif e.kind == "string" then
+    if type(v) ~= "string" or v == "" then
+      return bad("a non-empty string")
+    end
+    return v
+  elseif e.kind == "boolean" then
+    if type(v) ~= "boolean" then
+      return bad("true or false")
+    end
+    return v
+  elseif e.kind == "enum" then
+    if type(v) ~= "string" or not is_in(e.values, v) then
+      return bad("one of \"" .. table.concat(e.values, "\", \"") .. "\"")
+    end
+    return v
+  elseif e.kind == "bus" then
+    if type(v) ~= "string" or not (v == "system" or v == "user" or v:match("^unix:.")) then
+      return bad("\"system\", \"user\" or a D-Bus address \"unix:...\"")
+    end
+    return v
+  elseif e.kind == "argv" then
+    if type(v) == "string" and v ~= "" then
+      return v
+    end
+    if type(v) ~= "table" or #v == 0 then
+      return bad("a path or a non-empty list of strings")
+    end
+    local copy = {}
+    for k, x in pairs(v) do
+      if math.type(k) ~= "integer" or k < 1 or k > #v or type(x) ~= "string" or x == "" then
+        return bad("a path or a non-empty list of strings")
+      end
+      copy[k] = x
+    end
+    return copy
+  end
+  error("settings schema: unknown kind " .. tostring(e.kind))
+end
+
+--- The defaults, as a fresh table (unset optional settings are absent).
+-- @return table
+function M.defaults()
+  local t = {}
+  for _, e in ipairs(M.schema) do
+    t[e.name] = e.default
+  end
+  return t
+end
+
+--- Evaluate the text of a settings file in an empty environment.
+-- @param text string the file's contents
+-- @param chunkname string|nil "@/etc/imexguard/imexguard.conf" (errors then carry path:line)
+-- @return table of raw (not yet validated) settings | nil, err (one line, with path:line)
+function M.load(text, chunkname)
+  if type(text) ~= "string" then
+    return nil, "settings: text must be a string, got " .. type(text)
+  end
+  local env = {}
+  setmetatable(env, {
+    __index = function(_, k)
+      error(string.format("undefined name '%s' (a settings file holds only values, quote strings)",
+        tostring(k)), 2)
+    end,
+  })
+  local fn, err = load(text, chunkname or "=settings", "t", env)
+  if not fn then
+    return nil, err
+  end
+  local ok, ret = pcall(fn)
+  if not ok then
+    return nil, tostring(ret):match("^[^\n]*")
+  end
+  local name = chunkname and chunkname:gsub("^[@=]", "") or "settings"
+  setmetatable(env, nil)
+  if ret == nil then
+    return env
+  end
+  if type(ret) ~= "table" then
+    return nil, string.format("%s: must return a table of settings, returned %s", name, type(ret))
+  end
+  if next(env) ~= nil then
+    return nil, string.format("%s: both assigns settings and returns a table: use one style", name)
+  end
+  return ret
+end
+
+--- Check a table of settings and fill in the defaults.
+-- Unknown keys, wrong types and values outside an enum are errors naming the key.
+-- @param t table raw settings (as from load)
+-- @return table a filled copy | nil, err
+function M.validate(t)
+  if type(t) ~= "table" then
+    return nil, "settings must be a table, got " .. type(t)
+  end
+  local out = {}
+  for k in pairs(t) do
+    if type(k) ~= "string" or not M.by_name[k] then
+      return nil, string.format("unknown setting '%s'", tostring(k))
+    end
+  end
+  for _, e in ipairs(M.schema) do
+    local v = t[e.name]
+    if v == nil then
+      out[e.name] = e.default
+    else
+      local value, err = check(e, v)
+      if value == nil then
+        return nil, err
+      end
+      out[e.name] = value
+    end
+  end
+  return out
+end
+
+local BOOLEANS = { ["true"] = true, yes = true, on = true, ["1"] = true,
+  ["false"] = false, no = false, off = false, ["0"] = false }
+
+--- Parse one "--set" value string by the key's kind.
+-- @return value | nil, err ; an empty value unsets an optional setting (returns M.UNSET)
+M.UNSET = setmetatable({}, { __tostring = function() return "(unset)" end })
+local function parse_value(e, s)
+  if e.kind == "number" then
+    local n = tonumber(s)
+    if not n then
+      return nil, string.format("--set %s: '%s' is not a number", e.name, s)
+    end
+    return n
+  elseif e.kind == "boolean" then
+    local b = BOOLEANS[s:lower()]
+    if b == nil then
+      return nil, string.format("--set %s: '%s' is not a boolean (true/false)", e.name, s)
+    end
+    return b
+  elseif e.kind == "argv" then
+    local words = {}
+    for w in s:gmatch("%S+") do
+      words[#words + 1] = w
+    end
+    if #words == 1 then
+      return words[1]
+    end
+    return words
+  end
+  if s == "" and e.optional then
+    return M.UNSET
+  end
+  return s
+end
+
+--- Apply "key=value" overrides (from `--set`) to a raw settings table.
+-- Values are parsed by the key's kind: numbers, booleans (true/false/yes/no/on/off/1/0),
+-- ctl as whitespace-separated words (one word: a path), strings as is; an empty value unsets an
+-- optional setting. The result still goes through validate().
+-- @param t table raw settings (not modified)
+-- @param list table list of strings "key=value"
+-- @return table a new raw table | nil, err naming the key
+function M.apply_overrides(t, list)
+  local out = {}
+  for k, v in pairs(t or {}) do
+    out[k] = v
+  end
+  for _, item in ipairs(list or {}) do
+    local key, value = tostring(item):match("^%s*([%w_]+)%s*=(.*)$")
+    if not key then
+      return nil, string.format("--set expects KEY=VALUE, got '%s'", tostring(item))
+    end
+    local e = M.by_name[key]
+    if not e then
+      return nil, string.format("--set: unknown setting '%s'", key)
+    end
+    local v, err = parse_value(e, value)
+    if v == nil then
+      return nil, err
+    end
+    if v == M.UNSET then
+      v = nil
+    end
+    out[key] = v
+  end
+  return out
+end
+
+--- A read-only view of a table (nested tables are viewed read-only too): assigning raises, and
+-- with `known` (a set of keys) reading a key outside it raises "unknown setting" (typos in a
+-- policy are caught instead of reading nil). pairs, ipairs and # work on the view.
+-- The host gives policies ctx.settings = readonly(settings, "ctx.settings", M.by_name).
+-- @param t table the table to view
+-- @param what string|nil name used in errors (default "settings")
+-- @param known table|nil set of readable keys
+-- @return table the view
+function M.readonly(t, what, known)
+  what = what or "settings"
+  local function wrap(v)
+    if type(v) == "table" then
+      return M.readonly(v, what)
+    end
+    return v
+  end
+  local proxy = {}
+  return setmetatable(proxy, {
+    __index = function(_, k)
+      if known and not known[k] then
+        error(string.format("%s: unknown setting '%s'", what, tostring(k)), 2)
+      end
+      return wrap(t[k])
+    end,
+    __newindex = function(_, k)
+      error(string.format("%s is read-only (assignment to '%s')", what, tostring(k)), 2)
+    end,
+    __pairs = function()
+      return function(_, k)
+        local nk, nv = next(t, k)
+        return nk, wrap(nv)
+      end, proxy, nil
+    end,
+    __len = function()
+      return #t
+    end,
+    __metatable = false,
+  })
+end
+
+return M

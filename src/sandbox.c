@@ -1,0 +1,909 @@
+/*
+ * sandbox.c: the Lua host of the imexguard binary.
+ *
+ * Policies and the settings file run in one restricted Lua 5.4 state (the approach of Redis'
+ * scripting sandbox and of HAProxy's hlua; Slurm's Lua plugins likewise load a chosen set of
+ * libraries only):
+ *
+ *  - Memory: a custom lua_Alloc counts the bytes in use and refuses an allocation that would pass
+ *    IG_SANDBOX_MEM_LIMIT, so a runaway policy gets Lua's "not enough memory" error (outcome
+ *    policy-error) instead of the kernel's OOM killer.
+ *  - Libraries: base, string, table, math and utf8 only.  The environment of every chunk is a
+ *    separate table (the sandbox env) that holds the allowed names; the real global table is never
+ *    reachable.  Removed from base: dofile, loadfile, print (replaced), load (replaced: text chunks
+ *    only, env defaults to the sandbox env), collectgarbage (replaced: "count" only), rawset
+ *    (replaced: refuses the sandbox env itself, so `rawset(_G, ...)` cannot bypass the global
+ *    guard), setmetatable (replaced: no __gc, finalizers run without hooks), pcall and xpcall
+ * (replaced: see the deadline).  No io, os, debug, package, coroutine.  `print` writes one line
+ * "imexguard: print: ..." to stderr.
+ *  - Globals: the sandbox env's metatable raises "undefined global 'x'" on reading an undefined
+ *    name and "assignment to undeclared global 'x'" on assigning one; __metatable hides it.
+ *  - require: only the modules compiled into the binary (ig_embedded[]: "imexguard.*" and
+ *    "policies.*"), "imexguard.host" (the C primitives, without set_deadline) and "cjson".
+ *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
+ *    no package.path and no C module is ever loaded from disk.
+ *
+ * The deadline (design.md "Deadline"; cases C13) is enforced in three layers:
+ *  1. Primitives: every blocking primitive is bounded by ig_remaining() and returns
+ *     nil, msg, "deadline" once the budget is gone, so a policy normally ends by itself.  It gets
+ *     IG_DEADLINE_GRACE seconds after the deadline to return its own outcome naming the step.
+ *  2. Count hook: every IG_HOOK_COUNT VM instructions the hook compares the clock with the
+ *     deadline; past deadline + grace it raises a unique light-userdata sentinel (g_sentinel)
+ *     and from then on fires every IG_HOOK_COUNT_FIRED instructions.  The sandbox's pcall and
+ *     xpcall re-raise it (and any error once the interrupt has fired), so
+ *     `while true do pcall(function() while true do end end) end` stops too.  The host turns the
+ *     sentinel into the outcome deadline-exceeded.
+ *  3. Watchdog: a POSIX timer (timer_create, CLOCK_MONOTONIC, SIGEV_THREAD) at deadline +
+ *     IG_WATCHDOG_GRACE seconds covers code stuck inside one C call (a pathological string.find
+ *     pattern runs no VM instruction).  Its thread writes one line "imexguard: err: <command>
+ *     job=N outcome=deadline-exceeded: watchdog: ..." with write(2) and calls _exit(10): both are
+ *     async-signal-safe (POSIX), and a thread is unaffected by the main thread's signal mask.
+ *     Child processes of `host.run` are already bounded by the deadline in run.c.
+ *
+ * Trust (design.md "Trust"): ig_read_trusted.
+ */
+#include "sandbox.h"
+
+#include "imexguard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lualib.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* lua-cjson's entry point (liblua5.4-cjson ships no header). */
+int luaopen_cjson(lua_State *L);
+
+/* The generated table of embedded Lua sources (src/embed.lua); ends with a NULL name. */
+struct ig_embedded {
+	const char *name;
+	const char *chunkname;
+	const char *data;
+	size_t len;
+};
+extern const struct ig_embedded ig_embedded[];
+
+/* Instructions between two deadline checks (a check is one clock_gettime, ~20 ns). */
+#define IG_HOOK_COUNT 1000
+/* Instructions between two interrupts once the deadline interrupt has fired. */
+#define IG_HOOK_COUNT_FIRED 10
+
+#define ENV_KEY	   "imexguard.sandbox.env"
+#define LOADED_KEY "imexguard.sandbox.loaded"
+
+struct ig_mem {
+	size_t used;
+	size_t limit;
+};
+
+static struct ig_mem g_mem;
+static char g_sentinel;		  /* its address is the deadline interrupt */
+static char g_loading;		  /* its address marks a module being loaded */
+static int g_fired;		  /* the deadline interrupt has fired */
+static char g_where[512];	  /* where the interrupt first hit: "file:line" */
+static char *g_lua_dir;		  /* --lua-dir, or NULL */
+static char *g_traceback;	  /* full traceback of the last error */
+static timer_t g_timer;		  /* the watchdog */
+static int g_timer_ok;		  /* g_timer was created */
+static char g_wd_line[2][512];	  /* the watchdog's last line, double-buffered */
+static atomic_int g_wd_cur;	  /* index of the line in use */
+static atomic_size_t g_wd_len[2]; /* lengths of g_wd_line[] */
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+/* lua_Alloc (Lua 5.4 manual 4.6) with a cap: an allocation that would take the total past
+ * g_mem.limit bytes fails (returns NULL), which Lua reports as "not enough memory". */
+static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+	struct ig_mem *m = ud;
+	if (ptr == NULL)
+		osize = 0; /* osize then encodes the object type */
+	if (nsize == 0) {
+		free(ptr);
+		m->used -= osize;
+		return NULL;
+	}
+	if (nsize > osize && m->used + (nsize - osize) > m->limit)
+		return NULL;
+	void *p = realloc(ptr, nsize);
+	if (p == NULL)
+		return NULL;
+	m->used = m->used - osize + nsize;
+	return p;
+}
+
+/* Unprotected error (a host bug): one line and exit 1, never abort() with a core in slurmd's
+ * spool directory. */
+static int ig_panic(lua_State *L)
+{
+	const char *msg = lua_tostring(L, -1);
+	fprintf(stderr, "imexguard: err: Lua panic (a bug in imexguard): %s\n",
+		msg ? msg : "(no message)");
+	fflush(stderr);
+	_exit(1);
+	return 0;
+}
+
+/* ---- deadline ------------------------------------------------------------------------------- */
+
+static void raise_deadline(lua_State *L)
+{
+	lua_pushlightuserdata(L, &g_sentinel);
+	lua_error(L);
+}
+
+static int is_sentinel(lua_State *L, int idx)
+{
+	return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == &g_sentinel;
+}
+
+/* The count hook (lua_sethook, LUA_MASKCOUNT): layer 2 of the deadline. */
+static void ig_hook(lua_State *L, lua_Debug *ar)
+{
+	if (!g_fired) {
+		double dl = ig_deadline();
+		if (isinf(dl) || ig_now() < dl + IG_DEADLINE_GRACE)
+			return;
+		g_fired = 1;
+		if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+			snprintf(g_where, sizeof g_where, "%s:%d", ar->short_src, ar->currentline);
+		else
+			snprintf(g_where, sizeof g_where, "a C function");
+		lua_sethook(L, ig_hook, LUA_MASKCOUNT, IG_HOOK_COUNT_FIRED);
+	}
+	raise_deadline(L);
+}
+
+int ig_sandbox_deadline_fired(void)
+{
+	return g_fired;
+}
+
+/* Suspend (on = 0) or restore (on = 1) the count hook. */
+void ig_sandbox_hook(lua_State *L, int on)
+{
+	if (on)
+		lua_sethook(L, ig_hook, LUA_MASKCOUNT,
+			    g_fired ? IG_HOOK_COUNT_FIRED : IG_HOOK_COUNT);
+	else
+		lua_sethook(L, NULL, 0, 0);
+}
+
+/* The watchdog's thread (SIGEV_THREAD): only async-signal-safe calls (write, _exit). */
+static void watchdog_fire(union sigval sv)
+{
+	(void)sv;
+	int cur = atomic_load(&g_wd_cur);
+	size_t len = atomic_load(&g_wd_len[cur]);
+	if (write(STDERR_FILENO, g_wd_line[cur], len) < 0) {
+		/* nothing left to do: the exit code still says deadline-exceeded */
+	}
+	_exit(IG_WATCHDOG_EXIT);
+}
+
+/* Set the watchdog's line: the command and the job id (copied; NULL job: "-").  Double-buffered
+ * so the watchdog thread never reads a half-written line. */
+void ig_watchdog_label(const char *command, const char *job)
+{
+	int next = 1 - atomic_load(&g_wd_cur);
+	int n =
+	    snprintf(g_wd_line[next], sizeof g_wd_line[next],
+		     "imexguard: err: %s job=%s outcome=deadline-exceeded: watchdog: still running "
+		     "%.0f s after the deadline (stuck in a C call), exiting\n",
+		     command ? command : "-", job && *job ? job : "-", IG_WATCHDOG_GRACE);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof g_wd_line[next]) {
+		n = (int)sizeof g_wd_line[next] - 1;
+		g_wd_line[next][n - 1] = '\n';
+	}
+	atomic_store(&g_wd_len[next], (size_t)n);
+	atomic_store(&g_wd_cur, next);
+}
+
+/* Arm (or re-arm) the watchdog at ig_deadline() + IG_WATCHDOG_GRACE (absolute CLOCK_MONOTONIC,
+ * POSIX timer_settime with TIMER_ABSTIME).  No deadline: disarm.  Returns 0 or a negative errno
+ * (timer_create failed: the other two layers still apply). */
+int ig_watchdog_arm(void)
+{
+	if (!g_timer_ok) {
+		struct sigevent sev;
+		memset(&sev, 0, sizeof sev);
+		sev.sigev_notify = SIGEV_THREAD;
+		sev.sigev_notify_function = watchdog_fire;
+		if (timer_create(CLOCK_MONOTONIC, &sev, &g_timer) != 0)
+			return -errno;
+		g_timer_ok = 1;
+		if (atomic_load(&g_wd_len[atomic_load(&g_wd_cur)]) == 0)
+			ig_watchdog_label(NULL, NULL);
+	}
+	struct itimerspec its;
+	memset(&its, 0, sizeof its);
+	double dl = ig_deadline();
+	if (!isinf(dl)) {
+		double at = dl + IG_WATCHDOG_GRACE;
+		its.it_value.tv_sec = (time_t)at;
+		its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9);
+		if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+			its.it_value.tv_nsec = 1;
+	}
+	if (timer_settime(g_timer, TIMER_ABSTIME, &its, NULL) != 0)
+		return -errno;
+	return 0;
+}
+
+/* ---- the replaced base functions --------------------------------------------------------------
+ */
+
+/* pcall(f, ...) -> true, results | false, err.  As Lua's, but an error after the deadline
+ * interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be swallowed. */
+static int sb_pcall(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+	if (status != LUA_OK && (g_fired || is_sentinel(L, -1)))
+		raise_deadline(L);
+	luaL_checkstack(L, 1, "pcall results");
+	lua_pushboolean(L, status == LUA_OK);
+	lua_insert(L, 1);
+	return lua_gettop(L);
+}
+
+/* The message handler installed by xpcall: the deadline interrupt passes through untouched and
+ * the policy's handler (upvalue 1) is not called for it.  This matters: Lua calls a message
+ * handler at the point of the error, i.e. still inside the count hook, where hooks are disabled
+ * (ldo.c: allowhook is 0 until the error unwinds to a pcall), so a looping handler could not be
+ * interrupted there. */
+static int sb_xpcall_handler(lua_State *L)
+{
+	if (g_fired || is_sentinel(L, 1))
+		return 1;
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+/* xpcall(f, msgh, ...) -> true, results | false, msgh(err).  The deadline interrupt is re-raised
+ * whatever the message handler returns, and the handler is not called for it. */
+static int sb_xpcall(lua_State *L)
+{
+	int n = lua_gettop(L);
+	luaL_checktype(L, 2, LUA_TFUNCTION);
+	lua_pushvalue(L, 1); /* f */
+	lua_pushvalue(L, 2);
+	lua_pushcclosure(L, sb_xpcall_handler, 1);
+	lua_replace(L, 1); /* handler at 1 */
+	lua_replace(L, 2); /* f at 2 */
+	int status = lua_pcall(L, n - 2, LUA_MULTRET, 1);
+	if (status != LUA_OK && (g_fired || is_sentinel(L, -1)))
+		raise_deadline(L);
+	luaL_checkstack(L, 1, "xpcall results");
+	lua_pushboolean(L, status == LUA_OK);
+	lua_replace(L, 1);
+	return lua_gettop(L);
+}
+
+/* load(chunk [, chunkname [, mode [, env]]]): text chunks only (a mode without "t" returns
+ * nil, msg; "bt" is forced to "t"), env defaults to the sandbox env.  Upvalue 1: Lua's load. */
+static int sb_load(lua_State *L)
+{
+	int has_env = !lua_isnone(L, 4);
+	const char *mode = luaL_optstring(L, 3, "t");
+	if (strchr(mode, 't') == NULL) {
+		luaL_pushfail(L);
+		lua_pushstring(
+		    L, "load: binary chunks are not allowed in the sandbox (mode \"t\" only)");
+		return 2;
+	}
+	lua_settop(L, 4);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_pushvalue(L, 1);
+	lua_pushvalue(L, 2);
+	lua_pushliteral(L, "t");
+	if (has_env)
+		lua_pushvalue(L, 4);
+	else
+		lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
+	lua_call(L, 4, LUA_MULTRET);
+	return lua_gettop(L) - 4;
+}
+
+/* collectgarbage([opt]): only "count" (KiB in use, as Lua's); anything else raises. */
+static int sb_collectgarbage(lua_State *L)
+{
+	const char *opt = luaL_optstring(L, 1, "collect");
+	if (strcmp(opt, "count") != 0)
+		return luaL_error(
+		    L, "collectgarbage(\"%s\") is not allowed in the sandbox (only \"count\")",
+		    opt);
+	int kib = lua_gc(L, LUA_GCCOUNT, 0);
+	int rest = lua_gc(L, LUA_GCCOUNTB, 0);
+	lua_pushnumber(L, (lua_Number)kib + (lua_Number)rest / 1024.0);
+	return 1;
+}
+
+/* print(...): one line "imexguard: print: a<TAB>b" on stderr (slurmd keeps stderr; stdout is the
+ * output of `imexguard status`). */
+static int sb_print(lua_State *L)
+{
+	int n = lua_gettop(L);
+	luaL_Buffer b;
+	luaL_buffinit(L, &b);
+	luaL_addstring(&b, "imexguard: print: ");
+	for (int i = 1; i <= n; i++) {
+		if (i > 1)
+			luaL_addchar(&b, '\t');
+		luaL_tolstring(L, i, NULL);
+		luaL_addvalue(&b);
+	}
+	luaL_addchar(&b, '\n');
+	luaL_pushresult(&b);
+	size_t len;
+	const char *s = lua_tolstring(L, -1, &len);
+	fwrite(s, 1, len, stderr);
+	fflush(stderr);
+	return 0;
+}
+
+/* rawset(t, k, v): as Lua's, but refuses the sandbox env (the global guard is not optional). */
+static int sb_rawset(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_checkany(L, 2);
+	luaL_checkany(L, 3);
+	lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
+	if (lua_rawequal(L, 1, -1))
+		return luaL_error(L,
+				  "rawset on the global environment is not allowed (no globals)");
+	lua_settop(L, 3);
+	lua_rawset(L, 1);
+	return 1;
+}
+
+/* setmetatable(t, mt): as Lua's (upvalue 1), but refuses a metatable with a __gc field: Lua 5.4
+ * runs finalizers with hooks disabled (lgc.c GCTM), so a looping finalizer would escape layer 2
+ * of the deadline.  (A __gc added to mt later is ignored by Lua: marking happens here.) */
+static int sb_setmetatable(lua_State *L)
+{
+	if (lua_istable(L, 2) && lua_getfield(L, 2, "__gc") != LUA_TNIL)
+		return luaL_error(L, "__gc metamethods are not allowed in the sandbox");
+	lua_settop(L, 2);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, 2, 1);
+	return 1;
+}
+
+/* env.__index: reading an undefined global raises, naming it (position of the reader). */
+static int sb_env_index(lua_State *L)
+{
+	return luaL_error(L, "undefined global '%s'", luaL_tolstring(L, 2, NULL));
+}
+
+/* env.__newindex: assigning a global raises, naming it. */
+static int sb_env_newindex(lua_State *L)
+{
+	return luaL_error(L, "assignment to undeclared global '%s'", luaL_tolstring(L, 2, NULL));
+}
+
+/* ---- modules -------------------------------------------------------------------------------- */
+
+static const struct ig_embedded *find_embedded(const char *name)
+{
+	for (const struct ig_embedded *e = ig_embedded; e->name != NULL; e++)
+		if (strcmp(e->name, name) == 0)
+			return e;
+	return NULL;
+}
+
+/* A loadable library name: "imexguard.x" or "policies.x", x of [A-Za-z0-9_] (no path tricks). */
+static int valid_lib_name(const char *name)
+{
+	const char *rest;
+	if (strncmp(name, "imexguard.", 10) == 0)
+		rest = name + 10;
+	else if (strncmp(name, "policies.", 9) == 0)
+		rest = name + 9;
+	else
+		return 0;
+	if (*rest == '\0')
+		return 0;
+	for (; *rest; rest++)
+		if (!(*rest == '_' || (*rest >= '0' && *rest <= '9') ||
+		      (*rest >= 'a' && *rest <= 'z') || (*rest >= 'A' && *rest <= 'Z')))
+			return 0;
+	return 1;
+}
+
+/* DIR/a/b.lua for "a.b" into buf; returns 0 or -ENAMETOOLONG. */
+static int lua_dir_path(const char *name, char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "%s/%s.lua", g_lua_dir, name);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	char *p = buf + strlen(g_lua_dir) + 1;
+	for (; *p; p++)
+		if (*p == '.' && strcmp(p, ".lua") != 0)
+			*p = '/';
+	return 0;
+}
+
+int ig_sandbox_has_module(lua_State *L, const char *name)
+{
+	(void)L;
+	if (!valid_lib_name(name))
+		return 0;
+	if (find_embedded(name))
+		return 1;
+	char path[4096];
+	return g_lua_dir && lua_dir_path(name, path, sizeof path) == 0 && access(path, R_OK) == 0;
+}
+
+/* Push the chunk of library module `name` (from --lua-dir, else embedded) with the sandbox env;
+ * raises when it is missing or does not compile. */
+static void push_lib_chunk(lua_State *L, const char *name)
+{
+	if (g_lua_dir) {
+		char path[4096], err[768], chunkname[4100];
+		char *data = NULL;
+		size_t len = 0;
+		if (lua_dir_path(name, path, sizeof path) != 0)
+			luaL_error(L, "module '%s': path too long under --lua-dir", name);
+		int rc = ig_read_trusted(path, "module", &data, &len, err, sizeof err);
+		if (rc == 0) {
+			snprintf(chunkname, sizeof chunkname, "@%s", path);
+			rc = ig_sandbox_load(L, data, len, chunkname);
+			free(data);
+			if (rc != 0)
+				lua_error(L);
+			return;
+		}
+		if (rc != -ENOENT)
+			luaL_error(L, "%s", err);
+	}
+	const struct ig_embedded *e = find_embedded(name);
+	if (e == NULL)
+		luaL_error(
+		    L,
+		    "module '%s' not found (the sandbox provides only imexguard.*, policies.* "
+		    "and cjson)",
+		    name);
+	if (ig_sandbox_load(L, e->data, e->len, e->chunkname) != 0)
+		lua_error(L);
+}
+
+/* require(name) -> module value.  Only the embedded library, imexguard.host and cjson (see the
+ * top of this file).  Each module is loaded once per run; a module that requires itself while
+ * loading raises "loop or previous error loading module". */
+static int sb_require(lua_State *L)
+{
+	const char *name = luaL_checkstring(L, 1);
+	lua_settop(L, 1);
+	lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY); /* 2 */
+	if (lua_getfield(L, 2, name) != LUA_TNIL) {
+		if (lua_touserdata(L, -1) == &g_loading)
+			return luaL_error(L, "loop or previous error loading module '%s'", name);
+		return 1;
+	}
+	lua_pop(L, 1);
+	lua_pushlightuserdata(L, &g_loading);
+	lua_setfield(L, 2, name);
+	if (strcmp(name, "imexguard.host") == 0) {
+		lua_pushcfunction(L, luaopen_imexguard_host);
+		lua_pushvalue(L, 1);
+		lua_call(L, 1, 1);
+		if (lua_istable(L,
+				-1)) { /* the budget is the host's: no set_deadline in the binary */
+			lua_pushnil(L);
+			lua_setfield(L, -2, "set_deadline");
+		}
+	} else if (strcmp(name, "cjson") == 0) {
+		lua_pushcfunction(L, luaopen_cjson);
+		lua_pushvalue(L, 1);
+		lua_call(L, 1, 1);
+	} else if (valid_lib_name(name)) {
+		push_lib_chunk(L, name);
+		lua_pushvalue(L, 1);
+		lua_call(L, 1, 1);
+	} else {
+		return luaL_error(L,
+				  "module '%s' not found (the sandbox provides only imexguard.*, "
+				  "policies.* and cjson)",
+				  name);
+	}
+	if (lua_isnil(L, -1)) {
+		lua_pop(L, 1);
+		lua_pushboolean(L, 1);
+	}
+	lua_pushvalue(L, -1);
+	lua_setfield(L, 2, name);
+	return 1;
+}
+
+/* ---- the state ------------------------------------------------------------------------------ */
+
+static const char *const base_keep[] = {
+    "assert", "error",	"getmetatable", "ipairs",   "next", "pairs",	"rawequal", "rawget",
+    "rawlen", "select", "tonumber",	"tostring", "type", "_VERSION", NULL,
+};
+
+static const luaL_Reg sandbox_funcs[] = {
+    {"pcall", sb_pcall}, {"xpcall", sb_xpcall}, {"collectgarbage", sb_collectgarbage},
+    {"print", sb_print}, {"rawset", sb_rawset}, {"require", sb_require},
+    {NULL, NULL},
+};
+
+/* Protected part of ig_sandbox_new. */
+static int sandbox_init(lua_State *L)
+{
+	static const luaL_Reg libs[] = {
+	    {LUA_GNAME, luaopen_base},	     {LUA_STRLIBNAME, luaopen_string},
+	    {LUA_TABLIBNAME, luaopen_table}, {LUA_MATHLIBNAME, luaopen_math},
+	    {LUA_UTF8LIBNAME, luaopen_utf8}, {NULL, NULL},
+	};
+	for (const luaL_Reg *lib = libs; lib->func; lib++) {
+		luaL_requiref(L, lib->name, lib->func, 1);
+		lua_pop(L, 1);
+	}
+	lua_newtable(L); /* env */
+	int env = lua_gettop(L);
+	lua_pushglobaltable(L);
+	int g = lua_gettop(L);
+	for (const char *const *k = base_keep; *k; k++) {
+		lua_getfield(L, g, *k);
+		lua_setfield(L, env, *k);
+	}
+	const char *const libnames[] = {LUA_STRLIBNAME, LUA_TABLIBNAME, LUA_MATHLIBNAME,
+					LUA_UTF8LIBNAME, NULL};
+	for (const char *const *k = libnames; *k; k++) {
+		lua_getfield(L, g, *k);
+		lua_setfield(L, env, *k);
+	}
+	lua_getfield(L, g, "load");
+	lua_pushcclosure(L, sb_load, 1);
+	lua_setfield(L, env, "load");
+	lua_getfield(L, g, "setmetatable");
+	lua_pushcclosure(L, sb_setmetatable, 1);
+	lua_setfield(L, env, "setmetatable");
+	lua_pop(L, 1); /* global table */
+	luaL_setfuncs(L, sandbox_funcs, 0);
+	lua_pushvalue(L, env);
+	lua_setfield(L, env, LUA_GNAME); /* _G is the sandbox env */
+
+	lua_newtable(L); /* the env's metatable */
+	lua_pushcfunction(L, sb_env_index);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, sb_env_newindex);
+	lua_setfield(L, -2, "__newindex");
+	lua_pushliteral(L, "the sandbox environment is protected");
+	lua_setfield(L, -2, "__metatable");
+	lua_setmetatable(L, env);
+
+	lua_setfield(L, LUA_REGISTRYINDEX, ENV_KEY);
+	lua_newtable(L);
+	lua_setfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+	return 0;
+}
+
+lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
+{
+	if (lua_dir != NULL) {
+		if (lua_dir[0] != '/') {
+			snprintf(err, errlen, "--lua-dir %s: must be an absolute directory",
+				 lua_dir);
+			return NULL;
+		}
+		struct stat st;
+		if (stat(lua_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+			snprintf(err, errlen, "--lua-dir %s: not a directory", lua_dir);
+			return NULL;
+		}
+		free(g_lua_dir);
+		g_lua_dir = strdup(lua_dir);
+		if (g_lua_dir == NULL) {
+			snprintf(err, errlen, "out of memory");
+			return NULL;
+		}
+	}
+	g_mem.used = 0;
+	g_mem.limit = IG_SANDBOX_MEM_LIMIT;
+	lua_State *L = lua_newstate(ig_alloc, &g_mem);
+	if (L == NULL) {
+		snprintf(err, errlen, "cannot create the Lua state: out of memory");
+		return NULL;
+	}
+	lua_atpanic(L, ig_panic);
+	lua_pushcfunction(L, sandbox_init);
+	if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+		snprintf(err, errlen, "cannot set up the Lua sandbox: %s", lua_tostring(L, -1));
+		lua_close(L);
+		return NULL;
+	}
+	lua_sethook(L, ig_hook, LUA_MASKCOUNT, IG_HOOK_COUNT);
+	return L;
+}
+
+void ig_sandbox_close(lua_State *L)
+{
+	if (L != NULL)
+		lua_close(L);
+	free(g_traceback);
+	g_traceback = NULL;
+}
+
+void ig_sandbox_push_env(lua_State *L)
+{
+	lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
+}
+
+/* Compile text as a chunk whose _ENV is the sandbox env; text mode only. */
+int ig_sandbox_load(lua_State *L, const char *text, size_t len, const char *chunkname)
+{
+	if (luaL_loadbufferx(L, text, len, chunkname, "t") != LUA_OK)
+		return -EINVAL;
+	ig_sandbox_push_env(L);
+	if (lua_setupvalue(L, -2, 1) == NULL)
+		lua_pop(L, 1);
+	return 0;
+}
+
+/* ---- calling -------------------------------------------------------------------------------- */
+
+/* Whether the first line of msg already carries a position ("src:123:"). */
+static int has_position(const char *msg)
+{
+	for (const char *p = msg; *p && *p != '\n'; p++) {
+		if (*p != ':' || p[1] < '0' || p[1] > '9')
+			continue;
+		const char *q = p + 1;
+		while (*q >= '0' && *q <= '9')
+			q++;
+		if (*q == ':')
+			return 1;
+	}
+	return 0;
+}
+
+/* Message handler of ig_sandbox_call: passes the deadline interrupt through; otherwise returns
+ * "file:line: message" plus Lua's traceback (position added from the innermost Lua function
+ * when the error value has none, e.g. error("x", 0) or error({})). */
+static int sb_msgh(lua_State *L)
+{
+	if (g_fired || is_sentinel(L, 1)) {
+		lua_settop(L, 1);
+		return 1;
+	}
+	const char *msg = lua_tostring(L, 1);
+	if (msg == NULL) {
+		if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+			msg = lua_tostring(L, -1);
+		else
+			msg =
+			    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+	}
+	if (!has_position(msg)) {
+		lua_Debug ar;
+		for (int level = 1; lua_getstack(L, level, &ar); level++) {
+			if (lua_getinfo(L, "Sl", &ar) && ar.currentline > 0) {
+				msg = lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline,
+						      msg);
+				break;
+			}
+		}
+	}
+	luaL_traceback(L, L, msg, 1);
+	return 1;
+}
+
+const char *ig_sandbox_traceback(void)
+{
+	return g_traceback ? g_traceback : "";
+}
+
+enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
+{
+	int base = lua_gettop(L) - nargs; /* the function */
+	lua_pushcfunction(L, sb_msgh);
+	lua_insert(L, base);
+	int status = lua_pcall(L, nargs, nresults, base);
+	lua_remove(L, base);
+	if (status == LUA_OK)
+		return IG_CALL_OK;
+	if (g_fired || is_sentinel(L, -1)) {
+		lua_pop(L, 1);
+		lua_pushfstring(L, "the run's deadline passed; interrupted at %s",
+				g_where[0] ? g_where : "an unknown place");
+		return IG_CALL_DEADLINE;
+	}
+	if (status == LUA_ERRMEM) {
+		lua_pop(L, 1);
+		lua_pushfstring(L, "not enough memory (the sandbox's limit is %d MiB)",
+				(int)(IG_SANDBOX_MEM_LIMIT >> 20));
+		return IG_CALL_MEMORY;
+	}
+	const char *full = lua_tostring(L, -1);
+	if (full == NULL)
+		full = "(error object is not a string)";
+	free(g_traceback);
+	g_traceback = strdup(full);
+	const char *nl = strchr(full, '\n');
+	if (nl)
+		lua_pushlstring(L, full, (size_t)(nl - full));
+	else
+		lua_pushstring(L, full);
+	lua_remove(L, -2);
+	return IG_CALL_ERROR;
+}
+
+enum ig_call ig_sandbox_require(lua_State *L, const char *name)
+{
+	lua_pushcfunction(L, sb_require);
+	lua_pushstring(L, name);
+	return ig_sandbox_call(L, 1, 1);
+}
+
+/* ---- trust ---------------------------------------------------------------------------------- */
+
+/* The trust rule, applied only when running as root (design.md "Trust"), after sshd's StrictModes
+ * (OpenSSH misc.c safe_path) and sudo's sudoers checks:
+ *  - the file: a regular file owned by root (uid 0), not writable by group or others;
+ *  - every directory from the file's (canonical, realpath(3)) parent up to "/": owned by root and
+ *    not writable by group or others, EXCEPT a root-owned directory with the sticky bit (S_ISVTX,
+ *    like /tmp 1777): there other users can neither rename nor delete entries they do not own
+ *    (POSIX rename/unlink on sticky directories), so a root-owned entry below it cannot be
+ *    swapped.  sshd does not make this exception; we do, so that a private root-owned directory
+ *    under /tmp (mktemp -d, 0700) is usable, e.g. by tests.
+ * The file is opened first and checked by fstat, and the checked canonical path must name the
+ * same inode, so what is read is what was checked. */
+static int trust_check(const char *path, const struct stat *st, const char *what, char *err,
+		       size_t errlen)
+{
+	if (st->st_uid != 0) {
+		snprintf(err, errlen, "refusing %s %s: owned by uid %u, not root", what, path,
+			 (unsigned)st->st_uid);
+		return -EPERM;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen, "refusing %s %s: writable by group or others (mode %04o)",
+			 what, path, (unsigned)(st->st_mode & 07777));
+		return -EPERM;
+	}
+	char *rp = realpath(path, NULL);
+	if (rp == NULL) {
+		int rc = -errno;
+		snprintf(err, errlen, "refusing %s %s: cannot resolve its path: %s", what, path,
+			 strerror(-rc));
+		return rc;
+	}
+	struct stat rst;
+	if (stat(rp, &rst) != 0 || rst.st_dev != st->st_dev || rst.st_ino != st->st_ino) {
+		snprintf(err, errlen, "refusing %s %s: the file changed while it was checked", what,
+			 path);
+		free(rp);
+		return -EAGAIN;
+	}
+	int rc = 0;
+	for (;;) {
+		char *slash = strrchr(rp, '/');
+		if (slash == NULL)
+			break;
+		if (slash == rp)
+			slash[1] = '\0'; /* "/" */
+		else
+			*slash = '\0';
+		struct stat dst;
+		if (stat(rp, &dst) != 0) {
+			rc = -errno;
+			snprintf(err, errlen, "refusing %s %s: cannot stat directory %s: %s", what,
+				 path, rp, strerror(-rc));
+			break;
+		}
+		if (dst.st_uid != 0) {
+			snprintf(err, errlen,
+				 "refusing %s %s: directory %s is owned by uid %u, not root", what,
+				 path, rp, (unsigned)dst.st_uid);
+			rc = -EPERM;
+			break;
+		}
+		if ((dst.st_mode & (S_IWGRP | S_IWOTH)) && !(dst.st_mode & S_ISVTX)) {
+			snprintf(err, errlen,
+				 "refusing %s %s: directory %s is writable by group or others "
+				 "(mode %04o)",
+				 what, path, rp, (unsigned)(dst.st_mode & 07777));
+			rc = -EPERM;
+			break;
+		}
+		if (strcmp(rp, "/") == 0)
+			break;
+	}
+	free(rp);
+	return rc;
+}
+
+int ig_read_trusted(const char *path, const char *what, char **data, size_t *len, char *err,
+		    size_t errlen)
+{
+	*data = NULL;
+	*len = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		int rc = -errno;
+		snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(-rc));
+		return rc;
+	}
+	int rc = 0;
+	char *buf = NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot stat %s %s: %s", what, path, strerror(-rc));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		snprintf(err, errlen, "%s %s is not a regular file", what, path);
+		goto out;
+	}
+	if (geteuid() == 0 && (rc = trust_check(path, &st, what, err, errlen)) != 0)
+		goto out;
+	if ((size_t)st.st_size > IG_SANDBOX_MAX_FILE) {
+		rc = -EFBIG;
+		snprintf(err, errlen, "%s %s is larger than %zu bytes", what, path,
+			 IG_SANDBOX_MAX_FILE);
+		goto out;
+	}
+	size_t cap = (size_t)st.st_size + 1, n = 0;
+	buf = malloc(cap + 1);
+	if (buf == NULL) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "cannot read %s %s: out of memory", what, path);
+		goto out;
+	}
+	for (;;) {
+		if (n == cap) {
+			if (cap > IG_SANDBOX_MAX_FILE) {
+				rc = -EFBIG;
+				snprintf(err, errlen, "%s %s is larger than %zu bytes", what, path,
+					 IG_SANDBOX_MAX_FILE);
+				goto out;
+			}
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (nb == NULL) {
+				rc = -ENOMEM;
+				snprintf(err, errlen, "cannot read %s %s: out of memory", what,
+					 path);
+				goto out;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(-rc));
+			goto out;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	buf[n] = '\0';
+	*data = buf;
+	*len = n;
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}

@@ -1,0 +1,385 @@
+-- The Lua sandbox of the imexguard binary (src/sandbox.c): the deadline layers, removed globals
+-- and modules, the global guard, error reporting, outcome codes, memory cap and the trust check.
+-- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
+local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
+local BIN = BUILD .. "/imexguard"
+
+local function sh_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function write_file(path, text, mode)
+  local f = assert(io.open(path, "wb"))
+  f:write(text)
+  f:close()
+  assert(os.execute("chmod " .. (mode or "0644") .. " " .. sh_quote(path)))
+end
+
+-- Run the binary with args (list); returns {code, stdout, stderr, elapsed (seconds)}.
+local function run(dir, args, env)
+  local parts = { "env", "IMEXGUARD_NO_JOURNAL=1" }
+  for k, v in pairs(env or {}) do parts[#parts + 1] = sh_quote(k .. "=" .. v) end
+  parts[#parts + 1] = sh_quote(BIN)
+  for _, a in ipairs(args) do parts[#parts + 1] = sh_quote(a) end
+  local out, err = dir .. "/stdout", dir .. "/stderr"
+  local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "
+    .. "echo $rc $(( (e - s) / 1000 ))", table.concat(parts, " "), sh_quote(out), sh_quote(err))
+  local p = assert(io.popen(cmd))
+  local line = p:read("l")
+  p:close()
+  local code, us = line:match("^(%d+) (%d+)$")
+  return { code = tonumber(code), stdout = read_file(out) or "", stderr = read_file(err) or "",
+    elapsed = tonumber(us) / 1e6 }
+end
+
+-- The final line "imexguard: LEVEL: COMMAND job=ID outcome=NAME: MESSAGE" of stderr.
+local function final(r)
+  local last
+  for l in r.stderr:gmatch("[^\n]+") do
+    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
+  end
+  assert(last, "no final line in stderr:\n" .. r.stderr)
+  local outcome, msg = last:match("outcome=([%w-]+):? ?(.*)$")
+  return outcome, msg
+end
+
+describe("imexguard sandbox", function()
+  local dir
+  local n = 0
+
+  setup(function()
+    local p = assert(io.popen("mktemp -d /tmp/igsandbox.XXXXXX"))
+    dir = p:read("l")
+    p:close()
+    assert(os.execute("chmod 0700 " .. sh_quote(dir)))
+    local f = io.open(BIN, "rb")
+    assert(f, "the binary " .. BIN .. " is not built (set IMEXGUARD_BUILD)")
+    f:close()
+  end)
+
+  teardown(function()
+    if dir then os.execute("rm -rf " .. sh_quote(dir)) end
+  end)
+
+  -- Write a policy whose prolog body is `body` and run `imexguard prolog` on it.
+  local function policy(body, extra_args, env)
+    n = n + 1
+    local path = string.format("%s/p%d.lua", dir, n)
+    write_file(path, "local P = {}\nfunction P.prolog(ctx)\n" .. body
+      .. "\nend\nfunction P.epilog() return 'ok' end\nreturn P\n")
+    local args = { "--config", dir .. "/none.conf", "--policy", path }
+    for _, a in ipairs(extra_args or {}) do args[#args + 1] = a end
+    args[#args + 1] = "prolog"
+    return run(dir, args, env), path
+  end
+
+  setup(function()
+    write_file(dir .. "/none.conf", "")
+  end)
+
+  describe("deadline", function()
+    local DEADLINE = 0.5
+
+    local function expect_deadline(r)
+      local outcome, msg = final(r)
+      assert.equal("deadline-exceeded", outcome, r.stderr)
+      assert.equal(10, r.code)
+      assert.is_true(r.elapsed >= DEADLINE, "ended before the deadline: " .. r.elapsed)
+      assert.is_true(r.elapsed < DEADLINE + 1, "took " .. r.elapsed .. " s")
+      return msg
+    end
+
+    it("stops `while true do end` within a second of the deadline", function()
+      local r, path = policy("while true do end", { "--deadline", tostring(DEADLINE) })
+      local msg = expect_deadline(r)
+      assert.matches(path:gsub("%p", "%%%0") .. ":3", msg)
+    end)
+
+    it("is not swallowed by pcall", function()
+      local r = policy("while true do pcall(function() while true do end end) end",
+        { "--deadline", tostring(DEADLINE) })
+      expect_deadline(r)
+    end)
+
+    it("is not swallowed by xpcall, even with a handler that loops", function()
+      local r = policy([[
+        while true do
+          xpcall(function() while true do end end, function(e) while true do end return e end)
+        end]], { "--deadline", tostring(DEADLINE) })
+      expect_deadline(r)
+    end)
+
+    it("is not swallowed by error-catching loops around erroring code", function()
+      local r = policy([[
+        while true do pcall(error, "x") end]], { "--deadline", tostring(DEADLINE) })
+      expect_deadline(r)
+    end)
+
+    it("stops a loop in a module's code and in a settings file", function()
+      write_file(dir .. "/loop.conf", "local x = 0 while true do x = x + 1 end")
+      local r = run(dir, { "--config", dir .. "/loop.conf", "--deadline", tostring(DEADLINE),
+        "--policy", dir .. "/none.conf", "prolog" })
+      expect_deadline(r)
+    end)
+
+    it("refuses __gc finalizers (they run with hooks disabled)", function()
+      local r = policy("setmetatable({}, { __gc = function() while true do end end })\nreturn 'ok'")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches("__gc metamethods are not allowed", msg)
+      r = policy("local t = setmetatable({}, { __index = { x = 7 } })\nreturn 'ok', tostring(t.x)")
+      assert.same({ "ok", "7" }, { final(r) })
+    end)
+
+    it("the watchdog ends code stuck inside one C call", function()
+      -- Lua's matcher backtracks in C: O(n^3) steps, no VM instruction, so no count hook.
+      local r = policy([[
+        local s = string.rep("a", 200000)
+        s:find(".-.-.-b")
+        return "ok", "finished?"]], { "--deadline", "0.3" })
+      assert.equal(10, r.code)
+      assert.matches("outcome=deadline%-exceeded: watchdog:", r.stderr)
+      assert.is_true(r.elapsed < 0.3 + 2 + 1, "took " .. r.elapsed .. " s")
+    end)
+
+    it("lets a policy that returns in time keep its own outcome", function()
+      local r = policy([[
+        local host = ctx.host
+        host.sleep(10)           -- cut short by the deadline
+        return "deadline-exceeded", "step X did not finish"]], { "--deadline", "0.3" })
+      local outcome, msg = final(r)
+      assert.equal("deadline-exceeded", outcome)
+      assert.equal("step X did not finish", msg)
+      assert.equal(10, r.code)
+    end)
+  end)
+
+  describe("removed globals and modules", function()
+    for _, name in ipairs({ "io", "os", "debug", "dofile", "loadfile", "package", "coroutine" }) do
+      it("has no " .. name, function()
+        local r = policy("local x = " .. name .. "\nreturn 'ok', 'got ' .. tostring(x)")
+        local outcome, msg = final(r)
+        assert.equal("policy-error", outcome)
+        assert.equal(3, r.code)
+        assert.matches("undefined global '" .. name .. "'", msg, 1, true)
+      end)
+    end
+
+    for _, name in ipairs({ "io", "os", "debug", "ffi", "../x", "imexguard.nope" }) do
+      it("refuses require '" .. name .. "' naming it", function()
+        local r = policy("require '" .. name .. "'\nreturn 'ok', 'loaded'")
+        local outcome, msg = final(r)
+        assert.equal("policy-error", outcome)
+        assert.matches("module '" .. name .. "' not found", msg, 1, true)
+      end)
+    end
+
+    it("refuses binary chunks", function()
+      local r = policy("local f = assert(load(string.dump(function() return 1 end)))\n"
+        .. "return 'ok', 'ran ' .. tostring(f())")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches("binary chunk", msg)
+      r = policy("local f, e = load('return 1', 'x', 'b')\nreturn 'ok', tostring(f) .. ' ' .. e")
+      assert.equal("ok", (final(r)))
+      assert.matches("nil load: binary chunks are not allowed", r.stderr)
+    end)
+
+    it("loads text chunks into the sandbox env", function()
+      local r = policy("return 'ok', tostring(load('return io')())")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches("undefined global 'io'", msg)
+      r = policy("return 'ok', tostring(load('return x', 'c', 't', { x = 'mine' })())")
+      assert.equal("mine", select(2, final(r)))
+    end)
+
+    it("allows collectgarbage('count') only", function()
+      local r = policy("return 'ok', math.type(collectgarbage('count'))")
+      assert.same({ "ok", "float" }, { final(r) })
+      r = policy("collectgarbage('collect') return 'ok', 'collected'")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches("collectgarbage%(\"collect\"%) is not allowed", msg)
+    end)
+
+    it("provides the library, cjson and the host without set_deadline", function()
+      local r = policy([[
+        local outcomes = require "imexguard.outcomes"
+        local cjson = require "cjson"
+        local host = require "imexguard.host"
+        assert(host == require "imexguard.host")
+        return "ok", string.format("%d %s %s %s", outcomes.codes["lock-timeout"],
+          cjson.encode({ 1 }), type(host.now), tostring(host.set_deadline))]])
+      assert.same({ "ok", "4 [1] function nil" }, { final(r) })
+    end)
+
+    it("routes print to a stderr line", function()
+      local r = policy("print('hello', 42) return 'ok'")
+      assert.equal("", r.stdout)
+      assert.matches("imexguard: print: hello\t42\n", r.stderr, 1, true)
+    end)
+  end)
+
+  describe("globals", function()
+    it("refuses reading an undefined global, naming it and the line", function()
+      local r, path = policy("local x = 1\nreturn 'ok', tostring(undefined_thing)")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.equal(path .. ":4: undefined global 'undefined_thing'", msg)
+    end)
+
+    it("refuses assigning a global", function()
+      local r, path = policy("counter = 1\nreturn 'ok'")
+      local _, msg = final(r)
+      assert.equal(path .. ":3: assignment to undeclared global 'counter'", msg)
+    end)
+
+    it("cannot be bypassed with rawset or setmetatable on _G", function()
+      local r = policy("rawset(_G, 'x', 1) return 'ok'")
+      assert.matches("rawset on the global environment is not allowed", select(2, final(r)))
+      r = policy("setmetatable(_G, nil) return 'ok'")
+      assert.matches("protected metatable", select(2, final(r)))
+      r = policy("local t = {} rawset(t, 'x', 1) return 'ok', tostring(t.x)")
+      assert.same({ "ok", "1" }, { final(r) })
+    end)
+  end)
+
+  describe("errors", function()
+    it("reports a syntax error with file and line", function()
+      n = n + 1
+      local path = dir .. "/syntax.lua"
+      write_file(path, "local P = {}\n\nfunction P.prolog(\nreturn P\n")
+      local r = run(dir, { "--config", dir .. "/none.conf", "--policy", path, "prolog" })
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.equal(3, r.code)
+      assert.matches(path:gsub("%p", "%%%0") .. ":4:", msg)
+    end)
+
+    it("reports a runtime error as its first line with file:line, no traceback", function()
+      local r, path = policy("local t = nil\nreturn t.field")
+      local _, msg = final(r)
+      assert.equal(path .. ":4: attempt to index a nil value (local 't')", msg)
+      assert.not_matches("traceback", r.stderr)
+    end)
+
+    it("adds a position to errors raised without one", function()
+      local r, path = policy("error({ code = 1 })")
+      local _, msg = final(r)
+      assert.equal(path .. ":3: (error object is a table value)", msg)
+      r, path = policy("error('plain', 0)")
+      assert.equal(path .. ":3: plain", select(2, final(r)))
+    end)
+
+    it("refuses an unknown outcome or a bad message", function()
+      local r = policy("return 'fine', 'all good'")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches('returned "fine" instead of an outcome name', msg, 1, true)
+      r = policy("return nil")
+      assert.matches("returned nil instead of an outcome name", select(2, final(r)))
+      r = policy("return 'ok', { 1 }")
+      assert.matches("returned a table as its message", select(2, final(r)))
+    end)
+
+    it("maps every outcome to its exit code", function()
+      local outcomes = dofile("lua/imexguard/outcomes.lua")
+      for name, code in pairs(outcomes.codes) do
+        local r = policy(string.format("return %q, 'message for %s'", name, name))
+        local outcome, msg = final(r)
+        assert.equal(name, outcome)
+        assert.equal("message for " .. name, msg)
+        assert.equal(code, r.code, name)
+      end
+      local r = policy("return 'peers-unhealthy', 'n3 down'", { "--set", "on_peer_fault=fail" })
+      assert.equal(outcomes.PEERS_UNHEALTHY_FAIL, r.code)
+    end)
+
+    it("turns a memory bomb into policy-error, not a crash", function()
+      local r = policy("local s = 'x'\nwhile true do s = s .. s end")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.equal(3, r.code)
+      assert.matches("not enough memory", msg)
+      r = policy("local s = 'x'\nwhile true do s = string.rep(s, 2) end")
+      assert.equal("policy-error", (final(r)))
+      assert.matches("not enough memory", r.stderr)
+    end)
+  end)
+
+  describe("trust (as root)", function()
+    local is_root = (function()
+      local p = io.popen("id -u")
+      local uid = p:read("l")
+      p:close()
+      return uid == "0"
+    end)()
+
+    local function sub(name, mode)
+      local d = dir .. "/" .. name
+      assert(os.execute("mkdir -p " .. sh_quote(d) .. " && chmod " .. mode .. " " .. sh_quote(d)))
+      return d
+    end
+
+    local function run_policy(path)
+      return run(dir, { "--config", dir .. "/none.conf", "--policy", path, "prolog" })
+    end
+
+    local good = "return { prolog = function() return 'ok', 'trusted' end, epilog = function() end }"
+
+    it("accepts a root-owned 0644 file in a private dir under sticky /tmp", function()
+      if not is_root then return pending("needs root") end
+      local d = sub("trusted", "0755")
+      write_file(d .. "/p.lua", good, "0644")
+      assert.same({ "ok", "trusted" }, { final(run_policy(d .. "/p.lua")) })
+    end)
+
+    it("refuses a group-writable policy file, naming it", function()
+      if not is_root then return pending("needs root") end
+      local d = sub("gw-file", "0755")
+      write_file(d .. "/p.lua", good, "0664")
+      local r = run_policy(d .. "/p.lua")
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.equal(3, r.code)
+      assert.equal("refusing policy " .. d .. "/p.lua: writable by group or others (mode 0664)", msg)
+    end)
+
+    it("refuses a policy in a group-writable directory", function()
+      if not is_root then return pending("needs root") end
+      local d = sub("gw-dir", "0775")
+      write_file(d .. "/p.lua", good, "0644")
+      local _, msg = final(run_policy(d .. "/p.lua"))
+      assert.equal("refusing policy " .. d .. "/p.lua: directory " .. d
+        .. " is writable by group or others (mode 0775)", msg)
+    end)
+
+    it("refuses a policy file not owned by root", function()
+      if not is_root then return pending("needs root") end
+      local d = sub("owned", "0755")
+      write_file(d .. "/p.lua", good, "0644")
+      assert(os.execute("chown 65534 " .. sh_quote(d .. "/p.lua")))
+      local _, msg = final(run_policy(d .. "/p.lua"))
+      assert.equal("refusing policy " .. d .. "/p.lua: owned by uid 65534, not root", msg)
+    end)
+
+    it("refuses a settings file in a non-sticky world-writable directory", function()
+      if not is_root then return pending("needs root") end
+      local d = sub("ww", "0777")
+      write_file(d .. "/c.conf", "", "0644")
+      local r = run(dir, { "--config", d .. "/c.conf", "--policy", dir .. "/none.conf", "prolog" })
+      local outcome, msg = final(r)
+      assert.equal("policy-error", outcome)
+      assert.matches("refusing settings file " .. d:gsub("%p", "%%%0") .. "/c.conf: directory", msg)
+    end)
+  end)
+end)

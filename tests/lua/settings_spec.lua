@@ -1,0 +1,218 @@
+-- lua/imexguard/settings.lua: schema, loading in an empty env, validation, --set overrides, and
+-- the example file documenting every setting.
+local S = require "imexguard.settings"
+
+describe("imexguard.settings", function()
+  describe("defaults and validate", function()
+    it("fills every default into a copy", function()
+      local t = assert(S.validate({}))
+      assert.same({
+        deadline = 90, unit = "nvidia-imex.service", bus = "system",
+        imex_config = "/etc/nvidia-imex/config.cfg", ctl = "/usr/bin/nvidia-imex-ctl",
+        ctl_timeout = 5, state_dir = "/run/imexguard", address_source = "dns", resolve_timeout = 2,
+        allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
+        poll_interval = 0.25, on_peer_fault = "warn", restart_under_jobs = false,
+        log_journal = true, log_level = "info",
+      }, t)
+      assert.is_nil(t.nodes_file)
+      assert.is_nil(t.address_map)
+      assert.is_nil(t.policy)
+      assert.same(t, S.defaults())
+    end)
+
+    it("keeps given values and does not modify its input", function()
+      local raw = { deadline = 20, ctl = { "/usr/bin/sudo", "nvidia-imex-ctl" }, bus = "unix:path=/x",
+        nodes_file = "/tmp/n.cfg", log_level = "debug", allow_loopback = true }
+      local t = assert(S.validate(raw))
+      assert.equal(20, t.deadline)
+      assert.same({ "/usr/bin/sudo", "nvidia-imex-ctl" }, t.ctl)
+      assert.are_not.equal(raw.ctl, t.ctl)
+      assert.equal("unix:path=/x", t.bus)
+      assert.equal("/tmp/n.cfg", t.nodes_file)
+      assert.is_true(t.allow_loopback)
+      assert.equal("debug", t.log_level)
+      t.deadline = 1
+      assert.equal(20, raw.deadline)
+      assert.is_nil(raw.unit)
+    end)
+
+    it("refuses unknown keys, naming them", function()
+      local t, err = S.validate({ deadlin = 5 })
+      assert.is_nil(t)
+      assert.equal("unknown setting 'deadlin'", err)
+      assert.equal("unknown setting '1'", select(2, S.validate({ 5 })))
+    end)
+
+    local bad = {
+      { "deadline", "90", "must be a number > 0" },
+      { "deadline", 0, "must be a number > 0" },
+      { "deadline", -1, "must be a number > 0" },
+      { "deadline", 0 / 0, "must be a number > 0" },
+      { "deadline", math.huge, "must be a number > 0" },
+      { "poll_interval", false, "must be a number > 0" },
+      { "unit", 5, "must be a non%-empty string" },
+      { "unit", "", "must be a non%-empty string" },
+      { "allow_loopback", "yes", "must be true or false" },
+      { "on_peer_fault", "drain", "must be one of \"warn\", \"fail\"" },
+      { "address_source", "ldap", "must be one of \"dns\", \"map\"" },
+      { "log_level", "warn", "must be one of \"debug\", \"info\", \"notice\", \"warning\", \"err\"" },
+      { "bus", "session", "must be \"system\", \"user\" or a D%-Bus address" },
+      { "ctl", {}, "must be a path or a non%-empty list of strings" },
+      { "ctl", { "a", 5 }, "must be a path or a non%-empty list of strings" },
+      { "ctl", { x = "a" }, "must be a path or a non%-empty list of strings" },
+      { "nodes_file", true, "must be a non%-empty string" },
+    }
+    for _, case in ipairs(bad) do
+      local key, value, want = case[1], case[2], case[3]
+      it(string.format("refuses %s = %s", key, tostring(value)), function()
+        local t, err = S.validate({ [key] = value })
+        assert.is_nil(t)
+        assert.matches("^setting '" .. key .. "' " .. want, err)
+      end)
+    end
+
+    it("refuses a non-table", function()
+      assert.equal("settings must be a table, got string", select(2, S.validate("x")))
+    end)
+  end)
+
+  describe("load", function()
+    it("reads top-level assignments", function()
+      local t = assert(S.load('unit = "imex.service"\ndeadline = 30\nctl = { "/a", "-x" }\n', "@c.conf"))
+      assert.same({ unit = "imex.service", deadline = 30, ctl = { "/a", "-x" } }, t)
+      assert.is_nil(getmetatable(t))
+    end)
+
+    it("reads a returned table", function()
+      assert.same({ deadline = 5 }, assert(S.load("return { deadline = 5 }", "@c.conf")))
+    end)
+
+    it("reads an empty or comment-only file as no settings", function()
+      assert.same({}, assert(S.load("", "@c.conf")))
+      assert.same({}, assert(S.load("-- deadline = 90\n", "@c.conf")))
+    end)
+
+    it("allows reading a name assigned above", function()
+      assert.same({ lock_timeout = 10, start_timeout = 10 },
+        assert(S.load("lock_timeout = 10\nstart_timeout = lock_timeout\n", "@c.conf")))
+    end)
+
+    it("offers no functions: a call or an unassigned name is an error with file:line", function()
+      local t, err = S.load('unit = "a"\nstate_dir = os.getenv("HOME")\n', "@/etc/c.conf")
+      assert.is_nil(t)
+      assert.matches("^/etc/c.conf:2: undefined name 'os'", err)
+      assert.matches("^/etc/c.conf:1: undefined name 'print'",
+        select(2, S.load('print("x")', "@/etc/c.conf")))
+      assert.matches("^/etc/c.conf:1: undefined name 'nvidia'",
+        select(2, S.load("unit = nvidia", "@/etc/c.conf")))
+    end)
+
+    it("reports a syntax error with file:line", function()
+      local t, err = S.load("deadline = 5\nunit = = 'x'\n", "@/etc/c.conf")
+      assert.is_nil(t)
+      assert.matches("^/etc/c.conf:2:", err)
+    end)
+
+    it("refuses a non-table return and mixing both styles", function()
+      assert.equal("c.conf: must return a table of settings, returned number",
+        select(2, S.load("return 5", "@c.conf")))
+      assert.equal("c.conf: both assigns settings and returns a table: use one style",
+        select(2, S.load("deadline = 1\nreturn { unit = 'x' }", "@c.conf")))
+    end)
+
+    it("refuses a non-string text", function()
+      assert.is_nil((S.load(nil)))
+    end)
+  end)
+
+  describe("apply_overrides", function()
+    it("parses values by the schema's kind and does not modify its input", function()
+      local raw = { deadline = 10, unit = "a" }
+      local t = assert(S.apply_overrides(raw, {
+        "deadline=2.5", "allow_loopback=yes", "log_journal=0", "unit=b.service",
+        "ctl=/usr/bin/sudo /usr/bin/nvidia-imex-ctl", "bus=unix:path=/run/x=y",
+      }))
+      assert.same({ deadline = 2.5, allow_loopback = true, log_journal = false, unit = "b.service",
+        ctl = { "/usr/bin/sudo", "/usr/bin/nvidia-imex-ctl" }, bus = "unix:path=/run/x=y" }, t)
+      assert.same({ deadline = 10, unit = "a" }, raw)
+      assert.equal("/x", assert(S.apply_overrides({}, { "ctl=/x" })).ctl)
+    end)
+
+    it("unsets an optional setting with an empty value", function()
+      local t = assert(S.apply_overrides({ nodes_file = "/n" }, { "nodes_file=" }))
+      assert.is_nil(t.nodes_file)
+    end)
+
+    it("names the key of a bad override", function()
+      assert.equal("--set: unknown setting 'dead'", select(2, S.apply_overrides({}, { "dead=1" })))
+      assert.equal("--set deadline: 'soon' is not a number",
+        select(2, S.apply_overrides({}, { "deadline=soon" })))
+      assert.equal("--set allow_loopback: 'maybe' is not a boolean (true/false)",
+        select(2, S.apply_overrides({}, { "allow_loopback=maybe" })))
+      assert.equal("--set expects KEY=VALUE, got 'deadline'",
+        select(2, S.apply_overrides({}, { "deadline" })))
+    end)
+
+    it("leaves enum and range checks to validate", function()
+      local t = assert(S.apply_overrides({}, { "log_level=loud" }))
+      assert.matches("^setting 'log_level' must be one of", select(2, S.validate(t)))
+      t = assert(S.apply_overrides({}, { "deadline=-3" }))
+      assert.matches("^setting 'deadline' must be a number > 0", select(2, S.validate(t)))
+    end)
+  end)
+
+  describe("readonly", function()
+    it("reads through, refuses assignment and unknown keys, iterates", function()
+      local t = assert(S.validate({ ctl = { "/a", "-b" } }))
+      local ro = S.readonly(t, "ctx.settings", S.by_name)
+      assert.equal("nvidia-imex.service", ro.unit)
+      assert.is_nil(ro.nodes_file)
+      assert.equal("-b", ro.ctl[2])
+      assert.equal(2, #ro.ctl)
+      assert.has_error(function() ro.unit = "x" end, "ctx.settings is read-only (assignment to 'unit')")
+      assert.has_error(function() ro.ctl[1] = "x" end, "ctx.settings is read-only (assignment to '1')")
+      assert.has_error(function() return ro.unitt end, "ctx.settings: unknown setting 'unitt'")
+      local keys = {}
+      for k in pairs(ro) do keys[#keys + 1] = k end
+      assert.equal(#S.schema - 3, #keys) -- nodes_file, address_map, policy are unset
+      local seen = {}
+      for i, v in ipairs(ro.ctl) do seen[i] = v end
+      assert.same({ "/a", "-b" }, seen)
+      assert.is_false(getmetatable(ro))
+      assert.equal("nvidia-imex.service", t.unit)
+    end)
+  end)
+
+  describe("contrib/imexguard.conf.example", function()
+    local f = assert(io.open("contrib/imexguard.conf.example"))
+    local text = f:read("a")
+    f:close()
+
+    it("loads as all defaults (everything commented out)", function()
+      local raw = assert(S.load(text, "@contrib/imexguard.conf.example"))
+      assert.same({}, raw)
+    end)
+
+    it("documents every setting with its default", function()
+      for _, e in ipairs(S.schema) do
+        local line = text:match("\n%-%- " .. e.name .. " = ([^\n]*)")
+        assert(line, "setting " .. e.name .. " is not documented")
+        if e.default ~= nil then
+          local value = assert(load("return " .. line))()
+          assert.same(e.default, value, e.name)
+        end
+        -- uncommented, the documented value itself is valid
+        local raw = assert(S.load(e.name .. " = " .. line, "@example"))
+        assert(S.validate(raw))
+      end
+    end)
+
+    it("has a one-line doc with the unit for every setting", function()
+      for _, e in ipairs(S.schema) do
+        assert.is_string(e.doc)
+        assert.not_matches("\n", e.doc)
+        if e.kind == "number" then assert.matches("^seconds", e.doc, nil, false) end
+      end
+    end)
+  end)
+end)

@@ -74,6 +74,18 @@ local ok, err = xpcall(function()
     error("demo: unexpected result (see the tables above)", 0)
   end
 end, debug.traceback)
+if not ok then
+  -- Show what the simulated daemons logged before everything is removed.
+  for _, name in ipairs(d.names) do
+    local log = simdomain.read_file(d:dir(name) .. "/imex.log") or ""
+    local tail = {}
+    for line in log:gmatch("[^\n]+") do tail[#tail + 1] = line end
+    io.stderr:write(string.format("--- %s/imex.log (last lines)\n", name))
+    for i = math.max(1, #tail - 8), #tail do io.stderr:write(tail[i], "\n") end
+    local _, st = d:systemctl("status", "--lines=5", d:unit(name))
+    io.stderr:write(st)
+  end
+end
 d:destroy()
 if not ok then
   io.stderr:write(tostring(err), "\n")

@@ -171,18 +171,18 @@ end
 
 function M:invocation(name) return self:prop(name, "InvocationID") end
 
---- Start every node's unit (or those named) and wait until each is active.
+--- Enable and start every node's unit (or those named), as nvidia-imex is on a real node.
 function M:start(names)
   for _, name in ipairs(names or self.names) do
-    local ok, out = self:systemctl("start", self:unit(name))
+    local ok, out = self:systemctl("enable", "--now", self:unit(name))
     if not ok then return nil, name .. ": " .. out end
   end
   return true
 end
 
---- Stop every unit of the domain (ignores units that are not running).
+--- Stop and disable every unit of the domain (ignores units that are not running).
 function M:stop()
-  for _, name in ipairs(self.names) do self:systemctl("stop", self:unit(name)) end
+  for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
   for _, name in ipairs(self.names) do self:systemctl("reset-failed", self:unit(name)) end
 end
 

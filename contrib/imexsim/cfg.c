@@ -36,6 +36,28 @@ static int parse_int(const char *v, int lo, int hi, int *out)
 	return 0;
 }
 
+/* Parse a decimal number (e.g. "1.5") in [lo, hi]; returns 0 or -EINVAL. */
+static int parse_double(const char *v, double lo, double hi, double *out)
+{
+	char *end;
+	errno = 0;
+	double x = strtod(v, &end);
+	if (errno || end == v || *end != '\0' || !(x >= lo && x <= hi))
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
+/* Parse a SIM_WHO_* knob value: "0", "1" or "remote"; returns 0 or -EINVAL. */
+static int parse_who(const char *v, int *out)
+{
+	if (!strcmp(v, "remote")) {
+		*out = SIM_WHO_REMOTE;
+		return 0;
+	}
+	return parse_int(v, 0, 1, out);
+}
+
 /* Copy `v` into dst (size n); -EINVAL when it does not fit. */
 static int copy_str(char *dst, size_t n, const char *v)
 {
@@ -58,10 +80,40 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 		return parse_int(v, 0, 1, &c->daemonize);
 	if (!strcmp(k, "IMEXSIM_RECONNECT_MS"))
 		return parse_int(v, 1, 3600000, &c->reconnect_ms);
+	if (!strcmp(k, "IMEXSIM_RECONNECT_FACTOR"))
+		return parse_double(v, 1.0, 100.0, &c->reconnect_factor);
+	if (!strcmp(k, "IMEXSIM_RECONNECT_MAX_MS"))
+		return parse_int(v, 1, 3600000, &c->reconnect_max_ms);
+	if (!strcmp(k, "IMEXSIM_USR1_INTERVAL_MS"))
+		return parse_int(v, 0, 3600000, &c->usr1_interval_ms);
+	if (!strcmp(k, "IMEXSIM_GOODBYE_STATUS")) {
+		if (strcmp(v, "RECOVERING") && strcmp(v, "DISCONNECTED"))
+			return -EINVAL;
+		c->goodbye_disconnected = !strcmp(v, "DISCONNECTED");
+		return 0;
+	}
+	if (!strcmp(k, "IMEXSIM_CTL_FORMAT")) {
+		if (strcmp(v, "570") && strcmp(v, "570.00") && strcmp(v, "580"))
+			return -EINVAL;
+		return copy_str(c->ctl_format, sizeof c->ctl_format, v);
+	}
+	if (!strcmp(k, "IMEXSIM_HOSTNAME")) {
+		/* One token of the STATUS answer, like the version. */
+		for (const char *p = v; *p; p++)
+			if (isspace((unsigned char)*p))
+				return -EINVAL;
+		return copy_str(c->hostname, sizeof c->hostname, v);
+	}
 	if (!strcmp(k, "IMEXSIM_NEVER_READY"))
 		return parse_int(v, 0, 1, &c->never_ready);
 	if (!strcmp(k, "IMEXSIM_HANG_CMD"))
-		return parse_int(v, 0, 1, &c->hang_cmd);
+		return parse_who(v, &c->hang_cmd);
+	if (!strcmp(k, "IMEXSIM_REFUSE_CMD"))
+		return parse_who(v, &c->refuse_cmd);
+	if (!strcmp(k, "IMEXSIM_REFUSE_PEERS"))
+		return parse_int(v, 0, 1, &c->refuse_peers);
+	if (!strcmp(k, "IMEXSIM_EXIT_AT_START"))
+		return parse_int(v, 0, 255, &c->exit_at_start);
 	if (!strcmp(k, "IMEXSIM_START_DELAY_MS"))
 		return parse_int(v, 0, 3600000, &c->start_delay_ms);
 	if (!strcmp(k, "IMEXSIM_CRASH_AFTER_MS"))
@@ -106,6 +158,10 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
 	c->cmd_enabled = 1;
 	c->daemonize = 1;
 	c->reconnect_ms = 300;
+	c->reconnect_factor = 2.0;
+	c->reconnect_max_ms = 2000;
+	c->usr1_interval_ms = 5000;
+	strcpy(c->ctl_format, "570");
 	strcpy(c->node_file, "/etc/nvidia-imex/nodes_config.cfg");
 	strcpy(c->wait_for_quorum, "RECOVERY");
 	strcpy(c->version, SIM_DEFAULT_VERS);

@@ -37,16 +37,30 @@ struct sim_config {
 	char log_file[SIM_PATH_LEN];	/* LOG_FILE_NAME, default "" (no log file) */
 	char wait_for_quorum[32];	/* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
 	char version[64];		/* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
-	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS, default 300 */
-	char pid_file[SIM_PATH_LEN];	/* IMEXSIM_PID_FILE, default "" */
-	char state_file[SIM_PATH_LEN];	/* IMEXSIM_STATE_FILE, default "" */
-	/* Fault knobs (README.md), all off by default. */
+	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
+	double reconnect_factor;	/* IMEXSIM_RECONNECT_FACTOR: growth per failure, default 2 */
+	int reconnect_max_ms;		/* IMEXSIM_RECONNECT_MAX_MS: back-off cap, default 2000 */
+	int usr1_interval_ms;		/* IMEXSIM_USR1_INTERVAL_MS: SIGUSR1 rate limit, default 5000 */
+	char hostname[SIM_ADDR_LEN];	/* IMEXSIM_HOSTNAME, default "" (gethostname(2)) */
+	int goodbye_disconnected; /* IMEXSIM_GOODBYE_STATUS: 0 RECOVERING (default), 1 DISCONNECTED */
+	char ctl_format[16];	       /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
+	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
+	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
+	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
-	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING this long */
+	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
 	int crash_after_ms;   /* IMEXSIM_CRASH_AFTER_MS: SIGKILL itself then */
-	int hang_cmd;	      /* IMEXSIM_HANG_CMD: accept, never answer */
+	int exit_at_start;    /* IMEXSIM_EXIT_AT_START: exit with this status before forking */
+	int hang_cmd;	      /* IMEXSIM_HANG_CMD: accept, never answer (SIM_WHO_*) */
+	int refuse_cmd;	      /* IMEXSIM_REFUSE_CMD: no command port / reset (SIM_WHO_*) */
+	int refuse_peers;     /* IMEXSIM_REFUSE_PEERS: do not listen on SERVER_PORT */
 	char drop_peers[256]; /* IMEXSIM_DROP_PEERS: node IDs, comma-separated */
 };
+
+/* Values of the IMEXSIM_HANG_CMD and IMEXSIM_REFUSE_CMD knobs: "0", "1" (every client) or
+ * "remote" (only clients whose source address is not the command port's own address, i.e. the
+ * ctl of another node; the local ctl still gets answers). */
+enum { SIM_WHO_NONE = 0, SIM_WHO_ALL = 1, SIM_WHO_REMOTE = 2 };
 
 /* The node list (nodes_config.cfg): entry i is node ID i. */
 struct sim_nodes {

@@ -88,7 +88,9 @@ describe("imexguard as the Slurm prolog", function()
     assert.are.equal("COMPLETED", wait_job(id))
     for _, n in ipairs(all) do
       assert.are.same({ "ok" }, outcomes(n, id))
-      local dom = cjson.decode(assert(simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")))
+      local text = simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")
+      assert.is_string(text, "the step wrote the ctl's answer on " .. n)
+      local dom = cjson.decode(text)
       assert.are.equal("UP", dom.status)
       assert.are.equal("idle", node_state(n))
     end

@@ -63,15 +63,17 @@ static void query_read(struct query *q)
 	}
 }
 
-/* Run all `n` exchanges in parallel, each sending `request`, all bounded by `timeout_ms`
- * (milliseconds, the ctl's -t).  Afterwards every query is done; unanswered ones have
- * err = -ETIMEDOUT. */
-static void run_queries(struct query *qs, int n, const char *request, int timeout_ms)
+/* Run all `n` exchanges in parallel, each sending `request` from the source address `src` (the
+ * local node's address, so that daemons can tell local from remote ctls; NULL: any), all bounded
+ * by `timeout_ms` (milliseconds, the ctl's -t).  Afterwards every query is done; unanswered ones
+ * have err = -ETIMEDOUT. */
+static void run_queries(struct query *qs, int n, const char *request, const char *src,
+			int timeout_ms)
 {
 	int64_t deadline = sim_now_ms() + timeout_ms;
 	for (int i = 0; i < n; i++) {
 		struct query *q = &qs[i];
-		q->fd = sim_connect_start(q->ip, q->port);
+		q->fd = sim_connect_start_from(q->ip, q->port, src);
 		if (q->fd < 0) {
 			query_finish(q, q->fd);
 			continue;
@@ -214,11 +216,32 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* Options of one ctl run. */
+struct opts {
+	const char *cfg_path, *ip;
+	int port;      /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
+	int node_port; /* IMEX_CMD_PORT: the command port of every node */
+	int mode, json, hostnames, timeout_ms;
+	const char *format; /* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
+};
+
+/* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
+ * node's host name or "N/A" when it did not answer.  580 (imex-facts.md): always; "" without -H,
+ * "N/A" for a node that did not answer [guess: with or without -H]. */
+static const char *json_hostname(const struct opts *o, const struct view *v)
+{
+	if (!v->ok)
+		return o->hostnames || !strcmp(o->format, "580") ? "N/A" : NULL;
+	if (o->hostnames)
+		return v->hostname;
+	return strcmp(o->format, "580") ? NULL : "";
+}
+
 /* The -N -j layout of tests/fixtures/ctl/up-2node-570.json (one space of indent per level).
  * "changed" is true when the status differs from the initial one (UNAVAILABLE / INVALID): a guess
- * that fits both real samples.  "hostName" only with -H (580 prints it always). */
-static void print_json(const struct sim_nodes *nodes, const struct view *views, const char *status,
-		       int hostnames)
+ * that fits both real samples.  "hostName": see json_hostname. */
+static void print_json(const struct opts *o, const struct sim_nodes *nodes,
+		       const struct view *views, const char *status)
 {
 	char ts[64];
 	timestamp(ts, sizeof ts);
@@ -240,9 +263,10 @@ static void print_json(const struct sim_nodes *nodes, const struct view *views, 
 		}
 		printf("   },\n   \"changed\": %s,\n   \"version\": ", v->ok ? "true" : "false");
 		json_str(v->ok ? v->version : "");
-		if (hostnames) {
+		const char *hn = json_hostname(o, v);
+		if (hn) {
 			printf(",\n   \"hostName\": ");
-			json_str(v->ok ? v->hostname : "N/A");
+			json_str(hn);
 		}
 		printf("\n  }%s\n", k + 1 < nodes->count ? "," : "");
 	}
@@ -258,10 +282,15 @@ static void put_trimmed(char *line)
 	puts(line);
 }
 
-/* The -N text layout of tests/fixtures/ctl/up-18node-text.txt (580-style legend, Version column).
- */
-static void print_text(const struct sim_nodes *nodes, const struct view *views, const char *status)
+/* The -N text layouts of the real ctl: IMEXSIM_CTL_FORMAT 570 and 580 print the layout of
+ * tests/fixtures/ctl/up-18node-text.txt (8-line legend, Version column, 4-wide matrix, a blank
+ * line before "Domain State"); 570.00 the older one of up-2node-570-00-text.txt (6-line legend,
+ * no version, 3-wide matrix, no blank line).  -H adds a host name column after the address
+ * ("- NAME", padded like the address; "N/A" for a node that did not answer) [guess]. */
+static void print_text(const struct opts *o, const struct sim_nodes *nodes,
+		       const struct view *views, const char *status)
 {
+	int old = !strcmp(o->format, "570.00");
 	char ts[64];
 	timestamp(ts, sizeof ts);
 	fputs(
@@ -270,38 +299,40 @@ static void print_text(const struct sim_nodes *nodes, const struct view *views, 
 	    "N - Never Connected\n"
 	    "R - Recovering - Connection was lost, but clean up has not yet been triggered.\n"
 	    "D - Disconnected - Connection was lost, and clean up has been triggreed.\n"
-	    "A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.\n"
-	    "!V! - Version mismatch, communication disabled.\n"
-	    "!M! - Node map mismatch, communication disabled.\n"
-	    "C - Connected - Ready for operation\n\n",
+	    "A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.\n",
 	    stdout);
+	if (!old)
+		fputs("!V! - Version mismatch, communication disabled.\n"
+		      "!M! - Node map mismatch, communication disabled.\n",
+		      stdout);
+	fputs("C - Connected - Ready for operation\n\n", stdout);
 	printf("%s\nNodes:\n", ts);
-	for (int k = 0; k < nodes->count; k++)
-		printf("Node #%-4d- %-16s- %-21s- Version: %s\n", k, nodes->addr[k],
-		       node_state(&views[k]), views[k].ok ? views[k].version : "");
+	for (int k = 0; k < nodes->count; k++) {
+		const struct view *v = &views[k];
+		printf("Node #%-4d- %-16s", k, nodes->addr[k]);
+		if (o->hostnames)
+			printf("- %-16s", v->ok ? v->hostname : "N/A");
+		if (old)
+			printf("- %s\n", node_state(v));
+		else
+			printf("- %-21s- Version: %s\n", node_state(v), v->ok ? v->version : "");
+	}
+	int w = old ? 3 : 4;
 	char line[16 + 4 * SIM_MAX_NODES + 8];
 	int n = snprintf(line, sizeof line, " Nodes From\\To  ");
 	for (int j = 0; j < nodes->count; j++)
-		n += snprintf(line + n, sizeof line - (size_t)n, "%-4d", j);
+		n += snprintf(line + n, sizeof line - (size_t)n, "%-*d", w, j);
 	putchar('\n');
 	put_trimmed(line);
 	for (int k = 0; k < nodes->count; k++) {
 		n = snprintf(line, sizeof line, "%8d        ", k);
 		for (int j = 0; j < nodes->count; j++)
-			n += snprintf(line + n, sizeof line - (size_t)n, "%-4s",
+			n += snprintf(line + n, sizeof line - (size_t)n, "%-*s", w,
 				      sim_conn_letter(conn_of(&views[k], nodes->addr[j])));
 		put_trimmed(line);
 	}
-	printf("\nDomain State: %s\n", status);
+	printf("%sDomain State: %s\n", old ? "" : "\n", status);
 }
-
-/* Options of one ctl run. */
-struct opts {
-	const char *cfg_path, *ip;
-	int port;      /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
-	int node_port; /* IMEX_CMD_PORT: the command port of every node */
-	int mode, json, hostnames, timeout_ms;
-};
 
 /* -N once: query every node (and the local daemon), print, return 0.  When the local daemon
  * does not answer, print what the real ctl printed for an unconfigured node
@@ -331,7 +362,7 @@ static int domain_once(const struct opts *o, const struct sim_nodes *nodes)
 		qs[n].ip = o->ip;
 		qs[n].port = o->port;
 	}
-	run_queries(qs, nq, "STATUS", o->timeout_ms);
+	run_queries(qs, nq, "STATUS", o->ip, o->timeout_ms);
 	for (int i = 0; i < nq; i++)
 		parse_view(&qs[i], &views[i]);
 
@@ -346,9 +377,9 @@ static int domain_once(const struct opts *o, const struct sim_nodes *nodes)
 		status = domain_status(nodes, views);
 	}
 	if (o->json)
-		print_json(shown, shown_views, status, o->hostnames);
+		print_json(o, shown, shown_views, status);
 	else
-		print_text(shown, shown_views, status);
+		print_text(o, shown, shown_views, status);
 	fflush(stdout);
 	free(qs);
 	free(views);
@@ -368,7 +399,7 @@ static int query_local(const struct opts *o)
 	}
 	q->ip = o->ip;
 	q->port = o->port;
-	run_queries(q, 1, "QUERY", o->timeout_ms);
+	run_queries(q, 1, "QUERY", o->ip, o->timeout_ms);
 	parse_view(q, v);
 	if (v->ok) {
 		printf("%s\n", v->state);
@@ -397,7 +428,7 @@ static int usage(void)
 
 int sim_ctl_main(int argc, char **argv)
 {
-	struct opts o = {.cfg_path = SIM_DEFAULT_CFG, .timeout_ms = 1000};
+	struct opts o = {.cfg_path = SIM_DEFAULT_CFG, .timeout_ms = 1000, .format = "570"};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-c") && i + 1 < argc) {
@@ -438,6 +469,7 @@ int sim_ctl_main(int argc, char **argv)
 			return 255;
 		}
 		o.node_port = cfg.cmd_port;
+		o.format = cfg.ctl_format;
 		if (sim_nodes_read(cfg.node_file, &nodes) < 0) {
 			printf("Failed to read node configuration file %s\n", cfg.node_file);
 			return 255;

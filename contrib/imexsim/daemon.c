@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,6 +36,7 @@ struct peer {
 	enum peer_phase phase;
 	int fd;
 	int64_t next_ms; /* P_IDLE: next attempt; otherwise: give-up time of the handshake */
+	int backoff_ms;	 /* delay before the attempt after the next failure (milliseconds) */
 	unsigned long attempts;
 	int have_instance;
 	int dropped; /* IMEXSIM_DROP_PEERS: never connect, refuse its handshakes */
@@ -50,6 +52,8 @@ struct client {
 	enum client_kind kind;
 	int64_t deadline_ms; /* closed when reached (INT64_MAX: never) */
 	int closing;	     /* close once `out` is flushed */
+	int hang;	     /* C_CMD, IMEXSIM_HANG_CMD: read requests, never answer */
+	int peer_id; /* C_PEER_IN: the sender's node ID once its HELLO was accepted, or -1 */
 	struct sim_buf in, out;
 	struct client *next;
 };
@@ -66,16 +70,21 @@ static struct {
 	struct peer *peers;
 	struct client *clients;
 	char hostname[256];
-	int64_t ready_ms; /* IMEXSIM_START_DELAY_MS: INITIALIZING until then (0: not waiting) */
+	int64_t wait_ms;  /* IMEXSIM_START_DELAY_MS: WAITING_FOR_PEERS from then (0: not waiting) */
+	int64_t ready_ms; /* IMEXSIM_START_DELAY_MS: READY from then (0: not waiting) */
 	int64_t crash_ms; /* IMEXSIM_CRASH_AFTER_MS: SIGKILL ourselves then (0: never) */
+	int usr1_done;	  /* SIGUSR1 restarted the outgoing connections at least once */
+	int64_t usr1_ms;  /* ... last at this time */
 } d;
 
-static volatile sig_atomic_t got_term, got_hup;
+static volatile sig_atomic_t got_term, got_hup, got_usr1;
 
 static void on_signal(int sig)
 {
 	if (sig == SIGHUP)
 		got_hup = 1;
+	else if (sig == SIGUSR1)
+		got_usr1 = 1;
 	else
 		got_term = 1;
 }
@@ -134,9 +143,18 @@ static void write_state_file(void)
 {
 	char text[512];
 	snprintf(text, sizeof text,
-		 "pid=%d\ninstance=%016" PRIx64 "\nstate=%s\nnode_id=%d\naddress=%s\n",
-		 (int)getpid(), d.instance, d.state, d.self, d.addr);
+		 "pid=%d\ninstance=%016" PRIx64
+		 "\nstate=%s\nnode_id=%d\naddress=%s\nnodes=%d\nmap_hash=%016" PRIx64 "\n",
+		 (int)getpid(), d.instance, d.state, d.self, d.addr, d.nodes.count, d.map_hash);
 	write_file_atomic(d.cfg.state_file, text);
+}
+
+/* Change the local state (what -q prints), log it and update the state file. */
+static void set_state(const char *state, const char *why)
+{
+	d.state = state;
+	write_state_file();
+	logmsg("INFO", "%s (%s)", state, why);
 }
 
 /* The handshake line; both ends send it. */
@@ -188,14 +206,37 @@ static void note_instance(int id, uint64_t instance)
 	p->instance = instance;
 }
 
-static void peer_close(struct peer *p)
+/* Should attempt number `n` be logged?  The first LOG_ATTEMPTS_N, then every hundredth. */
+static int log_attempt(unsigned long n)
 {
+	return n <= LOG_ATTEMPTS_N || n % 100 == 0;
+}
+
+/* Close our connection to peer `id` and schedule the next attempt after the current back-off,
+ * which then grows by IMEXSIM_RECONNECT_FACTOR up to IMEXSIM_RECONNECT_MAX_MS.  A connection that
+ * was established (P_UP) starts over: back-off IMEXSIM_RECONNECT_MS and attempt #1.  Peers of the
+ * real daemon reconnect on their own with a back-off (imex-facts.md); its growth is a guess. */
+static void peer_close(int id)
+{
+	struct peer *p = &d.peers[id];
+	if (p->phase == P_UP) {
+		p->backoff_ms = d.cfg.reconnect_ms;
+		p->attempts = 0;
+	}
 	if (p->fd >= 0)
 		close(p->fd);
 	p->fd = -1;
 	p->in.len = p->out.len = 0;
 	p->phase = P_IDLE;
-	p->next_ms = sim_now_ms() + d.cfg.reconnect_ms;
+	int delay = p->backoff_ms;
+	p->next_ms = sim_now_ms() + delay;
+	int cap = d.cfg.reconnect_max_ms > d.cfg.reconnect_ms ? d.cfg.reconnect_max_ms
+							      : d.cfg.reconnect_ms;
+	double next = delay * d.cfg.reconnect_factor;
+	p->backoff_ms = next >= cap ? cap : (int)next;
+	if (log_attempt(p->attempts))
+		logmsg("INFO", "Next connection attempt for target node %d - %s:%d in %d ms", id,
+		       d.nodes.addr[id], d.cfg.server_port, delay);
 }
 
 /* The connection to peer `id` failed or was lost: CONNECTED becomes RECOVERING (the real
@@ -209,14 +250,29 @@ static void peer_fail(int id, const char *why)
 		logmsg("WARN", "Connection to node %d - %s:%d lost (%s)", id, d.nodes.addr[id],
 		       d.cfg.server_port, why);
 	}
-	peer_close(p);
+	peer_close(id);
+}
+
+/* Peer `id` said goodbye (clean shutdown, SIGTERM): its connection is lost at once.  It shows
+ * RECOVERING (IMEXSIM_GOODBYE_STATUS=DISCONNECTED: DISCONNECTED) until it is back; which one the
+ * real daemon shows is a guess (README.md). */
+static void peer_goodbye(int id)
+{
+	struct peer *p = &d.peers[id];
+	if (p->status == SIM_CONNECTED) {
+		p->status = d.cfg.goodbye_disconnected ? SIM_DISCONNECTED : SIM_RECOVERING;
+		logmsg("INFO", "Node %d - %s shut down cleanly: connection %s", id,
+		       d.nodes.addr[id], sim_conn_name(p->status));
+	}
+	if (p->fd >= 0)
+		peer_close(id);
 }
 
 static void peer_connect(int id)
 {
 	struct peer *p = &d.peers[id];
 	p->attempts++;
-	if (p->attempts <= LOG_ATTEMPTS_N || p->attempts % 100 == 0)
+	if (log_attempt(p->attempts))
 		logmsg("INFO", "Attempting connection for target node %d - %s:%d, attempt #%lu", id,
 		       d.nodes.addr[id], d.cfg.server_port, p->attempts);
 	int fd = sim_connect_start(d.nodes.addr[id], d.cfg.server_port);
@@ -265,7 +321,14 @@ static void peer_event(int id, short revents)
 		}
 	}
 	char line[MAX_LINE];
-	while (p->phase == P_HELLO && sim_buf_line(&p->in, line, sizeof line) == 1) {
+	while (p->phase >= P_HELLO && sim_buf_line(&p->in, line, sizeof line) == 1) {
+		if (p->phase == P_UP) {
+			if (!strncmp(line, "BYE", 3)) {
+				peer_goodbye(id);
+				return;
+			}
+			continue; /* nothing else is expected after the handshake */
+		}
 		struct hello h;
 		if (parse_hello(line, &h) < 0) {
 			peer_fail(id, "bad handshake");
@@ -279,7 +342,7 @@ static void peer_event(int id, short revents)
 								  : "Version mismatch",
 				       id, d.nodes.addr[id]);
 			p->status = v;
-			peer_close(p);
+			peer_close(id);
 			return;
 		}
 		note_instance(id, h.instance);
@@ -288,7 +351,6 @@ static void peer_event(int id, short revents)
 		logmsg("INFO", "Connection established to node %d - %s:%d", id, d.nodes.addr[id],
 		       d.cfg.server_port);
 	}
-	p->in.len = 0; /* nothing but the HELLO is expected on this connection */
 	if (eof)
 		peer_fail(id, "closed by peer");
 }
@@ -301,12 +363,34 @@ static void client_free(struct client **link)
 	free(c);
 }
 
+/* Is the connection `fd` from another address than its own local one (the ctl of another node,
+ * which binds its source to its own node's address)? */
+static int from_remote(int fd)
+{
+	struct sockaddr_storage a, b;
+	socklen_t la = sizeof a, lb = sizeof b;
+	if (getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || a.ss_family != AF_INET ||
+	    b.ss_family != AF_INET)
+		return 1;
+	return ((struct sockaddr_in *)&a)->sin_addr.s_addr !=
+	       ((struct sockaddr_in *)&b)->sin_addr.s_addr;
+}
+
 static void accept_all(int lfd, enum client_kind kind)
 {
 	for (;;) {
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
+		int remote = kind == C_CMD && from_remote(fd);
+		if (remote && d.cfg.refuse_cmd == SIM_WHO_REMOTE) {
+			/* Fault knob: a reset, as from a firewall that rejects other nodes. */
+			struct linger lg = {.l_onoff = 1, .l_linger = 0};
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+			close(fd);
+			continue;
+		}
 		struct client *c = calloc(1, sizeof *c);
 		if (!c) {
 			close(fd);
@@ -314,6 +398,9 @@ static void accept_all(int lfd, enum client_kind kind)
 		}
 		c->fd = fd;
 		c->kind = kind;
+		c->peer_id = -1;
+		c->hang = kind == C_CMD && (d.cfg.hang_cmd == SIM_WHO_ALL ||
+					    (d.cfg.hang_cmd == SIM_WHO_REMOTE && remote));
 		c->deadline_ms = sim_now_ms() + (kind == C_CMD ? CMD_CLIENT_MS : HANDSHAKE_MS);
 		c->next = d.clients;
 		d.clients = c;
@@ -351,7 +438,7 @@ static int client_lines(struct client *c)
 		if (r < 0)
 			return -1;
 		if (c->kind == C_CMD) {
-			if (d.cfg.hang_cmd)
+			if (c->hang)
 				continue; /* fault knob: read requests, never answer */
 			if (!strcmp(line, "STATUS"))
 				answer_status(&c->out);
@@ -362,22 +449,29 @@ static int client_lines(struct client *c)
 			c->closing = 1;
 			continue;
 		}
+		if (c->deadline_ms == INT64_MAX && !strncmp(line, "BYE", 3)) {
+			if (c->peer_id >= 0)
+				peer_goodbye(c->peer_id);
+			return -1;
+		}
+		if (c->deadline_ms == INT64_MAX)
+			continue; /* nothing else is expected after the handshake */
 		struct hello h;
-		if (c->deadline_ms == INT64_MAX || parse_hello(line, &h) < 0)
-			return -1; /* a second HELLO or garbage: not a peer of ours */
+		if (parse_hello(line, &h) < 0)
+			return -1; /* garbage: not a peer of ours */
 		queue_hello(&c->out);
 		c->deadline_ms = INT64_MAX;
 		enum sim_conn v = judge_hello(&h, -1);
 		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count &&
 		    d.peers[h.id].dropped)
 			return -1; /* fault knob: as if the peer's packets never arrived */
-		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count)
+		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count) {
 			note_instance(h.id, h.instance);
-		else
+			c->peer_id = h.id;
+		} else {
 			c->closing = 1; /* our HELLO tells the peer why; then communication stops */
+		}
 	}
-	if (c->kind == C_PEER_IN && c->deadline_ms == INT64_MAX)
-		c->in.len = 0; /* after the handshake nothing else is expected */
 	return 0;
 }
 
@@ -421,14 +515,18 @@ static void loop_once(const sigset_t *orig)
 		logmsg("ERROR", "Crashing on purpose (IMEXSIM_CRASH_AFTER_MS)");
 		kill(getpid(), SIGKILL);
 	}
+	if (d.wait_ms && now >= d.wait_ms) {
+		d.wait_ms = 0;
+		set_state("WAITING_FOR_PEERS", "IMEXSIM_START_DELAY_MS");
+	}
 	if (d.ready_ms && now >= d.ready_ms) {
 		d.ready_ms = 0;
-		d.state = "READY";
-		write_state_file();
-		logmsg("INFO", "READY (after IMEXSIM_START_DELAY_MS)");
+		set_state("READY", "after IMEXSIM_START_DELAY_MS");
 	}
 	if (d.crash_ms && d.crash_ms < wake)
 		wake = d.crash_ms;
+	if (d.wait_ms && d.wait_ms < wake)
+		wake = d.wait_ms;
 	if (d.ready_ms && d.ready_ms < wake)
 		wake = d.ready_ms;
 	for (int i = 0; i < d.nodes.count; i++) {
@@ -510,6 +608,61 @@ static void loop_once(const sigset_t *orig)
 	}
 	free(fds);
 	free(owner);
+}
+
+/* SIGUSR1 (driver 580+, NVIDIA IMEX guide): restart every outgoing connection at once, with the
+ * back-off and the attempt count reset, at most once per IMEXSIM_USR1_INTERVAL_MS (5 s, like the
+ * real daemon); the node list is NOT re-read.  A pair keeps its status until the new handshake
+ * decides it (a failure turns CONNECTED into RECOVERING). */
+static void restart_outgoing(void)
+{
+	int64_t now = sim_now_ms();
+	if (d.usr1_done && now - d.usr1_ms < d.cfg.usr1_interval_ms) {
+		logmsg("INFO",
+		       "SIGUSR1 ignored: outgoing connections were restarted less than %d ms ago",
+		       d.cfg.usr1_interval_ms);
+		return;
+	}
+	d.usr1_done = 1;
+	d.usr1_ms = now;
+	logmsg("INFO", "SIGUSR1: restarting outgoing connections (the node list is not re-read)");
+	for (int i = 0; i < d.nodes.count; i++) {
+		struct peer *p = &d.peers[i];
+		if (i == d.self || p->dropped)
+			continue;
+		if (p->fd >= 0)
+			close(p->fd);
+		p->fd = -1;
+		p->in.len = p->out.len = 0;
+		p->phase = P_IDLE;
+		p->next_ms = now;
+		p->backoff_ms = d.cfg.reconnect_ms;
+		p->attempts = 0;
+	}
+}
+
+/* Clean shutdown (SIGTERM/SIGINT/SIGQUIT): tell every connected peer ("BYE INSTANCE" on our
+ * outgoing connections and on the ones peers made to us), then close everything.  The real
+ * daemon tells its peers too (NVIDIA IMEX guide); the line is the simulator's own. */
+static void say_goodbye(void)
+{
+	for (int i = 0; i < d.nodes.count; i++) {
+		struct peer *p = &d.peers[i];
+		if (i == d.self || p->fd < 0)
+			continue;
+		if (p->phase == P_UP &&
+		    sim_buf_printf(&p->out, "BYE %016" PRIx64 "\n", d.instance) == 0)
+			sim_buf_flush(&p->out, p->fd);
+		close(p->fd);
+		p->fd = -1;
+	}
+	while (d.clients) {
+		struct client *c = d.clients;
+		if (c->kind == C_PEER_IN && c->peer_id >= 0 &&
+		    sim_buf_printf(&c->out, "BYE %016" PRIx64 "\n", d.instance) == 0)
+			sim_buf_flush(&c->out, c->fd);
+		client_free(&d.clients);
+	}
 }
 
 /* Fork like a Type=forking service.  The parent waits until the child reports that it is
@@ -599,6 +752,14 @@ int sim_daemon_main(int argc, char **argv)
 	}
 	/* Exactly one line with "starting" per start: tests count restarts by it. */
 	logmsg("INFO", "imexsim %s starting, config %s", d.cfg.version, cfg_path);
+	if (d.cfg.exit_at_start) {
+		/* Fault knob: fail before forking, so that a Type=forking start job fails. */
+		logmsg("ERROR", "Exiting at start with status %d (IMEXSIM_EXIT_AT_START)",
+		       d.cfg.exit_at_start);
+		if (d.log_fd >= 0)
+			close(d.log_fd);
+		return d.cfg.exit_at_start;
+	}
 	int rc = sim_nodes_read(d.cfg.node_file, &d.nodes);
 	if (rc < 0) {
 		logmsg("ERROR", "Failed to read node configuration file %s: %s", d.cfg.node_file,
@@ -616,16 +777,23 @@ int sim_daemon_main(int argc, char **argv)
 	d.map_hash = sim_nodes_hash(&d.nodes);
 	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
 		d.instance = ((uint64_t)getpid() << 32) ^ (uint64_t)sim_now_ms();
-	if (gethostname(d.hostname, sizeof d.hostname - 1) < 0 || !*d.hostname)
+	if (*d.cfg.hostname)
+		strcpy(d.hostname, d.cfg.hostname);
+	else if (gethostname(d.hostname, sizeof d.hostname - 1) < 0 || !*d.hostname)
 		strcpy(d.hostname, "localhost");
 
-	d.peer_lfd = sim_listen(d.addr, d.cfg.server_port);
-	if (d.peer_lfd < 0) {
+	if (d.cfg.refuse_peers) {
+		/* Fault knob: peers' connections are refused; ours still go out. */
+		logmsg("WARN", "Not listening on peer port %s:%d (IMEXSIM_REFUSE_PEERS)", d.addr,
+		       d.cfg.server_port);
+	} else if ((d.peer_lfd = sim_listen(d.addr, d.cfg.server_port)) < 0) {
 		logmsg("ERROR", "Failed to listen on %s:%d: %s", d.addr, d.cfg.server_port,
 		       strerror(-d.peer_lfd));
 		return 1;
 	}
-	if (d.cfg.cmd_enabled) {
+	if (d.cfg.cmd_enabled && d.cfg.refuse_cmd == SIM_WHO_ALL) {
+		logmsg("WARN", "Not listening on the command port (IMEXSIM_REFUSE_CMD=1)");
+	} else if (d.cfg.cmd_enabled) {
 		/* Real default: all interfaces; here: our own address, so that nodes can share the
 		 * port number on one machine. */
 		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.addr;
@@ -633,7 +801,8 @@ int sim_daemon_main(int argc, char **argv)
 		if (d.cmd_lfd < 0) {
 			logmsg("ERROR", "Failed to listen on command port %s:%d: %s", ip,
 			       d.cfg.cmd_port, strerror(-d.cmd_lfd));
-			close(d.peer_lfd);
+			if (d.peer_lfd >= 0)
+				close(d.peer_lfd);
 			return 1;
 		}
 	}
@@ -644,6 +813,7 @@ int sim_daemon_main(int argc, char **argv)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGQUIT);
 	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &block, &orig);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
@@ -651,6 +821,7 @@ int sim_daemon_main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGQUIT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	int report_fd = -1;
@@ -668,6 +839,7 @@ int sim_daemon_main(int argc, char **argv)
 	}
 	for (int i = 0; i < d.nodes.count; i++) {
 		d.peers[i].fd = -1;
+		d.peers[i].backoff_ms = d.cfg.reconnect_ms;
 		d.peers[i].status = i == d.self ? SIM_CONNECTED : SIM_NEVER_CONNECTED;
 	}
 	for (const char *p = d.cfg.drop_peers; *p;) {
@@ -681,12 +853,15 @@ int sim_daemon_main(int argc, char **argv)
 	if (d.cfg.crash_after_ms)
 		d.crash_ms = start + d.cfg.crash_after_ms;
 	/* IMEX_WAIT_FOR_QUORUM=RECOVERY (and NONE): a clean start is READY at once, unless a
-	 * fault knob says otherwise. */
-	if (d.cfg.never_ready) {
-		d.state = "WAITING_FOR_PEERS";
-	} else if (d.cfg.start_delay_ms) {
+	 * fault knob says otherwise.  Slow start: INITIALIZING for the first half of
+	 * IMEXSIM_START_DELAY_MS, WAITING_FOR_PEERS for the second, then READY (a guess at the
+	 * real order of the documented states). */
+	if (d.cfg.start_delay_ms) {
 		d.state = "INITIALIZING";
-		d.ready_ms = start + d.cfg.start_delay_ms;
+		d.wait_ms = start + d.cfg.start_delay_ms / 2;
+		d.ready_ms = d.cfg.never_ready ? 0 : start + d.cfg.start_delay_ms;
+	} else if (d.cfg.never_ready) {
+		d.state = "WAITING_FOR_PEERS";
 	} else {
 		d.state = "READY";
 	}
@@ -700,16 +875,17 @@ int sim_daemon_main(int argc, char **argv)
 			got_hup = 0;
 			logmsg("INFO", "SIGHUP received (the real daemon dumps its log buffer)");
 		}
+		if (got_usr1) {
+			got_usr1 = 0;
+			restart_outgoing();
+		}
 	}
 
 	d.state = "SHUTTING_DOWN";
-	logmsg("INFO", "Shutting down (signal received)");
-	for (int i = 0; i < d.nodes.count; i++)
-		if (d.peers[i].fd >= 0)
-			close(d.peers[i].fd);
-	while (d.clients)
-		client_free(&d.clients);
-	close(d.peer_lfd);
+	logmsg("INFO", "Shutting down (signal received), telling peers");
+	say_goodbye();
+	if (d.peer_lfd >= 0)
+		close(d.peer_lfd);
 	if (d.cmd_lfd >= 0)
 		close(d.cmd_lfd);
 	if (*d.cfg.state_file)

@@ -38,12 +38,13 @@ struct sim_config {
 	char wait_for_quorum[32];	/* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
 	char version[64];		/* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
 	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
-	double reconnect_factor;	/* IMEXSIM_RECONNECT_FACTOR: growth per failure, default 2 */
-	int reconnect_max_ms;		/* IMEXSIM_RECONNECT_MAX_MS: back-off cap, default 2000 */
-	int usr1_interval_ms;		/* IMEXSIM_USR1_INTERVAL_MS: SIGUSR1 rate limit, default 5000 */
-	char hostname[SIM_ADDR_LEN];	/* IMEXSIM_HOSTNAME, default "" (gethostname(2)) */
-	int goodbye_disconnected; /* IMEXSIM_GOODBYE_STATUS: 0 RECOVERING (default), 1 DISCONNECTED */
-	char ctl_format[16];	       /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
+	double reconnect_factor; /* IMEXSIM_RECONNECT_FACTOR: growth per failure, default 2 */
+	int reconnect_max_ms;	 /* IMEXSIM_RECONNECT_MAX_MS: back-off cap, default 2000 */
+	int usr1_interval_ms;	 /* IMEXSIM_USR1_INTERVAL_MS: SIGUSR1 rate limit, default 5000 */
+	char hostname[SIM_ADDR_LEN]; /* IMEXSIM_HOSTNAME, default "" (gethostname(2)) */
+	int goodbye_disconnected; /* IMEXSIM_GOODBYE_STATUS: 0 RECOVERING (default), 1 DISCONNECTED
+				   */
+	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
@@ -112,6 +113,11 @@ int sim_listen(const char *ip, int port);
  * in progress: wait for POLLOUT, then call sim_connect_result), -EINVAL for a non-literal `ip`, or
  * the negative errno of socket/connect (e.g. -ECONNREFUSED). */
 int sim_connect_start(const char *ip, int port);
+
+/* The same from the source address `src` (an IPv4 literal; NULL or "": the kernel's choice).
+ * The ctl binds to its own node's address so that a daemon can tell its local ctl from the ctl
+ * of another node (IMEXSIM_HANG_CMD=remote).  A source that cannot be bound is ignored. */
+int sim_connect_start_from(const char *ip, int port, const char *src);
 
 /* After POLLOUT on a connecting fd: 0 when connected, else the negative errno (SO_ERROR). */
 int sim_connect_result(int fd);

@@ -48,12 +48,26 @@ int sim_listen(const char *ip, int port)
 
 int sim_connect_start(const char *ip, int port)
 {
-	struct sockaddr_in sa;
+	return sim_connect_start_from(ip, port, NULL);
+}
+
+int sim_connect_start_from(const char *ip, int port, const char *src)
+{
+	struct sockaddr_in sa, from;
 	if (make_addr(&sa, ip, port) < 0)
 		return -EINVAL;
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	if (src && make_addr(&from, src, 0) == 0) {
+		/* Linux: choose the source port at connect time, not at bind time, so that many
+		 * short exchanges do not exhaust the ephemeral ports of one source address. */
+		int one = 1;
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+		if (bind(fd, (struct sockaddr *)&from, sizeof from) < 0) {
+			/* not a local address: let the kernel choose the source */
+		}
+	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
 		int e = errno;
 		close(fd);

@@ -171,6 +171,7 @@ function Domain:configure(i, extra)
     IMEXSIM_PID_FILE = self:path(i, "imex.pid"),
     IMEXSIM_STATE_FILE = self:path(i, "state"),
     IMEXSIM_RECONNECT_MS = 100,
+    IMEXSIM_RECONNECT_MAX_MS = 400,
   }
   for k, v in pairs(extra or {}) do
     keys[k] = v
@@ -253,9 +254,9 @@ function Domain:ctl(i, args)
   return M.run(q(M.ctl) .. " -c " .. q(self:path(i, "config.cfg")) .. " " .. args)
 end
 
--- `ctl -N -j` of node i decoded, or nil and the raw output.
-function Domain:domain_json(i)
-  local out = self:ctl(i, "-N -j")
+-- `ctl -N -j` (plus `extra` arguments, e.g. "-t 300") of node i decoded, or nil and the raw output.
+function Domain:domain_json(i, extra)
+  local out = self:ctl(i, "-N -j" .. (extra and (" " .. extra) or ""))
   local ok, t = pcall(cjson.decode, out or "")
   if ok and type(t) == "table" then
     return t
@@ -269,6 +270,39 @@ function Domain:wait_status(i, want, timeout)
     local t = self:domain_json(i)
     return t and t.status == want and t
   end, timeout or 10)
+end
+
+-- Node i's log file ("" while there is none).
+function Domain:log(i)
+  return M.read(self:path(i, "imex.log")) or ""
+end
+
+-- How often the plain text `needle` occurs in node i's log.
+function Domain:log_count(i, needle)
+  local n, pos = 0, 1
+  local text = self:log(i)
+  while true do
+    local s, e = text:find(needle, pos, true)
+    if not s then
+      return n
+    end
+    n, pos = n + 1, e + 1
+  end
+end
+
+-- Send signal `sig` (e.g. "USR1") to node i's daemon.
+function Domain:signal(i, sig)
+  assert(self.pids[i], "node " .. i .. " is not running")
+  assert(os.execute("kill -" .. sig .. " " .. self.pids[i]))
+end
+
+-- Milliseconds since midnight of a daemon log line "[YYYY-MM-DD HH:MM:SS.mmm] ...", or nil.
+function M.log_ms(line)
+  local hh, mm, ss, ms = line:match("^%[%d+%-%d+%-%d+ (%d+):(%d+):(%d+)%.(%d+)%]")
+  if not hh then
+    return nil
+  end
+  return ((tonumber(hh) * 60 + tonumber(mm)) * 60 + tonumber(ss)) * 1000 + tonumber(ms)
 end
 
 -- Stop every process this domain started (TERM, then KILL) and remove its directory.

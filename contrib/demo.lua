@@ -52,6 +52,14 @@ local ok, err = xpcall(function()
         restarted and "yes" or "no", line:gsub("^imexguard: %w+: ", ""))
     end
     say("  restarts: %d of %d node(s); failures: %d", restarts, #names, failed)
+    -- The job ends: Slurm runs the epilog on each node, which unregisters the job (IMEX keeps running).
+    local ep = d:run_all { command = "epilog", job = id, nodelist = expr, names = names }
+    local eps = {}
+    for _, n in ipairs(names) do
+      eps[#eps + 1] = n .. "=" .. tostring(ep[n].outcome)
+      if ep[n].status ~= 0 then failed = failed + 1 end
+    end
+    say("  epilog: %s", table.concat(eps, " "))
     return restarts, failed
   end
 

@@ -43,6 +43,13 @@ local function assert_untouched(h)
   assert.equal(0, h.count("lock"))
 end
 
+-- Paths written, in order.
+local function paths(h)
+  local out = {}
+  for i, w in ipairs(h.writes) do out[i] = w.path end
+  return out
+end
+
 -- Every lock taken was released.
 local function assert_released(h)
   for _, l in ipairs(h.locks) do assert.is_true(l.released) end
@@ -56,7 +63,11 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert_one_line(message)
       assert.matches("current", message)
-      assert.same({}, h.writes)
+      assert.same({ STATE }, paths(h)) -- only the state file: the job is registered
+      assert.same({ { id = "101", nodes = "10.0.0.1\n10.0.0.2\n" } }, (function()
+        local j = cjson.decode(h.file(STATE)).jobs
+        return { { id = j[1].id, nodes = j[1].nodes } }
+      end)())
       assert.same({}, h.jobs)
       assert.equal(1, h.count("run"))
       assert.equal(0, h.count("sleep"))
@@ -73,7 +84,7 @@ describe("default policy prolog", function()
       }
       local outcome = run(h)
       assert.equal("ok", outcome)
-      assert.same({}, h.writes)
+      assert.same({ STATE }, paths(h))
       assert.same({}, h.jobs)
       assert.equal(1, h.count("run"))
     end)
@@ -194,7 +205,7 @@ describe("default policy prolog", function()
     it("takes the first IPv4 answer of the resolver", function()
       local h = testing.host{ resolve = { n2 = { "fd00::2", "10.0.0.2", "10.9.9.9" } } }
       assert.equal("ok", (run(h)))
-      assert.same({}, h.writes) -- 10.0.0.1, 10.0.0.2: the file already holds them
+      assert.same({ STATE }, paths(h)) -- 10.0.0.1, 10.0.0.2: the file already holds them
     end)
 
     it("a slow name service is bad-input naming the node and the timeout (C13)", function()
@@ -314,7 +325,8 @@ describe("default policy prolog", function()
       local h = testing.host()
       local outcome = run(h, { env = env("n[1,3]") })
       assert.equal("ok", outcome)
-      assert.same({ NODES, STATE, STATE }, { h.writes[1].path, h.writes[2].path, h.writes[3].path })
+      -- the list, the state after the write, after the restart, and the registration
+      assert.same({ NODES, STATE, STATE, STATE }, paths(h))
       assert.equal("10.0.0.1\n10.0.0.3\n", h.writes[1].data)
       local st = cjson.decode(h.file(STATE))
       assert.equal("10.0.0.1\n10.0.0.3\n", st.nodes)
@@ -361,7 +373,7 @@ describe("default policy prolog", function()
         unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 } }
       local outcome, message = run(h)
       assert.equal("ok", outcome)
-      assert.same({ STATE }, { h.writes[1].path }) -- the state file after the restart, not the list
+      assert.same({ STATE, STATE }, paths(h)) -- the state after the restart and the registration
       assert.equal(1, #h.jobs)
       assert.equal("restart", h.jobs[1].verb)
       assert.matches("changed after the daemon started", message)
@@ -382,7 +394,7 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.equal(1, #h.jobs)
       assert.matches("another node list", message)
-      assert.equal(0, #h.writes - 1) -- only the state file after the restart
+      assert.same({ STATE, STATE }, paths(h)) -- only the state file: after the restart, registration
     end)
 
     it("(b) a record of an older invocation is not a reason", function()
@@ -584,22 +596,45 @@ describe("default policy prolog", function()
       return n
     end
 
+    -- restart_under_jobs = true: the registry does not refuse, only the lock serialises.
+    local under = { restart_under_jobs = true }
+
     it("101 then 102: two real changes, two writes, two restarts", function()
       local h = testing.host()
-      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
-      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })))
+      assert.equal("ok", (run(h, { env = env("n[1,3]"), settings = under })))
+      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }), settings = under })))
       assert.equal(2, nodes_writes(h))
       assert.equal(2, #h.jobs)
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
       assert.same({ "10.0.0.1", "10.0.0.2" }, h.daemon_nodes())
     end)
 
+    it("101 then 102 under the default rule: 102 is a conflict with 101, one write, one restart", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      local outcome, message = run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })
+      assert.equal("conflict", outcome)
+      assert.matches("job 101", message)
+      assert.equal(1, nodes_writes(h))
+      assert.equal(1, #h.jobs)
+      assert.equal("10.0.0.1\n10.0.0.3\n", h.file(NODES))
+    end)
+
+    it("101, its epilog, then 102: two writes, two restarts", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal("ok", (run(h, { env = env("n[1,3]"), command = "epilog" })))
+      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })))
+      assert.equal(2, nodes_writes(h))
+      assert.equal(2, #h.jobs)
+    end)
+
     it("102 then 101: one real change, one write, one restart", function()
       local h = testing.host()
-      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })))
+      assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }), settings = under })))
       assert.equal(0, nodes_writes(h))
       assert.same({}, h.jobs)
-      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal("ok", (run(h, { env = env("n[1,3]"), settings = under })))
       assert.equal(1, nodes_writes(h))
       assert.equal(1, #h.jobs)
       assert.same({ "10.0.0.1", "10.0.0.3" }, h.daemon_nodes())
@@ -634,12 +669,52 @@ describe("default policy prolog", function()
 end)
 
 describe("default policy epilog", function()
-  it("changes nothing", function()
+  it("a job that is not registered: ok, says so, takes no lock and writes nothing", function()
     local h = testing.host()
     local outcome, message = run(h, { command = "epilog" })
     assert.equal("ok", outcome)
-    assert.equal("nothing to do", message)
-    assert.same({}, h.calls)
+    assert.equal("job 101 was not registered on node n1: nothing to do, nvidia-imex.service left as it is",
+      message)
+    assert.same({}, h.writes)
+    assert.same({}, h.jobs)
+    assert.equal(0, h.count("lock"))
+  end)
+
+  it("unregisters the job under the lock and leaves IMEX running", function()
+    local h = testing.host()
+    assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })))
+    assert.equal("ok", (run(h)))
+    local outcome, message = run(h, { command = "epilog", env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })
+    assert.equal("ok", outcome)
+    assert.equal("job 100 unregistered on node n1 (still registered: job 101); "
+      .. "nvidia-imex.service left running", message)
+    local jobs = cjson.decode(h.file(STATE)).jobs
+    assert.equal(1, #jobs)
+    assert.equal("101", jobs[1].id)
+    assert.same({}, h.jobs)
+    assert.equal("active", h.unit_props.active_state)
+    assert.equal(3, #h.locks)
+    assert_released(h)
+  end)
+
+  it("needs no node list; without SLURM_JOB_ID it is bad-input", function()
+    local h = testing.host()
+    run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })
+    assert.equal("ok", (run(h, { command = "epilog", env = { SLURM_JOB_ID = "100" } })))
+    assert.is_nil(cjson.decode(h.file(STATE)).jobs)
+    local outcome, message = run(h, { command = "epilog", env = { SLURMD_NODENAME = "n1" } })
+    assert.equal("bad-input", outcome)
+    assert.matches("SLURM_JOB_ID", message)
+  end)
+
+  it("a state file that cannot be written: write-failed, the job stays registered", function()
+    local h = testing.host()
+    run(h)
+    local h2 = testing.host{ files = { [STATE] = h.file(STATE) }, fail = { [STATE] = { write = "ENOSPC" } } }
+    local outcome, message = run(h2, { command = "epilog" })
+    assert.equal("write-failed", outcome)
+    assert.matches("ENOSPC", message)
+    assert.equal("101", cjson.decode(h2.file(STATE)).jobs[1].id)
   end)
 end)
 
@@ -750,5 +825,140 @@ describe("default policy status", function()
     local h = testing.host{ ctl = { "garbage" } }
     local outcome = run(h, { command = "status" })
     assert.equal("ctl-unusable", outcome)
+  end)
+end)
+
+describe("default policy job registry (C08, scenario style)", function()
+  -- Job 100 runs on {.1,.3}, IMEX UP with that list.
+  local function given()
+    return testing.scenario{ policy = P, node = "n1", file = { "n1", "n3" }, domain = "up", unit = "active",
+      jobs = { { id = 100, nodes = { "n1", "n3" } } } }
+  end
+
+  it("C08: a different list is a conflict naming job 100; same list ok; 100's epilog leaves IMEX", function()
+    local s = given()
+    local invocation = s:unit().invocation_id
+    -- job 101 wants {.1,.2}: refused, nothing written, nothing restarted
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.equal(5, outcomes.exit_code(outcome))
+    assert.matches("job 100 %(", message)
+    assert.matches("{10.0.0.1 10.0.0.3}", message)
+    assert.matches("SLURM_JOB_ID=100 imexguard epilog", message)
+    assert.is_nil(message:find("\n"))
+    assert.same({}, s:writes())
+    assert.same({}, s:writes(STATE))
+    assert.equal(0, s:restarts())
+    assert.same({ "n1", "n3" }, s:file_nodes())
+    assert.same({ "100" }, s:registered())
+    local n, released = s:locks()
+    assert.equal(1, n)
+    assert.is_true(released)
+    -- job 101 (again) wants {.1,.3}: ok without a restart, registered next to 100
+    outcome, message = s:prolog{ job = 101, nodelist = "n[1,3]" }
+    assert.equal("ok", outcome)
+    assert.matches("current", message)
+    assert.equal(0, s:restarts())
+    assert.same({}, s:writes())
+    assert.same({ "100", "101" }, s:registered())
+    -- job 100's epilog while 101 runs: ok, IMEX running (same instance), 101 still registered
+    outcome, message = s:epilog{ job = 100 }
+    assert.equal("ok", outcome)
+    assert.matches("left running", message)
+    assert.same({ "101" }, s:registered())
+    assert.same({}, s:unit_jobs())
+    assert.equal("active", s:unit().active_state)
+    assert.equal(invocation, s:unit().invocation_id)
+    assert.same({ "n1", "n3" }, s:daemon())
+  end)
+
+  it("refuses a start of a stopped daemon with another list too", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, unit = "inactive",
+      jobs = { [100] = { "n1", "n3" } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.matches("start nvidia%-imex%.service", message)
+    assert.same({}, s:writes())
+    assert.equal(0, s:restarts())
+  end)
+
+  it("restart_under_jobs = true lets the restart happen, with a warning naming job 100", function()
+    local s = given()
+    local outcome = s:prolog{ job = 101, nodelist = "n[1-2]", settings = { restart_under_jobs = true } }
+    assert.equal("ok", outcome)
+    assert.same({ "10.0.0.1\n10.0.0.2\n" }, s:writes())
+    assert.equal(1, s:restarts())
+    assert.same({ "n1", "n2" }, s:daemon())
+    assert.matches("under job 100", s:logs("warning")[1])
+    assert.same({ "100", "101" }, s:registered())
+  end)
+
+  it("the job's own registration (requeue) never conflicts and is replaced", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, jobs = { [101] = { "n1", "n3" } } }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.equal(1, s:restarts())
+    local regs = s:registrations()
+    assert.equal(1, #regs)
+    assert.equal("10.0.0.1\n10.0.0.2\n", regs[1].nodes)
+    assert.equal(s:unit().invocation_id, regs[1].invocation_id)
+  end)
+
+  it("a failed prolog registers nothing", function()
+    local s = testing.scenario{ policy = P, domain = "down" }
+    assert.equal("domain-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({}, s:registered())
+  end)
+
+  it("peers-unhealthy registers the job (the job runs)", function()
+    local s = testing.scenario{ policy = P, domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
+    assert.equal("peers-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({ "101" }, s:registered())
+  end)
+
+  it("plan reports the conflict without any side effect", function()
+    local s = given()
+    local outcome, message, report = s:plan{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.matches("job 100", message)
+    assert.matches("registered jobs: 100", report)
+    assert.same({}, s.host.writes)
+    assert.equal(0, s.host.count("lock"))
+  end)
+
+  it("after a reboot the state directory is created before the lock", function()
+    local s = testing.scenario{ policy = P, fresh_boot = true }
+    assert.is_false(s.host.dir_exists("/run/imexguard"))
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({ "/run/imexguard" }, s:mkdirs())
+    assert.equal(tonumber("755", 8), s.host.mkdirs[1].mode)
+    assert.is_true(s.host.mkdirs[1].created)
+    assert.same({ "101" }, s:registered())
+    -- mkdir comes before the lock
+    local order = {}
+    for _, c in ipairs(s.host.calls) do
+      if c[1] == "mkdir" or c[1] == "lock" then order[#order + 1] = c[1] end
+    end
+    assert.same({ "mkdir", "lock" }, order)
+  end)
+
+  it("a state directory that cannot be created: lock-timeout naming it, nothing changed", function()
+    local s = testing.scenario{ policy = P, fresh_boot = true, file = { "n1", "n3" },
+      fail = { ["/run/imexguard"] = { mkdir = "EROFS" } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("lock-timeout", outcome)
+    assert.matches("/run/imexguard", message)
+    assert.matches("EROFS", message)
+    assert.same({}, s:writes())
+    assert.equal(0, s:restarts())
+  end)
+
+  it("start-limit-hit: service-failed naming the result; the job is not registered", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+      restart = { result = "failed", unit_result = "start-limit-hit" } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("restart", message)
+    assert.equal("start-limit-hit", s:unit().result)
+    assert.same({}, s:registered())
   end)
 end)

@@ -9,6 +9,8 @@ local slurmenv = require "imexguard.slurmenv"
 local addresses = require "imexguard.addresses"
 local state = require "imexguard.state"
 local health = require "imexguard.health"
+local registry = require "imexguard.registry"
+local settings_schema = require "imexguard.settings"
 
 local M = {}
 
@@ -94,10 +96,14 @@ function M.applies(ctx)
 end
 
 --- Step 2: the desired node list.
+-- @param opts table|nil {lookup = function(ctx, names) -> list of addresses (same order), or nil,
+--   message naming the node, code}: the address source; default: imexguard.addresses.lookup with
+--   the settings (DNS, or the address_map file). A site policy passes its own (policies/address_map.lua).
 -- @return want {expr, source, names, addrs, bytes, self, self_index, names_by = {[addr] = name}},
 --   or nil, "bad-input"|"deadline-exceeded", message naming the bad input
-function M.desired(ctx, info)
+function M.desired(ctx, info, opts)
   local s, host = ctx.settings, ctx.host
+  local lookup = opts and opts.lookup
   local expr, source, warning = slurmenv.nodelist(ctx.env or {})
   if not expr then return fail("bad-input", "job node list: %s", tostring(source)) end
   if warning then host.log("warning", M.one_line(warning)) end
@@ -106,7 +112,12 @@ function M.desired(ctx, info)
     return fail("bad-input", "bad hostlist %s=%q: %s", tostring(source), expr, tostring(herr))
   end
   if #names == 0 then return fail("bad-input", "hostlist %s=%q is empty", tostring(source), expr) end
-  local addrs, aerr, code = addresses.lookup(host, s, names)
+  local addrs, aerr, code
+  if lookup then
+    addrs, aerr, code = lookup(ctx, names)
+  else
+    addrs, aerr, code = addresses.lookup(host, s, names)
+  end
   if not addrs then return fail(by_code(code, "bad-input"), "%s", tostring(aerr)) end
   local ok, cerr = nodelist.check(addrs, { allow_loopback = s.allow_loopback, names = names })
   if not ok then
@@ -132,12 +143,54 @@ function Guard:release()
 end
 Guard.__close = Guard.release
 
---- Step 3: take the node lock (state_dir/lock).
+--- A setting the schema may not have yet: its value, or `default` when imexguard.settings does not
+-- define it (reading an unknown key of ctx.settings raises, so a policy asks here first).
+-- @param ctx table policy context
+-- @param name string setting name
+-- @param default any
+-- @return value
+function M.setting(ctx, name, default)
+  if not settings_schema.by_name[name] then return default end
+  local v = ctx.settings[name]
+  if v == nil then return default end
+  return v
+end
+
+--- Mode of the state directory (0755).
+M.STATE_DIR_MODE = tonumber("755", 8)
+
+--- Create a directory and its missing parents (host.mkdir: an existing directory is success).
+-- The state directory (/run/imexguard by default) is on a tmpfs: it is gone after a reboot.
+-- @param host table the primitives (mkdir; a host without it is left alone)
+-- @param path string absolute directory
+-- @param mode integer permission bits (e.g. 493 = 0755)
+-- @return true, or nil, message, code (of the first mkdir that failed)
+function M.ensure_dir(host, path, mode)
+  if type(host.mkdir) ~= "function" then return true end
+  local ok, err, code = host.mkdir(path, mode)
+  if ok then return true end
+  if code == "ENOENT" then
+    local parent = path:match("^(.+)/[^/]+/*$")
+    if parent and parent ~= path then
+      local pok, perr, pcode = M.ensure_dir(host, parent, mode)
+      if not pok then return nil, perr, pcode end
+      return host.mkdir(path, mode)
+    end
+  end
+  return nil, err, code
+end
+
+--- Step 3: take the node lock (state_dir/lock), creating state_dir first (host.mkdir, 0755).
 -- @return guard (use `local g <close> = guard`), or nil, "lock-timeout"|"deadline-exceeded", message
---   naming the holder's pid and job
+--   naming the holder's pid and job (or the state directory that cannot be created)
 function M.lock(ctx)
   local s = ctx.settings
   local path = s.state_dir .. "/lock"
+  local dok, derr, dcode = M.ensure_dir(ctx.host, s.state_dir, M.STATE_DIR_MODE)
+  if not dok then
+    return fail(by_code(dcode, "lock-timeout"), "node %s: cannot create the state directory %s for node lock "
+      .. "%s: %s", M.node_name(ctx), s.state_dir, path, tostring(derr))
+  end
   local lk, err, code, holder = ctx.host.lock(path, s.lock_timeout, "job=" .. M.job_id(ctx))
   if not lk then
     local who = holder and string.format("pid %s (%s)", tostring(holder.pid), tostring(holder.owner))
@@ -212,13 +265,14 @@ end
 -- @param opts table {changed = the list file's bytes differ (written now, or would be in plan),
 --   wait = wait for activating/deactivating, write_pending = plan (the file is not written)}
 -- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
---   unit = props, answer = ctl answer or nil (reused as the first health poll)}, or nil, outcome, message
+--   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
+--   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
 function M.assess(ctx, info, want, st, opts)
   local s, host = ctx.settings, ctx.host
   local props, o, m = M.settle_unit(ctx, opts.wait)
   if not props then return nil, o, m end
   local a = props.active_state
-  local v = { unit = props, action = "none" }
+  local v = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
   if a == "activating" or a == "deactivating" then
     v.action, v.reason = "wait", string.format("%s is %s; prolog would wait up to %g s", s.unit, a,
       s.start_timeout)
@@ -283,14 +337,91 @@ function M.assess(ctx, info, want, st, opts)
   return v
 end
 
---- Step 6 (not yet implemented): may the daemon be restarted under the other jobs using IMEX on this
--- node? The job registry (jobs whose prolog succeeded and whose epilog has not run, kept in the state
--- file) will be consulted here; until it exists every restart is allowed.
+--- Step 6: may the daemon be (re)started, or the node list rewritten, under the other jobs that use
+-- IMEX on this node? The default rule (design.md step 6, case C08): refuse when another registered
+-- job runs with a DIFFERENT node list (its peers would drop its imports, or its daemon would come
+-- back with a list it cannot use); a job with the same list never blocks. The setting
+-- restart_under_jobs = true allows it anyway (a warning names the jobs). Call it BEFORE writing the
+-- node list: on refusal the file and the unit stay as they are.
+-- With the setting registration_max_age (seconds, when the schema has it), older registrations are
+-- dropped from `st` first (stale: an epilog that never ran; see imexguard.registry).
+-- @param ctx table policy context (ctx.job.id: this job, never in conflict with itself)
+-- @param st table state file contents (st.jobs: the registry)
+-- @param verdict table from assess (nodes: the list the daemon would run; action)
+-- @return true, or false, message (one line naming the job ids, what to do; the policy then
+--   returns "conflict"), and the list of conflicting entries
+function M.may_restart(ctx, st, verdict)
+  local s, host = ctx.settings, ctx.host
+  local now_us = host.wallclock() * 1e6
+  local stale = registry.prune(st, now_us, M.setting(ctx, "registration_max_age"))
+  if #stale > 0 then
+    host.log("warning", M.one_line(string.format("node %s: ignoring stale registration(s) of job %s "
+      .. "(older than registration_max_age)", M.node_name(ctx), registry.ids(stale))))
+  end
+  local nodes = verdict.nodes
+  local others = registry.conflicting(st, M.job_id(ctx), nodes)
+  if #others == 0 then return true, nil, others end
+  if s.restart_under_jobs then
+    host.log("warning", M.one_line(string.format("node %s: %s %s for job %s under job %s (other node list), "
+      .. "allowed by restart_under_jobs", M.node_name(ctx), verdict.action, s.unit, M.job_id(ctx),
+      registry.ids(others))))
+    return true, nil, others
+  end
+  return false, M.conflict_message(ctx, verdict, others, "it with another node list"), others
+end
+
+--- The conflict message: what this job needs, which jobs block it, and how an admin clears a
+-- stale registration.
 -- @param ctx table policy context
--- @param st table state file contents
--- @return true, or false, message (the policy then returns "conflict")
-function M.may_restart(ctx, st) -- luacheck: no unused args
-  return true
+-- @param verdict table from assess (action, nodes, changed)
+-- @param entries list registry entries that block
+-- @param why string e.g. "it with another node list" (after "uses"/"use")
+-- @return string one line
+function M.conflict_message(ctx, verdict, entries, why)
+  local now_us = ctx.host.wallclock() * 1e6
+  local parts = {}
+  for i, e in ipairs(entries) do
+    parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, registry.show_nodes(e.nodes),
+      e.shared and ("shared " .. tostring(e.shared) .. ", ") or "",
+      registry.show_age((now_us - (e.registered_us or now_us)) / 1e6))
+  end
+  local what = verdict.action ~= "none" and (verdict.action .. " " .. ctx.settings.unit) or ""
+  if verdict.changed then what = "rewrite the node list" .. (what ~= "" and (" and " .. what) or "") end
+  local one = #entries == 1
+  return M.one_line(string.format("node %s: job %s would %s with %s, but %s %s %s %s; nothing written or "
+    .. "restarted. If %s no longer runs here: SLURM_JOB_ID=%s imexguard epilog", M.node_name(ctx),
+    M.job_id(ctx), what, registry.show_nodes(verdict.nodes), one and "job" or "jobs",
+    table.concat(parts, ", "), one and "uses" or "use", why,
+    one and ("job " .. entries[1].id) or "one of them", one and entries[1].id or "<id>"))
+end
+
+--- Step 9: register this job (prolog succeeded) and save the state file, under the node lock.
+-- @param ctx table policy context (job id)
+-- @param st table state (changed and saved)
+-- @param want table desired list (bytes)
+-- @param extra table|nil more fields of the entry (invocation_id is filled from the unit)
+-- @return entry, or nil, message (state file not written: logged by the caller), or nil when the
+--   job has no id (nothing registered, a warning is logged)
+function M.register(ctx, st, want, extra)
+  local host = ctx.host
+  local id = M.job_id(ctx)
+  if id == "?" then
+    host.log("warning", "job has no SLURM_JOB_ID: not registered")
+    return nil
+  end
+  local e = { invocation_id = "" }
+  for k, v in pairs(extra or {}) do e[k] = v end
+  if e.invocation_id == "" then
+    local props = host.unit(ctx.settings.unit)
+    e.invocation_id = props and props.invocation_id or ""
+  end
+  local entry = registry.register(st, id, want.bytes, host.wallclock() * 1e6, e)
+  local ok, err = state.save(host, ctx.settings, st)
+  if not ok then
+    return nil, M.one_line(string.format("state file not written, job %s not registered: %s", id,
+      tostring(err)))
+  end
+  return entry
 end
 
 --- Step 7: (re)start the unit and record what it runs.

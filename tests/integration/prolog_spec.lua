@@ -12,6 +12,14 @@ local function starts(d, name)
   return n
 end
 
+-- The job ends: Slurm runs the epilog on each of its nodes, which unregisters the job.
+local function epilogs(d, job, nodelist, names)
+  local res = d:run_all { command = "epilog", job = job, nodelist = nodelist, names = names }
+  for n, r in pairs(res) do
+    assert.are.equal("ok", r.outcome, n .. ": " .. r.output)
+  end
+end
+
 local function expected_bytes(d, names)
   local t = {}
   for _, n in ipairs(names) do t[#t + 1] = d.addr[n] end
@@ -49,6 +57,7 @@ describe("prolog on a simulated domain under systemd", function()
       local dom = assert(d:ctl_json(n))
       assert.are.equal("UP", dom.status)
     end
+    epilogs(d, 1, "n[1-4]")
   end)
 
   it("the same job again: no restart, no rewrite", function()
@@ -59,6 +68,7 @@ describe("prolog on a simulated domain under systemd", function()
       assert.are.equal("ok", res[n].outcome, res[n].output)
       assert.are.equal(before[n], d:invocation(n), n .. " must not restart")
     end
+    epilogs(d, 2, "n[1-4]")
   end)
 
   it("four concurrent prologs of one job on one node restart it once", function()
@@ -80,6 +90,7 @@ describe("prolog on a simulated domain under systemd", function()
     end
     assert.are.equal(s0 + 1, starts(d, "n1"))
     assert.are.equal(expected_bytes(d, { "n1" }), d:nodes_file("n1"))
+    for i = 1, 4 do epilogs(d, 10 + i, "n1", { "n1" }) end
   end)
 
   it("a job on two nodes restarts only those whose list changed", function()
@@ -94,6 +105,18 @@ describe("prolog on a simulated domain under systemd", function()
     assert.are.equal(before.n4, starts(d, "n4"))
     local dom = assert(d:ctl_json("n1"))
     assert.are.equal("UP", dom.status)
+  end)
+
+  it("a job with another list while job 20 runs: conflict, nothing rewritten or restarted (C08)", function()
+    local file, inv = d:nodes_file("n1"), d:invocation("n1")
+    local res = d:prologs { job = 21, nodelist = "n[1,3]", names = { "n1" } }
+    assert.are.equal("conflict", res.n1.outcome, res.n1.output)
+    assert.truthy(res.n1.output:match("20"), "names job 20: " .. res.n1.output)
+    assert.are.equal(file, d:nodes_file("n1"))
+    assert.are.equal(inv, d:invocation("n1"))
+    epilogs(d, 20, "n[1-2]", { "n1", "n2" })
+    assert.are.equal(inv, d:invocation("n1"), "the epilog leaves IMEX running")
+    assert.are.equal("active", d:prop("n1", "ActiveState"))
   end)
 
   it("a prolog environment without a node list: bad-input, nothing rewritten or restarted", function()

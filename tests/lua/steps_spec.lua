@@ -5,6 +5,7 @@ local state = require "imexguard.state"
 local addresses = require "imexguard.addresses"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"
+local registry = require "imexguard.registry"
 local cjson = require "cjson"
 
 describe("state", function()
@@ -18,6 +19,32 @@ describe("state", function()
     local back = state.load(h, s)
     assert.equal(1732892345123456, back.written_us)
     assert.equal("10.0.0.1\n", back.nodes)
+  end)
+
+  it("keeps the job registry, registered_us exactly; drops malformed entries with a warning", function()
+    local h = testing.host()
+    local s = testing.ctx{ host = h }.settings
+    local st = { nodes = "a\n" }
+    registry.register(st, 100, "10.0.0.1\n10.0.0.3\n", 1732892345123456, { invocation_id = "ab" })
+    assert.is_true(state.save(h, s, st))
+    local raw = cjson.decode(h.file(testing.STATE))
+    assert.equal("1732892345123456", raw.jobs[1].registered_us)
+    local back = state.load(h, s)
+    assert.same({ { id = "100", nodes = "10.0.0.1\n10.0.0.3\n", registered_us = 1732892345123456,
+      invocation_id = "ab" } }, back.jobs)
+    h.set_file(testing.STATE, '{"jobs": [{"id": "7", "nodes": "x\\n"}, {"id": 8}, "junk"]}')
+    local warn
+    back, warn = state.load(h, s)
+    assert.equal(1, #back.jobs)
+    assert.equal("7", back.jobs[1].id)
+    assert.matches("2 malformed job registration", warn)
+  end)
+
+  it("an empty registry is omitted from the file", function()
+    local h = testing.host()
+    local s = testing.ctx{ host = h }.settings
+    assert.is_true(state.save(h, s, { jobs = {}, nodes = "x" }))
+    assert.is_nil(cjson.decode(h.file(testing.STATE)).jobs)
   end)
 
   it("a missing file is empty; a corrupt one is empty with a warning", function()
@@ -148,9 +175,126 @@ describe("steps", function()
     assert.equal(0, h.count("run"))
   end)
 
-  it("may_restart allows every restart until the job registry exists", function()
-    local _, ctx = setup()
-    assert.is_true(steps.may_restart(ctx, {}))
+  describe("may_restart (step 6, the default rule)", function()
+    local function with_jobs(jobs, settings, env)
+      local h = testing.host()
+      local ctx = testing.ctx{ host = h, settings = settings, env = env }
+      local st = {}
+      for _, j in ipairs(jobs) do
+        registry.register(st, j[1], j[2], (testing.WALL0 - 3600) * 1e6)
+      end
+      return ctx, st, h
+    end
+    local A, B = "10.0.0.1\n10.0.0.2\n", "10.0.0.1\n10.0.0.3\n"
+
+    it("no other job: allowed", function()
+      local ctx, st = with_jobs({})
+      assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
+    end)
+
+    it("other jobs with the same list: allowed", function()
+      local ctx, st = with_jobs({ { 100, A }, { 102, A } })
+      assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
+    end)
+
+    it("another job with a different list: refused naming it, its list, age and the cleanup", function()
+      local ctx, st = with_jobs({ { 100, A }, { 102, B } })
+      local ok, msg, entries = steps.may_restart(ctx, st, { action = "restart", nodes = A, changed = true })
+      assert.is_false(ok)
+      assert.equal(1, #entries)
+      assert.equal("102", entries[1].id)
+      assert.equal("node n1: job 101 would rewrite the node list and restart nvidia-imex.service with "
+        .. "{10.0.0.1 10.0.0.2}, but job 102 ({10.0.0.1 10.0.0.3}, registered 1h00m ago) uses it with "
+        .. "another node list; nothing written or restarted. If job 102 no longer runs here: "
+        .. "SLURM_JOB_ID=102 imexguard epilog", msg)
+    end)
+
+    it("this job's own entry never conflicts", function()
+      local ctx, st = with_jobs({ { 101, B } })
+      assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
+    end)
+
+    it("restart_under_jobs: allowed with a warning", function()
+      local ctx, st, h = with_jobs({ { 100, B } }, { restart_under_jobs = true })
+      assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
+      assert.equal("warning", h.logs[1][1])
+      assert.matches("under job 100", h.logs[1][2])
+    end)
+  end)
+
+  describe("registry", function()
+    it("register replaces the same id, unregister removes, others/conflicting", function()
+      local st = {}
+      registry.register(st, 100, "a\n", 1e15)
+      registry.register(st, "101", "b\n", 2e15, { shared = "YES" })
+      registry.register(st, 100, "c\n", 3e15)
+      assert.same({ "100", "101" }, { st.jobs[1].id, st.jobs[2].id })
+      assert.equal("c\n", st.jobs[1].nodes)
+      assert.equal("YES", registry.find(st, 101).shared)
+      assert.same({ "101" }, { registry.others(st, 100)[1].id })
+      assert.equal(0, #registry.conflicting(st, 100, "b\n"))
+      assert.equal("101", registry.unregister(st, 101).id)
+      assert.is_nil(registry.unregister(st, 101))
+      assert.equal("100", registry.ids(st.jobs))
+    end)
+
+    it("prune drops entries older than max_age only", function()
+      local st = {}
+      registry.register(st, 1, "a\n", 0)
+      registry.register(st, 2, "a\n", 9e6)
+      assert.same({}, registry.prune(st, 10e6, nil))
+      local gone = registry.prune(st, 10e6, 5)
+      assert.equal("1", gone[1].id)
+      assert.equal("2", registry.ids(st.jobs))
+    end)
+
+    it("show_age", function()
+      assert.equal("59s", registry.show_age(59))
+      assert.equal("2m05s", registry.show_age(125))
+      assert.equal("2h05m", registry.show_age(7500))
+      assert.equal("3d01h", registry.show_age(3 * 86400 + 3600))
+    end)
+  end)
+
+  describe("register (step 9)", function()
+    it("saves the entry with the job's list, the time and the invocation id", function()
+      local h, ctx, _, want = setup()
+      local st = {}
+      local t = h.wallclock()
+      local e = assert(steps.register(ctx, st, want, { invocation_id = "abc" }))
+      assert.equal("101", e.id)
+      local back = state.load(h, ctx.settings)
+      assert.equal(want.bytes, back.jobs[1].nodes)
+      assert.equal("abc", back.jobs[1].invocation_id)
+      assert.equal(math.floor(t * 1e6), back.jobs[1].registered_us)
+    end)
+
+    it("a state file that cannot be written: nil and a message naming the job", function()
+      local _, ctx, _, want = setup{ fail = { [testing.STATE] = { write = "ENOSPC" } } }
+      local e, err = steps.register(ctx, {}, want)
+      assert.is_nil(e)
+      assert.matches("job 101 not registered", err)
+      assert.matches("ENOSPC", err)
+    end)
+  end)
+
+  describe("ensure_dir", function()
+    it("creates missing parents, an existing directory is fine", function()
+      local h = testing.host{ absent_dirs = { "/run/a", "/run/a/b" } }
+      assert.is_true(steps.ensure_dir(h, "/run/a/b", 493))
+      assert.same({ "/run/a/b", "/run/a", "/run/a/b" }, { h.mkdirs[1].path, h.mkdirs[2].path,
+        h.mkdirs[3].path })
+      assert.is_true(h.dir_exists("/run/a/b"))
+      assert.is_true(steps.ensure_dir(h, "/run/a/b", 493))
+    end)
+
+    it("a failure is returned with its code", function()
+      local h = testing.host{ fail = { ["/run/x"] = { mkdir = "EACCES" } } }
+      local ok, err, code = steps.ensure_dir(h, "/run/x", 493)
+      assert.is_nil(ok)
+      assert.matches("/run/x", err)
+      assert.equal("EACCES", code)
+    end)
   end)
 
   it("lock guard releases once", function()
@@ -163,5 +307,21 @@ describe("steps", function()
       local g2 <close> = assert(steps.lock(ctx)) -- luacheck: ignore g2
     end
     assert.equal(2, h.count("unlock"))
+  end)
+end)
+
+describe("conflict_message", function()
+  it("names every blocking job, plural grammar, and the cleanup command", function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h }
+    local st = {}
+    registry.register(st, 1, "10.0.0.1\n", (testing.WALL0 - 60) * 1e6)
+    registry.register(st, 2, "10.0.0.3\n", (testing.WALL0 - 30) * 1e6)
+    local m = steps.conflict_message(ctx, { action = "start", nodes = "10.0.0.1\n10.0.0.2\n" }, st.jobs,
+      "it with another node list")
+    assert.equal("node n1: job 101 would start nvidia-imex.service with {10.0.0.1 10.0.0.2}, but jobs "
+      .. "1 ({10.0.0.1}, registered 1m00s ago), 2 ({10.0.0.3}, registered 30s ago) use it with another node "
+      .. "list; nothing written or restarted. If one of them no longer runs here: SLURM_JOB_ID=<id> "
+      .. "imexguard epilog", m)
   end)
 end)

@@ -57,9 +57,79 @@ describe("testing.host", function()
     assert.near(30, h.now() - t0, 1e-9)
   end)
 
-  it("a unit that is not installed", function()
+  it("a unit that is not installed; a job on it is a D-Bus error", function()
     local h = testing.host{ unit = false }
     assert.equal("not-found", h.unit(testing.UNIT).load_state)
+    local r, _, code = h.unit_job(testing.UNIT, "start", 30)
+    assert.is_nil(r)
+    assert.equal("bus", code)
+  end)
+
+  it("unit jobs: start-limit-hit (job failed, Result start-limit-hit), a daemon that dies at once", function()
+    local h = testing.host{ restart = { { result = "failed", unit_result = "start-limit-hit" },
+      { active_state = "failed", unit_result = "exit-code", invocation_id = string.rep("e", 32) } } }
+    local r, _, code = h.unit_job(testing.UNIT, "restart", 30)
+    assert.is_nil(r)
+    assert.equal("failed", code)
+    local p = h.unit(testing.UNIT)
+    assert.equal("failed", p.active_state)
+    assert.equal("start-limit-hit", p.result)
+    assert.equal("done", h.unit_job(testing.UNIT, "start", 30))
+    p = h.unit(testing.UNIT)
+    assert.equal("failed", p.active_state)
+    assert.equal("exit-code", p.result)
+    assert.equal(string.rep("e", 32), p.invocation_id)
+    assert.equal(0, p.main_pid)
+  end)
+
+  it("unit jobs: start of an active unit and try-restart of an inactive one change nothing", function()
+    local h = testing.host()
+    local id = h.unit(testing.UNIT).invocation_id
+    assert.equal("done", h.unit_job(testing.UNIT, "start", 30))
+    assert.equal(id, h.unit(testing.UNIT).invocation_id)
+    assert.equal("done", h.unit_job(testing.UNIT, "try-restart", 30))
+    local id2 = h.unit(testing.UNIT).invocation_id
+    assert.not_equal(id, id2)
+    h.unit_job(testing.UNIT, "stop", 30)
+    assert.equal("done", h.unit_job(testing.UNIT, "try-restart", 30))
+    assert.equal("inactive", h.unit(testing.UNIT).active_state)
+  end)
+
+  it("mkdir: existing directory ok, absent directories (reboot) block writes and locks until made", function()
+    local h = testing.host{ fresh_boot = true, files = { ["/etc/f"] = "x" } }
+    local ok, _, code = h.write_atomic("/run/imexguard/state.json", "{}")
+    assert.is_nil(ok)
+    assert.equal("ENOENT", code)
+    local lk
+    lk, _, code = h.lock("/run/imexguard/lock", 1, "job=1")
+    assert.is_nil(lk)
+    assert.equal("ENOENT", code)
+    assert.is_true(h.mkdir("/run/imexguard", 493))
+    assert.is_true(h.mkdir("/run/imexguard", 493))
+    assert.same({ { path = "/run/imexguard", mode = 493, created = true },
+      { path = "/run/imexguard", mode = 493, created = false } }, h.mkdirs)
+    assert.is_true(h.write_atomic("/run/imexguard/state.json", "{}"))
+    assert.is_truthy(h.lock("/run/imexguard/lock", 1, "job=1"))
+    ok, _, code = h.mkdir("/etc/f", 493)
+    assert.is_nil(ok)
+    assert.equal("EEXIST", code)
+    h = testing.host{ absent_dirs = { "/a" } }
+    ok, _, code = h.mkdir("/a/b", 493)
+    assert.is_nil(ok)
+    assert.equal("ENOENT", code)
+    assert.has_error(function() h.mkdir("/a", "0755") end)
+  end)
+
+  it("clear forgets recordings but keeps files and the unit", function()
+    local h = testing.host()
+    h.write_atomic("/x", "1")
+    h.unit_job(testing.UNIT, "stop", 30)
+    h.clear()
+    assert.same({}, h.writes)
+    assert.same({}, h.jobs)
+    assert.same({}, h.calls)
+    assert.equal("1", h.file("/x"))
+    assert.equal("inactive", h.unit(testing.UNIT).active_state)
   end)
 
   it("ctl: a queue whose last answer repeats; rendered domains parse to what was described", function()
@@ -79,6 +149,16 @@ describe("testing.host", function()
     end
     assert.equal(3, h.count("run"))
     assert.same(argv, h.runs[3])
+  end)
+
+  it("ctl: auto with unhealthy nodes (or every node with '*')", function()
+    local h = testing.host{ unhealthy = { ["10.0.0.2"] = "UNAVAILABLE" } }
+    local d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    assert.equal("DEGRADED", d.status)
+    assert.equal("UNAVAILABLE", d.by_host["10.0.0.2"].status)
+    h = testing.host{ unhealthy = { ["*"] = "UNAVAILABLE" } }
+    d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    assert.equal("DOWN", d.status)
   end)
 
   it("ctl: auto follows the unit and what the daemon was started with", function()
@@ -175,11 +255,110 @@ describe("testing.ctx", function()
     assert.has_error(function() testing.ctx{ settings = { on_peer_fault = "explode" } } end)
   end)
 
+  it("settings are read-only and a typo raises, as in the binary", function()
+    local ctx = testing.ctx()
+    assert.has_error(function() return ctx.settings.lock_timout end,
+      "ctx.settings: unknown setting 'lock_timout'")
+    assert.has_error(function() ctx.settings.unit = "x" end)
+    assert.is_nil(ctx.settings.nodes_file) -- a known optional setting reads nil
+  end)
+
   it("parse_env reads a Slurm environment fixture", function()
     local f = assert(io.open("tests/fixtures/slurm/prolog-env-22.05.txt"))
     local env = testing.parse_env(f:read("a"))
     f:close()
     assert.equal("n[1-3]", env.SLURM_NODELIST)
     assert.equal("n2", env.SLURMD_NODENAME)
+  end)
+end)
+
+describe("testing.scenario", function()
+  local P = require "default"
+
+  it("given node, nodes, file, unit, jobs: the world is set up as described", function()
+    local s = testing.scenario{ policy = P, node = "n2", file = { "n1", "n2", "n3" }, unit = "inactive",
+      jobs = { { id = 100, nodes = "n[1-3]", age = 60, shared = "YES" } } }
+    assert.equal("10.0.0.1\n10.0.0.2\n10.0.0.3\n", s:file())
+    assert.same({ "n1", "n2", "n3" }, s:file_nodes())
+    assert.equal("inactive", s:unit().active_state)
+    assert.equal("n2", s.host.hostname())
+    assert.same({ "10.0.0.2", "127.0.0.1" }, s.host.local_addresses())
+    local regs = s:registrations()
+    assert.equal(1, #regs)
+    assert.equal("100", regs[1].id)
+    assert.equal("YES", regs[1].shared)
+    assert.equal((testing.WALL0 - 60) * 1e6, regs[1].registered_us)
+  end)
+
+  it("when the prolog runs, then outcome and side effects are recorded per scenario", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" } }
+    local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "YES" }
+    assert.equal("ok", outcome)
+    assert.is_string(message)
+    assert.equal("YES", ctx.env.SLURM_JOB_OVERSUBSCRIBE)
+    assert.equal("n[1-2]", ctx.env.SLURM_JOB_NODELIST)
+    assert.same({ "10.0.0.1\n10.0.0.2\n" }, s:writes())
+    assert.equal(1, s:restarts())
+    assert.same({ "restart" }, s:unit_jobs())
+    assert.same({ "n1", "n2" }, s:daemon())
+    assert.same({ "101" }, s:registered())
+    assert.equal("prolog", s.last.command)
+    s:clear()
+    assert.same({}, s:writes())
+    assert.equal(0, s:restarts())
+    assert.same({ "101" }, s:registered())
+  end)
+
+  it("unit shorthands and tables; domain shorthands", function()
+    assert.equal("skipped", (testing.scenario{ policy = P, unit = "missing" }:prolog{ nodelist = "n[1-2]" }))
+    assert.equal("skipped", (testing.scenario{ policy = P, unit = "disabled" }:prolog{ nodelist = "n[1-2]" }))
+    local s = testing.scenario{ policy = P, unit = { state = "failed", result = "start-limit-hit" } }
+    assert.equal("start-limit-hit", s:unit().result)
+    assert.equal("ok", (s:prolog{ nodelist = "n[1-2]" }))
+    assert.same({ "start" }, s:unit_jobs())
+    assert.equal("ctl-unusable", (testing.scenario{ policy = P, domain = "garbage" }:prolog{
+      nodelist = "n[1-2]" }))
+    assert.equal("domain-unhealthy", (testing.scenario{ policy = P, domain = "unreachable" }:prolog{
+      nodelist = "n[1-2]" }))
+    s = testing.scenario{ policy = P, domain = { nodes = { { host = "n1" },
+      { host = "n2", status = "UNAVAILABLE" } } } }
+    local outcome, message = s:prolog{ nodelist = "n[1-2]" }
+    assert.equal("peers-unhealthy", outcome)
+    assert.matches("10.0.0.2 %(n2%)", message)
+  end)
+
+  it("the virtual clock: a run's deadline applies and waits cost simulated time only", function()
+    local s = testing.scenario{ policy = P, domain = "down", deadline = 20 }
+    local t0 = s.host.now()
+    assert.equal("domain-unhealthy", (s:prolog{ nodelist = "n[1-2]" }))
+    assert.is_true(s.host.now() - t0 <= 20)
+    assert.is_true(s.host.remaining() > 0)
+    local t1 = s.host.now()
+    s:advance(5)
+    assert.near(t1 + 5, s.host.now(), 1e-9)
+  end)
+
+  it("per-run settings and env overrides; a settings typo in a policy raises", function()
+    local s = testing.scenario{ policy = { prolog = function(ctx)
+      return "ok", tostring(ctx.settings.lock_timout)
+    end } }
+    assert.has_error(function() s:prolog{} end)
+    s = testing.scenario{ policy = { prolog = function(ctx)
+      return "ok", ctx.settings.on_peer_fault .. " " .. tostring(ctx.env.SLURM_JOB_NODELIST)
+    end }, settings = { on_peer_fault = "fail" } }
+    local _, m = s:prolog{ nodelist = "n1", env = { SLURM_JOB_NODELIST = false } }
+    assert.equal("fail nil", m)
+    _, m = s:prolog{ nodelist = "n1", settings = { on_peer_fault = "warn" } }
+    assert.equal("warn n1", m)
+  end)
+
+  it("a policy without the entry point is an error naming it", function()
+    local s = testing.scenario{ policy = { prolog = function() return "ok" end } }
+    assert.has_error(function() s:epilog{} end, "testing.scenario: the policy has no epilog")
+  end)
+
+  it("the default policy is the default", function()
+    local s = testing.scenario{}
+    assert.equal("ok", (s:prolog{ nodelist = "n[1-2]" }))
   end)
 end)

@@ -1,0 +1,143 @@
+--- The job registry (design.md step 6 and the epilog; case C08): the jobs whose prolog succeeded
+-- on this node and whose epilog has not run yet, kept as `st.jobs` in the state file
+-- (imexguard.state). Pure functions on the state table: the caller loads and saves the state
+-- file under the node lock (imexguard.steps: lock, register, unregister, may_restart).
+--
+-- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
+-- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
+-- epoch), invocation_id = string (systemd's InvocationID of the daemon the job was admitted to,
+-- "" when unknown)}; a policy may add scalar fields (e.g. shared = "YES").
+--
+-- Stale entries (a job whose epilog never ran, e.g. slurmd crashed) would block restarts for
+-- ever. The ways out, in the order an admin meets them:
+--   1. state_dir is /run/imexguard, a tmpfs: a reboot (which ends every job) clears the registry.
+--   2. `SLURM_JOB_ID=<id> imexguard epilog` on the node unregisters job <id> by hand (the epilog
+--      needs nothing else from the environment); every conflict message names this command.
+--   3. A job id registered again (requeue, retried prolog) replaces its old entry.
+--   4. Optionally an age limit (M.prune, the setting registration_max_age when the schema has
+--      it): entries older than the site's longest job (Slurm's MaxTime) no longer count.
+-- The registry is NOT cleared when the unit's invocation ID changes outside imexguard (an admin's
+-- `systemctl restart`, Restart=on-failure after a crash): the jobs may still run, and they use
+-- whatever daemon is running now, so restarting it again would break them again.
+local M = {}
+
+--- The registry list of a state table (created empty when missing).
+-- @param st table state
+-- @return list of entries (the same table as st.jobs)
+function M.jobs(st)
+  if type(st.jobs) ~= "table" then st.jobs = {} end
+  return st.jobs
+end
+
+--- Find a job's entry.
+-- @param st table state
+-- @param id string|number job id
+-- @return entry, index; or nil when the job is not registered
+function M.find(st, id)
+  id = tostring(id)
+  for i, e in ipairs(M.jobs(st)) do
+    if e.id == id then return e, i end
+  end
+  return nil
+end
+
+--- Register a job (an entry of the same id is replaced: requeue or retried prolog).
+-- @param st table state (changed in place; the caller saves it)
+-- @param id string|number job id
+-- @param nodes string node-list bytes the job runs with
+-- @param now_us number wall clock, microseconds since the epoch
+-- @param extra table|nil more scalar fields (invocation_id, shared, ...)
+-- @return entry
+function M.register(st, id, nodes, now_us, extra)
+  assert(type(nodes) == "string", "registry.register: nodes must be the node-list bytes")
+  local e = { id = tostring(id), nodes = nodes, registered_us = math.floor(now_us) }
+  for k, v in pairs(extra or {}) do
+    if e[k] == nil then e[k] = v end
+  end
+  local _, i = M.find(st, id)
+  local jobs = M.jobs(st)
+  if i then jobs[i] = e else jobs[#jobs + 1] = e end
+  return e
+end
+
+--- Unregister a job.
+-- @param st table state (changed in place; the caller saves it)
+-- @param id string|number job id
+-- @return the removed entry, or nil when the job was not registered
+function M.unregister(st, id)
+  local e, i = M.find(st, id)
+  if not e then return nil end
+  table.remove(M.jobs(st), i)
+  return e
+end
+
+--- The entries of every other job.
+-- @param st table state
+-- @param id string|number|nil this job's id
+-- @return list of entries (registration order)
+function M.others(st, id)
+  id = id ~= nil and tostring(id) or nil
+  local out = {}
+  for _, e in ipairs(M.jobs(st)) do
+    if e.id ~= id then out[#out + 1] = e end
+  end
+  return out
+end
+
+--- The other jobs registered with a node list other than `nodes`.
+-- @param st table state
+-- @param id string|number|nil this job's id
+-- @param nodes string node-list bytes
+-- @return list of entries
+function M.conflicting(st, id, nodes)
+  local out = {}
+  for _, e in ipairs(M.others(st, id)) do
+    if e.nodes ~= nodes then out[#out + 1] = e end
+  end
+  return out
+end
+
+--- Drop entries older than max_age seconds.
+-- @param st table state (changed in place)
+-- @param now_us number wall clock, microseconds
+-- @param max_age number|nil seconds; nil or <= 0 keeps everything
+-- @return list of the removed entries
+function M.prune(st, now_us, max_age)
+  local removed = {}
+  if not max_age or max_age <= 0 then return removed end
+  local keep = {}
+  for _, e in ipairs(M.jobs(st)) do
+    if e.registered_us and now_us - e.registered_us > max_age * 1e6 then
+      removed[#removed + 1] = e
+    else
+      keep[#keep + 1] = e
+    end
+  end
+  st.jobs = keep
+  return removed
+end
+
+--- "100, 102" from a list of entries.
+function M.ids(entries)
+  local ids = {}
+  for i, e in ipairs(entries) do ids[i] = e.id end
+  return table.concat(ids, ", ")
+end
+
+--- "{10.0.0.1 10.0.0.3}" from node-list bytes.
+function M.show_nodes(bytes)
+  local l = {}
+  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
+  return "{" .. table.concat(l, " ") .. "}"
+end
+
+--- "2h05m" from seconds.
+function M.show_age(seconds)
+  seconds = math.max(0, math.floor(seconds))
+  if seconds < 60 then return string.format("%ds", seconds) end
+  if seconds < 3600 then return string.format("%dm%02ds", seconds // 60, seconds % 60) end
+  if seconds < 86400 then return string.format("%dh%02dm", seconds // 3600, seconds % 3600 // 60) end
+  return string.format("%dd%02dh", seconds // 86400, seconds % 86400 // 3600)
+end
+
+return M

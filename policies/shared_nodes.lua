@@ -1,0 +1,53 @@
+--- Site policy: nodes shared by several jobs at once (partitions with OverSubscribe, or jobs that
+-- do not ask for --exclusive; Slurm sets SLURM_JOB_OVERSUBSCRIBE to YES, OK or TOPO for a job that
+-- may share, NO otherwise, and older releases do not set it). Everything is the default policy
+-- (policies/default.lua) except one rule:
+--
+--   Never replace a running IMEX daemon while another job is registered on this node, whatever
+--   its node list: a restart drops every import of the running daemon, so it breaks every job
+--   that uses it (imex-facts.md). A job with the same list as the running daemon needs no restart
+--   (it succeeds and is registered); a job that needs a restart while others run ends in
+--   "conflict" (nothing written, nothing restarted) and runs once they are gone.
+--   Starting a daemon that is not running (inactive, failed) follows the default rule: allowed
+--   when every other registered job has the same list. The setting restart_under_jobs does not
+--   relax this policy's rule (use the default policy for that).
+-- The job's SLURM_JOB_OVERSUBSCRIBE value is kept in its registry entry ("shared") so that a
+-- conflict message tells an admin which jobs shared the node.
+local default = require "policies.default"
+local steps = require "imexguard.steps"
+local registry = require "imexguard.registry"
+
+--- Values Slurm sets in SLURM_JOB_OVERSUBSCRIBE (imex-facts.md); anything else is logged.
+local SHARING = { NO = true, YES = true, OK = true, TOPO = true }
+
+local function sharing(ctx)
+  local v = ctx.env and ctx.env.SLURM_JOB_OVERSUBSCRIBE
+  if v == nil or v == "" then return "unset" end
+  return v
+end
+
+return default.extend{
+  -- Accept every job; an unknown sharing value is logged, never refused (a refusal drains the node).
+  admit = function(ctx)
+    local v = sharing(ctx)
+    if v ~= "unset" and not SHARING[v] then
+      ctx.host.log("warning", steps.one_line(string.format("job %s: unknown SLURM_JOB_OVERSUBSCRIBE=%s, "
+        .. "treated as shared", steps.job_id(ctx), v)))
+    end
+    return true
+  end,
+
+  may_restart = function(ctx, st, verdict)
+    if verdict.action == "restart" then
+      local others = registry.others(st, steps.job_id(ctx))
+      if #others > 0 then
+        return false, steps.conflict_message(ctx, verdict, others, "the running daemon (shared node)")
+      end
+    end
+    return steps.may_restart(ctx, st, verdict)
+  end,
+
+  register_extra = function(ctx)
+    return { shared = sharing(ctx) }
+  end,
+}

@@ -1,0 +1,79 @@
+-- Specs of the shared-nodes site policy: never restart a running daemon while another job is
+-- registered, whatever its list; otherwise the default policy.
+local testing = require "imexguard.testing"
+local P = require "shared_nodes"
+
+describe("shared_nodes policy", function()
+  it("is the default policy with its own rule (extend)", function()
+    assert.is_function(P.prolog)
+    assert.is_function(P.epilog)
+    assert.is_function(P.plan)
+    assert.is_function(P.status)
+    assert.is_function(P.hooks.may_restart)
+  end)
+
+  it("a shared job next to a running job with the same list: ok, no restart, both registered", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" },
+      jobs = { { id = 100, nodes = { "n1", "n2" }, shared = "YES" } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "YES" }
+    assert.equal("ok", outcome)
+    assert.matches("current", message)
+    assert.equal(0, s:restarts())
+    assert.same({ "100", "101" }, s:registered())
+    assert.equal("YES", s:registrations()[2].shared)
+  end)
+
+  it("a stale daemon with the same list is NOT restarted under another job: conflict", function()
+    -- config.cfg changed after the daemon started: the default would restart (same list, allowed)
+    local s = testing.scenario{ policy = P, jobs = { { id = 100, nodes = "n[1-2]", shared = "OK" } },
+      files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "OK" }
+    assert.equal("conflict", outcome)
+    assert.matches("job 100 %({10.0.0.1 10.0.0.2}, shared OK, registered 10m00s ago%)", message)
+    assert.matches("shared node", message)
+    assert.equal(0, s:restarts())
+    assert.same({ "100" }, s:registered())
+    -- the default policy would have restarted here
+    local d = testing.scenario{ policy = require "default", jobs = { { id = 100, nodes = "n[1-2]" } },
+      files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+    assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.equal(1, d:restarts())
+  end)
+
+  it("restart_under_jobs does not relax the rule", function()
+    local s = testing.scenario{ policy = P, jobs = { [100] = { "n1", "n3" } }, file = { "n1", "n3" },
+      settings = { restart_under_jobs = true } }
+    assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "TOPO" }))
+    assert.same({}, s:writes())
+    assert.equal(0, s:restarts())
+  end)
+
+  it("alone on the node a job may change the list (restart)", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" } }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "YES" }))
+    assert.equal(1, s:restarts())
+    assert.same({ "n1", "n2" }, s:daemon())
+  end)
+
+  it("a dead daemon is started when the other jobs have the same list", function()
+    local s = testing.scenario{ policy = P, unit = "failed", jobs = { [100] = "n[1-2]" } }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({ "start" }, s:unit_jobs())
+  end)
+
+  it("an unknown SLURM_JOB_OVERSUBSCRIBE is logged, not refused", function()
+    local s = testing.scenario{ policy = P }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "MAYBE" }))
+    assert.matches("unknown SLURM_JOB_OVERSUBSCRIBE=MAYBE", s:logs("warning")[1])
+    assert.equal("MAYBE", s:registrations()[1].shared)
+  end)
+
+  it("the last job's epilog unregisters it and leaves IMEX running", function()
+    local s = testing.scenario{ policy = P, jobs = { [100] = "n[1-2]" } }
+    local outcome, message = s:epilog{ job = 100 }
+    assert.equal("ok", outcome)
+    assert.matches("left running", message)
+    assert.same({}, s:registered())
+    assert.equal(0, s:stops())
+  end)
+end)

@@ -1,0 +1,132 @@
+--- Site policy: a static IMEX domain. The daemon is started at boot with a fixed node list (the
+-- whole rack, written once by the admin or the image), and Slurm's switch/nvidia_imex plugin hands
+-- each job its IMEX channel. imexguard then never rewrites nodes_config.cfg and never starts,
+-- restarts or stops the unit; the prolog only verifies, with the default policy's steps:
+--   1. IMEX applies (steps.applies: unit installed and enabled, config.cfg present);
+--   2. the job's node list (steps.desired: hostlist -> addresses, checked, this node in it);
+--   3. every node of the job is in the static list, else bad-input naming the nodes that are not;
+--   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
+--      this node's daemon is down and imexguard will not start it;
+--   5. the job's nodes are healthy: polled like the default's health wait, but judged over the
+--      JOB'S nodes only (this node READY, every other job node present, READY and connected
+--      from here); nodes of the rack outside the job do not hold the job up (they are named).
+-- Outcomes are the default's (peers-unhealthy follows on_peer_fault). No lock, no state file, no
+-- job registry: nothing on the node changes. The epilog has nothing to do. status is the
+-- default's; plan reports the same checks without waiting.
+local steps = require "imexguard.steps"
+local health = require "imexguard.health"
+local nodelist = require "imexguard.nodelist"
+local default = require "policies.default"
+
+local P = {}
+
+local function fail(outcome, fmt, ...)
+  return nil, outcome, steps.one_line(string.format(fmt, ...))
+end
+
+--- Steps 1-4. @return info, want, props, or nil, outcome, message
+local function verify(ctx, wait)
+  local info, o, m = steps.applies(ctx)
+  if not info then return nil, o, m end
+  local want
+  want, o, m = steps.desired(ctx, info)
+  if not want then return nil, o, m end
+  local node = steps.node_name(ctx)
+  local text, rerr = steps.read_nodes(ctx, info)
+  if not text then return fail("domain-unhealthy", "node %s: static node list %s", node, tostring(rerr)) end
+  local static, perr = nodelist.parse(text)
+  if not static then return fail("domain-unhealthy", "node %s: static node list %s: %s", node,
+    info.nodes_file, tostring(perr)) end
+  if #static == 0 then
+    return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
+  end
+  local in_domain, outside = {}, {}
+  for _, a in ipairs(static) do in_domain[a] = true end
+  for i, a in ipairs(want.addrs) do
+    if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
+  end
+  if #outside > 0 then
+    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes); "
+      .. "nothing changed", steps.job_id(ctx), #outside > 1 and "s" or "", table.concat(outside, ", ")
+      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static)
+  end
+  local props
+  props, o, m = steps.settle_unit(ctx, wait)
+  if not props then return nil, o, m end
+  local a = props.active_state
+  if wait and a ~= "active" and a ~= "reloading" then
+    return fail("domain-unhealthy", "node %s: %s is %s (result %s); the static domain is started at boot, "
+      .. "this policy never starts it", node, ctx.settings.unit, tostring(a), tostring(props.result))
+  end
+  return info, want, props
+end
+
+--- The verdict over the job's nodes only (nodes of the domain outside the job are ignored).
+local function judge(answer, want)
+  local v = health.verdict(answer, want.addrs, want.self)
+  if not v or v.local_fault then return v end
+  local job = {}
+  for _, a in ipairs(want.addrs) do job[a] = true end
+  local faulty, outside = {}, {}
+  for _, f in ipairs(v.faulty) do
+    if job[f.host] then faulty[#faulty + 1] = f else outside[#outside + 1] = f.host end
+  end
+  local r = { status = v.status, local_fault = false, faulty = faulty, summary = v.summary,
+    outside = outside }
+  r.healthy = #v.missing == 0 and #faulty == 0
+  return r
+end
+
+--- Step 5: poll until the job's nodes are healthy or health_timeout (bounded by the budget).
+local function wait_job_nodes(ctx, want)
+  local h, s = ctx.host, ctx.settings
+  local start = h.now()
+  local window = math.min(s.health_timeout, math.max(h.remaining() - health.MARGIN, 0))
+  local last_v, last_err, polls = nil, nil, 0
+  while true do
+    local answer = health.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - health.MARGIN, 0.05)))
+    polls = polls + 1
+    local v = judge(answer, want)
+    if v and v.healthy then
+      local note = #v.outside > 0 and string.format(" (outside the job: %s not healthy)",
+        table.concat(v.outside, " ")) or ""
+      return "ok", string.format("the job's %d nodes are healthy in the static domain %s%s", #want.addrs,
+        tostring(v.status), note)
+    end
+    if v then last_v = v else last_err = answer.err end
+    if answer.kind == "deadline" then break end
+    local left = window - (h.now() - start)
+    if left <= 0 or not h.sleep(math.min(s.poll_interval, left)) then break end
+  end
+  if last_v then return health.blame(ctx, want, last_v, h.now() - start) end
+  return "ctl-unusable", steps.one_line(string.format(
+    "no usable answer from the ctl in %.1f s (%d tries): %s", h.now() - start, polls, tostring(last_err)))
+end
+
+function P.prolog(ctx)
+  local info, want, m = verify(ctx, true)
+  if not info then return want, m end
+  local outcome, msg = wait_job_nodes(ctx, want)
+  return outcome, steps.one_line(msg .. "; static domain: nothing rewritten or restarted")
+end
+
+function P.epilog(ctx)
+  return "ok", string.format("job %s: static domain, nothing to do on node %s", steps.job_id(ctx),
+    steps.node_name(ctx))
+end
+
+function P.plan(ctx)
+  local info, want, props = verify(ctx, false)
+  if not info then return want, props end
+  local answer = health.probe(ctx)
+  local v = judge(answer, want)
+  local domain = answer.domain and answer.domain.status or answer.err
+  local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
+    #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(domain),
+    v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
+  return "ok", steps.one_line(msg), steps.one_line(msg) .. "\n"
+end
+
+P.status = default.status
+
+return P

@@ -1,0 +1,85 @@
+-- Specs of the static-domain site policy: verify only, never rewrite, start, restart or stop.
+local testing = require "imexguard.testing"
+local outcomes = require "imexguard.outcomes"
+local P = require "static_domain"
+
+-- The rack: n1..n4 in the static list the daemon was started with at boot.
+local RACK = { "n1", "n2", "n3", "n4" }
+
+local function untouched(s)
+  assert.same({}, s.host.writes)
+  assert.same({}, s:unit_jobs())
+  assert.equal(0, s.host.count("lock"))
+  assert.equal(0, s.host.count("unit_reset_failed"))
+end
+
+describe("static_domain policy", function()
+  it("a job on a subset of a healthy domain: ok, nothing changed", function()
+    local s = testing.scenario{ policy = P, file = RACK }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1,3]" }
+    assert.equal("ok", outcome)
+    assert.matches("job's 2 nodes are healthy", message)
+    assert.matches("nothing rewritten or restarted", message)
+    untouched(s)
+    assert.same(RACK, s:file_nodes())
+  end)
+
+  it("nodes outside the static domain: bad-input naming them, nothing changed", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" },
+      nodes = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4", n5 = "10.0.0.5" } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-5]" }
+    assert.equal("bad-input", outcome)
+    assert.equal(2, outcomes.exit_code(outcome))
+    assert.matches("nodes n3 %(10.0.0.3%), n4 %(10.0.0.4%), n5 %(10.0.0.5%) are not in the static IMEX "
+      .. "domain of node n1", message)
+    assert.matches(testing.NODES, message, 1, true)
+    untouched(s)
+    assert.equal(0, s.host.count("run"))
+  end)
+
+  it("a stopped daemon is never started: domain-unhealthy on this node", function()
+    local s = testing.scenario{ policy = P, file = RACK, unit = "failed" }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("domain-unhealthy", outcome)
+    assert.matches("nvidia%-imex%.service is failed", message)
+    assert.matches("never starts it", message)
+    untouched(s)
+  end)
+
+  it("a peer of the job unhealthy: peers-unhealthy naming it", function()
+    local s = testing.scenario{ policy = P, file = RACK, domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("peers-unhealthy", outcome)
+    assert.matches("10.0.0.2 %(n2%)", message)
+    untouched(s)
+  end)
+
+  it("a rack node outside the job being down does not hold the job up", function()
+    local s = testing.scenario{ policy = P, file = RACK, domain = { unhealthy = { n4 = "UNAVAILABLE" } } }
+    local t0 = s.host.now()
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome)
+    assert.matches("outside the job: 10.0.0.4", message)
+    assert.equal(1, s.host.count("run"))
+    assert.equal(0, s.host.count("sleep"))
+    assert.is_true(s.host.now() - t0 < 1)
+  end)
+
+  it("no static list on the node: domain-unhealthy naming the file", function()
+    local s = testing.scenario{ policy = P, file = false }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("domain-unhealthy", outcome)
+    assert.matches("missing or empty", message)
+    untouched(s)
+  end)
+
+  it("epilog and plan change nothing", function()
+    local s = testing.scenario{ policy = P, file = RACK }
+    assert.equal("ok", (s:epilog{ job = 101 }))
+    local outcome, message = s:plan{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome)
+    assert.matches("would verify only", message)
+    assert.matches("job's nodes healthy", message)
+    untouched(s)
+  end)
+end)

@@ -1,0 +1,26 @@
+--- Site policy: stop IMEX when the last job that uses it on this node ends. The prolog is the
+-- default policy's (policies/default.lua; it starts the daemon again for the next job, "start"
+-- because the unit is inactive); the epilog unregisters the job as the default does, and when no
+-- other job is registered afterwards it stops the unit through systemd (StopUnit, waiting for the
+-- job result, bounded by start_timeout). A stop that fails is service-failed: the epilog then
+-- exits non-zero and Slurm drains the node, so an admin looks at a daemon that would not stop.
+-- Only an epilog that removed a registration stops IMEX: the epilog of a job whose prolog failed
+-- (never registered) leaves the unit alone, and so does a node with other jobs registered.
+local default = require "policies.default"
+local steps = require "imexguard.steps"
+local registry = require "imexguard.registry"
+
+return default.extend{
+  after_unregister = function(ctx, st, entry, remaining) -- luacheck: no unused args
+    if #remaining > 0 then return nil end -- the default message: still registered, left running
+    local s = ctx.settings
+    local res, err, code = ctx.host.unit_job(s.unit, "stop", s.start_timeout)
+    if res ~= "done" then
+      return code == "deadline" and "deadline-exceeded" or "service-failed", steps.one_line(string.format(
+        "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", steps.node_name(ctx),
+        entry.id, s.unit, tostring(code or res), tostring(err)))
+    end
+    return "ok", string.format("job %s unregistered on node %s, the last job using IMEX (%s); %s stopped",
+      entry.id, steps.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
+  end,
+}

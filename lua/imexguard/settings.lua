@@ -48,6 +48,8 @@ M.schema = {
     doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
   { name = "restart_under_jobs", default = false, kind = "boolean",
     doc = "allow restarting IMEX while another registered job uses a different node list" },
+  { name = "registration_max_age", default = nil, kind = "number", optional = true,
+    doc = "seconds: forget job registrations older than this (a job whose epilog never ran); unset: never" },
   { name = "log_journal", default = true, kind = "boolean",
     doc = "also send log entries to the systemd journal (stderr lines are always written)" },
   { name = "log_level", default = "info", kind = "enum", values = LEVELS,

@@ -501,10 +501,13 @@ static int sb_require(lua_State *L)
 		lua_pushcfunction(L, luaopen_imexguard_host);
 		lua_pushvalue(L, 1);
 		lua_call(L, 1, 1);
-		if (lua_istable(L,
-				-1)) { /* the budget is the host's: no set_deadline in the binary */
+		/* The budget and the bus are the host's (--deadline, the setting `bus`): a policy
+		 * can change neither. */
+		if (lua_istable(L, -1)) {
 			lua_pushnil(L);
 			lua_setfield(L, -2, "set_deadline");
+			lua_pushnil(L);
+			lua_setfield(L, -2, "unit_set_bus");
 		}
 	} else if (strcmp(name, "cjson") == 0) {
 		lua_pushcfunction(L, luaopen_cjson);

@@ -1,0 +1,171 @@
+/*
+ * log.c: one event = one plain line on stderr (slurmd copies a prolog's stderr into its own log)
+ * plus, when enabled, one journald entry (sd_journal_sendv, systemd's native protocol) with
+ * MESSAGE, PRIORITY (syslog level), SYSLOG_IDENTIFIER=imexguard and the event's fields.
+ *
+ * The stderr line is "imexguard: <level>: <message>\n", written with a single write(2) so lines of
+ * concurrent prologs do not interleave; CR and LF inside the message become spaces.  journald is
+ * off when the environment has IMEXGUARD_NO_JOURNAL=1 (read at each event) or after
+ * ig_log_setup(0, ...).  A journald failure (no socket, e.g. in a container) is ignored: the stderr
+ * line is the record of last resort.
+ */
+#include "imexguard.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <systemd/sd-journal.h>
+#include <unistd.h>
+
+static int g_journal = 1;
+static enum ig_level g_min_level = IG_INFO;
+
+static const char *const level_names[] = {"emerg",   "alert",  "crit", "err",
+					  "warning", "notice", "info", "debug"};
+
+/* Turn journald output on (1) or off (0), and print on stderr only events at or above
+ * min_level in severity (numerically <= min_level; default IG_INFO). */
+void ig_log_setup(int journal, enum ig_level min_level)
+{
+	g_journal = journal;
+	g_min_level = min_level;
+}
+
+static int journal_enabled(void)
+{
+	const char *env = getenv("IMEXGUARD_NO_JOURNAL");
+	return g_journal && !(env && strcmp(env, "1") == 0);
+}
+
+static void write_stderr(const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t w = write(STDERR_FILENO, buf, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		buf += w;
+		len -= (size_t)w;
+	}
+}
+
+/* Emit one event: message (any length), nfields journald fields "KEY=value". */
+static void emit(enum ig_level level, const char *message, const char *const *fields,
+		 size_t nfields)
+{
+	if (level < IG_ERR || level > IG_DEBUG)
+		level = IG_ERR;
+	const char *lname = level_names[level];
+	if (level <= g_min_level) {
+		size_t mlen = strlen(message);
+		size_t len = strlen("imexguard: ") + strlen(lname) + 2 + mlen + 1;
+		char *line = malloc(len + 1);
+		if (line) {
+			int n = snprintf(line, len + 1, "imexguard: %s: %s\n", lname, message);
+			for (int i = 0; i < n - 1; i++)
+				if (line[i] == '\n' || line[i] == '\r')
+					line[i] = ' ';
+			write_stderr(line, (size_t)n);
+			free(line);
+		}
+	}
+	if (!journal_enabled())
+		return;
+	struct iovec *iov = calloc(nfields + 3, sizeof *iov);
+	char *msg = malloc(strlen(message) + sizeof "MESSAGE=");
+	char prio[16];
+	if (!iov || !msg)
+		goto out;
+	sprintf(msg, "MESSAGE=%s", message);
+	snprintf(prio, sizeof prio, "PRIORITY=%d", (int)level);
+	iov[0] = (struct iovec){.iov_base = msg, .iov_len = strlen(msg)};
+	iov[1] = (struct iovec){.iov_base = prio, .iov_len = strlen(prio)};
+	iov[2] = (struct iovec){.iov_base = (char *)"SYSLOG_IDENTIFIER=imexguard",
+				.iov_len = strlen("SYSLOG_IDENTIFIER=imexguard")};
+	for (size_t i = 0; i < nfields; i++)
+		iov[3 + i] =
+		    (struct iovec){.iov_base = (char *)fields[i], .iov_len = strlen(fields[i])};
+	(void)sd_journal_sendv(iov, (int)(nfields + 3)); /* failures ignored (see top) */
+out:
+	free(iov);
+	free(msg);
+}
+
+/* Log one event (see imexguard.h).  level: IG_ERR..IG_DEBUG; fields: NULL-terminated array of
+ * complete journald fields "KEY=value" (C callers name them IMEXGUARD_<KEY>), may be NULL;
+ * fmt: printf format of the message. */
+void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *message = NULL;
+	int n = vasprintf(&message, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	size_t nfields = 0;
+	while (fields && fields[nfields])
+		nfields++;
+	emit(level, message, fields, nfields);
+	free(message);
+}
+
+/* host.log(level, message [, fields]) -> nothing.
+ * level: "debug" | "info" | "notice" | "warning" | "err" (syslog levels 7..3); message: string
+ * (newlines become spaces on stderr); fields: table of string keys to string/number/boolean values,
+ * sent to journald as IMEXGUARD_<KEY>=value (key upper-cased, characters other than A-Z 0-9 become
+ * '_', cut to journald's 64-character field names; e.g. {job = "101"} -> IMEXGUARD_JOB=101).  Never
+ * fails: journald errors are ignored. */
+static int l_log(lua_State *L)
+{
+	static const char *const names[] = {"err", "warning", "notice", "info", "debug", NULL};
+	static const enum ig_level levels[] = {IG_ERR, IG_WARNING, IG_NOTICE, IG_INFO, IG_DEBUG};
+	enum ig_level level = levels[luaL_checkoption(L, 1, NULL, names)];
+	const char *message = luaL_checkstring(L, 2);
+	size_t nfields = 0;
+	const char **fields = NULL;
+	if (!lua_isnoneornil(L, 3)) {
+		luaL_checktype(L, 3, LUA_TTABLE);
+		lua_settop(L, 3);
+		for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1))
+			nfields++;
+		fields = lua_newuserdatauv(L, sizeof(char *) * (nfields + 1), 0); /* index 4 */
+		lua_createtable(L, (int)nfields, 0); /* index 5: keeps the strings alive */
+		size_t i = 0;
+		for (lua_pushnil(L); lua_next(L, 3); lua_pop(L, 1)) {
+			if (lua_type(L, -2) != LUA_TSTRING)
+				return luaL_argerror(L, 3, "field names must be strings");
+			int vt = lua_type(L, -1);
+			if (vt != LUA_TSTRING && vt != LUA_TNUMBER && vt != LUA_TBOOLEAN)
+				return luaL_argerror(L, 3,
+						     "field values must be strings, numbers or "
+						     "booleans");
+			char key[64 - sizeof "IMEXGUARD_" + 1];
+			size_t k = 0;
+			for (const char *c = lua_tostring(L, -2); *c && k < sizeof key - 1; c++) {
+				unsigned char u = (unsigned char)*c;
+				key[k++] = isalnum(u) && u < 128 ? (char)toupper(u) : '_';
+			}
+			key[k] = '\0';
+			const char *value = luaL_tolstring(L, -1, NULL);
+			lua_pushfstring(L, "IMEXGUARD_%s=%s", key, value);
+			lua_remove(L, -2);
+			fields[i] = lua_tostring(L, -1);
+			lua_rawseti(L, 5, (lua_Integer)++i);
+		}
+		fields[nfields] = NULL;
+	}
+	emit(level, message, fields, nfields);
+	return 0;
+}
+
+/* Add log to the table on top of the stack. */
+void ig_register_log(lua_State *L)
+{
+	lua_pushcfunction(L, l_log);
+	lua_setfield(L, -2, "log");
+}

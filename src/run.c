@@ -1,0 +1,403 @@
+/*
+ * run.c: run an argv (no shell) with a timeout, capped output, in its own process group.
+ *
+ * How (POSIX posix_spawn, Linux pidfd_open and poll):
+ *  - posix_spawnp (PATH lookup like execvp when argv[1] has no slash), POSIX_SPAWN_SETPGROUP with
+ *    pgroup 0: the child leads a new process group, so the whole command tree can be signalled.
+ *    Signal dispositions reset to default and the signal mask emptied in the child; stdin is
+ *    /dev/null; stdout and stderr are O_CLOEXEC pipes; every other descriptor >= 3 is closed in the
+ *    child (posix_spawn_file_actions_addclosefrom_np, glibc >= 2.34), so a command never inherits
+ *    the node lock or anything else.  glibc's posix_spawn reports an exec failure (ENOENT,
+ *    EACCES, ENOEXEC) as its return value: no zombie is left and nothing is read.
+ *  - One poll(2) loop over both pipes and a pidfd of the child (readable when it exits), bounded
+ *    by min(timeout, the run's budget).  Each stream keeps at most max_output bytes; beyond that
+ *    the pipe is still drained (so the child never blocks on a full pipe) and truncated = true.
+ *  - Expiry: SIGTERM to the group, up to 0.2 s for the child to exit (still draining), then
+ *    SIGKILL to the group (also killing a member that ignored SIGTERM), then reap.
+ *  - The child exits before the timeout: whatever is left of its process group is killed
+ *    (SIGKILL) while the exited child is still a zombie (waitid WNOWAIT), which keeps its pid and
+ * so the group id from being reused; the pipes are then read to EOF for at most 0.2 s more (a
+ *    process that left the group with setsid can hold them open), and the child is reaped.  So a
+ *    command that exits (e.g. nvidia-imex-ctl) never costs the full timeout because of a
+ *    background grandchild, and no process of its group outlives the call.  A daemon meant to
+ *    survive must leave the group (setsid), as daemons do.
+ *  - The child is always reaped and every descriptor closed.  Exception: a process that does not
+ *    die within 1 s of SIGKILL (uninterruptible sleep, e.g. a hung NFS mount) is left unreaped
+ *    (the message says so); it is reaped by init when this process exits.
+ *  - Requires SIGCHLD not to be ignored (SIG_IGN would auto-reap and hide the exit status).
+ */
+#include "imexguard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TERM_GRACE  0.2	 /* seconds between SIGTERM and SIGKILL of the group */
+#define EXIT_DRAIN  0.2	 /* seconds to read the pipes to EOF after the child exited */
+#define KILL_WAIT   1.0	 /* seconds to wait for the child to die after SIGKILL */
+#define POLL_SLICE  0.02 /* seconds: poll slice when pidfd_open is unavailable */
+#define DEFAULT_MAX (1024 * 1024)
+
+struct stream {
+	int fd; /* -1 once at EOF */
+	char *buf;
+	size_t len, cap;
+};
+
+struct run_result {
+	int status; /* exit code, or -1 */
+	int signal; /* terminating signal, or 0 */
+	int truncated;
+	int reaped;	/* 0: the child survived SIGKILL (left unreaped) */
+	double elapsed; /* seconds */
+	struct stream out, err;
+};
+
+/* Read what is available from s (non-blocking), keeping at most max bytes in total. */
+static void stream_read(struct stream *s, size_t max, int *truncated)
+{
+	char tmp[65536];
+	while (s->fd >= 0) {
+		ssize_t r = read(s->fd, tmp, sizeof tmp);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return;
+			r = 0; /* a read error ends the stream like EOF */
+		}
+		if (r == 0) {
+			close(s->fd);
+			s->fd = -1;
+			return;
+		}
+		size_t keep = (size_t)r;
+		if (s->len + keep > max) {
+			keep = max - s->len;
+			*truncated = 1;
+		}
+		if (keep == 0)
+			continue;
+		if (s->len + keep > s->cap) {
+			size_t ncap = s->cap ? s->cap : 4096;
+			while (ncap < s->len + keep)
+				ncap *= 2;
+			char *nb = realloc(s->buf, ncap);
+			if (!nb) { /* out of memory: keep what we have, drop the rest */
+				*truncated = 1;
+				continue;
+			}
+			s->buf = nb;
+			s->cap = ncap;
+		}
+		memcpy(s->buf + s->len, tmp, keep);
+		s->len += keep;
+	}
+}
+
+/* Has the child exited?  Leaves it a zombie (WNOWAIT) so its pid, and thus the group id, stays
+ * reserved until we reap it. */
+static int child_exited(pid_t pid)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0)
+		return errno == ECHILD; /* already reaped by someone else (SIGCHLD ignored) */
+	return si.si_pid == pid;
+}
+
+/* Poll both streams and the child's pidfd until `until` (absolute monotonic seconds, may be
+ * INFINITY), until the child exits (stop_on_exit) or both streams reach EOF (stop_on_eof).
+ * Returns 1 when the child has exited. */
+static int pump(struct run_result *r, pid_t pid, int pidfd, size_t max, double until,
+		int stop_on_exit, int stop_on_eof)
+{
+	for (;;) {
+		int exited = child_exited(pid);
+		if (exited && stop_on_exit)
+			return 1;
+		if (stop_on_eof && r->out.fd < 0 && r->err.fd < 0)
+			return exited;
+		double now = ig_now();
+		if (now >= until)
+			return exited;
+		struct pollfd p[3];
+		int n = 0;
+		if (r->out.fd >= 0)
+			p[n++] = (struct pollfd){.fd = r->out.fd, .events = POLLIN};
+		if (r->err.fd >= 0)
+			p[n++] = (struct pollfd){.fd = r->err.fd, .events = POLLIN};
+		int watch_pid = !exited && pidfd >= 0;
+		if (watch_pid)
+			p[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+		double wait = until - now;
+		if (!exited && pidfd < 0 && wait > POLL_SLICE)
+			wait = POLL_SLICE;
+		int ms = isinf(wait)		 ? -1
+			 : wait * 1000 > INT_MAX ? INT_MAX
+						 : (int)ceil(wait * 1000);
+		if (n == 0) {
+			/* nothing to watch: streams closed and the child is gone, or no pidfd */
+			if (exited)
+				return 1;
+			ms =
+			    ms < 0 || ms > (int)(POLL_SLICE * 1000) ? (int)(POLL_SLICE * 1000) : ms;
+		}
+		int rc = poll(p, (nfds_t)n, ms);
+		if (rc < 0 && errno != EINTR)
+			return child_exited(pid); /* should not happen; avoid a busy loop */
+		stream_read(&r->out, max, &r->truncated);
+		stream_read(&r->err, max, &r->truncated);
+	}
+}
+
+/* Wait for a pid (already signalled) to die, up to `seconds`.  Returns 1 when it exited. */
+static int wait_dead(pid_t pid, int pidfd, double seconds)
+{
+	double until = ig_now() + seconds;
+	while (!child_exited(pid)) {
+		double left = until - ig_now();
+		if (left <= 0)
+			return 0;
+		if (pidfd >= 0) {
+			struct pollfd p = {.fd = pidfd, .events = POLLIN};
+			poll(&p, 1, (int)ceil(left * 1000));
+		} else {
+			struct timespec ts = {0, 10 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 1;
+}
+
+/* Move a descriptor to >= 3 so that the child's dup2 onto 0/1/2 cannot clobber it. */
+static int fd_above_stdio(int fd)
+{
+	if (fd > 2)
+		return fd;
+	int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	int e = errno;
+	close(fd);
+	errno = e;
+	return nfd;
+}
+
+/* Run argv (NULL-terminated) with `timeout` seconds (bounded by the budget) and at most
+ * max_out bytes kept per stream.  Returns 0 when the child ended by itself in time (r filled),
+ * -ETIMEDOUT (own timeout) / -ETIME (the budget was the tighter bound) when its group was killed
+ * at expiry (r filled), or -errno of pipe2/posix_spawnp (r zeroed, nothing to free). */
+static int run_cmd(char *const argv[], double timeout, size_t max_out, struct run_result *r)
+{
+	int by_deadline = 0;
+	double start = ig_now();
+	double end = start + ig_bound(timeout, &by_deadline);
+	int po[2] = {-1, -1}, pe[2] = {-1, -1};
+	int rc = 0;
+
+	memset(r, 0, sizeof *r);
+	r->status = -1;
+	r->out.fd = r->err.fd = -1;
+	r->reaped = 1;
+
+	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+		rc = -errno;
+		goto close_pipes;
+	}
+	for (int i = 0; i < 2; i++) {
+		if ((po[i] = fd_above_stdio(po[i])) < 0 || (pe[i] = fd_above_stdio(pe[i])) < 0) {
+			rc = -errno;
+			goto close_pipes;
+		}
+	}
+
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t all, none;
+	sigfillset(&all);
+	sigemptyset(&none);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&attr);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+					    POSIX_SPAWN_SETSIGMASK);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	pid_t pid;
+	int err = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	if (err != 0) {
+		rc = -err;
+		goto close_pipes;
+	}
+	close(po[1]);
+	close(pe[1]);
+	po[1] = pe[1] = -1;
+	r->out.fd = po[0];
+	r->err.fd = pe[0];
+	po[0] = pe[0] = -1;
+	fcntl(r->out.fd, F_SETFL, O_NONBLOCK);
+	fcntl(r->err.fd, F_SETFL, O_NONBLOCK);
+	int pidfd = pidfd_open(pid, 0); /* -1 (ENOSYS on Linux < 5.3): poll in slices */
+
+	int exited = pump(r, pid, pidfd, max_out, end, 1, 0);
+	if (exited) {
+		/* In time.  Strays of the group die now (the zombie leader keeps the id reserved);
+		 * then the rest of the output, to EOF or for EXIT_DRAIN seconds. */
+		kill(-pid, SIGKILL);
+		pump(r, pid, pidfd, max_out, ig_now() + EXIT_DRAIN, 0, 1);
+	} else {
+		rc = by_deadline ? -ETIME : -ETIMEDOUT;
+		kill(-pid, SIGTERM);
+		pump(r, pid, pidfd, max_out, ig_now() + TERM_GRACE, 1, 0);
+		kill(-pid, SIGKILL);
+		r->reaped = wait_dead(pid, pidfd, KILL_WAIT);
+		/* what the killed group had written */
+		pump(r, pid, pidfd, max_out, ig_now() + (r->reaped ? 0.05 : 0), 0, 1);
+	}
+	if (r->reaped) {
+		int status;
+		pid_t w;
+		do
+			w = waitpid(pid, &status, 0);
+		while (w < 0 && errno == EINTR);
+		if (w == pid) {
+			if (WIFEXITED(status))
+				r->status = WEXITSTATUS(status);
+			else if (WIFSIGNALED(status))
+				r->signal = WTERMSIG(status);
+		}
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	if (r->out.fd >= 0)
+		close(r->out.fd);
+	if (r->err.fd >= 0)
+		close(r->err.fd);
+	r->out.fd = r->err.fd = -1;
+	r->elapsed = ig_now() - start;
+	return rc;
+
+close_pipes:
+	for (int i = 0; i < 2; i++) {
+		if (po[i] >= 0)
+			close(po[i]);
+		if (pe[i] >= 0)
+			close(pe[i]);
+	}
+	return rc;
+}
+
+static void push_result(lua_State *L, const struct run_result *r)
+{
+	lua_createtable(L, 0, 6);
+	if (r->status >= 0) {
+		lua_pushinteger(L, r->status);
+		lua_setfield(L, -2, "status");
+	}
+	if (r->signal > 0) {
+		lua_pushinteger(L, r->signal);
+		lua_setfield(L, -2, "signal");
+	}
+	lua_pushlstring(L, r->out.buf ? r->out.buf : "", r->out.len);
+	lua_setfield(L, -2, "stdout");
+	lua_pushlstring(L, r->err.buf ? r->err.buf : "", r->err.len);
+	lua_setfield(L, -2, "stderr");
+	lua_pushboolean(L, r->truncated);
+	lua_setfield(L, -2, "truncated");
+	lua_pushnumber(L, r->elapsed);
+	lua_setfield(L, -2, "elapsed");
+}
+
+/* host.run(argv, opts) -> result, or nil, msg, code [, result].
+ * argv: list of strings (argv[1] is the program; looked up in PATH when it has no slash; no
+ * shell).  opts.timeout: seconds (number, required; bounded by the run's budget);
+ * opts.max_output: bytes kept per stream (integer, default 1 MiB).
+ * result: {status = exit code or nil, signal = number or nil, stdout = string, stderr = string,
+ * truncated = boolean (a stream exceeded max_output), elapsed = seconds}.  A non-zero exit is not
+ * an error: look at result.status.  Errors: code "timeout" / "deadline" (the group was killed;
+ * result given), or the errno name of a spawn failure ("ENOENT", "EACCES", "ENOEXEC", "EMFILE").
+ * See the top of run.c for the process-group and grandchild rules. */
+static int l_run(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TTABLE);
+	luaL_checktype(L, 2, LUA_TTABLE);
+	lua_Integer n = luaL_len(L, 1);
+	luaL_argcheck(L, n >= 1, 1, "argv must be a non-empty list of strings");
+	luaL_argcheck(L, n < 65536, 1, "argv too long");
+	const char **argv = lua_newuserdatauv(L, sizeof(char *) * ((size_t)n + 1), 0);
+	for (lua_Integer i = 1; i <= n; i++) {
+		if (lua_geti(L, 1, i) != LUA_TSTRING)
+			return luaL_error(L, "bad argument #1 to 'run' (argv[%d] is not a string)",
+					  (int)i);
+		size_t len;
+		argv[i - 1] = lua_tolstring(L, -1, &len);
+		if (strlen(argv[i - 1]) != len)
+			return luaL_error(L, "bad argument #1 to 'run' (argv[%d] contains a NUL)",
+					  (int)i);
+		lua_pop(L, 1); /* the string stays alive: it is referenced by the argv table */
+	}
+	argv[n] = NULL;
+
+	if (lua_getfield(L, 2, "timeout") != LUA_TNUMBER)
+		return luaL_error(L, "bad argument #2 to 'run' (opts.timeout must be a number)");
+	double timeout = lua_tonumber(L, -1);
+	lua_pop(L, 1);
+	if (timeout != timeout)
+		return luaL_error(L, "bad argument #2 to 'run' (opts.timeout is NaN)");
+	lua_Integer max = DEFAULT_MAX;
+	int t = lua_getfield(L, 2, "max_output");
+	if (t != LUA_TNIL) {
+		if (!lua_isinteger(L, -1) || (max = lua_tointeger(L, -1)) < 0)
+			return luaL_error(
+			    L,
+			    "bad argument #2 to 'run' (opts.max_output must be an integer >= 0)");
+	}
+	lua_pop(L, 1);
+
+	struct run_result r;
+	int rc = run_cmd((char *const *)argv, timeout, (size_t)max, &r);
+	if (rc < 0 && rc != -ETIMEDOUT && rc != -ETIME)
+		return ig_push_error(L, ig_code(rc), "run %s: %s", argv[0], strerror(-rc));
+	if (rc < 0) {
+		const char *tail = r.reaped ? "" : " (it did not die after SIGKILL; left unreaped)";
+		if (rc == -ETIME)
+			ig_push_error(L, "deadline",
+				      "%s: killed after %.1f s: the run's deadline passed%s",
+				      argv[0], r.elapsed, tail);
+		else
+			ig_push_error(L, "timeout", "%s timed out after %.1f s%s", argv[0], timeout,
+				      tail);
+		push_result(L, &r);
+		free(r.out.buf);
+		free(r.err.buf);
+		return 4;
+	}
+	push_result(L, &r);
+	free(r.out.buf);
+	free(r.err.buf);
+	return 1;
+}
+
+/* Add run to the table on top of the stack. */
+void ig_register_run(lua_State *L)
+{
+	lua_pushcfunction(L, l_run);
+	lua_setfield(L, -2, "run");
+}

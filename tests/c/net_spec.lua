@@ -1,0 +1,79 @@
+-- Network primitives (src/net.c): loopback only; the slow resolver runs in a private mount
+-- namespace whose resolv.conf points at a loopback socket that never answers.
+local H = require "helpers"
+local host = H.host()
+
+describe("host network primitives", function()
+  local dir, pid
+  before_each(function() dir = H.tmpdir() end)
+  after_each(function()
+    H.kill_wait(pid)
+    pid = nil
+    host.set_deadline(0)
+    H.rmdir(dir)
+  end)
+
+  it("local_addresses lists IPv4 addresses once each, loopback included", function()
+    local addrs = assert(host.local_addresses())
+    local seen = {}
+    for _, a in ipairs(addrs) do
+      assert.matches("^%d+%.%d+%.%d+%.%d+$", a)
+      assert.is_nil(seen[a], "duplicate " .. a)
+      seen[a] = true
+    end
+    assert.is_true(seen["127.0.0.1"])
+  end)
+
+  it("resolve gives IPv4 addresses of localhost and literals", function()
+    local addrs = assert(host.resolve("localhost", 2))
+    assert.equal("127.0.0.1", addrs[1])
+    for _, a in ipairs(addrs) do assert.matches("^%d+%.%d+%.%d+%.%d+$", a) end
+    assert.same({ "127.0.0.5" }, host.resolve("127.0.0.5", 1))
+  end)
+
+  it("rejects an empty name and raises on misuse", function()
+    local r, msg, code = host.resolve("", 1)
+    assert.is_nil(r)
+    assert.equal("EINVAL", code)
+    assert.matches('""', msg, 1, true)
+    assert.equal("EINVAL", select(3, host.resolve(string.rep("a", 300), 1)))
+    assert.error(function() host.resolve("localhost") end)
+    assert.error(function() host.resolve(nil, 1) end)
+  end)
+
+  it("hostname is the kernel's node name", function()
+    assert.equal(H.sh("uname -n"), host.hostname())
+  end)
+
+  it("a resolver that never answers costs the timeout (or the deadline), not more", function()
+    local ns = dir .. "/ns"
+    pid = H.spawn("perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0) or die; " ..
+      "bind(S, pack_sockaddr_in(53, inet_aton(\"127.0.0.53\"))) or die \"bind: $!\"; " ..
+      "open(F, \">" .. ns .. "\"); close(F); sleep 60'", dir .. "/ns.log")
+    assert.truthy(H.wait_until(function() return H.read(ns) end, 10), H.read(dir .. "/ns.log"))
+    H.write(dir .. "/resolv.conf", "nameserver 127.0.0.53\noptions timeout:30 attempts:1\n")
+    H.write(dir .. "/nsswitch.conf", "hosts: dns\n")
+    local probe = H.lua_cmd(dir, "probe", [[
+      local h = require "imexguard.host"
+      local t0 = h.now()
+      local r, msg, code = h.resolve("slow.imexguard.test", 0.5)
+      print(string.format("%s %s %.3f %s", tostring(r), code, h.now() - t0, msg))
+      h.set_deadline(0.3)
+      t0 = h.now()
+      r, msg, code = h.resolve("slow2.imexguard.test", 10)
+      print(string.format("%s %s %.3f %s", tostring(r), code, h.now() - t0, msg))
+    ]])
+    local out = H.sh("unshare -m sh -c " .. H.q(string.format(
+      "mount --bind %s /etc/resolv.conf && mount --bind %s /etc/nsswitch.conf && %s",
+      H.q(dir .. "/resolv.conf"), H.q(dir .. "/nsswitch.conf"), probe)) .. " 2>&1")
+    local l1, l2 = out:match("([^\n]*)\n([^\n]*)")
+    assert.truthy(l1, out)
+    local code1, t1 = l1:match("^nil (%S+) (%S+)")
+    assert.equal("timeout", code1, out)
+    assert.is_true(tonumber(t1) >= 0.5 and tonumber(t1) < 0.8, out)
+    assert.matches("resolve slow.imexguard.test: no answer within 0.5 s", l1, 1, true)
+    local code2, t2 = l2:match("^nil (%S+) (%S+)")
+    assert.equal("deadline", code2, out)
+    assert.is_true(tonumber(t2) < 0.5, out)
+  end)
+end)

@@ -129,10 +129,15 @@ describe("prolog on a simulated domain under systemd", function()
   end)
 
   it("status --json reports the domain", function()
-    local _, out = simdomain.capture(simdomain.quote(d.build .. "/imexguard") .. " --config "
+    local p = io.popen(simdomain.quote(d.build .. "/imexguard") .. " --config "
       .. simdomain.quote(d:config("n1")) .. " status --json 2>/dev/null")
+    local out = p:read("a")
+    p:close()
     local ok, v = pcall(cjson.decode, out)
     assert.is_true(ok, out)
-    assert.are.equal("table", type(v))
+    assert.are.equal("UP", v.status)
+    assert.are.equal("ok", v.outcome)
+    assert.are.equal(2, #v.nodes) -- the last job ran on n[1-2]
+    assert.are.equal(d.addr.n1, v.self)
   end)
 end)

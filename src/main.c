@@ -67,8 +67,12 @@ static const char driver_lua[] =
     "  return t\n"
     "end\n"
     /* the host table: the primitives, or for a dry run recorders in place of side effects */
-    "local RECORDED = { 'write_atomic', 'mknod_char', 'unit_job', 'unit_reset_failed', "
-    "'unit_kill' }\n"
+    "local RECORDED = { 'write_atomic', 'mknod_char', 'mkdir', 'lock', 'unit_job', "
+    "'unit_reset_failed', 'unit_kill' }\n"
+    /* a recorded lock: an object that unlocks (nothing was locked, no lock file was made) */
+    "local function fake_lock()\n"
+    "  return { unlock = function() return true end, inode = function() return 0, 0 end }\n"
+    "end\n"
     "local function show(v)\n"
     "  if type(v) == 'string' then\n"
     "    if #v > 60 or v:find('\\n') then return '<' .. #v .. ' bytes>' end\n"
@@ -81,6 +85,7 @@ static const char driver_lua[] =
     "end\n"
     "function D.host(real, dry_run)\n"
     "  local planned = {}\n"
+
     "  if not dry_run then return real, planned end\n"
     "  local h = {}\n"
     "  for k, v in pairs(real) do h[k] = v end\n"
@@ -93,6 +98,7 @@ static const char driver_lua[] =
     "        planned[#planned + 1] = line\n"
     "        if real.log then real.log('notice', 'dry run: would call ' .. line) end\n"
     "        if name == 'unit_job' then return 'done' end\n"
+    "        if name == 'lock' then return fake_lock() end\n"
     "        return true\n"
     "      end\n"
     "    end\n"
@@ -150,6 +156,38 @@ static const char driver_lua[] =
     "  return outcomes.exit_code(name, settings), name, one_line(message or '')\n"
     "end\n"
     "function D.code(name, settings) return outcomes.exit_code(name, settings) end\n"
+    /* check: the scenarios module and a proxy preloaded as imexguard.host */
+    "function D.scenarios()\n"
+    "  local sc = require 'imexguard.scenarios'\n"
+    "  return sc, sc.host_proxy(), sc.names()\n"
+    "end\n"
+    /* check: one scenario -> result table and its report line */
+    "function D.scenario(sc, policy, name, settings)\n"
+    "  local res = sc.run_one(policy, name, settings)\n"
+    "  return res, sc.format(res)\n"
+    "end\n"
+    /* check: a result made in C (failed outside run_one) -> result table and report line */
+    "function D.scenario_failed(sc, name, why, verdict)\n"
+    "  local s = sc.by_name[name] or { title = '' }\n"
+    "  local res = { name = name, title = s.title, ok = false, why = why, not_run = verdict == "
+    "'SKIP' }\n"
+    "  if verdict == 'SKIP' then return res, string.format('SKIP %s: %s: %s', name, s.title, why) "
+    "end\n"
+    "  return res, sc.format(res)\n"
+    "end\n"
+    "function D.check_json(path, entries, results)\n"
+    "  local passed, failed, not_run = 0, 0, 0\n"
+    "  for _, res in ipairs(results) do\n"
+    "    if res.ok then passed = passed + 1\n"
+    "    elseif res.not_run then not_run = not_run + 1 else failed = failed + 1 end\n"
+    "  end\n"
+    "  local e = {}\n"
+    "  for w in entries:gmatch('[^, ]+') do e[#e + 1] = w end\n"
+    "  local cjson = require 'cjson'\n"
+    "  return cjson.encode({ policy = path, entry_points = setmetatable(e, cjson.array_mt),\n"
+    "    scenarios = setmetatable(results, cjson.array_mt), passed = passed, failed = failed,\n"
+    "    not_run = not_run }) .. '\\n'\n"
+    "end\n"
     "function D.output(v, json)\n"
     "  if type(v) == 'table' then return require('cjson').encode(v) .. '\\n' end\n"
     "  if type(v) == 'string' then return v end\n"
@@ -259,6 +297,8 @@ static int finish(struct run *r, const char *outcome, int code, const char *mess
 	return code;
 }
 
+static int finish_policy_error(struct run *r, const char *msg);
+
 /* Finish after a failed ig_sandbox_call: the message is on the stack. */
 static int finish_call(struct run *r, enum ig_call st, const char *prefix)
 {
@@ -267,6 +307,8 @@ static int finish_call(struct run *r, enum ig_call st, const char *prefix)
 	if (st == IG_CALL_DEADLINE) {
 		snprintf(msg, sizeof msg, "%sbudget of %g s: %s", prefix ? prefix : "", r->budget,
 			 m ? m : "(no message)");
+		if (strcmp(r->o->command, "check") == 0) /* check: 0 valid, 3 anything else */
+			return finish_policy_error(r, msg);
 		return finish(r, "deadline-exceeded", exit_code_of(r, "deadline-exceeded"), msg);
 	}
 	snprintf(msg, sizeof msg, "%s%s", prefix ? prefix : "", m ? m : "(no message)");
@@ -426,12 +468,235 @@ static void push_environ(lua_State *L)
 	}
 }
 
-/* Hook for a later issue: `imexguard check POLICY` will also run the test kit's scenarios
- * (imexguard.testing) against the policy on the stack top.  Returns -1 (nothing failed). */
-static int check_scenarios(struct run *r)
+/* ---- check ------------------------------------------------------------------------------- */
+
+/* Real seconds each scenario of `check` may take at most; the run's budget (--deadline, the
+ * setting) bounds the whole check.  The kit's fake host simulates time, so a sane policy needs
+ * milliseconds per scenario; only a policy that never ends reaches this, and the count hook
+ * (sandbox.c, layer 2 of the deadline) then interrupts it. */
+#define CHECK_SCENARIO_SECONDS 3.0
+
+/* Seconds left of the run's budget (negative once spent). */
+static double run_left(const struct run *r)
 {
-	(void)r;
-	return -1;
+	return r->budget - (ig_now() - r->t0);
+}
+
+/* Call driver function `name` with nargs arguments already pushed, with the count hook suspended
+ * (host bookkeeping: it must run even after the deadline interrupt has fired).  Returns the
+ * lua_pcall status; on an error the message is on the stack. */
+static int driver_call_nohook(struct run *r, const char *name, int nargs, int nresults)
+{
+	lua_getfield(r->L, r->driver, name);
+	lua_insert(r->L, -nargs - 1);
+	ig_sandbox_hook(r->L, 0);
+	int rc = lua_pcall(r->L, nargs, nresults, 0);
+	ig_sandbox_hook(r->L, 1);
+	return rc;
+}
+
+/* Append "name" to a comma-separated list in buf (cut with "..." when full). */
+static void list_append(char *buf, size_t size, const char *name)
+{
+	size_t used = strlen(buf);
+	if (used + 2 >= size)
+		return;
+	int n = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", name);
+	if (n < 0 || (size_t)n >= size - used)
+		snprintf(buf + size - 4, 4, "...");
+}
+
+/* One scenario: a fresh policy table from the chunk at `chunk`, then scenarios.run_one under a
+ * deadline of its own.  Pushes the result table and the report line.  *interrupted is set when
+ * the deadline interrupt fired (it cannot be undone: no Lua runs with the hook on after it). */
+static void check_one(struct run *r, int sc, int chunk, int name, int *interrupted)
+{
+	lua_State *L = r->L;
+	const char *why = NULL;
+	char buf[1200];
+	double left = run_left(r);
+	if (*interrupted || left <= 0) {
+		why = *interrupted ? "not run: an earlier scenario was interrupted by the deadline"
+				   : "not run: the run's budget is spent";
+		lua_pushvalue(L, sc);
+		lua_pushvalue(L, name);
+		lua_pushstring(L, why);
+		lua_pushliteral(L, "SKIP");
+		if (driver_call_nohook(r, "scenario_failed", 4, 2) != LUA_OK) {
+			lua_pushnil(L);
+			lua_pushfstring(L, "SKIP %s: %s", lua_tostring(L, name), why);
+		}
+		return;
+	}
+	double limit = left < CHECK_SCENARIO_SECONDS ? left : CHECK_SCENARIO_SECONDS;
+	ig_set_deadline(limit);
+	lua_pushvalue(L, chunk);
+	enum ig_call st = ig_sandbox_call(L, 0, 1);
+	const char *stage = "loading the policy again";
+	if (st == IG_CALL_OK) {
+		int policy = lua_gettop(L);
+		lua_getfield(L, r->driver, "scenario");
+		lua_pushvalue(L, sc);
+		lua_pushvalue(L, policy);
+		lua_pushvalue(L, name);
+		lua_pushvalue(L, r->settings);
+		st = ig_sandbox_call(L, 4, 2);
+		lua_remove(L, policy);
+		stage = "the scenario";
+		if (st == IG_CALL_OK)
+			return; /* result, line */
+	}
+	const char *m = lua_tostring(L, -1);
+	if (st == IG_CALL_DEADLINE) {
+		*interrupted = 1;
+		snprintf(
+		    buf, sizeof buf,
+		    "did not finish within %.2g s of real time (%s); a policy must end by itself, "
+		    "also when host.remaining() is 0",
+		    limit, m ? m : "interrupted");
+	} else {
+		snprintf(buf, sizeof buf, "%s raised: %s", stage, m ? m : "(no message)");
+	}
+	lua_pop(L, 1);
+	lua_pushvalue(L, sc);
+	lua_pushvalue(L, name);
+	lua_pushstring(L, buf);
+	lua_pushliteral(L, "FAIL");
+	if (driver_call_nohook(r, "scenario_failed", 4, 2) != LUA_OK) {
+		lua_pop(L, 1);
+		lua_pushnil(L);
+		lua_pushfstring(L, "FAIL %s: %s", lua_tostring(L, name), buf);
+	}
+}
+
+/* `imexguard check POLICY`: load the policy in the sandbox (trust check, syntax and runtime
+ * errors with file:line), check its entry points (driver D.check), then run the standard
+ * scenarios of lua/imexguard/scenarios.lua against the test kit's fake host, one by one, each
+ * with a fresh policy table and its own real-time limit (CHECK_SCENARIO_SECONDS, within the
+ * run's budget).  "imexguard.host" is preloaded with the scenarios' proxy, so a policy that
+ * requires the primitives reaches the fake host, never the node.  Prints one PASS/FAIL/SKIP line
+ * per scenario on stdout (or one JSON object with --json) and returns the exit code: 0 when every
+ * scenario passed, 3 (policy-error) otherwise. */
+static int run_check(struct run *r)
+{
+	lua_State *L = r->L;
+	const char *path = r->o->check_path;
+	char err[1024];
+
+	enum ig_call st = driver_call(r, "scenarios", 0, 3);
+	if (st != IG_CALL_OK)
+		return finish_call(r, st, "imexguard.scenarios: ");
+	int names = lua_gettop(L), proxy = names - 1, sc = names - 2;
+	lua_getfield(L, LUA_REGISTRYINDEX, "imexguard.sandbox.loaded");
+	lua_pushvalue(L, proxy);
+	lua_setfield(L, -2, "imexguard.host");
+	lua_pop(L, 1);
+
+	char *text = NULL;
+	size_t len = 0;
+	if (ig_read_trusted(path, "policy", &text, &len, err, sizeof err) != 0)
+		return finish_policy_error(r, err);
+	char *chunkname = malloc(strlen(path) + 2);
+	if (chunkname == NULL) {
+		free(text);
+		return finish_policy_error(r, "out of memory");
+	}
+	sprintf(chunkname, "@%s", path);
+	int rc = ig_sandbox_load(L, text, len, chunkname);
+	free(text);
+	free(chunkname);
+	if (rc != 0) {
+		const char *m = lua_tostring(L, -1);
+		snprintf(err, sizeof err, "policy %s", m ? m : "does not compile");
+		return finish_policy_error(r, err);
+	}
+	int chunk = lua_gettop(L);
+	lua_pushvalue(L, chunk);
+	st = ig_sandbox_call(L, 0, 1);
+	if (st != IG_CALL_OK)
+		return finish_call(r, st, NULL);
+	st = driver_call(r, "check", 1, 2);
+	if (st != IG_CALL_OK)
+		return finish_call(r, st, NULL);
+	if (lua_isnil(L, -2)) {
+		snprintf(err, sizeof err, "policy %s: %s", path, lua_tostring(L, -1));
+		return finish_policy_error(r, err);
+	}
+	char entries[128];
+	snprintf(entries, sizeof entries, "%s", lua_tostring(L, -2));
+	lua_pop(L, 2);
+	if (!r->o->json) {
+		printf("policy %s: entry points %s\n", path, entries);
+		fflush(stdout);
+	}
+
+	lua_newtable(L);
+	int results = lua_gettop(L);
+	int total = (int)luaL_len(L, names), nfail = 0, nskip = 0, interrupted = 0;
+	char failed[600] = "";
+	for (int i = 1; i <= total; i++) {
+		lua_geti(L, names, i);
+		int name = lua_gettop(L);
+		check_one(r, sc, chunk, name, &interrupted);
+		/* stack: name, result, line */
+		int ok = 0, not_run = 0;
+		if (lua_istable(L, -2)) {
+			lua_getfield(L, -2, "ok");
+			ok = lua_toboolean(L, -1);
+			lua_getfield(L, -3, "not_run");
+			not_run = lua_toboolean(L, -1);
+			lua_pop(L, 2);
+			lua_pushvalue(L, -2);
+			lua_seti(L, results, i);
+		}
+		if (not_run) {
+			nskip++;
+		} else if (!ok) {
+			nfail++;
+			list_append(failed, sizeof failed, lua_tostring(L, name));
+		}
+		if (!r->o->json) {
+			printf("%s\n", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(no report)");
+			fflush(stdout);
+		}
+		lua_settop(L, name - 1);
+	}
+	double left = run_left(r);
+	ig_set_deadline(left > 1e-6 ? left : 1e-6);
+
+	if (r->o->json) {
+		lua_pushstring(L, path);
+		lua_pushstring(L, entries);
+		lua_pushvalue(L, results);
+		if (driver_call_nohook(r, "check_json", 3, 1) == LUA_OK && lua_isstring(L, -1)) {
+			size_t n;
+			const char *out = lua_tolstring(L, -1, &n);
+			fwrite(out, 1, n, stdout);
+		}
+		lua_pop(L, 1);
+	}
+	char skipped[160] = "";
+	if (nskip > 0)
+		snprintf(skipped, sizeof skipped, "; %d not run (%s)", nskip,
+			 interrupted ? "the deadline interrupt ended the check"
+				     : "the run's budget was spent");
+	if (!r->o->json) {
+		if (nfail + nskip == 0)
+			printf("check: all %d scenarios passed\n", total);
+		else
+			printf("check: %d of %d scenarios failed: %s%s\n", nfail, total, failed,
+			       skipped);
+	}
+	fflush(stdout);
+	char msg[1200];
+	if (nfail + nskip == 0) {
+		snprintf(msg, sizeof msg, "policy %s is valid: %s; all %d scenarios passed", path,
+			 entries, total);
+		return finish(r, "ok", 0, msg);
+	}
+	snprintf(msg, sizeof msg, "policy %s: %d of %d scenarios failed: %s%s", path, nfail, total,
+		 failed, skipped);
+	return finish_policy_error(r, msg);
 }
 
 static int run(struct opts *o)
@@ -478,9 +743,13 @@ static int run(struct opts *o)
 
 	if ((code = load_settings(&r)) >= 0)
 		goto out;
+	if (strcmp(o->command, "check") == 0) {
+		code = run_check(&r);
+		goto out;
+	}
 
-	/* the host table (recorders for plan and check), preloaded so require sees the same one */
-	int dry_run = strcmp(o->command, "plan") == 0 || strcmp(o->command, "check") == 0;
+	/* the host table (recorders for plan), preloaded so require sees the same one */
+	int dry_run = strcmp(o->command, "plan") == 0;
 	st = ig_sandbox_require(L, "imexguard.host");
 	if (st != IG_CALL_OK) {
 		code = finish_call(&r, st, "imexguard.host: ");
@@ -503,28 +772,13 @@ static int run(struct opts *o)
 
 	/* the policy */
 	const char *policy_path = o->policy;
-	if (strcmp(o->command, "check") == 0) {
-		policy_path = o->check_path;
-	} else if (policy_path == NULL) {
+	if (policy_path == NULL) {
 		lua_getfield(L, r.settings, "policy");
 		policy_path = lua_tostring(L, -1); /* stays on the stack: the pointer stays valid */
 	}
 	if ((code = load_policy(&r, policy_path)) >= 0)
 		goto out;
 	int policy = lua_gettop(L);
-
-	if (strcmp(o->command, "check") == 0) {
-		lua_pushvalue(L, policy);
-		driver_call(&r, "check", 1, 1);
-		char msg[1200];
-		snprintf(msg, sizeof msg, "policy %s is valid: %s", o->check_path,
-			 lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
-		lua_pop(L, 1);
-		if ((code = check_scenarios(&r)) >= 0)
-			goto out;
-		code = finish(&r, "ok", 0, msg);
-		goto out;
-	}
 
 	/* the entry point: policy[command]; status and plan fall back to the built-in policy's */
 	const char *entry = strcmp(o->command, "status") == 0 ? "status"

@@ -278,8 +278,11 @@ end
 function P.plan(ctx)
   local ok = ctx.host.write_atomic(ctx.env.TARGET, "10.0.0.1\n")
   local done = ctx.host.unit_job("nvidia-imex.service", "restart", 5)
+  local lk = ctx.host.lock(ctx.env.TARGET .. ".lock", 1, "job=1")
+  local unlocked = lk:unlock()
   return "ok", "would restart", table.concat(ctx.planned, "\n") .. "\n" .. tostring(ctx.dry_run)
-    .. " " .. tostring(ok) .. " " .. tostring(done) .. "\n"
+    .. " " .. tostring(ok) .. " " .. tostring(done) .. " " .. tostring(unlocked) .. " "
+    .. tostring(ctx.host.unit_set_bus) .. "\n"
 end
 return P
 ]]
@@ -302,18 +305,174 @@ return P
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "plan" }, { TARGET = target })
       assert.equal(0, r.code)
       assert.is_nil(read_file(target))
+      assert.is_nil(read_file(target .. ".lock"))
       assert.equal('write_atomic("' .. target .. '", <9 bytes>)\n'
-        .. 'unit_job("nvidia-imex.service", "restart", 5)\ntrue true done\n', r.stdout)
+        .. 'unit_job("nvidia-imex.service", "restart", 5)\n'
+        .. 'lock("' .. target .. '.lock", 1, "job=1")\n'
+        .. 'true true done true nil\n', r.stdout)
     end)
   end)
 
-  describe("check", function()
-    it("accepts a valid policy and names its entry points", function()
-      local p = file("return { prolog = function() end, epilog = function() end, status = function() end }")
-      local r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
-      assert.equal(0, r.code)
-      assert.equal("policy " .. p .. " is valid: prolog, epilog, status", final(r).message)
+  describe("plan against a node layout in a temp dir (the built-in policy)", function()
+    -- nodes_config.cfg lists 127.0.0.1 and 127.0.0.3; the job wants 127.0.0.1,127.0.0.2.
+    local node, env
+    local JOB = { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "127.0.0.1,127.0.0.2", SLURMD_NODENAME = "n1" }
+
+    setup(function()
+      node = dir .. "/node"
+      assert(os.execute("mkdir -m 0755 " .. sh_quote(node) .. " " .. sh_quote(node .. "/imex") .. " "
+        .. sh_quote(node .. "/state")))
+      write_file(node .. "/imex/config.cfg", "IMEX_NODE_CONFIG_FILE=" .. node .. "/imex/nodes_config.cfg\n"
+        .. "BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT=50005\n")
+      write_file(node .. "/imex/nodes_config.cfg", "127.0.0.1\n127.0.0.3\n")
+      env = JOB
     end)
+
+    -- Every path under the node dir with its type, inode, size, mode and mtime (ns).
+    local function snapshot()
+      local p = assert(io.popen("find " .. sh_quote(node) .. " -printf '%p %y %i %s %m %T@\\n' | sort"))
+      local s = p:read("a")
+      p:close()
+      assert(s:find("nodes_config.cfg", 1, true), "snapshot lists the node list")
+      return s
+    end
+
+    local function conf(unit, bus)
+      return file(string.format("unit = %q\nbus = %q\nimex_config = %q\nstate_dir = %q\n"
+        .. "allow_loopback = true\nctl = \"/bin/false\"\n", unit, bus, node .. "/imex/config.cfg",
+        node .. "/state"), "conf")
+    end
+
+    it("with no systemd to ask, says the unit's state is unknown and writes nothing", function()
+      local c = conf("imexguard-test-no-such.service", "unix:path=" .. node .. "/no-bus-here")
+      local before = snapshot()
+      local r = run(dir, { "--config", c, "plan" }, env)
+      assert.equal(before, snapshot())
+      assert.equal(6, r.code)
+      local f = final(r)
+      assert.equal("unit-unknown", f.outcome)
+      assert.matches("state of imexguard%-test%-no%-such%.service unknown", f.message)
+      assert.matches("no%-bus%-here", f.message)
+      assert.matches("nothing restarted", f.message)
+      -- no guess: no restart decision either way
+      assert.not_matches("restart: no", r.stdout)
+      assert.not_matches(": yes,", r.stdout)
+      r = run(dir, { "--config", c, "plan", "--json" }, env)
+      assert.equal(6, r.code)
+      assert.equal(before, snapshot())
+    end)
+
+    it("under a private systemd: desired list, diff, restart or not and why; nothing written or restarted",
+      function()
+        local unit = "imexguard-plan-test.service"
+        local bin = io.popen("realpath " .. sh_quote(BIN)):read("l")
+        local out = dir .. "/plan-out"
+        assert(os.execute("mkdir -m 0700 " .. sh_quote(out)))
+        local function plan_cmd(tag, conf_var, extra, nodelist)
+          return string.format("env -i PATH=/usr/bin:/bin IMEXGUARD_NO_JOURNAL=1 SLURM_JOB_ID=101 "
+            .. "SLURM_JOB_NODELIST=%s SLURMD_NODENAME=n1 %s --config \"$%s\" %s plan "
+            .. ">%s/%s.out 2>%s/%s.err; echo $? >%s/%s.rc", nodelist or "127.0.0.1,127.0.0.2", sh_quote(bin),
+            conf_var, extra or "", out, tag, out, tag, out, tag)
+        end
+        local function show(tag)
+          return string.format("systemctl --user show -p ActiveState -p MainPID -p InvocationID %s "
+            .. ">%s/%s.unit", unit, out, tag)
+        end
+        local script = table.concat({
+          "set -u",
+          string.format("printf '[Unit]\\nDescription=imexguard plan test\\n[Service]\\n"
+            .. "ExecStart=/bin/sleep 600\\n' >\"$IMEXGUARD_TEST_UNIT_DIR/%s\"", unit),
+          "systemctl --user daemon-reload || exit 1",
+          string.format("C=%s/with.conf", out),
+          string.format("printf 'unit = \"%s\"\\nbus = \"%%s\"\\nimex_config = \"%s\"\\nstate_dir = \"%s\"\\n"
+            .. "allow_loopback = true\\nctl = \"/bin/false\"\\n' \"$IMEXGUARD_TEST_BUS\" >\"$C\"", unit,
+            node .. "/imex/config.cfg", node .. "/state"),
+          plan_cmd("inactive", "C"),
+          show("after-inactive"),
+          plan_cmd("notfound", "C", "--set unit=imexguard-plan-nosuch.service"),
+          "systemctl --user start " .. unit .. " || exit 1",
+          show("started"),
+          plan_cmd("changed", "C"),
+          plan_cmd("changed-json", "C", "--json"),
+          show("after-changed"),
+          plan_cmd("same", "C", nil, "127.0.0.1,127.0.0.3"),
+          show("after-same"),
+          "systemctl --user stop " .. unit,
+        }, "\n") .. "\n"
+        write_file(out .. "/script.sh", script)
+        local before = snapshot()
+        local ok = os.execute("tests/with-systemd sh " .. sh_quote(out .. "/script.sh") .. " >"
+          .. sh_quote(out .. "/harness.log") .. " 2>&1")
+        assert.is_true(ok == true, "tests/with-systemd failed:\n"
+          .. tostring(read_file(out .. "/harness.log")))
+        assert.equal(before, snapshot())
+        local function got(tag)
+          local base = out .. "/" .. tag
+          return read_file(base .. ".out"), read_file(base .. ".err"), tonumber(read_file(base .. ".rc"))
+        end
+
+        -- inactive unit: the desired list, the diff, start: yes; the unit is still inactive after
+        local o, e, rc = got("inactive")
+        assert.equal(0, rc, e)
+        local nf = node .. "/imex/nodes_config.cfg"
+        assert.equal("plan for job 101 on node n1 (nothing is changed)\n"
+          .. "desired node list from SLURM_JOB_NODELIST=127.0.0.1,127.0.0.2 (2 nodes):\n"
+          .. "  127.0.0.1        127.0.0.1  (this node)\n"
+          .. "  127.0.0.2        127.0.0.2\n"
+          .. nf .. ": would be rewritten\n"
+          .. "  - 127.0.0.3\n"
+          .. "  + 127.0.0.2\n"
+          .. "unit " .. unit .. ": inactive/dead\n"
+          .. "start: yes, " .. unit .. " is inactive\n", o:match("^(.-)registered jobs") or o)
+        assert.matches("outcome=ok: would rewrite " .. nf:gsub("%p", "%%%0") .. " and start", e)
+        assert.matches("ActiveState=inactive", read_file(out .. "/after-inactive.unit"))
+
+        -- a unit systemd does not know: skipped, said so
+        e, rc = select(2, got("notfound"))
+        assert.equal(0, rc)
+        assert.matches("outcome=skipped: IMEX not installed on this node: "
+          .. "imexguard%-plan%-nosuch%.service load state not%-found", e)
+
+        -- active unit, list changes: restart yes and why; the daemon is the same process after
+        local started = read_file(out .. "/started.unit")
+        assert.matches("ActiveState=active", started)
+        o, e, rc = got("changed")
+        assert.equal(0, rc, e)
+        assert.matches("\nrestart: yes, node list changes; the daemon reads it only at start\n", o)
+        assert.matches("\n  %+ 127%.0%.0%.2\n", o)
+        local j = require("cjson").decode((got("changed-json")))
+        assert.is_true(j.changed)
+        assert.equal("restart", j.action)
+        assert.same({ "127.0.0.3" }, j.removed)
+        assert.same({ "127.0.0.2" }, j.added)
+        assert.equal(started, read_file(out .. "/after-changed.unit"))
+
+        -- active unit, the job's list is the file's: restart no and why (the ctl cannot be asked)
+        o, e, rc = got("same")
+        assert.equal(0, rc, e)
+        assert.matches(nf:gsub("%p", "%%%0") .. ": unchanged\n", o)
+        assert.matches("\nrestart: no, daemon current by its start time; ctl unusable: ", o)
+        assert.matches("outcome=ok: nothing to do", e)
+        assert.equal(started, read_file(out .. "/after-same.unit"))
+      end)
+  end)
+
+  describe("check", function()
+    it("accepts a valid policy, names its entry points and runs the scenarios (tests/c/check_spec.lua)",
+      function()
+        local p = file("local D = require 'policies.default'\n"
+          .. "return { prolog = D.prolog, epilog = D.epilog, status = D.status }")
+        local r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
+        assert.equal(0, r.code)
+        assert.equal("policy " .. p .. " is valid: prolog, epilog, status; all 9 scenarios passed",
+          final(r).message)
+        assert.matches("\nPASS healthy%-job: ", r.stdout)
+        -- entry points that do nothing are valid entry points, but fail the scenarios
+        p = file("return { prolog = function() end, epilog = function() end }")
+        r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
+        assert.equal(3, r.code)
+        assert.matches("FAIL healthy%-job: .*: returned nil instead of an outcome name", r.stdout)
+      end)
 
     it("reports a syntax error with file and line", function()
       local p = file("return {\n  prolog = function() end\n  epilog = 1,\n}\n")

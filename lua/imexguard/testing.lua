@@ -323,17 +323,18 @@ function M.host(opts)
     h.writes[#h.writes + 1] = { path = path, data = data }
     return true
   end
-  --- host.mkdir(path, mode) -> true | nil, msg, code: an existing directory is success; a missing
-  -- parent is ENOENT; an existing file is EEXIST.
+  --- host.mkdir(path [, mode]) -> true | nil, msg, code, as src/file.c: an existing directory is
+  -- success; a missing parent is ENOENT; an existing file is ENOTDIR; mode defaults to 0755.
   function h.mkdir(path, mode)
-    assert(type(path) == "string" and math.type(mode) == "integer", "mkdir(path, integer mode)")
+    mode = mode == nil and 493 or mode
+    assert(type(path) == "string" and math.type(mode) == "integer", "mkdir(path [, integer mode])")
     rec("mkdir", path, mode)
     path = path:gsub("/+$", "")
     local f = failing(path, "mkdir")
     if f then return nil, "mkdir " .. path .. ": " .. f, f end
     local entry = { path = path, mode = mode, created = false }
     h.mkdirs[#h.mkdirs + 1] = entry
-    if files[path] then return nil, "mkdir " .. path .. ": File exists", "EEXIST" end
+    if files[path] then return nil, "mkdir " .. path .. ": exists and is not a directory", "ENOTDIR" end
     local gone = missing_parent(path)
     if gone then
       return nil, "mkdir " .. path .. ": No such file or directory (" .. gone .. ")", "ENOENT"

@@ -112,7 +112,7 @@ describe("testing.host", function()
     assert.is_truthy(h.lock("/run/imexguard/lock", 1, "job=1"))
     ok, _, code = h.mkdir("/etc/f", 493)
     assert.is_nil(ok)
-    assert.equal("EEXIST", code)
+    assert.equal("ENOTDIR", code)
     h = testing.host{ absent_dirs = { "/a" } }
     ok, _, code = h.mkdir("/a/b", 493)
     assert.is_nil(ok)

@@ -257,6 +257,33 @@ static int load_settings(struct run *r)
 	return -1;
 }
 
+/* Read the policy file `path` (the trust check of sandbox.c applies) and compile it in the sandbox
+ * with chunkname "@path", so errors name file:line.  Returns -1 with the chunk pushed, or the exit
+ * code of policy-error (the final line logged) with nothing pushed. */
+static int push_policy_chunk(struct run *r, const char *path)
+{
+	char err[1024];
+	char *text = NULL;
+	size_t len = 0;
+	if (ig_read_trusted(path, "policy", &text, &len, err, sizeof err) != 0)
+		return finish_policy_error(r, err);
+	char *chunkname = malloc(strlen(path) + 2);
+	if (chunkname == NULL) {
+		free(text);
+		return finish_policy_error(r, "out of memory");
+	}
+	sprintf(chunkname, "@%s", path);
+	int rc = ig_sandbox_load(r->L, text, len, chunkname);
+	free(text);
+	free(chunkname);
+	if (rc != 0) {
+		const char *m = lua_tostring(r->L, -1);
+		snprintf(err, sizeof err, "policy %s", m ? m : "does not compile");
+		return finish_policy_error(r, err);
+	}
+	return -1;
+}
+
 /* Push the policy table: the file at `path` (trust-checked, chunkname "@path"), or the built-in
  * policy when path is NULL.  Returns -1 on success or the exit code. */
 static int load_policy(struct run *r, const char *path)
@@ -271,24 +298,9 @@ static int load_policy(struct run *r, const char *path)
 		st = ig_sandbox_require(L, DEFAULT_POLICY);
 		path = DEFAULT_POLICY;
 	} else {
-		char *text = NULL;
-		size_t len = 0;
-		if (ig_read_trusted(path, "policy", &text, &len, err, sizeof err) != 0)
-			return finish_policy_error(r, err);
-		char *chunkname = malloc(strlen(path) + 2);
-		if (chunkname == NULL) {
-			free(text);
-			return finish_policy_error(r, "out of memory");
-		}
-		sprintf(chunkname, "@%s", path);
-		int rc = ig_sandbox_load(L, text, len, chunkname);
-		free(text);
-		free(chunkname);
-		if (rc != 0) {
-			const char *m = lua_tostring(L, -1);
-			snprintf(err, sizeof err, "policy %s", m ? m : "does not compile");
-			return finish_policy_error(r, err);
-		}
+		int code = push_policy_chunk(r, path);
+		if (code >= 0)
+			return code;
 		st = ig_sandbox_call(L, 0, 1);
 	}
 	if (st != IG_CALL_OK)
@@ -443,24 +455,9 @@ static int run_check(struct run *r)
 	lua_setfield(L, -2, "imexguard.host");
 	lua_pop(L, 1);
 
-	char *text = NULL;
-	size_t len = 0;
-	if (ig_read_trusted(path, "policy", &text, &len, err, sizeof err) != 0)
-		return finish_policy_error(r, err);
-	char *chunkname = malloc(strlen(path) + 2);
-	if (chunkname == NULL) {
-		free(text);
-		return finish_policy_error(r, "out of memory");
-	}
-	sprintf(chunkname, "@%s", path);
-	int rc = ig_sandbox_load(L, text, len, chunkname);
-	free(text);
-	free(chunkname);
-	if (rc != 0) {
-		const char *m = lua_tostring(L, -1);
-		snprintf(err, sizeof err, "policy %s", m ? m : "does not compile");
-		return finish_policy_error(r, err);
-	}
+	int code = push_policy_chunk(r, path);
+	if (code >= 0)
+		return code;
 	int chunk = lua_gettop(L);
 	lua_pushvalue(L, chunk);
 	st = ig_sandbox_call(L, 0, 1);

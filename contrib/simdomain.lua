@@ -65,6 +65,15 @@ function M.wait_until(pred, timeout, interval)
   end
 end
 
+--- A random third octet for 127.0.<net>.0/24 (10..249), seeded from the clock and a fresh temp name.
+function M.random_net()
+  local _, t = capture("mktemp -u XXXXXXXX")
+  local seed = os.time()
+  for i = 1, #t do seed = (seed * 31 + t:byte(i)) % 2147483647 end
+  math.randomseed(seed)
+  return math.random(10, 249)
+end
+
 --- Create a domain of `opts.nodes` simulated nodes n1..nN on 127.0.<net>.1..N.
 -- opts.build: build directory (imexsim, nvidia-imex-ctl, imexguard); opts.net: third octet;
 -- opts.root: directory to use (default: a new temp dir); opts.extra_cfg: lines for every config.cfg;
@@ -74,7 +83,9 @@ function M.new(opts)
   local self = setmetatable({}, M)
   self.n = opts.nodes or 4
   self.build = abspath(opts.build or os.getenv("IMEXGUARD_BUILD") or "build")
-  self.net = opts.net or 10
+  -- The third octet of the domain's loopback addresses: random unless given, so that a demo, a
+  -- benchmark and a test run at the same time on one machine do not share addresses and ports.
+  self.net = opts.net or M.random_net()
   self.prefix = opts.prefix or "imexsim"
   self.bus = assert(os.getenv("IMEXGUARD_TEST_BUS"), "run inside tests/with-systemd")
   self.unit_dir = assert(os.getenv("IMEXGUARD_TEST_UNIT_DIR"), "run inside tests/with-systemd")

@@ -246,9 +246,25 @@ function M:run_all(opts)
   return results
 end
 
+--- run_all with command "prolog" (opts as for run_all).
 function M:prologs(opts)
   opts.command = "prolog"
   return self:run_all(opts)
+end
+
+--- run_all with command "epilog": the job ends and Slurm runs the epilog on each of its nodes.
+function M:epilogs(opts)
+  opts.command = "epilog"
+  return self:run_all(opts)
+end
+
+--- How often node `name`'s simulated daemon has started: every start appends one line with
+-- "starting" to its log (contrib/imexsim). Returns a number (0 while there is no log).
+function M:starts(name)
+  local log = read_file(self:dir(name) .. "/imex.log") or ""
+  local n = 0
+  for _ in log:gmatch("[^\n]*starting[^\n]*") do n = n + 1 end
+  return n
 end
 
 --- `nvidia-imex-ctl -N -j` of a node, decoded (or nil, output).

@@ -1,6 +1,7 @@
---- Small shared helpers for the busted specs of the C primitives (tests/c/*_spec.lua).
--- The build is located through IMEXGUARD_BUILD (default "build"): the module is
--- <build>/lua/imexguard/host.so.  Nothing here touches anything outside temp dirs.
+--- Small shared helpers for the busted specs of the C primitives and of the built binary
+-- (tests/c/*_spec.lua).  The build is located through IMEXGUARD_BUILD (default "build"): the
+-- module is <build>/lua/imexguard/host.so, the binary <build>/imexguard.  Nothing here touches
+-- anything outside temp dirs.
 local M = {}
 
 local function shell_quote(s)
@@ -51,11 +52,14 @@ function M.rmdir(d)
   end
 end
 
---- Write a whole file (plain io, for fixtures).
-function M.write(path, data)
+--- Write a whole file (plain io, for fixtures), then set its mode with chmod(1): `mode` is an
+-- octal string, default "0644", so the result depends neither on the umask nor on an earlier
+-- mode of the file.  Returns nothing; raises on any error.
+function M.write(path, data, mode)
   local f = assert(io.open(path, "wb"))
   f:write(data)
   f:close()
+  assert(os.execute("chmod " .. (mode or "0644") .. " " .. shell_quote(path)))
 end
 
 --- Read a whole file, or nil.
@@ -175,6 +179,65 @@ function M.kill_wait(pid)
   if not pid then return end
   M.kill(pid, "KILL")
   M.wait_until(function() return not M.alive(pid) end, 5)
+end
+
+--- The after_each of a test with a temp dir and spawned processes: kill_wait every pid of the
+-- list `pids` (may be nil), then remove `dir` (made by tmpdir).
+function M.cleanup(dir, pids)
+  for _, pid in ipairs(pids or {}) do M.kill_wait(pid) end
+  M.rmdir(dir)
+end
+
+--- Absolute path of the built binary, <build>/imexguard; raises, naming it, when it is not built.
+function M.imexguard_bin()
+  local bin = M.build_dir() .. "/imexguard"
+  local f = io.open(bin, "rb")
+  assert(f, "the binary " .. bin .. " is not built (set IMEXGUARD_BUILD)")
+  f:close()
+  return bin
+end
+
+--- Run the built binary once: `imexguard ARGS...` (args: list of strings), stdin /dev/null,
+-- IMEXGUARD_NO_JOURNAL=1 (log lines on stderr only).
+-- opts (table):
+--   dir          directory for the captured stdout and stderr files (required; reused by every run)
+--   env          table NAME = value of extra environment variables
+--   inherit_env  true: keep this process's environment; default: `env -i PATH=/usr/bin:/bin`
+--   prefix       a command line put in front, e.g. "setpriv --reuid=65534 ..." (runs as root)
+-- Returns { code = exit status (number), stdout = string, stderr = string,
+--           elapsed = wall-clock time of the run in seconds (date +%s%N before and after) }.
+function M.run_imexguard(args, opts)
+  local parts = { opts.prefix or "", "env" }
+  if not opts.inherit_env then
+    parts[#parts + 1] = "-i"
+    parts[#parts + 1] = "PATH=/usr/bin:/bin"
+  end
+  parts[#parts + 1] = "IMEXGUARD_NO_JOURNAL=1"
+  for k, v in pairs(opts.env or {}) do parts[#parts + 1] = shell_quote(k .. "=" .. v) end
+  parts[#parts + 1] = shell_quote(M.imexguard_bin())
+  for _, a in ipairs(args) do parts[#parts + 1] = shell_quote(a) end
+  local out, err = opts.dir .. "/stdout", opts.dir .. "/stderr"
+  local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "
+    .. "echo $rc $(( (e - s) / 1000 ))", table.concat(parts, " "), shell_quote(out), shell_quote(err))
+  local line = M.sh(cmd)
+  local code, us = line:match("^(%d+) (%d+)$")
+  assert(code, "cannot run " .. cmd .. ": " .. line)
+  return { code = tonumber(code), stdout = M.read(out) or "", stderr = M.read(err) or "",
+    elapsed = tonumber(us) / 1e6 }
+end
+
+--- The final log line of a run of the binary ("imexguard: LEVEL: COMMAND job=ID outcome=NAME:
+-- MESSAGE", the last such line of r.stderr) as { level, command, job, outcome, message }.
+-- Raises, showing stderr, when there is none.
+function M.final(r)
+  local last
+  for l in r.stderr:gmatch("[^\n]+") do
+    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
+  end
+  assert(last, "no final line in stderr:\n" .. r.stderr)
+  local level, command, job, outcome, msg =
+    last:match("^imexguard: (%a+): (%a+) job=(%S+) outcome=([%w-]+):? ?(.*)$")
+  return { level = level, command = command, job = job, outcome = outcome, message = msg }
 end
 
 return M

@@ -2,56 +2,13 @@
 -- sandbox with file:line errors, the entry point check, and the standard scenarios run against
 -- the test kit's fake host, each reported as one PASS/FAIL line; exit 0 only when all pass.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
-local BIN = BUILD .. "/imexguard"
+local H = require "helpers"
 local cjson = require "cjson"
+local final = H.final
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  assert(os.execute("chmod 0644 " .. q(path)))
-end
-
--- Run the binary with `env -i`; {code, stdout, stderr, elapsed (seconds)}.
+-- Run the binary with `env -i` plus `env`; {code, stdout, stderr, elapsed (seconds)}.
 local function run(dir, args, env)
-  local parts = { "env", "-i", "PATH=/usr/bin:/bin", "IMEXGUARD_NO_JOURNAL=1" }
-  for k, v in pairs(env or {}) do parts[#parts + 1] = q(k .. "=" .. v) end
-  parts[#parts + 1] = q(BIN)
-  for _, a in ipairs(args) do parts[#parts + 1] = q(a) end
-  local out, err = dir .. "/stdout", dir .. "/stderr"
-  local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "
-    .. "echo $rc $(( (e - s) / 1000 ))", table.concat(parts, " "), q(out), q(err))
-  local p = assert(io.popen(cmd))
-  local line = p:read("l")
-  p:close()
-  local code, us = line:match("^(%d+) (%d+)$")
-  return { code = tonumber(code), stdout = read_file(out) or "", stderr = read_file(err) or "",
-    elapsed = tonumber(us) / 1e6 }
-end
-
--- The final line: {level, command, job, outcome, message}.
-local function final(r)
-  local last
-  for l in r.stderr:gmatch("[^\n]+") do
-    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
-  end
-  assert(last, "no final line in stderr:\n" .. r.stderr)
-  local level, command, job, outcome, msg =
-    last:match("^imexguard: (%a+): (%a+) job=(%S+) outcome=([%w-]+):? ?(.*)$")
-  return { level = level, command = command, job = job, outcome = outcome, message = msg }
+  return H.run_imexguard(args, { dir = dir, env = env })
 end
 
 -- The scenario lines of stdout: {name = "PASS"|"FAIL"|"SKIP"} and name -> line.
@@ -74,23 +31,18 @@ describe("imexguard check", function()
   local count = 0
 
   setup(function()
-    local p = assert(io.popen("mktemp -d /tmp/igcheck.XXXXXX"))
-    dir = p:read("l")
-    p:close()
-    assert(os.execute("chmod 0700 " .. q(dir)))
-    assert(io.open(BIN, "rb"), "the binary " .. BIN .. " is not built (set IMEXGUARD_BUILD)"):close()
+    H.imexguard_bin()
+    dir = H.tmpdir()
     conf = dir .. "/empty.conf"
-    write_file(conf, "")
+    H.write(conf, "")
   end)
 
-  teardown(function()
-    if dir then os.execute("rm -rf " .. q(dir)) end
-  end)
+  teardown(function() H.rmdir(dir) end)
 
   local function policy(text)
     count = count + 1
     local path = string.format("%s/p%d.lua", dir, count)
-    write_file(path, text)
+    H.write(path, text)
     return path
   end
 
@@ -322,7 +274,7 @@ end]]))
   return "ok", "did things"
 end]], target))
       local r = check(p)
-      assert.is_nil(read_file(target))
+      assert.is_nil(H.read(target))
       local _, lines = verdicts(r)
       -- the fake host recorded the restart: the scenario saw it
       assert.matches("acted on the service: restart nvidia%-imex%.service", lines["ctl-garbage"])
@@ -330,7 +282,7 @@ end]], target))
 
     it("uses the site's behaviour settings and the kit's world settings", function()
       local site = dir .. "/site.conf"
-      write_file(site, 'deadline = 30\nunit = "site-imex.service"\nhealth_timeout = 7\n')
+      H.write(site, 'deadline = 30\nunit = "site-imex.service"\nhealth_timeout = 7\n')
       local p = default_with("function(ctx) return 'ok', ctx.settings.deadline .. ' ' .. ctx.settings.unit"
         .. " .. ' ' .. ctx.settings.health_timeout end")
       local r = run(dir, { "--config", site, "check", p })
@@ -381,18 +333,18 @@ return P
 
   describe("the worked example of docs/policy-api.md", function()
     it("its spec passes under busted with the kit, and `check` passes its policy", function()
-      local doc = assert(read_file("docs/policy-api.md"), "run from the repository root")
+      local doc = assert(H.read("docs/policy-api.md"), "run from the repository root")
       local ex = dir .. "/example"
-      assert(os.execute("mkdir -m 0700 " .. q(ex)))
+      assert(os.execute("mkdir -m 0700 " .. H.q(ex)))
       local found = {}
       for name, code in doc:gmatch("<!%-%- file: ([%w_.]+) %-%->\n```lua\n(.-\n)```") do
-        write_file(ex .. "/" .. name, code)
+        H.write(ex .. "/" .. name, code)
         found[#found + 1] = name
       end
       assert.same({ "site.lua", "site_spec.lua" }, found)
-      local _, nl = read_file(ex .. "/site.lua"):gsub("\n", "")
+      local _, nl = H.read(ex .. "/site.lua"):gsub("\n", "")
       assert.is_true(nl <= 17, "the example policy stays short: " .. nl .. " lines")
-      local p = assert(io.popen("busted --lua=lua5.4 --lpath='lua/?.lua' " .. q(ex .. "/site_spec.lua")
+      local p = assert(io.popen("busted --lua=lua5.4 --lpath='lua/?.lua' " .. H.q(ex .. "/site_spec.lua")
         .. " 2>&1; echo rc=$?"))
       local out = p:read("a")
       p:close()

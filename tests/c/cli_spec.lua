@@ -1,79 +1,31 @@
 -- The imexguard command line (src/main.c): usage errors, --help/--version, settings (file, --set,
 -- --deadline), the context given to the policy, check, status, plan, and the final log line.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
-local BIN = BUILD .. "/imexguard"
-
-local function sh_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text, mode)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  assert(os.execute("chmod " .. (mode or "0644") .. " " .. sh_quote(path)))
-end
+local H = require "helpers"
+local final = H.final
 
 -- Run the binary with args (list) and extra environment; {code, stdout, stderr, elapsed}.
 -- env: the binary runs with `env -i` plus these variables (a controlled environment).
 local function run(dir, args, env)
-  local parts = { "env", "-i", "PATH=/usr/bin:/bin", "IMEXGUARD_NO_JOURNAL=1" }
-  for k, v in pairs(env or {}) do parts[#parts + 1] = sh_quote(k .. "=" .. v) end
-  parts[#parts + 1] = sh_quote(BIN)
-  for _, a in ipairs(args) do parts[#parts + 1] = sh_quote(a) end
-  local out, err = dir .. "/stdout", dir .. "/stderr"
-  local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "
-    .. "echo $rc $(( (e - s) / 1000 ))", table.concat(parts, " "), sh_quote(out), sh_quote(err))
-  local p = assert(io.popen(cmd))
-  local line = p:read("l")
-  p:close()
-  local code, us = line:match("^(%d+) (%d+)$")
-  return { code = tonumber(code), stdout = read_file(out) or "", stderr = read_file(err) or "",
-    elapsed = tonumber(us) / 1e6 }
-end
-
--- The final line's parts: level, command, job, outcome, message.
-local function final(r)
-  local last
-  for l in r.stderr:gmatch("[^\n]+") do
-    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
-  end
-  assert(last, "no final line in stderr:\n" .. r.stderr)
-  local level, command, job, outcome, msg =
-    last:match("^imexguard: (%a+): (%a+) job=(%S+) outcome=([%w-]+):? ?(.*)$")
-  return { level = level, command = command, job = job, outcome = outcome, message = msg }
+  return H.run_imexguard(args, { dir = dir, env = env })
 end
 
 describe("imexguard command line", function()
   local dir
 
   setup(function()
-    local p = assert(io.popen("mktemp -d /tmp/igcli.XXXXXX"))
-    dir = p:read("l")
-    p:close()
-    assert(os.execute("chmod 0700 " .. sh_quote(dir)))
-    assert(io.open(BIN, "rb"), "the binary " .. BIN .. " is not built (set IMEXGUARD_BUILD)"):close()
-    write_file(dir .. "/empty.conf", "")
+    H.imexguard_bin()
+    dir = H.tmpdir()
+    H.write(dir .. "/empty.conf", "")
   end)
 
-  teardown(function()
-    if dir then os.execute("rm -rf " .. sh_quote(dir)) end
-  end)
+  teardown(function() H.rmdir(dir) end)
 
   local count = 0
   local function file(text, ext)
     count = count + 1
     local path = string.format("%s/f%d.%s", dir, count, ext or "lua")
-    write_file(path, text)
+    H.write(path, text)
     return path
   end
 
@@ -304,8 +256,8 @@ return P
       local target = dir .. "/nodes_config.cfg"
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "plan" }, { TARGET = target })
       assert.equal(0, r.code)
-      assert.is_nil(read_file(target))
-      assert.is_nil(read_file(target .. ".lock"))
+      assert.is_nil(H.read(target))
+      assert.is_nil(H.read(target .. ".lock"))
       assert.equal('write_atomic("' .. target .. '", <9 bytes>)\n'
         .. 'unit_job("nvidia-imex.service", "restart", 5)\n'
         .. 'lock("' .. target .. '.lock", 1, "job=1")\n'
@@ -320,17 +272,17 @@ return P
 
     setup(function()
       node = dir .. "/node"
-      assert(os.execute("mkdir -m 0755 " .. sh_quote(node) .. " " .. sh_quote(node .. "/imex") .. " "
-        .. sh_quote(node .. "/state")))
-      write_file(node .. "/imex/config.cfg", "IMEX_NODE_CONFIG_FILE=" .. node .. "/imex/nodes_config.cfg\n"
+      assert(os.execute("mkdir -m 0755 " .. H.q(node) .. " " .. H.q(node .. "/imex") .. " "
+        .. H.q(node .. "/state")))
+      H.write(node .. "/imex/config.cfg", "IMEX_NODE_CONFIG_FILE=" .. node .. "/imex/nodes_config.cfg\n"
         .. "BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_PORT=50005\n")
-      write_file(node .. "/imex/nodes_config.cfg", "127.0.0.1\n127.0.0.3\n")
+      H.write(node .. "/imex/nodes_config.cfg", "127.0.0.1\n127.0.0.3\n")
       env = JOB
     end)
 
     -- Every path under the node dir with its type, inode, size, mode and mtime (ns).
     local function snapshot()
-      local p = assert(io.popen("find " .. sh_quote(node) .. " -printf '%p %y %i %s %m %T@\\n' | sort"))
+      local p = assert(io.popen("find " .. H.q(node) .. " -printf '%p %y %i %s %m %T@\\n' | sort"))
       local s = p:read("a")
       p:close()
       assert(s:find("nodes_config.cfg", 1, true), "snapshot lists the node list")
@@ -365,13 +317,13 @@ return P
     it("under a private systemd: desired list, diff, restart or not and why; nothing written or restarted",
       function()
         local unit = "imexguard-plan-test.service"
-        local bin = io.popen("realpath " .. sh_quote(BIN)):read("l")
+        local bin = H.imexguard_bin()
         local out = dir .. "/plan-out"
-        assert(os.execute("mkdir -m 0700 " .. sh_quote(out)))
+        assert(os.execute("mkdir -m 0700 " .. H.q(out)))
         local function plan_cmd(tag, conf_var, extra, nodelist)
           return string.format("env -i PATH=/usr/bin:/bin IMEXGUARD_NO_JOURNAL=1 SLURM_JOB_ID=101 "
             .. "SLURM_JOB_NODELIST=%s SLURMD_NODENAME=n1 %s --config \"$%s\" %s plan "
-            .. ">%s/%s.out 2>%s/%s.err; echo $? >%s/%s.rc", nodelist or "127.0.0.1,127.0.0.2", sh_quote(bin),
+            .. ">%s/%s.out 2>%s/%s.err; echo $? >%s/%s.rc", nodelist or "127.0.0.1,127.0.0.2", H.q(bin),
             conf_var, extra or "", out, tag, out, tag, out, tag)
         end
         local function show(tag)
@@ -399,16 +351,16 @@ return P
           show("after-same"),
           "systemctl --user stop " .. unit,
         }, "\n") .. "\n"
-        write_file(out .. "/script.sh", script)
+        H.write(out .. "/script.sh", script)
         local before = snapshot()
-        local ok = os.execute("tests/with-systemd sh " .. sh_quote(out .. "/script.sh") .. " >"
-          .. sh_quote(out .. "/harness.log") .. " 2>&1")
+        local ok = os.execute("tests/with-systemd sh " .. H.q(out .. "/script.sh") .. " >"
+          .. H.q(out .. "/harness.log") .. " 2>&1")
         assert.is_true(ok == true, "tests/with-systemd failed:\n"
-          .. tostring(read_file(out .. "/harness.log")))
+          .. tostring(H.read(out .. "/harness.log")))
         assert.equal(before, snapshot())
         local function got(tag)
           local base = out .. "/" .. tag
-          return read_file(base .. ".out"), read_file(base .. ".err"), tonumber(read_file(base .. ".rc"))
+          return H.read(base .. ".out"), H.read(base .. ".err"), tonumber(H.read(base .. ".rc"))
         end
 
         -- inactive unit: the desired list, the diff, start: yes; the unit is still inactive after
@@ -425,7 +377,7 @@ return P
           .. "unit " .. unit .. ": inactive/dead\n"
           .. "start: yes, " .. unit .. " is inactive\n", o:match("^(.-)registered jobs") or o)
         assert.matches("outcome=ok: would rewrite " .. nf:gsub("%p", "%%%0") .. " and start", e)
-        assert.matches("ActiveState=inactive", read_file(out .. "/after-inactive.unit"))
+        assert.matches("ActiveState=inactive", H.read(out .. "/after-inactive.unit"))
 
         -- a unit systemd does not know: skipped, said so
         e, rc = select(2, got("notfound"))
@@ -434,7 +386,7 @@ return P
           .. "imexguard%-plan%-nosuch%.service load state not%-found", e)
 
         -- active unit, list changes: restart yes and why; the daemon is the same process after
-        local started = read_file(out .. "/started.unit")
+        local started = H.read(out .. "/started.unit")
         assert.matches("ActiveState=active", started)
         o, e, rc = got("changed")
         assert.equal(0, rc, e)
@@ -445,7 +397,7 @@ return P
         assert.equal("restart", j.action)
         assert.same({ "127.0.0.3" }, j.removed)
         assert.same({ "127.0.0.2" }, j.added)
-        assert.equal(started, read_file(out .. "/after-changed.unit"))
+        assert.equal(started, H.read(out .. "/after-changed.unit"))
 
         -- active unit, the job's list is the file's: restart no and why (the ctl cannot be asked)
         o, e, rc = got("same")
@@ -453,7 +405,7 @@ return P
         assert.matches(nf:gsub("%p", "%%%0") .. ": unchanged\n", o)
         assert.matches("\nrestart: no, daemon current by its start time; ctl unusable: ", o)
         assert.matches("outcome=ok: nothing to do", e)
-        assert.equal(started, read_file(out .. "/after-same.unit"))
+        assert.equal(started, H.read(out .. "/after-same.unit"))
       end)
   end)
 
@@ -510,7 +462,7 @@ return P
     it("loads imexguard.* from DIR/imexguard/*.lua", function()
       local d = dir .. "/lib"
       assert(os.execute("mkdir -p " .. d .. "/imexguard && chmod 0755 " .. d .. " " .. d .. "/imexguard"))
-      write_file(d .. "/imexguard/extra.lua", "return { hello = 'from lua-dir' }")
+      H.write(d .. "/imexguard/extra.lua", "return { hello = 'from lua-dir' }")
       local p = echo_policy("require('imexguard.extra').hello")
       local r = run(dir, { "--config", dir .. "/empty.conf", "--lua-dir", d, "--policy", p, "prolog" })
       assert.equal("from lua-dir", final(r).message)

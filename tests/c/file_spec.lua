@@ -82,14 +82,8 @@ end)
 
 describe("host.write_atomic", function()
   local dir, pids
-  before_each(function()
-    dir = H.tmpdir()
-    pids = {}
-  end)
-  after_each(function()
-    for _, pid in ipairs(pids) do H.kill_wait(pid) end
-    H.rmdir(dir)
-  end)
+  before_each(function() dir, pids = H.tmpdir(), {} end)
+  after_each(function() H.cleanup(dir, pids) end)
 
   it("replaces the file with the exact mode, leaving no temp file", function()
     local p = dir .. "/nodes_config.cfg"

@@ -81,14 +81,8 @@ end
 
 describe("host.lock between processes", function()
   local dir, pids
-  before_each(function()
-    dir = H.tmpdir()
-    pids = {}
-  end)
-  after_each(function()
-    for _, pid in ipairs(pids) do H.kill_wait(pid) end
-    H.rmdir(dir)
-  end)
+  before_each(function() dir, pids = H.tmpdir(), {} end)
+  after_each(function() H.cleanup(dir, pids) end)
 
   -- what the workers recorded and printed, for failure messages
   local function story(rec)

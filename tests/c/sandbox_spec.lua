@@ -1,54 +1,18 @@
 -- The Lua sandbox of the imexguard binary (src/sandbox.c): the deadline layers, removed globals
 -- and modules, the global guard, error reporting, outcome codes, memory cap and the trust check.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
-local BIN = BUILD .. "/imexguard"
+local H = require "helpers"
 
-local function sh_quote(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text, mode)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  assert(os.execute("chmod " .. (mode or "0644") .. " " .. sh_quote(path)))
-end
-
--- Run the binary with args (list); returns {code, stdout, stderr, elapsed (seconds)}.
+-- Run the binary with args (list) in this process's environment plus `env`;
+-- returns {code, stdout, stderr, elapsed (seconds)}.
 local function run(dir, args, env)
-  local parts = { "env", "IMEXGUARD_NO_JOURNAL=1" }
-  for k, v in pairs(env or {}) do parts[#parts + 1] = sh_quote(k .. "=" .. v) end
-  parts[#parts + 1] = sh_quote(BIN)
-  for _, a in ipairs(args) do parts[#parts + 1] = sh_quote(a) end
-  local out, err = dir .. "/stdout", dir .. "/stderr"
-  local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "
-    .. "echo $rc $(( (e - s) / 1000 ))", table.concat(parts, " "), sh_quote(out), sh_quote(err))
-  local p = assert(io.popen(cmd))
-  local line = p:read("l")
-  p:close()
-  local code, us = line:match("^(%d+) (%d+)$")
-  return { code = tonumber(code), stdout = read_file(out) or "", stderr = read_file(err) or "",
-    elapsed = tonumber(us) / 1e6 }
+  return H.run_imexguard(args, { dir = dir, env = env, inherit_env = true })
 end
 
--- The final line "imexguard: LEVEL: COMMAND job=ID outcome=NAME: MESSAGE" of stderr.
+-- The final line "imexguard: LEVEL: COMMAND job=ID outcome=NAME: MESSAGE" of stderr: outcome, message.
 local function final(r)
-  local last
-  for l in r.stderr:gmatch("[^\n]+") do
-    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
-  end
-  assert(last, "no final line in stderr:\n" .. r.stderr)
-  local outcome, msg = last:match("outcome=([%w-]+):? ?(.*)$")
-  return outcome, msg
+  local f = H.final(r)
+  return f.outcome, f.message
 end
 
 describe("imexguard sandbox", function()
@@ -56,24 +20,17 @@ describe("imexguard sandbox", function()
   local n = 0
 
   setup(function()
-    local p = assert(io.popen("mktemp -d /tmp/igsandbox.XXXXXX"))
-    dir = p:read("l")
-    p:close()
-    assert(os.execute("chmod 0700 " .. sh_quote(dir)))
-    local f = io.open(BIN, "rb")
-    assert(f, "the binary " .. BIN .. " is not built (set IMEXGUARD_BUILD)")
-    f:close()
+    H.imexguard_bin()
+    dir = H.tmpdir()
   end)
 
-  teardown(function()
-    if dir then os.execute("rm -rf " .. sh_quote(dir)) end
-  end)
+  teardown(function() H.rmdir(dir) end)
 
   -- Write a policy whose prolog body is `body` and run `imexguard prolog` on it.
   local function policy(body, extra_args, env)
     n = n + 1
     local path = string.format("%s/p%d.lua", dir, n)
-    write_file(path, "local P = {}\nfunction P.prolog(ctx)\n" .. body
+    H.write(path, "local P = {}\nfunction P.prolog(ctx)\n" .. body
       .. "\nend\nfunction P.epilog() return 'ok' end\nreturn P\n")
     local args = { "--config", dir .. "/none.conf", "--policy", path }
     for _, a in ipairs(extra_args or {}) do args[#args + 1] = a end
@@ -82,7 +39,7 @@ describe("imexguard sandbox", function()
   end
 
   setup(function()
-    write_file(dir .. "/none.conf", "")
+    H.write(dir .. "/none.conf", "")
   end)
 
   describe("deadline", function()
@@ -124,7 +81,7 @@ describe("imexguard sandbox", function()
     end)
 
     it("stops a loop in a module's code and in a settings file", function()
-      write_file(dir .. "/loop.conf", "local x = 0 while true do x = x + 1 end")
+      H.write(dir .. "/loop.conf", "local x = 0 while true do x = x + 1 end")
       local r = run(dir, { "--config", dir .. "/loop.conf", "--deadline", tostring(DEADLINE),
         "--policy", dir .. "/none.conf", "prolog" })
       expect_deadline(r)
@@ -257,7 +214,7 @@ describe("imexguard sandbox", function()
     it("reports a syntax error with file and line", function()
       n = n + 1
       local path = dir .. "/syntax.lua"
-      write_file(path, "local P = {}\n\nfunction P.prolog(\nreturn P\n")
+      H.write(path, "local P = {}\n\nfunction P.prolog(\nreturn P\n")
       local r = run(dir, { "--config", dir .. "/none.conf", "--policy", path, "prolog" })
       local outcome, msg = final(r)
       assert.equal("policy-error", outcome)
@@ -317,16 +274,11 @@ describe("imexguard sandbox", function()
   end)
 
   describe("trust (as root)", function()
-    local is_root = (function()
-      local p = io.popen("id -u")
-      local uid = p:read("l")
-      p:close()
-      return uid == "0"
-    end)()
+    local is_root = H.sh("id -u") == "0"
 
     local function sub(name, mode)
       local d = dir .. "/" .. name
-      assert(os.execute("mkdir -p " .. sh_quote(d) .. " && chmod " .. mode .. " " .. sh_quote(d)))
+      assert(os.execute("mkdir -p " .. H.q(d) .. " && chmod " .. mode .. " " .. H.q(d)))
       return d
     end
 
@@ -339,14 +291,14 @@ describe("imexguard sandbox", function()
     it("accepts a root-owned 0644 file in a private dir under sticky /tmp", function()
       if not is_root then return pending("needs root") end
       local d = sub("trusted", "0755")
-      write_file(d .. "/p.lua", good, "0644")
+      H.write(d .. "/p.lua", good, "0644")
       assert.same({ "ok", "trusted" }, { final(run_policy(d .. "/p.lua")) })
     end)
 
     it("refuses a group-writable policy file, naming it", function()
       if not is_root then return pending("needs root") end
       local d = sub("gw-file", "0755")
-      write_file(d .. "/p.lua", good, "0664")
+      H.write(d .. "/p.lua", good, "0664")
       local r = run_policy(d .. "/p.lua")
       local outcome, msg = final(r)
       assert.equal("policy-error", outcome)
@@ -357,7 +309,7 @@ describe("imexguard sandbox", function()
     it("refuses a policy in a group-writable directory", function()
       if not is_root then return pending("needs root") end
       local d = sub("gw-dir", "0775")
-      write_file(d .. "/p.lua", good, "0644")
+      H.write(d .. "/p.lua", good, "0644")
       local _, msg = final(run_policy(d .. "/p.lua"))
       assert.equal("refusing policy " .. d .. "/p.lua: directory " .. d
         .. " is writable by group or others (mode 0775)", msg)
@@ -366,8 +318,8 @@ describe("imexguard sandbox", function()
     it("refuses a policy file not owned by root", function()
       if not is_root then return pending("needs root") end
       local d = sub("owned", "0755")
-      write_file(d .. "/p.lua", good, "0644")
-      assert(os.execute("chown 65534 " .. sh_quote(d .. "/p.lua")))
+      H.write(d .. "/p.lua", good, "0644")
+      assert(os.execute("chown 65534 " .. H.q(d .. "/p.lua")))
       local _, msg = final(run_policy(d .. "/p.lua"))
       assert.equal("refusing policy " .. d .. "/p.lua: owned by uid 65534, not root", msg)
     end)
@@ -375,7 +327,7 @@ describe("imexguard sandbox", function()
     it("refuses a settings file in a non-sticky world-writable directory", function()
       if not is_root then return pending("needs root") end
       local d = sub("ww", "0777")
-      write_file(d .. "/c.conf", "", "0644")
+      H.write(d .. "/c.conf", "", "0644")
       local r = run(dir, { "--config", d .. "/c.conf", "--policy", dir .. "/none.conf", "prolog" })
       local outcome, msg = final(r)
       assert.equal("policy-error", outcome)

@@ -5,54 +5,17 @@
 -- policy-error (exit 3) with a one-line message naming the file, and nothing of it runs.
 -- These specs need root (they chown to nobody): they fail, never pend, when not run as root.
 -- Everything happens in a root-owned 0700 temp dir under /tmp; run the BUILT binary.
-local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
-local BIN = BUILD .. "/imexguard"
-
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
+local H = require "helpers"
+local final, q = H.final, H.q
 
 local function sh(cmd)
   local ok = os.execute(cmd)
   assert(ok == true, "command failed: " .. cmd)
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write_file(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-  sh("chmod 0644 " .. q(path))
-end
-
--- Run the binary (env -i); {code, stdout, stderr}. `prefix` runs it through e.g. setpriv.
+-- Run the binary (env -i, SLURM_JOB_ID=7); {code, stdout, stderr}. `prefix` runs it through e.g. setpriv.
 local function run(dir, args, prefix)
-  local parts = { prefix or "", "env", "-i", "PATH=/usr/bin:/bin", "IMEXGUARD_NO_JOURNAL=1", "SLURM_JOB_ID=7",
-    q(BIN) }
-  for _, a in ipairs(args) do parts[#parts + 1] = q(a) end
-  local out, err = dir .. "/stdout", dir .. "/stderr"
-  local p = assert(io.popen(table.concat(parts, " ") .. " </dev/null >" .. q(out) .. " 2>" .. q(err)
-    .. "; echo $?"))
-  local code = tonumber(p:read("l"))
-  p:close()
-  return { code = code, stdout = read_file(out) or "", stderr = read_file(err) or "" }
-end
-
-local function final(r)
-  local last
-  for l in r.stderr:gmatch("[^\n]+") do
-    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
-  end
-  assert(last, "no final line in stderr:\n" .. r.stderr)
-  local outcome, msg = last:match("outcome=([%w-]+):? ?(.*)$")
-  return { outcome = outcome, message = msg }
+  return H.run_imexguard(args, { dir = dir, env = { SLURM_JOB_ID = "7" }, prefix = prefix })
 end
 
 local POLICY = "local P = {}\nfunction P.prolog() print('POLICY RAN') return 'ok', 'policy ran' end\n"
@@ -63,21 +26,14 @@ describe("trust of files loaded as root", function()
   local n = 0
 
   setup(function()
-    local p = assert(io.popen("id -u"))
-    local uid = p:read("l")
-    p:close()
-    assert.equal("0", uid, "the trust specs must run as root (they are never skipped)")
-    assert(io.open(BIN, "rb"), "the binary " .. BIN .. " is not built (set IMEXGUARD_BUILD)"):close()
-    p = assert(io.popen("mktemp -d /tmp/igtrust.XXXXXX"))
-    top = p:read("l")
-    p:close()
+    assert.equal("0", H.sh("id -u"), "the trust specs must run as root (they are never skipped)")
+    H.imexguard_bin()
+    top = H.tmpdir()
     sh("chmod 0700 " .. q(top))
-    write_file(top .. "/empty.conf", "")
+    H.write(top .. "/empty.conf", "")
   end)
 
-  teardown(function()
-    if top then os.execute("rm -rf " .. q(top)) end
-  end)
+  teardown(function() H.rmdir(top) end)
 
   -- A fresh root-owned 0755 directory under top.
   local function newdir(mode, owner)
@@ -111,27 +67,27 @@ describe("trust of files loaded as root", function()
   describe("the policy file", function()
     it("root-owned 0644 in root-owned directories is accepted (control)", function()
       local d = newdir()
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       accepted_policy(d .. "/p.lua")
     end)
 
     it("group-writable (g+w) is refused", function()
       local d = newdir()
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       sh("chmod g+w " .. q(d .. "/p.lua"))
       refused_policy(d .. "/p.lua", "writable by group or others (mode 0664)")
     end)
 
     it("writable by others (o+w) is refused", function()
       local d = newdir()
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       sh("chmod o+w " .. q(d .. "/p.lua"))
       refused_policy(d .. "/p.lua", "writable by group or others (mode 0646)")
     end)
 
     it("owned by a non-root user (chown nobody), even 0444, is refused", function()
       local d = newdir()
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       sh("chmod 0444 " .. q(d .. "/p.lua") .. " && chown nobody " .. q(d .. "/p.lua"))
       refused_policy(d .. "/p.lua", "owned by uid 65534, not root")
     end)
@@ -140,32 +96,32 @@ describe("trust of files loaded as root", function()
   describe("the directories above it", function()
     it("a parent directory writable by others (o+w, no sticky bit) is refused", function()
       local d = newdir("0757")
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       refused_policy(d .. "/p.lua", "directory " .. d .. " is writable by group or others (mode 0757)")
     end)
 
     it("a group-writable directory two levels up is refused", function()
       local d = newdir("0775")
       sh("mkdir -m 0755 " .. q(d .. "/sub"))
-      write_file(d .. "/sub/p.lua", POLICY)
+      H.write(d .. "/sub/p.lua", POLICY)
       refused_policy(d .. "/sub/p.lua", "directory " .. d .. " is writable by group or others (mode 0775)")
     end)
 
     it("a parent directory owned by a non-root user is refused", function()
       local d = newdir("0755", "nobody")
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       refused_policy(d .. "/p.lua", "directory " .. d .. " is owned by uid 65534, not root")
     end)
 
     it("a root-owned sticky directory writable by all (like /tmp) is accepted", function()
       local d = newdir("1777")
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       accepted_policy(d .. "/p.lua")
     end)
 
     it("a sticky directory writable by all but owned by a non-root user is refused", function()
       local d = newdir("1777", "nobody")
-      write_file(d .. "/p.lua", POLICY)
+      H.write(d .. "/p.lua", POLICY)
       refused_policy(d .. "/p.lua", "directory " .. d .. " is owned by uid 65534, not root")
     end)
   end)
@@ -173,7 +129,7 @@ describe("trust of files loaded as root", function()
   describe("symlinks and hard links", function()
     it("a symlink in a root directory pointing into a user-writable directory is refused", function()
       local safe, open = newdir(), newdir("0777")
-      write_file(open .. "/p.lua", POLICY)
+      H.write(open .. "/p.lua", POLICY)
       sh("ln -s " .. q(open .. "/p.lua") .. " " .. q(safe .. "/link.lua"))
       refused_policy(safe .. "/link.lua", "directory " .. open
         .. " is writable by group or others (mode 0777)")
@@ -181,7 +137,7 @@ describe("trust of files loaded as root", function()
 
     it("a symlink in a root directory pointing to a file owned by a user is refused", function()
       local safe, other = newdir(), newdir()
-      write_file(other .. "/p.lua", POLICY)
+      H.write(other .. "/p.lua", POLICY)
       sh("chown nobody " .. q(other .. "/p.lua"))
       sh("ln -s " .. q(other .. "/p.lua") .. " " .. q(safe .. "/link.lua"))
       refused_policy(safe .. "/link.lua", "owned by uid 65534, not root")
@@ -189,7 +145,7 @@ describe("trust of files loaded as root", function()
 
     it("a symlinked directory that resolves to a user's directory is refused", function()
       local safe, users = newdir(), newdir("0755", "nobody")
-      write_file(users .. "/p.lua", POLICY)
+      H.write(users .. "/p.lua", POLICY)
       sh("ln -s " .. q(users) .. " " .. q(safe .. "/dirlink"))
       refused_policy(safe .. "/dirlink/p.lua", "directory " .. users .. " is owned by uid 65534, not root")
     end)
@@ -198,7 +154,7 @@ describe("trust of files loaded as root", function()
       local safe = newdir()
       local open = safe .. "/open"
       sh("mkdir -m 0777 " .. q(open))
-      write_file(open .. "/p.lua", POLICY)
+      H.write(open .. "/p.lua", POLICY)
       sh("ln -s open/p.lua " .. q(safe .. "/rel.lua"))
       refused_policy(safe .. "/rel.lua", "directory " .. open
         .. " is writable by group or others (mode 0777)")
@@ -206,7 +162,7 @@ describe("trust of files loaded as root", function()
 
     it("a hard link of a root file placed in a user's directory is refused", function()
       local safe, users = newdir(), newdir("0755", "nobody")
-      write_file(safe .. "/p.lua", POLICY)
+      H.write(safe .. "/p.lua", POLICY)
       sh("ln " .. q(safe .. "/p.lua") .. " " .. q(users .. "/hard.lua"))
       refused_policy(users .. "/hard.lua", "directory " .. users .. " is owned by uid 65534, not root")
     end)
@@ -215,14 +171,14 @@ describe("trust of files loaded as root", function()
     -- can point the link at another root-owned file (an older policy, an example that stops IMEX).
     it("a symlink kept in a user's directory is refused even when it points to a root file", function()
       local safe, users = newdir(), newdir("0755", "nobody")
-      write_file(safe .. "/p.lua", POLICY)
+      H.write(safe .. "/p.lua", POLICY)
       sh("ln -s " .. q(safe .. "/p.lua") .. " " .. q(users .. "/link.lua"))
       refused_policy(users .. "/link.lua", "directory " .. users .. " is owned by uid 65534, not root")
     end)
 
     it("a chain of symlinks through a user-writable directory is refused", function()
       local safe, open = newdir(), newdir("0777")
-      write_file(safe .. "/p.lua", POLICY)
+      H.write(safe .. "/p.lua", POLICY)
       sh("ln -s " .. q(safe .. "/p.lua") .. " " .. q(open .. "/hop.lua"))
       sh("ln -s " .. q(open .. "/hop.lua") .. " " .. q(safe .. "/start.lua"))
       refused_policy(safe .. "/start.lua", "directory " .. open
@@ -233,8 +189,8 @@ describe("trust of files loaded as root", function()
   describe("the settings file and modules", function()
     it("a settings file writable by others is refused, naming it; the policy does not run", function()
       local d = newdir()
-      write_file(d .. "/p.lua", POLICY)
-      write_file(d .. "/ig.conf", "deadline = 30\n")
+      H.write(d .. "/p.lua", POLICY)
+      H.write(d .. "/ig.conf", "deadline = 30\n")
       sh("chmod o+w " .. q(d .. "/ig.conf"))
       local r = run(top, { "--config", d .. "/ig.conf", "--policy", d .. "/p.lua", "prolog" })
       assert.equal(3, r.code)
@@ -245,7 +201,7 @@ describe("trust of files loaded as root", function()
 
     it("a settings file in a user's directory is refused", function()
       local d = newdir("0755", "nobody")
-      write_file(d .. "/ig.conf", "deadline = 30\n")
+      H.write(d .. "/ig.conf", "deadline = 30\n")
       local r = run(top, { "--config", d .. "/ig.conf", "check", top .. "/empty.conf" })
       assert.equal(3, r.code)
       assert.equal("refusing settings file " .. d .. "/ig.conf: directory " .. d
@@ -254,9 +210,9 @@ describe("trust of files loaded as root", function()
 
     it("the policy named by the settings file is checked too", function()
       local open = newdir("0777")
-      write_file(open .. "/p.lua", POLICY)
+      H.write(open .. "/p.lua", POLICY)
       local d = newdir()
-      write_file(d .. "/ig.conf", string.format("policy = %q\n", open .. "/p.lua"))
+      H.write(d .. "/ig.conf", string.format("policy = %q\n", open .. "/p.lua"))
       local r = run(top, { "--config", d .. "/ig.conf", "prolog" })
       assert.equal(3, r.code)
       assert.equal("refusing policy " .. open .. "/p.lua: directory " .. open
@@ -266,9 +222,9 @@ describe("trust of files loaded as root", function()
     it("a --lua-dir module in a user-writable directory is refused", function()
       local d = newdir()
       sh("mkdir -m 0777 " .. q(d .. "/imexguard"))
-      write_file(d .. "/imexguard/extra.lua", "return { x = 'loaded' }\n")
+      H.write(d .. "/imexguard/extra.lua", "return { x = 'loaded' }\n")
       local p = newdir()
-      write_file(p .. "/p.lua", "local P = {}\n"
+      H.write(p .. "/p.lua", "local P = {}\n"
         .. "function P.prolog() return 'ok', require('imexguard.extra').x end\n"
         .. "P.epilog = P.prolog\nreturn P\n")
       local r = run(top, { "--config", top .. "/empty.conf", "--lua-dir", d, "--policy", p .. "/p.lua",
@@ -283,8 +239,8 @@ describe("trust of files loaded as root", function()
   describe("not as root", function()
     it("a user checking a policy of their own is not refused (the rule guards root's runs)", function()
       local d = newdir("0755", "nobody")
-      write_file(d .. "/p.lua", "return (require 'policies.default')\n")
-      write_file(d .. "/ig.conf", "")
+      H.write(d .. "/p.lua", "return (require 'policies.default')\n")
+      H.write(d .. "/ig.conf", "")
       sh("chown nobody " .. q(d .. "/p.lua") .. " " .. q(d .. "/ig.conf") .. " && chmod 0711 " .. q(top))
       local r = run(d, { "--config", d .. "/ig.conf", "check", d .. "/p.lua" },
         "setpriv --reuid=65534 --regid=65534 --clear-groups")

@@ -61,13 +61,6 @@ local function outcomes(n, job)
   return t
 end
 
-local function starts(d, n)
-  local log = simdomain.read_file(d:dir(n) .. "/imex.log") or ""
-  local c = 0
-  for _ in log:gmatch("[^\n]*starting[^\n]*") do c = c + 1 end
-  return c
-end
-
 describe("imexguard as the Slurm prolog", function()
   local d
   local all = { "n1", "n2", "n3", "n4" }
@@ -98,15 +91,15 @@ describe("imexguard as the Slurm prolog", function()
 
   it("then a 2-node job: only the daemons whose list changed restart", function()
     local before = {}
-    for _, n in ipairs(all) do before[n] = starts(d, n) end
+    for _, n in ipairs(all) do before[n] = d:starts(n) end
     local id = sbatch("-N2 -w n[1-2]", "true")
     assert.are.equal("COMPLETED", wait_job(id))
     assert.are.same({ "ok" }, outcomes("n1", id))
     assert.are.same({ "ok" }, outcomes("n2", id))
-    assert.are.equal(before.n1 + 1, starts(d, "n1"))
-    assert.are.equal(before.n2 + 1, starts(d, "n2"))
-    assert.are.equal(before.n3, starts(d, "n3"))
-    assert.are.equal(before.n4, starts(d, "n4"))
+    assert.are.equal(before.n1 + 1, d:starts("n1"))
+    assert.are.equal(before.n2 + 1, d:starts("n2"))
+    assert.are.equal(before.n3, d:starts("n3"))
+    assert.are.equal(before.n4, d:starts("n4"))
     assert.truthy(log_of("n1"):match("restart"), "the log says why n1 restarted")
   end)
 

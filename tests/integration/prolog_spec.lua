@@ -4,18 +4,9 @@ package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 local cjson = require "cjson"
 
-local function starts(d, name)
-  -- Every start of a simulated daemon appends one "starting" line to its log (contrib/imexsim).
-  local log = simdomain.read_file(d:dir(name) .. "/imex.log") or ""
-  local n = 0
-  for _ in log:gmatch("[^\n]*starting[^\n]*") do n = n + 1 end
-  return n
-end
-
 -- The job ends: Slurm runs the epilog on each of its nodes, which unregisters the job.
 local function epilogs(d, job, nodelist, names)
-  local res = d:run_all { command = "epilog", job = job, nodelist = nodelist, names = names }
-  for n, r in pairs(res) do
+  for n, r in pairs(d:epilogs { job = job, nodelist = nodelist, names = names }) do
     assert.are.equal("ok", r.outcome, n .. ": " .. r.output)
   end
 end
@@ -45,14 +36,14 @@ describe("prolog on a simulated domain under systemd", function()
 
   it("job 1 on all four nodes: ok everywhere, one restart per stale node, domain UP", function()
     local before = {}
-    for _, n in ipairs(all) do before[n] = { inv = d:invocation(n), starts = starts(d, n) } end
+    for _, n in ipairs(all) do before[n] = { inv = d:invocation(n), starts = d:starts(n) } end
     local res = d:prologs { job = 1, nodelist = "n[1-4]" }
     local want = expected_bytes(d, all)
     for _, n in ipairs(all) do
       assert.are.equal(0, res[n].status, n .. ": " .. res[n].output)
       assert.are.equal("ok", res[n].outcome, res[n].output)
       assert.are_not.equal(before[n].inv, d:invocation(n))
-      assert.are.equal(before[n].starts + 1, starts(d, n), n .. " restarted exactly once")
+      assert.are.equal(before[n].starts + 1, d:starts(n), n .. " restarted exactly once")
       assert.are.equal(want, d:nodes_file(n))
       local dom = assert(d:ctl_json(n))
       assert.are.equal("UP", dom.status)
@@ -72,7 +63,7 @@ describe("prolog on a simulated domain under systemd", function()
   end)
 
   it("four concurrent prologs of one job on one node restart it once", function()
-    local s0 = starts(d, "n1")
+    local s0 = d:starts("n1")
     local pipes = {}
     for i = 1, 4 do
       local env = simdomain.prolog_env(10 + i, "n1", "n1", 1)
@@ -88,21 +79,21 @@ describe("prolog on a simulated domain under systemd", function()
       -- A one-node domain on n1: n1 is healthy alone.
       assert.truthy(out:match("rc=0"), out)
     end
-    assert.are.equal(s0 + 1, starts(d, "n1"))
+    assert.are.equal(s0 + 1, d:starts("n1"))
     assert.are.equal(expected_bytes(d, { "n1" }), d:nodes_file("n1"))
     for i = 1, 4 do epilogs(d, 10 + i, "n1", { "n1" }) end
   end)
 
   it("a job on two nodes restarts only those whose list changed", function()
     local before = {}
-    for _, n in ipairs(all) do before[n] = starts(d, n) end
+    for _, n in ipairs(all) do before[n] = d:starts(n) end
     local res = d:prologs { job = 20, nodelist = "n[1-2]", names = { "n1", "n2" } }
     assert.are.equal("ok", res.n1.outcome, res.n1.output)
     assert.are.equal("ok", res.n2.outcome, res.n2.output)
-    assert.are.equal(before.n1 + 1, starts(d, "n1"))
-    assert.are.equal(before.n2 + 1, starts(d, "n2"))
-    assert.are.equal(before.n3, starts(d, "n3"))
-    assert.are.equal(before.n4, starts(d, "n4"))
+    assert.are.equal(before.n1 + 1, d:starts("n1"))
+    assert.are.equal(before.n2 + 1, d:starts("n2"))
+    assert.are.equal(before.n3, d:starts("n3"))
+    assert.are.equal(before.n4, d:starts("n4"))
     local dom = assert(d:ctl_json("n1"))
     assert.are.equal("UP", dom.status)
   end)

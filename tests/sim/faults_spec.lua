@@ -28,12 +28,7 @@ end
 
 describe("imexsim (issue 3)", function()
   local d
-  after_each(function()
-    if d then
-      d:cleanup()
-      d = nil
-    end
-  end)
+  after_each(h.cleanup_domains)
 
   describe("reconnect back-off", function()
     it("grows by the factor up to the cap, and starts over after a success", function()

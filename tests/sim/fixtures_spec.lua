@@ -104,12 +104,7 @@ end
 
 describe("imexsim output against every real sample of tests/fixtures/ctl", function()
   local d
-  after_each(function()
-    if d then
-      d:cleanup()
-      d = nil
-    end
-  end)
+  after_each(h.cleanup_domains)
 
   it("up-2node-570.json: a 2-node domain on 570.172.08 prints the same document", function()
     local raw_fixture = h.fixture("up-2node-570.json")

@@ -123,8 +123,12 @@ end
 local Domain = {}
 Domain.__index = Domain
 
+-- The domains made by M.domain and not yet cleaned up, for M.cleanup_domains.
+local live = {}
+
 -- A new simulated domain of n nodes (not started). Node i (1-based here; IMEX ID i-1) has the
--- address 127.X.Y.i and its own directory with config.cfg and nodes_config.cfg.
+-- address 127.X.Y.i and its own directory with config.cfg and nodes_config.cfg. The domain is
+-- stopped and removed by M.cleanup_domains (or its own cleanup()).
 function M.domain(n)
   local out = assert(M.run("mktemp -d /tmp/imexsim-test.XXXXXX"))
   local d = setmetatable({
@@ -135,6 +139,7 @@ function M.domain(n)
     pids = {},
     all_pids = {},
   }, Domain)
+  live[#live + 1] = d
   d.cmd_port = d.port + 5
   d.addrs = {}
   for i = 1, n do
@@ -318,6 +323,18 @@ function Domain:cleanup()
     end
   end
   os.execute("rm -rf " .. q(self.dir))
+  for k = #live, 1, -1 do
+    if live[k] == self then
+      table.remove(live, k)
+    end
+  end
+end
+
+-- The after_each of every sim spec: clean up (stop by PID, remove) every domain made since.
+function M.cleanup_domains()
+  while #live > 0 do
+    live[#live]:cleanup()
+  end
 end
 
 return M

@@ -49,12 +49,7 @@ end
 
 describe("imexsim", function()
   local d
-  after_each(function()
-    if d then
-      d:cleanup()
-      d = nil
-    end
-  end)
+  after_each(h.cleanup_domains)
 
   it("brings a 2-node domain UP with the real -N -j shape, -N text layout and -q answer", function()
     d = h.domain(2)

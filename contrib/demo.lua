@@ -53,7 +53,7 @@ local ok, err = xpcall(function()
     end
     say("  restarts: %d of %d node(s); failures: %d", restarts, #names, failed)
     -- The job ends: Slurm runs the epilog on each node, which unregisters the job (IMEX keeps running).
-    local ep = d:run_all { command = "epilog", job = id, nodelist = expr, names = names }
+    local ep = d:epilogs { job = id, nodelist = expr, names = names }
     local eps = {}
     for _, n in ipairs(names) do
       eps[#eps + 1] = n .. "=" .. tostring(ep[n].outcome)

@@ -77,7 +77,7 @@ deps:
 	@contrib/deps.sh
 
 lint: lint-c
-	luacheck -q lua policies tests contrib src/embed.lua
+	luacheck -q lua policies tests contrib bench src/embed.lua
 
 lint-c:
 	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)

@@ -4,10 +4,11 @@
  * resolve uses glibc's asynchronous getaddrinfo_a (in libc itself since glibc 2.34, no -lanl):
  * the lookup runs on a glibc helper thread, we wait with gai_suspend for at most
  * min(timeout, the run's budget), and on expiry gai_cancel it.  A lookup already in progress
- * cannot be cancelled (EAI_NOTCANCELED): it then finishes in the background and its request is
- * freed by its completion notification (SIGEV_THREAD), so an abandoned lookup neither blocks the
- * caller nor writes into freed memory.  The request is shared by the caller and the notification
- * through a reference count.
+ * cannot be cancelled (EAI_NOTCANCELED): glibc's thread goes on writing into its request, so the
+ * request is kept on a list of abandoned lookups and freed by a later call once gai_error says it
+ * is done (a run makes a handful of lookups; what is still pending at exit is freed by the exit).
+ * There is no completion notification (SIGEV_NONE): a notification function would run on glibc's
+ * thread and could outlive this code when the Lua C module is unloaded by lua_close.
  */
 #include "imexguard.h"
 
@@ -18,7 +19,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -83,26 +83,36 @@ static int l_local_addresses(lua_State *L)
 	return 1;
 }
 
-/* One asynchronous lookup, shared by the caller and the completion notification. */
+/* One asynchronous lookup. */
 struct lookup {
 	struct gaicb cb;
 	struct addrinfo hints;
-	atomic_int refs;
+	struct lookup *next; /* on the abandoned list */
 	char name[];
 };
 
-static void lookup_unref(struct lookup *lk)
+static struct lookup *abandoned; /* timed out, not cancellable: glibc still owns them */
+
+static void lookup_free(struct lookup *lk)
 {
-	if (atomic_fetch_sub(&lk->refs, 1) == 1) {
-		if (lk->cb.ar_result)
-			freeaddrinfo(lk->cb.ar_result);
-		free(lk);
-	}
+	if (lk->cb.ar_result)
+		freeaddrinfo(lk->cb.ar_result);
+	free(lk);
 }
 
-static void on_lookup_done(union sigval sv)
+/* Free the abandoned lookups that glibc has finished with. */
+static void reap_abandoned(void)
 {
-	lookup_unref(sv.sival_ptr);
+	struct lookup **pp = &abandoned;
+	while (*pp) {
+		struct lookup *lk = *pp;
+		if (gai_error(&lk->cb) != EAI_INPROGRESS) {
+			*pp = lk->next;
+			lookup_free(lk);
+		} else {
+			pp = &lk->next;
+		}
+	}
 }
 
 /* Code and message text for a getaddrinfo error. */
@@ -146,6 +156,7 @@ static int l_resolve(lua_State *L)
 	double start = ig_now();
 	double end = start + ig_bound(timeout, &by_deadline);
 
+	reap_abandoned();
 	struct lookup *lk = calloc(1, sizeof *lk + nlen + 1);
 	if (!lk)
 		return ig_push_error(L, "ENOMEM", "resolve %s: out of memory", name);
@@ -155,14 +166,8 @@ static int l_resolve(lua_State *L)
 	lk->hints.ai_flags = 0; /* no AI_ADDRCONFIG: names of loopback-only hosts resolve too */
 	lk->cb.ar_name = lk->name;
 	lk->cb.ar_request = &lk->hints;
-	atomic_init(&lk->refs, 2);
-	struct sigevent sev;
-	memset(&sev, 0, sizeof sev);
-	sev.sigev_notify = SIGEV_THREAD;
-	sev.sigev_notify_function = on_lookup_done;
-	sev.sigev_value.sival_ptr = lk;
 	struct gaicb *list[1] = {&lk->cb};
-	int rc = getaddrinfo_a(GAI_NOWAIT, list, 1, &sev);
+	int rc = getaddrinfo_a(GAI_NOWAIT, list, 1, NULL); /* NULL: SIGEV_NONE */
 	if (rc != 0) {
 		free(lk);
 		return ig_push_error(L, gai_code(rc), "resolve %s: %s", name, gai_strerror(rc));
@@ -187,9 +192,13 @@ static int l_resolve(lua_State *L)
 	}
 	if (rc == EAI_INPROGRESS) {
 		double waited = ig_now() - start;
-		if (gai_cancel(&lk->cb) == EAI_CANCELED)
-			lookup_unref(lk); /* no notification will come */
-		lookup_unref(lk);
+		int c = gai_cancel(&lk->cb);
+		if (c == EAI_CANCELED || c == EAI_ALLDONE) {
+			lookup_free(lk);
+		} else { /* still running on glibc's thread: freed by a later call */
+			lk->next = abandoned;
+			abandoned = lk;
+		}
 		if (by_deadline)
 			return ig_push_error(L, "deadline",
 					     "resolve %s: the run's deadline passed after %.1f s",
@@ -197,7 +206,6 @@ static int l_resolve(lua_State *L)
 		return ig_push_error(L, "timeout", "resolve %s: no answer within %.1f s", name,
 				     waited);
 	}
-	/* Done: the notification will (or did) drop its reference. */
 	int ret;
 	if (rc == 0) {
 		push_addresses(L, lk->cb.ar_result);
@@ -209,7 +217,7 @@ static int l_resolve(lua_State *L)
 	} else {
 		ret = ig_push_error(L, gai_code(rc), "resolve %s: %s", name, gai_strerror(rc));
 	}
-	lookup_unref(lk);
+	lookup_free(lk);
 	return ret;
 }
 

@@ -76,4 +76,25 @@ describe("host network primitives", function()
     assert.equal("deadline", code2, out)
     assert.is_true(tonumber(t2) < 0.5, out)
   end)
+
+  it("lookups that fail at once or are abandoned never crash the process when the module unloads", function()
+    -- A name server that refuses at once (nothing listens on 127.0.0.77:53): every lookup fails
+    -- fast; the last one is abandoned at the deadline. Then lua_close unloads the module while
+    -- glibc may still hold the requests: the process must exit normally, every time.
+    H.write(dir .. "/resolv.conf", "nameserver 127.0.0.77\noptions timeout:1 attempts:1\n")
+    H.write(dir .. "/nsswitch.conf", "hosts: dns\n")
+    local probe = H.lua_cmd(dir, "unload", [[
+      local h = require "imexguard.host"
+      for _, n in ipairs({ "a.imexguard.test", "b.imexguard.test", "c.imexguard.test" }) do
+        h.resolve(n, 1.5)
+      end
+      h.set_deadline(0.2)
+      h.resolve("d.imexguard.test", 5)
+    ]])
+    local out = H.sh("unshare -m sh -c " .. H.q(string.format(
+      "mount --bind %s /etc/resolv.conf && mount --bind %s /etc/nsswitch.conf && " ..
+      "bad=0; for i in $(seq 20); do %s >/dev/null 2>&1 || bad=$((bad+1)); done; echo abnormal=$bad",
+      H.q(dir .. "/resolv.conf"), H.q(dir .. "/nsswitch.conf"), probe)) .. " 2>&1")
+    assert.matches("abnormal=0", out, 1, true)
+  end)
 end)

@@ -12,6 +12,7 @@
 #include "imexguard.h"
 #include "sandbox.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -57,6 +58,17 @@ struct run {
 	double t0;
 	double budget; /* seconds: the run's deadline (--deadline, the setting, or the default) */
 };
+
+/* The job id as it appears in log lines ("job=<id>"): Slurm job ids are decimal integers; any
+ * character outside [A-Za-z0-9_.-] (a space, a newline that would forge a second log line) is
+ * replaced by '_'.  The policy refuses such an id as bad-input; this only keeps the line honest. */
+static void set_job_label(struct run *r, const char *id)
+{
+	snprintf(r->job, sizeof r->job, "%s", id);
+	for (char *p = r->job; *p; p++)
+		if (!(isalnum((unsigned char)*p) || *p == '_' || *p == '.' || *p == '-'))
+			*p = '_';
+}
 
 static void usage(FILE *f)
 {
@@ -556,10 +568,7 @@ static int run(struct opts *o)
 	const char *jid = getenv("SLURM_JOB_ID");
 	if (jid == NULL || !*jid)
 		jid = getenv("SLURM_JOBID");
-	snprintf(r.job, sizeof r.job, "%s", jid && *jid ? jid : "-");
-	for (char *p = r.job; *p; p++)
-		if (*p == ' ' || *p == '\n')
-			*p = '_';
+	set_job_label(&r, jid && *jid ? jid : "-");
 
 	ig_log_setup(1, IG_INFO);
 	r.budget = o->deadline_arg ? o->deadline : DEFAULT_DEADLINE;
@@ -661,7 +670,7 @@ static int run(struct opts *o)
 	lua_getfield(L, -1, "job");
 	lua_getfield(L, -1, "id");
 	if (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER) {
-		snprintf(r.job, sizeof r.job, "%s", lua_tostring(L, -1));
+		set_job_label(&r, lua_tostring(L, -1));
 		ig_watchdog_label(o->command, r.job);
 	}
 	lua_pop(L, 2);

@@ -11,11 +11,14 @@ function D.settings(text, path, sets)
   if text then
     raw, err = S.load(text, '@' .. path)
     if not raw then return nil, 'settings file ' .. err end
+    -- a bad value in the file is the file's fault, whatever --set says
+    local ok; ok, err = S.validate(raw)
+    if not ok then return nil, 'settings file ' .. path .. ': ' .. err end
   end
   raw, err = S.apply_overrides(raw, sets)
   if not raw then return nil, err end
   local t; t, err = S.validate(raw)
-  if not t then return nil, (text and ('settings file ' .. path .. ': ') or 'settings: ') .. err end
+  if not t then return nil, '--set: ' .. err end
   return t
 end
 

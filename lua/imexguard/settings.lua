@@ -9,7 +9,8 @@ local M = {}
 local LEVELS = { "debug", "info", "notice", "warning", "err" }
 
 --- The schema, in the order the example file documents it. Each entry: name, default (nil when
--- unset), kind ("number" > 0, "string", "boolean", "enum" with values, "bus", "argv"), optional,
+-- unset), kind ("number" > 0, "string", "path" (absolute), "boolean", "enum" with values, "bus",
+-- "argv"), optional,
 -- and a one-line doc with units.
 M.schema = {
   { name = "deadline", default = 90, kind = "number",
@@ -18,19 +19,19 @@ M.schema = {
     doc = "the systemd unit of the IMEX daemon" },
   { name = "bus", default = "system", kind = "bus",
     doc = "\"system\" (/run/systemd/private as root), \"user\", or a D-Bus address \"unix:path=...\"" },
-  { name = "imex_config", default = "/etc/nvidia-imex/config.cfg", kind = "string",
+  { name = "imex_config", default = "/etc/nvidia-imex/config.cfg", kind = "path",
     doc = "path of nvidia-imex's config.cfg" },
-  { name = "nodes_file", default = nil, kind = "string", optional = true,
+  { name = "nodes_file", default = nil, kind = "path", optional = true,
     doc = "path of the node list (default: IMEX_NODE_CONFIG_FILE from imex_config)" },
   { name = "ctl", default = "/usr/bin/nvidia-imex-ctl", kind = "argv",
     doc = "nvidia-imex-ctl: a path, or a list of strings used as the argv prefix" },
   { name = "ctl_timeout", default = 5, kind = "number",
     doc = "seconds: timeout of one nvidia-imex-ctl call" },
-  { name = "state_dir", default = "/run/imexguard", kind = "string",
+  { name = "state_dir", default = "/run/imexguard", kind = "path",
     doc = "directory of the node lock and the state file (registered jobs, last write)" },
   { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
     doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
-  { name = "address_map", default = nil, kind = "string", optional = true,
+  { name = "address_map", default = nil, kind = "path", optional = true,
     doc = "path of the static map file (\"name address\" per line), used when address_source = \"map\"" },
   { name = "resolve_timeout", default = 2, kind = "number",
     doc = "seconds: timeout of one name resolution" },
@@ -54,7 +55,7 @@ M.schema = {
     doc = "also send log entries to the systemd journal (stderr lines are always written)" },
   { name = "log_level", default = "info", kind = "enum", values = LEVELS,
     doc = "lowest level written to stderr: \"debug\", \"info\", \"notice\", \"warning\" or \"err\"" },
-  { name = "policy", default = nil, kind = "string", optional = true,
+  { name = "policy", default = nil, kind = "path", optional = true,
     doc = "path of the policy file (default: the built-in policy; --policy overrides)" },
 }
 
@@ -93,6 +94,11 @@ local function check(e, v)
   elseif e.kind == "string" then
     if type(v) ~= "string" or v == "" then
       return bad("a non-empty string")
+    end
+    return v
+  elseif e.kind == "path" then
+    if type(v) ~= "string" or v:sub(1, 1) ~= "/" then
+      return bad("an absolute path")
     end
     return v
   elseif e.kind == "boolean" then

@@ -210,6 +210,17 @@ describe("imexguard command line", function()
       assert.equal("epilog 55", f.message)
     end)
 
+    it("keeps the final log line one line whatever the job id holds", function()
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", echo_policy("'x'"), "prolog" },
+        { SLURM_JOB_ID = "10 imexguard: notice: prolog job=10\noutcome=ok" })
+      local lines = {}
+      for l in r.stderr:gmatch("[^\n]+") do lines[#lines + 1] = l end
+      assert.equal(1, #lines, r.stderr)
+      local f = final(r)
+      assert.equal("10_imexguard__notice__prolog_job_10_outcome_ok", f.job)
+      assert.equal("ok", f.outcome)
+    end)
+
     it("refuses a policy without the entry point", function()
       local p = file("return { prolog = function() return 'ok' end }")
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "epilog" })

@@ -60,7 +60,10 @@ describe("imexguard.settings", function()
       { "ctl", {}, "must be a path or a non%-empty list of strings" },
       { "ctl", { "a", 5 }, "must be a path or a non%-empty list of strings" },
       { "ctl", { x = "a" }, "must be a path or a non%-empty list of strings" },
-      { "nodes_file", true, "must be a non%-empty string" },
+      { "nodes_file", true, "must be an absolute path" },
+      { "state_dir", "run/imexguard", "must be an absolute path" },
+      { "imex_config", "", "must be an absolute path" },
+      { "address_map", "./hosts", "must be an absolute path" },
     }
     for _, case in ipairs(bad) do
       local key, value, want = case[1], case[2], case[3]

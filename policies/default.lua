@@ -1,7 +1,10 @@
 --- The default imexguard policy (design.md "Decision model of the default prolog").
--- prolog: applies? -> desired list -> node lock -> (under the lock) stale? -> may restart? (job
--- registry: decided BEFORE anything is written) -> rewrite the list if it differs -> (re)start ->
--- wait for health -> register the job -> outcome.
+-- prolog: job id -> applies? -> desired list -> node lock -> (under the lock) state file (an
+-- unreadable or corrupt one: conflict, nothing changed) -> stale? -> may restart? (job registry:
+-- decided BEFORE anything is written) -> when a change is needed: register the job and save the
+-- state file FIRST (it cannot be saved: write-failed, nothing changed) -> rewrite the list if it
+-- differs -> (re)start -> wait for health -> outcome; a non-zero outcome unregisters the job again.
+-- Nothing to change: wait for health, then register the job (it cannot be saved: write-failed).
 -- epilog: unregister the job (under the lock); IMEX is left running.
 -- plan: the same decisions without any side effect; status: the domain as a table.
 -- Entry points return outcome, message [, report]: report (string) is printed verbatim on stdout.
@@ -24,6 +27,7 @@ local registry = require "imexguard.registry"
 local health = require "imexguard.health"
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
+local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
 
 local HOOKS = { lookup = true, admit = true, may_restart = true, register_extra = true,
@@ -38,7 +42,10 @@ build = function(hooks)
   --- Steps 1-2: decisions that need no lock and change nothing.
   -- @return info, want, or nil, outcome, message
   local function prepare(ctx)
-    local info, o, m = steps.applies(ctx)
+    local id, o, m = steps.check_job_id(ctx)
+    if not id then return nil, o, m end
+    local info
+    info, o, m = steps.applies(ctx)
     if not info then return nil, o, m end
     local want
     want, o, m = steps.desired(ctx, info, { lookup = hooks.lookup })
@@ -55,50 +62,65 @@ build = function(hooks)
 
   --- Steps 4-9, run under the node lock. The decision comes first: with a registered job on another
   -- node list the file must stay as it is (C08), so nothing is written before may_restart agrees.
+  -- Then, before anything changes, the job is registered in the state file (a change under a
+  -- registration that could not be saved would leave the job unprotected).
   local function locked(ctx, info, want)
     local host, s = ctx.host, ctx.settings
-    local st, warn = state.load(host, s)
-    if warn then host.log("warning", warn) end
+    local st, serr = state.load(host, s)
+    if not st then return steps.registry_unknown(ctx, serr) end
+    if st.deploying_job then
+      host.log("warning", steps.one_line(string.format("node %s: the run of job %s was interrupted while "
+        .. "deploying %s (state file %s)", steps.node_name(ctx), tostring(st.deploying_job),
+        registry.show_nodes(st.deploying_nodes), state.path(s))))
+    end
     local old, rerr = steps.read_nodes(ctx, info)
     if rerr then host.log("warning", rerr) end
     local changed = old ~= want.bytes
     local v, o, m = steps.assess(ctx, info, want, st, { changed = changed, wait = true,
       write_pending = changed })
     if not v then return o, m end
-    if changed or v.action ~= "none" then
-      -- Step 6: the job registry decides before anything changes.
-      local allowed, why = may_restart(ctx, st, v)
-      if not allowed then return "conflict", steps.one_line(why) end
+    local extra = {}
+    if hooks.register_extra then
+      for k, x in pairs(hooks.register_extra(ctx, want) or {}) do extra[k] = x end
     end
-    local ok
-    if changed then
-      ok, o, m = steps.write_nodes(ctx, info, want, st)
-      if not ok then return o, m end
-    end
-    local done = changed and "node list rewritten" or "node list unchanged"
-    local invocation = v.unit.invocation_id
-    if v.action == "none" then
-      done = done .. ", " .. s.unit .. " current"
-    else
-      local rok, props, rm = steps.restart(ctx, want, v, st)
-      if not rok then return props, rm end
-      invocation = props and props.invocation_id or ""
-      done = string.format("%s, %s %sed (%s)", done, s.unit, v.action, v.reason)
-    end
-    local outcome, msg = health.wait(ctx, want, v.answer)
-    msg = msg .. "; " .. done
-    if outcome == "ok" or outcome == "peers-unhealthy" then
-      local extra = hooks.register_extra and hooks.register_extra(ctx, want) or {}
-      if extra.invocation_id == nil then extra.invocation_id = invocation or "" end
-      local entry, rerr2 = steps.register(ctx, st, want, extra)
-      if entry then
-        msg = msg .. "; job " .. entry.id .. " registered"
-      elseif rerr2 then
-        host.log("warning", rerr2)
-        msg = msg .. "; " .. rerr2
+    if not changed and v.action == "none" then
+      -- Fast path: nothing changes; the job is registered once the domain is healthy.
+      local outcome, msg = health.wait(ctx, want, v.answer)
+      msg = msg .. "; node list unchanged, " .. s.unit .. " current"
+      if outcomes.exit_code(outcome, s) == 0 then
+        if extra.invocation_id == nil then extra.invocation_id = v.unit.invocation_id or "" end
+        local entry, rerr2, rcode = steps.register(ctx, st, want, extra)
+        if entry then
+          msg = msg .. "; job " .. entry.id .. " registered"
+        elseif rerr2 then
+          return rcode == "deadline" and "deadline-exceeded" or "write-failed", steps.one_line(string.format(
+            "node %s: %s (a job the registry does not know is unprotected); %s", steps.node_name(ctx), rerr2,
+            msg))
+        end
       end
+      return outcome, steps.one_line(msg)
     end
-    return outcome, steps.one_line(msg)
+    -- Step 6: the job registry decides before anything changes.
+    local allowed, why = may_restart(ctx, st, v)
+    if not allowed then return "conflict", steps.one_line(why) end
+    local change
+    change, o, m = steps.begin_change(ctx, st, want, extra)
+    if not change then return o, m end
+    local ch <close> = change -- luacheck: ignore ch (unregisters when a step raises)
+    local function finish(outcome, msg)
+      return outcome, steps.one_line(msg .. "; " .. change:finish(outcome))
+    end
+    if changed then
+      local ok
+      ok, o, m = steps.write_nodes(ctx, info, want, st)
+      if not ok then return finish(o, m) end
+    end
+    local rok, props, rm = steps.restart(ctx, want, v, st)
+    if not rok then return finish(props, rm) end
+    local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
+      s.unit, v.action, v.reason)
+    local outcome, msg = health.wait(ctx, want, v.answer)
+    return finish(outcome, msg .. "; " .. done)
   end
 
   function P.prolog(ctx)
@@ -116,24 +138,23 @@ build = function(hooks)
   -- here, or IMEX does not apply) is fine: "ok", without taking the lock.
   function P.epilog(ctx)
     local host, s = ctx.host, ctx.settings
-    local id = steps.job_id(ctx)
+    local id, bo, bm = steps.check_job_id(ctx)
+    if not id then return bo, bm end
     local node = steps.node_name(ctx)
-    if id == "?" then
-      return "bad-input", "epilog on node " .. node .. ": no SLURM_JOB_ID in the environment; nothing changed"
-    end
     local function not_registered()
       return "ok", string.format("job %s was not registered on node %s: nothing to do, %s left as it is", id,
         node, s.unit)
     end
     -- Fast path without the lock: a job's own prolog has finished before its epilog starts, so an
     -- entry for it cannot appear meanwhile.
-    local peek = state.load(host, s)
+    local peek, perr = state.load(host, s)
+    if not peek then return steps.registry_unknown(ctx, perr) end
     if not registry.find(peek, id) then return not_registered() end
     local guard, o, m = steps.lock(ctx)
     if not guard then return o, m end
     local lk <close> = guard -- luacheck: ignore lk
-    local st, warn = state.load(host, s)
-    if warn then host.log("warning", warn) end
+    local st, serr = state.load(host, s)
+    if not st then return steps.registry_unknown(ctx, serr) end
     local entry = registry.unregister(st, id)
     if not entry then return not_registered() end
     local ok, err, code = state.save(host, s, st)
@@ -169,7 +190,8 @@ build = function(hooks)
     if not info then return want, m end
     local old, rerr = steps.read_nodes(ctx, info)
     local changed = old ~= want.bytes
-    local st = state.load(host, s)
+    local st, serr = state.load(host, s)
+    if not st then return steps.registry_unknown(ctx, serr) end
     local v, o
     v, o, m = steps.assess(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
     if not v then return o, m end

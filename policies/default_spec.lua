@@ -50,6 +50,15 @@ local function paths(h)
   return out
 end
 
+-- The writes other than the state file's, in order.
+local function list_writes(h)
+  local out = {}
+  for _, w in ipairs(h.writes) do
+    if w.path ~= STATE then out[#out + 1] = w end
+  end
+  return out
+end
+
 -- Every lock taken was released.
 local function assert_released(h)
   for _, l in ipairs(h.locks) do assert.is_true(l.released) end
@@ -159,8 +168,8 @@ describe("default policy prolog", function()
       local h = testing.host{ local_addresses = { "10.0.0.2" }, hostname = "n2" }
       local outcome = run(h, { env = e })
       assert.equal("ok", outcome)
-      assert.equal("10.0.0.1\n10.0.0.2\n10.0.0.3\n", h.writes[1].data)
-      assert.equal(NODES, h.writes[1].path)
+      assert.equal("10.0.0.1\n10.0.0.2\n10.0.0.3\n", list_writes(h)[1].data)
+      assert.equal(NODES, list_writes(h)[1].path)
     end)
 
     it("prefers SLURM_JOB_NODELIST and logs the disagreement (C11)", function()
@@ -202,8 +211,8 @@ describe("default policy prolog", function()
       assert.equal("10.0.0.2\n10.0.0.1\n", h.file(NODES))
     end)
 
-    it("takes the first IPv4 answer of the resolver", function()
-      local h = testing.host{ resolve = { n2 = { "fd00::2", "10.0.0.2", "10.9.9.9" } } }
+    it("takes the IPv4 answer of the resolver, other families ignored", function()
+      local h = testing.host{ resolve = { n2 = { "fd00::2", "10.0.0.2" } } }
       assert.equal("ok", (run(h)))
       assert.same({ STATE }, paths(h)) -- 10.0.0.1, 10.0.0.2: the file already holds them
     end)
@@ -325,9 +334,9 @@ describe("default policy prolog", function()
       local h = testing.host()
       local outcome = run(h, { env = env("n[1,3]") })
       assert.equal("ok", outcome)
-      -- the list, the state after the write, after the restart, and the registration
-      assert.same({ NODES, STATE, STATE, STATE }, paths(h))
-      assert.equal("10.0.0.1\n10.0.0.3\n", h.writes[1].data)
+      -- the registration (before any change), the list, the state after the write, after the restart
+      assert.same({ STATE, NODES, STATE, STATE }, paths(h))
+      assert.equal("10.0.0.1\n10.0.0.3\n", h.writes[2].data)
       local st = cjson.decode(h.file(STATE))
       assert.equal("10.0.0.1\n10.0.0.3\n", st.nodes)
       assert.equal("10.0.0.1\n10.0.0.3\n", st.running_nodes)
@@ -359,10 +368,10 @@ describe("default policy prolog", function()
       local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=" .. other)
       local h = testing.host{ files = { [CONFIG] = cfg } }
       run(h)
-      assert.equal(other, h.writes[1].path)
+      assert.equal(other, list_writes(h)[1].path)
       h = testing.host{ files = { [CONFIG] = cfg } }
       run(h, { settings = { nodes_file = "/srv/n.cfg" } })
-      assert.equal("/srv/n.cfg", h.writes[1].path)
+      assert.equal("/srv/n.cfg", list_writes(h)[1].path)
     end)
   end)
 
@@ -373,7 +382,7 @@ describe("default policy prolog", function()
         unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 } }
       local outcome, message = run(h)
       assert.equal("ok", outcome)
-      assert.same({ STATE, STATE }, paths(h)) -- the state after the restart and the registration
+      assert.same({ STATE, STATE }, paths(h)) -- the registration before the restart, the state after it
       assert.equal(1, #h.jobs)
       assert.equal("restart", h.jobs[1].verb)
       assert.matches("changed after the daemon started", message)
@@ -394,7 +403,7 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.equal(1, #h.jobs)
       assert.matches("another node list", message)
-      assert.same({ STATE, STATE }, paths(h)) -- only the state file: after the restart, registration
+      assert.same({ STATE, STATE }, paths(h)) -- only the state file: registration, after the restart
     end)
 
     it("(b) a record of an older invocation is not a reason", function()
@@ -941,11 +950,11 @@ describe("default policy job registry (C08, scenario style)", function()
     assert.same({ "mkdir", "lock" }, order)
   end)
 
-  it("a state directory that cannot be created: lock-timeout naming it, nothing changed", function()
+  it("a state directory that cannot be created: write-failed naming it, nothing changed", function()
     local s = testing.scenario{ policy = P, fresh_boot = true, file = { "n1", "n3" },
       fail = { ["/run/imexguard"] = { mkdir = "EROFS" } } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
-    assert.equal("lock-timeout", outcome)
+    assert.equal("write-failed", outcome)
     assert.matches("/run/imexguard", message)
     assert.matches("EROFS", message)
     assert.same({}, s:writes())
@@ -960,5 +969,280 @@ describe("default policy job registry (C08, scenario style)", function()
     assert.matches("restart", message)
     assert.equal("start-limit-hit", s:unit().result)
     assert.same({}, s:registered())
+  end)
+end)
+
+-- Defects of the policy layer found by adversarial testing (/tmp/breaker-repro); each spec failed
+-- before its fix.
+describe("default policy: hardening", function()
+  describe("C04: a name with several IPv4 addresses", function()
+    -- Round-robin DNS or glibc's sorting by local subnet (RFC 6724 rule 9) give each node its own
+    -- order, so "the first answer" would differ between the nodes of one job.
+    for _, order in ipairs({ { "10.0.0.3", "10.9.0.3" }, { "10.9.0.3", "10.0.0.3" } }) do
+      it("is bad-input naming the name and its addresses, suggesting address_source = \"map\" ("
+        .. order[1] .. " first)", function()
+        local h = testing.host{ resolve = { n3 = order }, files = { [NODES] = "10.0.0.9\n" } }
+        local outcome, message = run(h, { env = env("n[1-3]") })
+        assert.equal("bad-input", outcome)
+        assert_one_line(message)
+        assert.matches("n3", message)
+        assert.matches("10.0.0.3", message, 1, true)
+        assert.matches("10.9.0.3", message, 1, true)
+        assert.matches('address_source = "map"', message, 1, true)
+        assert_untouched(h)
+        assert.equal("10.0.0.9\n", h.file(NODES))
+      end)
+    end
+
+    it("the same address twice in an answer is one address", function()
+      local h = testing.host{ resolve = { n2 = { "10.0.0.2", "10.0.0.2" } } }
+      assert.equal("ok", (run(h)))
+    end)
+  end)
+
+  describe("registration before any change", function()
+    it("the state file is saved with the job registered before the list is rewritten", function()
+      local h = testing.host()
+      assert.equal("ok", (run(h, { env = env("n[1,3]") })))
+      assert.equal(STATE, h.writes[1].path)
+      local first = cjson.decode(h.writes[1].data)
+      assert.equal("101", first.jobs[1].id)
+      assert.equal("10.0.0.1\n10.0.0.3\n", first.jobs[1].nodes)
+      assert.equal("10.0.0.1\n10.0.0.3\n", first.deploying_nodes)
+      assert.equal("101", first.deploying_job)
+      assert.equal(NODES, h.writes[2].path)
+      -- once the daemon runs, the record of the deployment is gone and the entry names the daemon
+      local st = cjson.decode(h.file(STATE))
+      assert.is_nil(st.deploying_nodes)
+      assert.equal(h.unit_props.invocation_id, st.jobs[1].invocation_id)
+    end)
+
+    it("a state file that cannot be written: write-failed, nothing rewritten or restarted", function()
+      local h = testing.host{ fail = { [STATE] = { write = "ENOSPC" } } }
+      local outcome, message = run(h, { env = env("n[1,3]") })
+      assert.equal("write-failed", outcome)
+      assert_one_line(message)
+      assert.matches(STATE, message, 1, true)
+      assert.matches("ENOSPC", message)
+      assert.matches("not registered", message)
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+      assert_released(h)
+    end)
+
+    it("fast path: a registration that cannot be saved is write-failed (exit 11)", function()
+      local h = testing.host{ fail = { [STATE] = { write = "ENOSPC" } } }
+      local outcome, message = run(h)
+      assert.equal("write-failed", outcome)
+      assert.equal(11, outcomes.exit_code(outcome))
+      assert.matches("job 101 not registered", message)
+      assert.matches("ENOSPC", message)
+      assert.same({}, h.jobs)
+    end)
+
+    it("a prolog that fails after the change unregisters the job again", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" }, domain = "down" }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("domain-unhealthy", outcome)
+      assert.equal(1, s:restarts())
+      assert.same({}, s:registered())
+      assert.matches("job 101 unregistered", message)
+      -- the next job with another list is not blocked by the failed one
+      s:clear()
+      assert.equal("domain-unhealthy", (s:prolog{ job = 102, nodelist = "n[1,3]" }))
+      assert.equal(1, s:restarts())
+    end)
+
+    it("a failed restart unregisters the job (service-failed)", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" }, restart = { result = "failed" } }
+      assert.equal("service-failed", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.same({}, s:registered())
+    end)
+
+    it("a failing outcome on the fast path registers nothing (on_peer_fault = fail, exit 12)", function()
+      local s = testing.scenario{ policy = P, domain = { unhealthy = { n2 = "UNAVAILABLE" } },
+        settings = { on_peer_fault = "fail" } }
+      assert.equal("peers-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.same({}, s:registered())
+    end)
+
+    it("a step that raises after the registration unregisters the job", function()
+      local h = testing.host{ ctl = function() error("boom") end }
+      local ok = pcall(run, h, { env = env("n[1,3]") })
+      assert.is_false(ok)
+      assert.equal(1, #h.jobs)
+      assert.is_nil(cjson.decode(h.file(STATE)).jobs)
+      assert_released(h)
+    end)
+  end)
+
+  describe("an unreadable or corrupt state file: the registry is unknown", function()
+    local good = '{"jobs":[{"id":"100","nodes":"10.0.0.1\\n10.0.0.3\\n",'
+      .. '"registered_us":"1700000000000000"}]}\n'
+    local cases = {
+      { "truncated JSON", good:sub(1, 40) },
+      { "empty file", "" },
+      { "EIO", good, { read = "EIO" } },
+      { "jobs is not a list", '{"jobs":"100"}' },
+      { "a malformed entry next to a good one",
+        '{"jobs":[{"id":"100","nodes":"10.0.0.1\\n10.0.0.3\\n"},{"id":7}]}' },
+      { "an entry with a wrong type", '{"jobs":[{"id":"100","nodes":5}]}' },
+      { "a top-level field with a wrong type", '{"running_nodes":{"a":1}}' },
+      { "not an object", '[1,2]' },
+    }
+    for _, c in ipairs(cases) do
+      it(c[1] .. ": conflict naming the file, nothing changed, the file kept", function()
+        local h = testing.host{ files = { [NODES] = "10.0.0.1\n10.0.0.3\n", [STATE] = c[2] },
+          fail = c[3] and { [STATE] = c[3] } or nil }
+        local outcome, message = run(h)
+        assert.equal("conflict", outcome)
+        assert_one_line(message)
+        assert.matches(STATE, message, 1, true)
+        assert.matches("nothing changed", message)
+        assert.matches("no job uses IMEX", message)
+        assert.same({}, h.writes)
+        assert.same({}, h.jobs)
+        assert.equal(c[2], h.file(STATE))
+        assert_released(h)
+      end)
+    end
+
+    it("the epilog and plan say the same; the epilog writes nothing", function()
+      local h = testing.host{ files = { [STATE] = "{trunc" } }
+      local outcome, message = run(h, { command = "epilog" })
+      assert.equal("conflict", outcome)
+      assert.matches(STATE, message, 1, true)
+      assert.same({}, h.writes)
+      outcome, message = run(h, { command = "plan", dry_run = true })
+      assert.equal("conflict", outcome)
+      assert.matches(STATE, message, 1, true)
+    end)
+  end)
+
+  describe("restart under a running job by mtime alone", function()
+    it("a daemon imexguard started is current while its invocation and bytes are the same (touch)",
+      function()
+        local s = testing.scenario{ policy = P, file = { "n1", "n3" } }
+        assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+        assert.equal(1, s:restarts())
+        local st = cjson.decode(s.host.file(STATE))
+        assert.equal(s:unit().invocation_id, st.invocation_id)
+        assert.equal("10.0.0.1\n10.0.0.2\n", st.running_nodes)
+        assert.equal(testing.CONFIG_TEXT, st.running_config)
+        assert.equal("ok", (s:epilog{ job = 101 }))
+        -- config management rewrites both files with identical bytes
+        s:advance(60)
+        s.host.set_file(CONFIG, testing.CONFIG_TEXT)
+        s.host.set_file(NODES, "10.0.0.1\n10.0.0.2\n")
+        s:clear()
+        local outcome, message = s:prolog{ job = 102, nodelist = "n[1-2]" }
+        assert.equal("ok", outcome)
+        assert.matches("current", message)
+        assert.equal(0, s:restarts())
+      end)
+
+    it("the same invocation with other config.cfg bytes is stale", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" } }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal("ok", (s:epilog{ job = 101 }))
+      s.host.set_file(CONFIG, testing.CONFIG_TEXT .. "# edited\n", 0) -- an old mtime: bytes decide
+      s:clear()
+      local outcome, message = s:prolog{ job = 102, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, s:restarts())
+      assert.matches("config.cfg", message)
+    end)
+
+    it("an active daemon is never restarted under another job with the SAME list (t_touch)", function()
+      local s = testing.scenario{ policy = P, jobs = { [100] = "n[1-2]" },
+        files = { [CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("conflict", outcome)
+      assert_one_line(message)
+      assert.matches("job 100", message)
+      assert.matches("SLURM_JOB_ID=100 imexguard epilog", message)
+      assert.equal(0, s:restarts())
+      assert.same({}, s:writes())
+      assert.same({ "100" }, s:registered())
+    end)
+
+    it("restart_under_jobs = true allows it, with a warning", function()
+      local s = testing.scenario{ policy = P, jobs = { [100] = "n[1-2]" },
+        settings = { restart_under_jobs = true },
+        files = { [CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal(1, s:restarts())
+      assert.matches("under job 100", s:logs("warning")[1])
+    end)
+
+    it("starting a failed daemon under a job with the same list is allowed", function()
+      local s = testing.scenario{ policy = P, unit = "failed", jobs = { [100] = "n[1-2]" } }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.same({ "start" }, s:unit_jobs())
+    end)
+  end)
+
+  describe("lock errors other than a timeout", function()
+    for _, code in ipairs({ "ENOSPC", "EROFS", "EACCES" }) do
+      it(code .. " creating the lock file: write-failed naming the state directory", function()
+        local h = testing.host{ fail = { ["/run/imexguard/lock"] = { lock = code } } }
+        local outcome, message = run(h, { env = env("n[1,3]") })
+        assert.equal("write-failed", outcome)
+        assert_one_line(message)
+        assert.matches("/run/imexguard", message, 1, true)
+        assert.matches(code, message)
+        assert.is_nil(message:find("held by", 1, true))
+        assert.same({}, h.writes)
+        assert.same({}, h.jobs)
+      end)
+    end
+
+    it("the epilog too", function()
+      local h = testing.host{ files = { [STATE] = '{"jobs":[{"id":"101","nodes":"10.0.0.1\\n"}]}' },
+        fail = { ["/run/imexguard/lock"] = { lock = "EROFS" } } }
+      assert.equal("write-failed", (run(h, { command = "epilog" })))
+    end)
+  end)
+
+  describe("the job id", function()
+    it("a prolog without SLURM_JOB_ID is bad-input, nothing changed", function()
+      local h = testing.host()
+      local outcome, message = run(h, { env = { SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })
+      assert.equal("bad-input", outcome)
+      assert.matches("SLURM_JOB_ID", message)
+      assert_untouched(h)
+    end)
+
+    local bad = { { "a newline", "10\nimexguard: notice: prolog job=10 outcome=ok: forged" },
+      { "letters", "12a" }, { "spaces", "1 2" }, { "a leading space", " 12" }, { "a negative number", "-3" } }
+    for _, c in ipairs(bad) do
+      for _, command in ipairs({ "prolog", "epilog", "plan" }) do
+        it(command .. ": a job id with " .. c[1] .. " is bad-input naming SLURM_JOB_ID", function()
+          local h = testing.host()
+          local outcome, message = run(h, { command = command, dry_run = command == "plan",
+            env = { SLURM_JOB_ID = c[2], SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })
+          assert.equal("bad-input", outcome)
+          assert_one_line(message)
+          assert.matches("SLURM_JOB_ID", message)
+          assert_untouched(h)
+        end)
+      end
+    end
+
+    it("SLURM_JOBID (22.05) is checked and named when it is the only one", function()
+      local h = testing.host()
+      local outcome, message = run(h, { env = { SLURM_JOBID = "x1", SLURM_NODELIST = "n[1-2]" } })
+      assert.equal("bad-input", outcome)
+      assert.matches("SLURM_JOBID", message)
+    end)
+  end)
+
+  it("a failed write says 'old file intact' once (the primitive says it)", function()
+    local h = testing.host{ fail = { [NODES] = { write = "ENOSPC" } } }
+    local outcome, message = run(h, { env = env("n[1,3]") })
+    assert.equal("write-failed", outcome)
+    local _, n = message:gsub("old file intact", "")
+    assert.equal(1, n)
   end)
 end)

@@ -1,18 +1,17 @@
 --- Site policy: nodes shared by several jobs at once (partitions with OverSubscribe, or jobs that
 -- do not ask for --exclusive; Slurm sets SLURM_JOB_OVERSUBSCRIBE to YES, OK or TOPO for a job that
 -- may share, NO otherwise, and older releases do not set it). Everything is the default policy
--- (policies/default.lua) except one rule:
---
---   Never replace a running IMEX daemon while another job is registered on this node, whatever
---   its node list: a restart drops every import of the running daemon, so it breaks every job
---   that uses it (imex-facts.md). A job with the same list as the running daemon needs no restart
---   (it succeeds and is registered); a job that needs a restart while others run ends in
---   "conflict" (nothing written, nothing restarted) and runs once they are gone.
---   Starting a daemon that is not running (inactive, failed) follows the default rule: allowed
---   when every other registered job has the same list. The setting restart_under_jobs does not
---   relax this policy's rule (use the default policy for that).
--- The job's SLURM_JOB_OVERSUBSCRIBE value is kept in its registry entry ("shared") so that a
--- conflict message tells an admin which jobs shared the node.
+-- (policies/default.lua), whose step 6 already never restarts an ACTIVE daemon while another job
+-- is registered on this node, whatever its list (a restart drops every import of the running
+-- daemon, imex-facts.md), and never rewrites the list or starts the daemon under a job with
+-- another list. This policy adds two things:
+--   1. The setting restart_under_jobs does not relax the first rule here: on a shared node a
+--      restart under other jobs is never allowed (use the default policy for that). A job that
+--      needs a restart while others run ends in "conflict" (nothing written, nothing restarted)
+--      and runs once they are gone. Starting a daemon that is not running (inactive, failed)
+--      follows the default rule.
+--   2. Bookkeeping: the job's SLURM_JOB_OVERSUBSCRIBE value is kept in its registry entry
+--      ("shared"), so that a conflict message tells an admin which jobs shared the node.
 local default = require "policies.default"
 local steps = require "imexguard.steps"
 local registry = require "imexguard.registry"

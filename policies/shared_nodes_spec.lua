@@ -33,11 +33,18 @@ describe("shared_nodes policy", function()
     assert.matches("shared node", message)
     assert.equal(0, s:restarts())
     assert.same({ "100" }, s:registered())
-    -- the default policy would have restarted here
+    -- the default policy refuses it too, but lets restart_under_jobs = true allow it; this one does not
+    local under = { restart_under_jobs = true }
     local d = testing.scenario{ policy = require "default", jobs = { { id = 100, nodes = "n[1-2]" } },
+      settings = under,
       files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
     assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))
     assert.equal(1, d:restarts())
+    s = testing.scenario{ policy = P, jobs = { { id = 100, nodes = "n[1-2]", shared = "OK" } },
+      settings = under,
+      files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+    assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "OK" }))
+    assert.equal(0, s:restarts())
   end)
 
   it("restart_under_jobs does not relax the rule", function()

@@ -1,6 +1,11 @@
 --- Slurm node names -> IPv4 addresses for the IMEX node list (design.md "Desired list").
--- Sources: "dns" (host.resolve, the FIRST IPv4 answer, so every node that sees the same resolver
--- answer writes the same bytes) or "map" (a file of "name address" lines, '#' comments).
+-- Sources: "dns" (host.resolve: a name must resolve to exactly ONE IPv4 address) or "map" (a file
+-- of "name address" lines, '#' comments).
+-- Why one address (case C04): every node of a job must write the same bytes, but the ORDER of a
+-- multi-address answer is per node (round-robin DNS rotates it; glibc's getaddrinfo sorts by
+-- RFC 6724 rule 9, longest prefix match with the node's own addresses), so "the first answer"
+-- differs between nodes and no per-node choice is safe. Such a name is bad input; the site
+-- lists the IMEX address of each node in an address map instead.
 local nodelist = require "imexguard.nodelist"
 
 local M = {}
@@ -46,15 +51,20 @@ function M.load_map(host, path)
   return M.parse_map(text, path)
 end
 
---- First IPv4 literal of a resolver answer (deterministic: resolver order, not sorted).
-local function first_ipv4(list)
+--- The distinct IPv4 literals of a resolver answer, in answer order.
+local function ipv4s(list)
+  local out, seen = {}, {}
   for _, a in ipairs(list) do
-    if nodelist.is_ipv4(a) then return a end
+    if nodelist.is_ipv4(a) and not seen[a] then
+      seen[a] = true
+      out[#out + 1] = a
+    end
   end
-  return nil
+  return out
 end
 
---- Map the job's node names to addresses.
+--- Map the job's node names to addresses. DNS: a name must resolve to exactly one IPv4 address
+-- (duplicates in the answer count once); several are refused (see the top of this file).
 -- @param host table primitives (resolve, read)
 -- @param settings table validated settings (address_source, address_map, resolve_timeout)
 -- @param names list of Slurm node names (hostlist order)
@@ -82,12 +92,18 @@ function M.lookup(host, settings, names)
       if not list then
         return nil, string.format("resolving node %s failed: %s", name, tostring(err)), code
       end
-      local a = first_ipv4(list)
-      if not a then
+      local v4 = ipv4s(list)
+      if #v4 == 0 then
         return nil, string.format("node %s resolves to no IPv4 address (answer: %s)", name,
           #list > 0 and table.concat(list, " ") or "empty"), nil
       end
-      addrs[i] = a
+      if #v4 > 1 then
+        return nil, string.format("node %s resolves to %d IPv4 addresses (%s): their order differs between "
+          .. "nodes, so the nodes of a job could write different node lists; list each node's IMEX address "
+          .. "in an address map (address_source = \"map\", address_map = FILE)", name, #v4,
+          table.concat(v4, " ")), nil
+      end
+      addrs[i] = v4[1]
     end
   end
   return addrs

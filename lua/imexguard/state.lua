@@ -1,13 +1,23 @@
 --- The node's state file (state_dir/state.json): what imexguard wrote, what the daemon runs, and
 -- the job registry (design.md steps 4, 5, 6 and 9).
--- Fields (all optional): nodes (string, the node-list bytes last written), written_us (when),
--- running_nodes (the bytes the daemon was last (re)started with by imexguard), invocation_id
--- (systemd's InvocationID of that start), started_us (its ExecMainStartTimestamp), job (the job id
--- of the run that wrote the entry), jobs (the job registry: a list of {id = string, nodes = the
--- node-list bytes the job runs with, registered_us = number, invocation_id = string, ...}, see
--- imexguard.registry). Times are microseconds since the epoch, stored as decimal strings because
--- lua-cjson 2.1 encodes numbers with 14 significant digits only (a microsecond timestamp has 16).
--- The file is written with host.write_atomic, so it is the old or the new one.
+-- Fields (all optional):
+--   nodes (string, the node-list bytes last written), written_us (when), job (the job id of the run
+--   that wrote the entry);
+--   running_nodes, running_config (strings: the exact bytes of the node list and of config.cfg the
+--   daemon was last (re)started with by imexguard), invocation_id (systemd's InvocationID of that
+--   start), started_us (its ExecMainStartTimestamp): while the unit's invocation ID is this one and
+--   both files hold these bytes, the daemon is current whatever the files' mtimes say;
+--   deploying_nodes, deploying_job, deploying_us: a change in progress (saved, with the job
+--   registered, BEFORE the node list is rewritten or the unit restarted; removed once the unit was
+--   (re)started). Still present at the next run: that run was killed half way;
+--   jobs (the job registry: a list of {id = string, nodes = the node-list bytes the job runs with,
+--   registered_us = number, invocation_id = string, ...}, see imexguard.registry).
+-- Times are microseconds since the epoch, stored as decimal strings because lua-cjson 2.1 encodes
+-- numbers with 14 significant digits only (a microsecond timestamp has 16).
+-- The file is written with host.write_atomic, so it is the old or the new one. A file that exists
+-- but cannot be read or is not what imexguard writes (truncated JSON, a field of the wrong type, a
+-- malformed registry entry) is an error, never "no jobs": the registry is then unknown, and
+-- overwriting it would erase the registrations of running jobs.
 local cjson = require "cjson"
 
 local M = {}
@@ -15,7 +25,10 @@ local M = {}
 --- Largest state file read (bytes).
 M.MAX_BYTES = 1024 * 1024
 
-local US_FIELDS = { written_us = true, started_us = true, registered_us = true }
+local US_FIELDS = { written_us = true, started_us = true, registered_us = true, deploying_us = true }
+--- Known string fields (top level and registry entries); any other field must be a scalar.
+local STRING_FIELDS = { nodes = true, running_nodes = true, running_config = true, invocation_id = true,
+  job = true, deploying_nodes = true, deploying_job = true, id = true }
 
 local function scalar(v)
   local t = type(v)
@@ -29,54 +42,75 @@ function M.path(settings)
   return settings.state_dir .. "/state.json"
 end
 
--- Scalar fields of a decoded object (microsecond fields back to numbers).
-local function scalars(t)
+-- Scalar fields of a decoded object, checked (microsecond fields back to numbers).
+-- @return table, or nil, message naming the field
+local function scalars(t, where)
   local out = {}
   for k, v in pairs(t) do
-    if type(k) == "string" and scalar(v) then
-      if US_FIELDS[k] then v = tonumber(v) end
+    if type(k) ~= "string" then return nil, where .. " has a non-string key" end
+    if k ~= "jobs" or where ~= "the file" then
+      if US_FIELDS[k] then
+        local n = (type(v) == "string" and v:match("^%d+$")) and tonumber(v) or (math.type(v) and v)
+        if not n then return nil, string.format("%s: %s is not a decimal time", where, k) end
+        v = n
+      elseif STRING_FIELDS[k] and type(v) ~= "string" then
+        return nil, string.format("%s: %s is a %s, not a string", where, k, type(v))
+      elseif not scalar(v) then
+        return nil, string.format("%s: %s is not a scalar", where, k)
+      end
       out[k] = v
     end
   end
   return out
 end
 
+-- Is t a JSON array (keys 1..n)? An empty object counts as an empty list.
+local function is_list(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
 --- Read the state file.
 -- @param host table the primitives (read)
 -- @param settings table validated settings
--- @return table state ({} when missing), and a warning string when the file was unreadable or
---   not valid JSON (then the state is {} too: every decision that uses it falls back to facts),
---   or when registry entries were malformed (they are dropped; the rest is kept)
+-- @return table state ({} when the file does not exist: ENOENT), or nil, message (one line naming
+--   the file and what is wrong with it) when it cannot be read or is not a valid state file
+--   (not JSON, not an object, a field of the wrong type, a registry that is not a list of
+--   {id = non-empty string, nodes = string, ...} entries): the registry is unknown
 function M.load(host, settings)
   local path = M.path(settings)
   local text, err, code = host.read(path, M.MAX_BYTES)
   if not text then
     if code == "ENOENT" then return {} end
-    return {}, string.format("state file %s unreadable (%s), ignored", path, tostring(err))
+    return nil, string.format("state file %s unreadable (%s)", path, tostring(err))
   end
   local ok, t = pcall(cjson.decode, text)
   if not ok or type(t) ~= "table" then
-    return {}, string.format("state file %s is not valid JSON, ignored", path)
+    return nil, string.format("state file %s is not valid JSON (%d bytes)", path, #text)
   end
-  local st = scalars(t)
-  local warn
-  if type(t.jobs) == "table" then
-    local jobs, bad = {}, 0
-    for _, e in ipairs(t.jobs) do
-      if type(e) == "table" and type(e.id) == "string" and e.id ~= "" and type(e.nodes) == "string" then
-        jobs[#jobs + 1] = scalars(e)
-      else
-        bad = bad + 1
-      end
+  if next(t) ~= nil and is_list(t) then
+    return nil, string.format("state file %s is not a JSON object", path)
+  end
+  local st, serr = scalars(t, "the file")
+  if not st then return nil, string.format("state file %s: %s", path, serr) end
+  if t.jobs ~= nil then
+    if type(t.jobs) ~= "table" or not is_list(t.jobs) then
+      return nil, string.format("state file %s: 'jobs' is not a list", path)
     end
-    if bad > 0 then
-      warn = string.format("state file %s: %d malformed job registration(s) dropped", path, bad)
+    local jobs = {}
+    for i, e in ipairs(t.jobs) do
+      if type(e) ~= "table" or type(e.id) ~= "string" or e.id == "" or type(e.nodes) ~= "string" then
+        return nil, string.format("state file %s: job registration #%d is malformed (not an object with "
+          .. "a string id and nodes)", path, i)
+      end
+      local je, jerr = scalars(e, "job registration #" .. i)
+      if not je then return nil, string.format("state file %s: %s", path, jerr) end
+      jobs[i] = je
     end
     st.jobs = jobs
-  elseif t.jobs ~= nil then
-    warn = string.format("state file %s: 'jobs' is not a list, registry dropped", path)
   end
-  return st, warn
+  return st
 end
 
 local function encode_scalars(t)

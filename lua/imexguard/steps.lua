@@ -11,6 +11,7 @@ local state = require "imexguard.state"
 local health = require "imexguard.health"
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
+local outcomes = require "imexguard.outcomes"
 
 local M = {}
 
@@ -51,6 +52,40 @@ end
 function M.job_id(ctx)
   local job = ctx.job or {}
   return tostring(job.id or (ctx.env and (ctx.env.SLURM_JOB_ID or ctx.env.SLURM_JOBID)) or "?")
+end
+
+--- Slurm job ids are decimal integers (uint32; array and heterogeneous jobs have numeric ids too).
+M.JOB_ID_PATTERN = "^%d+$"
+--- Longest job id accepted (digits).
+M.JOB_ID_MAX = 20
+
+-- A value shown in a one-line message: control characters escaped, cut at 60 bytes.
+local function show(v)
+  local t = tostring(v)
+  if #t > 60 then t = t:sub(1, 60) .. "..." end
+  return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
+end
+
+--- The job id, checked: SLURM_JOB_ID (else SLURM_JOBID, the 22.05 prolog's name) must be set and a
+-- decimal integer. Anything else (unset, empty, spaces, newlines, letters, a sign) is bad input:
+-- the id names the job's registration and goes into the final log line.
+-- @param ctx table policy context (ctx.env: the raw environment)
+-- @return id string, or nil, "bad-input", message naming the variable
+function M.check_job_id(ctx)
+  local env = ctx.env or {}
+  local name, raw = "SLURM_JOB_ID", env.SLURM_JOB_ID
+  if raw == nil or raw == "" then
+    if env.SLURM_JOBID ~= nil and env.SLURM_JOBID ~= "" then name, raw = "SLURM_JOBID", env.SLURM_JOBID end
+  end
+  if raw == nil or raw == "" then
+    return fail("bad-input", "%s on node %s: no SLURM_JOB_ID in the environment; nothing changed",
+      ctx.command or "run", M.node_name(ctx))
+  end
+  if type(raw) ~= "string" or not raw:match(M.JOB_ID_PATTERN) or #raw > M.JOB_ID_MAX then
+    return fail("bad-input", "%s on node %s: %s=\"%s\" is not a Slurm job id (a decimal integer); nothing "
+      .. "changed", ctx.command or "run", M.node_name(ctx), name, show(raw))
+  end
+  return raw
 end
 
 --- Query the unit's properties; a failed query is "unknown", never "inactive" (C17).
@@ -181,15 +216,17 @@ function M.ensure_dir(host, path, mode)
 end
 
 --- Step 3: take the node lock (state_dir/lock), creating state_dir first (host.mkdir, 0755).
--- @return guard (use `local g <close> = guard`), or nil, "lock-timeout"|"deadline-exceeded", message
---   naming the holder's pid and job (or the state directory that cannot be created)
+-- @return guard (use `local g <close> = guard`), or nil, outcome, message: "lock-timeout" only when
+--   another run held the lock too long (the message names its pid and job); "deadline-exceeded"
+--   when the run's budget ran out; "write-failed" when the state directory or the lock file cannot
+--   be created or opened (ENOSPC, EROFS, EACCES...: the message names the directory and the error)
 function M.lock(ctx)
   local s = ctx.settings
   local path = s.state_dir .. "/lock"
   local dok, derr, dcode = M.ensure_dir(ctx.host, s.state_dir, M.STATE_DIR_MODE)
   if not dok then
-    return fail(by_code(dcode, "lock-timeout"), "node %s: cannot create the state directory %s for node lock "
-      .. "%s: %s", M.node_name(ctx), s.state_dir, path, tostring(derr))
+    return fail(by_code(dcode, "write-failed"), "node %s: cannot create the state directory %s for node lock "
+      .. "%s: %s; nothing changed", M.node_name(ctx), s.state_dir, path, tostring(derr))
   end
   local lk, err, code, holder = ctx.host.lock(path, s.lock_timeout, "job=" .. M.job_id(ctx))
   if not lk then
@@ -202,8 +239,8 @@ function M.lock(ctx)
       return fail("deadline-exceeded",
         "node %s: the run's deadline passed waiting for node lock %s held by %s", M.node_name(ctx), path, who)
     end
-    return fail("lock-timeout", "node %s: cannot take node lock %s: %s", M.node_name(ctx), path,
-      tostring(err))
+    return fail("write-failed", "node %s: cannot create or open node lock %s in the state directory %s "
+      .. "(%s): %s; nothing changed", M.node_name(ctx), path, s.state_dir, tostring(code), tostring(err))
   end
   return setmetatable({ lock = lk }, Guard)
 end
@@ -220,12 +257,15 @@ end
 
 --- Step 4b: write the node list atomically and record it in the state file.
 -- @param st table state (updated in place)
--- @return true, or nil, "write-failed"|"deadline-exceeded", message (the old file is intact)
+-- @return true, or nil, "write-failed"|"deadline-exceeded", message (the primitive's: it says
+--   whether the old file is intact)
 function M.write_nodes(ctx, info, want, st)
   local host = ctx.host
   local ok, err, code = host.write_atomic(info.nodes_file, want.bytes, tonumber("644", 8))
   if not ok then
-    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s; old file intact",
+    -- host.write_atomic's message says whether the old file is intact (or, when only the final
+    -- directory fsync failed, that it was replaced): it is not repeated here.
+    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s",
       M.node_name(ctx), info.nodes_file, tostring(err))
   end
   st.nodes = want.bytes
@@ -263,7 +303,12 @@ end
 --- Step 5: is the running daemon stale?
 -- @param st table state file contents
 -- @param opts table {changed = the list file's bytes differ (written now, or would be in plan),
---   wait = wait for activating/deactivating, write_pending = plan (the file is not written)}
+--   wait = wait for activating/deactivating, write_pending = plan (the file is not written)}.
+--   An active daemon is stale when: the list changes; or, when the state file recorded this
+--   invocation ID with the bytes it was started with (st.running_nodes, st.running_config), those
+--   bytes differ from the job's list or from config.cfg now; or, when it did not (a daemon started
+--   outside imexguard, or an older state file), config.cfg or the list was modified at or after
+--   the daemon's start (mtime); or a usable ctl answer lists other hosts.
 -- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
 --   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
 --   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
@@ -292,22 +337,35 @@ function M.assess(ctx, info, want, st, opts)
     v.reason = "node list changes; the daemon reads it only at start"
     return v
   end
-  -- (a) a file the daemon reads at start was written at or after its start.
-  local started = tonumber(props.exec_main_start_us) or 0
-  if started > 0 then
-    for _, path in ipairs({ info.nodes_file, s.imex_config }) do
-      local fst = host.stat(path)
-      if fst and fst.mtime_us and fst.mtime_us >= started then
-        v.reason = string.format("%s changed after the daemon started", path)
-        return v
-      end
-    end
-  end
-  -- (b) the state file says this very daemon instance was started with another list.
-  if st.invocation_id and st.invocation_id == props.invocation_id and st.running_nodes
-    and st.running_nodes ~= want.bytes then
+  -- (a) imexguard started this very daemon instance (same invocation ID) and recorded the exact
+  -- bytes of both files it started with: those bytes decide, the mtimes do not (a `touch`, or
+  -- config management rewriting identical bytes, is no reason to restart).
+  local cfg_now = type(st.running_config) == "string" and host.read(s.imex_config, M.MAX_FILE) or nil
+  local same_invocation = type(st.invocation_id) == "string" and st.invocation_id ~= ""
+    and st.invocation_id == props.invocation_id
+  if same_invocation and type(st.running_nodes) == "string" and st.running_nodes ~= want.bytes then
     v.reason = string.format("daemon (invocation %s) was started with another node list", props.invocation_id)
     return v
+  end
+  if same_invocation and type(st.running_nodes) == "string" and cfg_now then
+    if cfg_now ~= st.running_config then
+      v.reason = string.format("%s differs from the one daemon invocation %s was started with", s.imex_config,
+        props.invocation_id)
+      return v
+    end
+  else
+    -- (b) fallback, the invocation is unknown to the state file: a file the daemon reads at start
+    -- was written at or after its start.
+    local started = tonumber(props.exec_main_start_us) or 0
+    if started > 0 then
+      for _, path in ipairs({ info.nodes_file, s.imex_config }) do
+        local fst = host.stat(path)
+        if fst and fst.mtime_us and fst.mtime_us >= started then
+          v.reason = string.format("%s changed after the daemon started", path)
+          return v
+        end
+      end
+    end
   end
   -- (c) the ctl proves another list; an unusable answer proves nothing (C06).
   local ans = health.probe(ctx)
@@ -338,18 +396,22 @@ function M.assess(ctx, info, want, st, opts)
 end
 
 --- Step 6: may the daemon be (re)started, or the node list rewritten, under the other jobs that use
--- IMEX on this node? The default rule (design.md step 6, case C08): refuse when another registered
--- job runs with a DIFFERENT node list (its peers would drop its imports, or its daemon would come
--- back with a list it cannot use); a job with the same list never blocks. The setting
--- restart_under_jobs = true allows it anyway (a warning names the jobs). Call it BEFORE writing the
--- node list: on refusal the file and the unit stay as they are.
+-- IMEX on this node? The default rule (design.md step 6, case C08), two parts:
+--   1. another registered job with a DIFFERENT node list blocks any change (a rewrite, a restart,
+--      a start): its peers would drop its imports, or its daemon would come back with a list it
+--      cannot use;
+--   2. an ACTIVE daemon is never restarted while any other job is registered, whatever its list:
+--      a restart drops every import of the running daemon (imex-facts.md). Starting an inactive or
+--      failed daemon under jobs with the same list is allowed (there is nothing to break).
+-- The setting restart_under_jobs = true allows both anyway (a warning names the jobs). Call it
+-- BEFORE writing the node list: on refusal the file and the unit stay as they are.
 -- With the setting registration_max_age (seconds, when the schema has it), older registrations are
 -- dropped from `st` first (stale: an epilog that never ran; see imexguard.registry).
 -- @param ctx table policy context (ctx.job.id: this job, never in conflict with itself)
 -- @param st table state file contents (st.jobs: the registry)
 -- @param verdict table from assess (nodes: the list the daemon would run; action)
 -- @return true, or false, message (one line naming the job ids, what to do; the policy then
---   returns "conflict"), and the list of conflicting entries
+--   returns "conflict"), and the list of blocking entries
 function M.may_restart(ctx, st, verdict)
   local s, host = ctx.settings, ctx.host
   local now_us = host.wallclock() * 1e6
@@ -358,16 +420,21 @@ function M.may_restart(ctx, st, verdict)
     host.log("warning", M.one_line(string.format("node %s: ignoring stale registration(s) of job %s "
       .. "(older than registration_max_age)", M.node_name(ctx), registry.ids(stale))))
   end
-  local nodes = verdict.nodes
-  local others = registry.conflicting(st, M.job_id(ctx), nodes)
-  if #others == 0 then return true, nil, others end
-  if s.restart_under_jobs then
-    host.log("warning", M.one_line(string.format("node %s: %s %s for job %s under job %s (other node list), "
-      .. "allowed by restart_under_jobs", M.node_name(ctx), verdict.action, s.unit, M.job_id(ctx),
-      registry.ids(others))))
-    return true, nil, others
+  local id = M.job_id(ctx)
+  local blocking, why, short = registry.conflicting(st, id, verdict.nodes), "it with another node list",
+    "other node list"
+  if #blocking == 0 and verdict.action == "restart" then
+    blocking = registry.others(st, id)
+    why, short = "the running daemon, and a restart drops every import", "same node list, running daemon"
   end
-  return false, M.conflict_message(ctx, verdict, others, "it with another node list"), others
+  if #blocking == 0 then return true, nil, blocking end
+  if s.restart_under_jobs then
+    host.log("warning", M.one_line(string.format("node %s: %s %s for job %s under job %s (%s), "
+      .. "allowed by restart_under_jobs", M.node_name(ctx), verdict.action, s.unit, id,
+      registry.ids(blocking), short)))
+    return true, nil, blocking
+  end
+  return false, M.conflict_message(ctx, verdict, blocking, why), blocking
 end
 
 --- The conflict message: what this job needs, which jobs block it, and how an admin clears a
@@ -400,8 +467,9 @@ end
 -- @param st table state (changed and saved)
 -- @param want table desired list (bytes)
 -- @param extra table|nil more fields of the entry (invocation_id is filled from the unit)
--- @return entry, or nil, message (state file not written: logged by the caller), or nil when the
---   job has no id (nothing registered, a warning is logged)
+-- @return entry, or nil, message (state file not written; the policy ends in write-failed: a job
+--   the registry does not know is unprotected), code (host.write_atomic's), or nil when the job has
+--   no id (nothing registered, a warning is logged)
 function M.register(ctx, st, want, extra)
   local host = ctx.host
   local id = M.job_id(ctx)
@@ -416,15 +484,96 @@ function M.register(ctx, st, want, extra)
     e.invocation_id = props and props.invocation_id or ""
   end
   local entry = registry.register(st, id, want.bytes, host.wallclock() * 1e6, e)
-  local ok, err = state.save(host, ctx.settings, st)
+  local ok, err, code = state.save(host, ctx.settings, st)
   if not ok then
-    return nil, M.one_line(string.format("state file not written, job %s not registered: %s", id,
-      tostring(err)))
+    return nil, M.one_line(string.format("state file %s not written, job %s not registered: %s",
+      state.path(ctx.settings), id, tostring(err))), code
   end
   return entry
 end
 
---- Step 7: (re)start the unit and record what it runs.
+--- The message for a state file that cannot be read or is corrupt (state.load failed): the job
+-- registry is unknown, so nothing may change and the file must not be overwritten.
+-- @param ctx table policy context
+-- @param err string state.load's message (names the file and the error)
+-- @return "conflict", one-line message (what to do)
+function M.registry_unknown(ctx, err)
+  return "conflict", M.one_line(string.format("node %s: %s: the job registry is unknown, nothing changed and "
+    .. "the file is kept. Inspect it; remove it only when no job uses IMEX on this node (the next "
+    .. "prolog then starts a new registry)", M.node_name(ctx), tostring(err)))
+end
+
+--- A change in progress (M.begin_change): the job's registration, saved before the change.
+local Change = {}
+Change.__index = Change
+
+--- Keep the registration (the prolog succeeded), or remove it again (best effort, logged) when the
+-- run ends in an outcome with a non-zero exit. Idempotent.
+-- @param outcome string the run's outcome
+-- @return string note for the run's message ("job 101 registered" / "job 101 unregistered ...")
+function Change:finish(outcome)
+  if self.finished then return self.note end
+  self.finished = true
+  local ctx, st = self.ctx, self.st
+  local code = outcomes.exit_code(outcome, ctx.settings)
+  if code == 0 then
+    self.note = "job " .. self.id .. " registered"
+    return self.note
+  end
+  registry.unregister(st, self.id)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+  local ok, err = state.save(ctx.host, ctx.settings, st)
+  if ok then
+    self.note = string.format("job %s unregistered (%s)", self.id, tostring(outcome))
+  else
+    self.note = string.format("job %s could not be unregistered (%s); after it ends: SLURM_JOB_ID=%s "
+      .. "imexguard epilog", self.id, tostring(err), self.id)
+    ctx.host.log("warning", M.one_line(string.format("node %s: prolog of job %s ended %s but its "
+      .. "registration stays in state file %s: %s", M.node_name(ctx), self.id, tostring(outcome),
+      state.path(ctx.settings), tostring(err))))
+  end
+  return self.note
+end
+
+-- Leaving the scope without finish (a step raised): unregister, as for a failing outcome.
+function Change:__close(err)
+  if not self.finished then self:finish(err ~= nil and "policy-error" or "conflict") end
+end
+
+--- Before a change (rewrite of the node list and/or (re)start of the unit), under the node lock:
+-- register the job and record what is about to be deployed (st.deploying_nodes, deploying_job,
+-- deploying_us), and save the state file. Nothing on the node has changed yet, so when the save
+-- fails the run ends there (write-failed): a change under a registration that was never saved
+-- would leave the job unprotected (a later job with another list would restart IMEX under it).
+-- @param ctx table policy context
+-- @param st table state (changed in place)
+-- @param want table desired list (bytes)
+-- @param extra table|nil more fields of the entry (invocation_id: "" until the (re)start)
+-- @return change object (`local c <close> = change`; c:finish(outcome) keeps the registration on
+--   exit 0 and removes it again otherwise; leaving the scope unfinished removes it), or nil,
+--   "write-failed"|"deadline-exceeded", message
+function M.begin_change(ctx, st, want, extra)
+  local host = ctx.host
+  local id = M.job_id(ctx)
+  local e = {}
+  for k, v in pairs(extra or {}) do e[k] = v end
+  if e.invocation_id == nil then e.invocation_id = "" end
+  local now_us = host.wallclock() * 1e6
+  registry.register(st, id, want.bytes, now_us, e)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = want.bytes, id, now_us
+  local ok, err, code = state.save(host, ctx.settings, st)
+  if not ok then
+    return fail(by_code(code, "write-failed"), "node %s: state file %s not written: %s; job %s not "
+      .. "registered, so nothing was changed (node list not rewritten, %s not restarted)", M.node_name(ctx),
+      state.path(ctx.settings), tostring(err), id, ctx.settings.unit)
+  end
+  return setmetatable({ ctx = ctx, st = st, id = id }, Change)
+end
+
+--- Step 7: (re)start the unit and record what it runs: the new invocation ID and the exact bytes of
+-- the node list and of config.cfg (read just before the start) it was started with; the job's
+-- registry entry (from begin_change) gets the invocation ID; the record of the deployment in
+-- progress is removed. Saving that is best effort (a warning): the job is already registered.
 -- @param v table verdict from assess (action "start" or "restart", reset_failed)
 -- @param st table state (updated in place and saved)
 -- @return true and the new props (nil when systemd did not answer after the job), or nil, outcome,
@@ -436,6 +585,7 @@ function M.restart(ctx, want, v, st)
     if not ok then host.log("warning", M.one_line("reset-failed of " .. s.unit .. ": " .. tostring(err))) end
   end
   local verb = v.action == "restart" and "restart" or "start"
+  local cfg_text = host.read(s.imex_config, M.MAX_FILE)
   local res, err, code = host.unit_job(s.unit, verb, s.start_timeout)
   if res ~= "done" then
     return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s: %s (%s)", M.node_name(ctx), verb,
@@ -448,9 +598,15 @@ function M.restart(ctx, want, v, st)
       tostring(props.active_state), tostring(props.result), verb)
   end
   st.running_nodes = want.bytes
+  st.running_config = cfg_text or nil
   st.invocation_id = props and props.invocation_id or nil
   st.started_us = props and props.exec_main_start_us or nil
   st.job = M.job_id(ctx)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+  local entry = registry.find(st, M.job_id(ctx))
+  if entry and entry.invocation_id == "" and props and props.invocation_id then
+    entry.invocation_id = props.invocation_id
+  end
   local ok, serr = state.save(host, s, st)
   if not ok then host.log("warning", M.one_line("state file not updated: " .. tostring(serr))) end
   return true, props

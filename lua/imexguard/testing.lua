@@ -9,8 +9,10 @@
 -- Options of testing.host (all optional; the defaults are a healthy 2-node job n[1-2] on n1):
 --   files            {[path] = string | {data = string, mtime_us = number} | false (absent)}, merged
 --                    over the defaults (config.cfg and nodes_config.cfg listing 10.0.0.1, 10.0.0.2)
---   fail             {[path] = {read =, write =, stat =, mkdir = code}}: that operation fails with
---                    the errno name (e.g. write = "ENOSPC": the old file stays intact)
+--   fail             {[path] = {read =, write =, stat =, mkdir =, lock = code}}: that operation fails
+--                    with the errno name (e.g. write = "ENOSPC": the old file stays intact, and the
+--                    message says so as src/file.c's does; lock = "ENOSPC" on state_dir/lock: the
+--                    lock file cannot be created, as on a full or read-only state directory)
 --   unit             property overrides of nvidia-imex.service, or false for a unit that is not
 --                    installed (load_state "not-found"); default: loaded, enabled, active, running,
 --                    started half an hour ago (after the files were written)
@@ -259,6 +261,8 @@ function M.host(opts)
   -- Lock
   function h.lock(path, timeout, owner)
     rec("lock", path, timeout, owner)
+    local lf = failing(path, "lock")
+    if lf then return nil, string.format("lock %s: %s", path, lf), lf end
     local gone = missing_parent(path)
     if gone then return nil, string.format("lock %s: %s: No such file or directory", path, gone), "ENOENT" end
     if lock_holder then
@@ -314,7 +318,7 @@ function M.host(opts)
   function h.write_atomic(path, data, mode)
     rec("write_atomic", path)
     local f = failing(path, "write")
-    if f then return nil, path .. ": " .. f, f end
+    if f then return nil, string.format("write %s: write: %s (old file intact)", path, f), f end
     local gone = missing_parent(path)
     if gone then return nil, path .. ": directory " .. gone .. " does not exist", "ENOENT" end
     spend(0.001)
@@ -757,9 +761,11 @@ function Scenario:registered()
   return out
 end
 
---- The registry entries in the state file now (as imexguard.state loads them).
+--- The registry entries in the state file now (as imexguard.state loads them; a state file it
+-- refuses raises, naming the file).
 function Scenario:registrations()
-  local st = require("imexguard.state").load(self.host, { state_dir = self.state_path:match("^(.*)/") })
+  local st, err = require("imexguard.state").load(self.host, { state_dir = self.state_path:match("^(.*)/") })
+  if not st then error("testing.scenario: " .. tostring(err), 2) end
   return st.jobs or {}
 end
 

@@ -21,7 +21,7 @@ describe("state", function()
     assert.equal("10.0.0.1\n", back.nodes)
   end)
 
-  it("keeps the job registry, registered_us exactly; drops malformed entries with a warning", function()
+  it("keeps the job registry, registered_us exactly; a malformed entry makes the registry unknown", function()
     local h = testing.host()
     local s = testing.ctx{ host = h }.settings
     local st = { nodes = "a\n" }
@@ -33,11 +33,11 @@ describe("state", function()
     assert.same({ { id = "100", nodes = "10.0.0.1\n10.0.0.3\n", registered_us = 1732892345123456,
       invocation_id = "ab" } }, back.jobs)
     h.set_file(testing.STATE, '{"jobs": [{"id": "7", "nodes": "x\\n"}, {"id": 8}, "junk"]}')
-    local warn
-    back, warn = state.load(h, s)
-    assert.equal(1, #back.jobs)
-    assert.equal("7", back.jobs[1].id)
-    assert.matches("2 malformed job registration", warn)
+    local err
+    back, err = state.load(h, s)
+    assert.is_nil(back)
+    assert.matches(testing.STATE, err, 1, true)
+    assert.matches("job registration #2 is malformed", err)
   end)
 
   it("an empty registry is omitted from the file", function()
@@ -47,16 +47,32 @@ describe("state", function()
     assert.is_nil(cjson.decode(h.file(testing.STATE)).jobs)
   end)
 
-  it("a missing file is empty; a corrupt one is empty with a warning", function()
+  it("a missing file is empty; a corrupt or unreadable one is an error, never empty", function()
     local h = testing.host()
     local s = testing.ctx{ host = h }.settings
-    local st, warn = state.load(h, s)
+    local st, err = state.load(h, s)
     assert.same({}, st)
-    assert.is_nil(warn)
+    assert.is_nil(err)
     h.set_file(testing.STATE, "{not json")
-    st, warn = state.load(h, s)
-    assert.same({}, st)
-    assert.matches("not valid JSON", warn)
+    st, err = state.load(h, s)
+    assert.is_nil(st)
+    assert.matches("not valid JSON", err)
+    for text, why in pairs({ ['{"jobs":{"a":1}}'] = "'jobs' is not a list",
+      ['{"written_us":"soon"}'] = "written_us is not a decimal time",
+      ['{"invocation_id":7}'] = "invocation_id is a number",
+      ['{"jobs":[{"id":"1","nodes":"a\\n","shared":{}}]}'] = "shared is not a scalar",
+      ['{"jobs":[{"id":"","nodes":"a\\n"}]}'] = "malformed" }) do
+      h.set_file(testing.STATE, text)
+      st, err = state.load(h, s)
+      assert.is_nil(st, text)
+      assert.matches(why, err, 1, true)
+    end
+    h.set_file(testing.STATE, '{"jobs":{}}')
+    assert.same({ jobs = {} }, state.load(h, s))
+    local h2 = testing.host{ fail = { [testing.STATE] = { read = "EIO" } } }
+    st, err = state.load(h2, s)
+    assert.is_nil(st)
+    assert.matches("unreadable %(.*EIO", err)
   end)
 end)
 
@@ -72,11 +88,20 @@ describe("addresses", function()
     assert.matches("n1 listed twice", err)
   end)
 
-  it("dns: the first IPv4 answer in resolver order", function()
-    local h = testing.host{ resolve = { a = { "fd00::1", "10.1.0.9", "10.1.0.1" } } }
+  it("dns: the one IPv4 answer; a literal is not resolved", function()
+    local h = testing.host{ resolve = { a = { "fd00::1", "10.1.0.9", "10.1.0.9" } } }
     local addrs = addresses.lookup(h, { address_source = "dns", resolve_timeout = 2 }, { "a", "10.2.0.1" })
     assert.same({ "10.1.0.9", "10.2.0.1" }, addrs)
     assert.equal(1, h.count("resolve")) -- a literal is not resolved
+  end)
+
+  it("dns: several IPv4 addresses are refused whatever their order (C04)", function()
+    local h = testing.host{ resolve = { a = { "10.1.0.9", "10.1.0.1" } } }
+    local addrs, err, code = addresses.lookup(h, { address_source = "dns", resolve_timeout = 2 }, { "a" })
+    assert.is_nil(addrs)
+    assert.is_nil(code)
+    assert.matches("node a resolves to 2 IPv4 addresses (10.1.0.9 10.1.0.1)", err, 1, true)
+    assert.matches('address_source = "map"', err, 1, true)
   end)
 
   it("self: BIND_INTERFACE_IP, else the first local address in the list", function()
@@ -192,9 +217,16 @@ describe("steps", function()
       assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
     end)
 
-    it("other jobs with the same list: allowed", function()
+    it("other jobs with the same list: a start allowed, a restart of the active daemon refused", function()
       local ctx, st = with_jobs({ { 100, A }, { 102, A } })
-      assert.is_true(steps.may_restart(ctx, st, { action = "restart", nodes = A }))
+      assert.is_true(steps.may_restart(ctx, st, { action = "start", nodes = A }))
+      local ok, msg, entries = steps.may_restart(ctx, st, { action = "restart", nodes = A })
+      assert.is_false(ok)
+      assert.equal(2, #entries)
+      assert.equal("node n1: job 101 would restart nvidia-imex.service with {10.0.0.1 10.0.0.2}, but jobs "
+        .. "100 ({10.0.0.1 10.0.0.2}, registered 1h00m ago), 102 ({10.0.0.1 10.0.0.2}, registered 1h00m ago) "
+        .. "use the running daemon, and a restart drops every import; nothing written or restarted. If one "
+        .. "of them no longer runs here: SLURM_JOB_ID=<id> imexguard epilog", msg)
     end)
 
     it("another job with a different list: refused naming it, its list, age and the cleanup", function()

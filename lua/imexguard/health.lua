@@ -197,7 +197,10 @@ function M.report(domain, v, opts)
       id = node.id, host = node.host, name = names[node.host] or "",
       status = tostring(node.status), version = node.version,
       connections = conn_summary(node), self = node.host == opts.self,
-      diagnosis = diag[node.host] or "ok",
+      -- the verdict blames expected hosts; any other node that is not READY says so itself
+      diagnosis = diag[node.host]
+        or (node.status ~= "READY" and ("status " .. tostring(node.status)))
+        or "ok",
     }
   end
   if opts.json then

@@ -108,12 +108,14 @@ bench: deps
 install: $(BIN)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
-	install -D -m 0755 contrib/slurm/prolog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh
-	install -D -m 0755 contrib/slurm/epilog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh
+	for hook in prolog epilog; do \
+		sed 's|/usr/local/sbin/imexguard|$(PREFIX)/sbin/imexguard|' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
+		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
+	done
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
-	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh
+	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)/etc/imexguard/imexguard.conf.example
 
 clean:
 	rm -rf $(B)

@@ -21,7 +21,7 @@ local function say(fmt, ...) io.write(string.format(fmt, ...), "\n") io.flush() 
 local d = simdomain.new { nodes = nodes }
 local ok, err = xpcall(function()
   say("imexguard demo: a simulated %d-node IMEX domain under a private systemd user manager", nodes)
-  say("  state: %s", d.root)
+  say("  node files, settings and daemon logs: %s (removed at the end)", d.root)
   -- Stale lists left by earlier jobs: the nodes were split into pairs.
   for i, name in ipairs(d.names) do
     local a = i % 2 == 1 and i or i - 1
@@ -81,7 +81,10 @@ local ok, err = xpcall(function()
   if f1 + f2 + f3 > 0 or r1 ~= nodes or r2 ~= 2 or r3 ~= 0 then
     error("demo: unexpected result (see the tables above)", 0)
   end
-end, debug.traceback)
+end, function(e)
+  -- A person reads the message; a traceback only helps when the demo itself is being debugged.
+  return os.getenv("IMEXGUARD_DEBUG") and debug.traceback(e) or tostring(e)
+end)
 if not ok then
   -- Show what the simulated daemons logged before everything is removed.
   for _, name in ipairs(d.names) do

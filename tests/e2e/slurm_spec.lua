@@ -66,7 +66,7 @@ describe("imexguard as the Slurm prolog", function()
   local all = { "n1", "n2", "n3", "n4" }
 
   setup(function()
-    d = simdomain.new { nodes = 4, net = 30, root = simroot, settings = { "health_timeout = 8" } }
+    d = simdomain.new { nodes = 4, root = simroot, settings = { "health_timeout = 8" } }
     for _, n in ipairs(all) do d:write_nodes(n, { n }) end
     assert(d:start())
   end)

@@ -22,7 +22,7 @@ describe("prolog on a simulated domain under systemd", function()
   local all = { "n1", "n2", "n3", "n4" }
 
   setup(function()
-    d = simdomain.new { nodes = 4, net = 20 }
+    d = simdomain.new { nodes = 4 }
     d:write_nodes("n1", { "n1", "n2" })
     d:write_nodes("n2", { "n1", "n2" })
     d:write_nodes("n3", { "n3", "n4" })

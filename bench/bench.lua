@@ -155,14 +155,9 @@ local report_failure -- defined below (needs the domain helpers)
 ---------------------------------------------------------------------------------------------------
 -- Domain facts
 
---- Number of daemon starts of a node so far (imexsim logs one "imexsim VERSION starting" per start).
+--- Number of daemon starts of a node so far (simdomain counts imexsim's "starting" log lines).
 local function starts(d, name)
-  local log = simdomain.read_file(d:dir(name) .. "/imex.log") or ""
-  local n = 0
-  for line in log:gmatch("[^\n]+") do
-    if line:find("imexsim %S+ starting") then n = n + 1 end
-  end
-  return n
+  return d:starts(name)
 end
 
 local function all_starts(d)

@@ -263,7 +263,9 @@ end
 function M:starts(name)
   local log = read_file(self:dir(name) .. "/imex.log") or ""
   local n = 0
-  for _ in log:gmatch("[^\n]*starting[^\n]*") do n = n + 1 end
+  for line in log:gmatch("[^\n]+") do
+    if line:find("imexsim %S+ starting") then n = n + 1 end
+  end
   return n
 end
 

@@ -208,6 +208,9 @@ function report_failure(d, p, tool)
 end
 
 local first_failure
+-- imexguard prologs that failed: the scenarios are built so that every one of them should succeed,
+-- so any failure makes the numbers invalid and the bench exits non-zero.
+local imexguard_failures = 0
 local function run_job(d, tool, procs, nodelist, nnodes, watch_names)
   first_failure = nil
   local key = host_key(d, watch_names)
@@ -244,11 +247,18 @@ local function run_job(d, tool, procs, nodelist, nnodes, watch_names)
     p.handle = nil
     p.start, p.stop, p.took, p.status = r.start, r.stop, r.took, r.status
     p.outcome = tool == "imexguard" and outcome_of(p.out) or (p.status == 0 and "exit-0" or "failed")
+    if p.status ~= 0 and tool == "imexguard" then imexguard_failures = imexguard_failures + 1 end
     if p.status ~= 0 and not first_failure then
       first_failure = true
       report_failure(d, p, tool)
     end
     if p.stop > last then last = p.stop end
+  end
+  -- The job ends: Slurm runs the epilog, which unregisters it (untimed; the baseline has none).
+  if tool == "imexguard" then
+    for _, p in ipairs(procs) do
+      d:epilogs { job = p.job, nodelist = nodelist, names = { p.name } }
+    end
   end
   local up_at_end = is_up(d, watch_names[1], key)
   return { procs = procs, t0 = t0, t_up = t_up, t_down = t_down, last = last, up_at_end = up_at_end }
@@ -614,3 +624,7 @@ if not ok then
   os.exit(1)
 end
 report(now() - t_start)
+if imexguard_failures > 0 then
+  say("bench: %d imexguard prolog(s) failed (see above): the numbers are not valid", imexguard_failures)
+  os.exit(1)
+end

@@ -373,6 +373,16 @@ describe("default policy prolog", function()
       run(h, { settings = { nodes_file = "/srv/n.cfg" } })
       assert.equal("/srv/n.cfg", list_writes(h)[1].path)
     end)
+
+    it("refuses a relative IMEX_NODE_CONFIG_FILE: bad-input naming the key, nothing written or restarted", function()
+      local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=nodes_config.cfg")
+      local h = testing.host{ files = { [CONFIG] = cfg } }
+      local outcome, message = run(h)
+      assert.equal("bad-input", outcome)
+      assert.matches("IMEX_NODE_CONFIG_FILE=nodes_config.cfg is not an absolute path", message, 1, true)
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+    end)
   end)
 
   describe("step 5: is the daemon stale?", function()
@@ -1206,6 +1216,16 @@ describe("default policy: hardening", function()
   end)
 
   describe("the job id", function()
+    it("one job, one spelling: the epilog of job 7 unregisters a prolog run as 007", function()
+      local h = testing.host()
+      local env = { SLURM_JOB_ID = "007", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1" }
+      assert.equal("ok", (run(h, { env = env })))
+      assert.matches('"id":"7"', h.file(STATE), 1, true)
+      env.SLURM_JOB_ID = "7"
+      assert.equal("ok", (run(h, { command = "epilog", env = env })))
+      assert.is_nil(h.file(STATE):find('"id":', 1, true), h.file(STATE))
+    end)
+
     it("a prolog without SLURM_JOB_ID is bad-input, nothing changed", function()
       local h = testing.host()
       local outcome, message = run(h, { env = { SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })

@@ -51,7 +51,9 @@ end
 --- The job id as a string ("?" when unknown).
 function M.job_id(ctx)
   local job = ctx.job or {}
-  return tostring(job.id or (ctx.env and (ctx.env.SLURM_JOB_ID or ctx.env.SLURM_JOBID)) or "?")
+  local id = tostring(job.id or (ctx.env and (ctx.env.SLURM_JOB_ID or ctx.env.SLURM_JOBID)) or "?")
+  -- one job, one spelling: "007" (typed by hand) is job 7 (Slurm never writes leading zeros)
+  return (id:gsub("^0+(%d)", "%1"))
 end
 
 --- Slurm job ids are decimal integers (uint32; array and heterogeneous jobs have numeric ids too).
@@ -85,7 +87,7 @@ function M.check_job_id(ctx)
     return fail("bad-input", "%s on node %s: %s=\"%s\" is not a Slurm job id (a decimal integer); nothing "
       .. "changed", ctx.command or "run", M.node_name(ctx), name, show(raw))
   end
-  return raw
+  return (raw:gsub("^0+(%d)", "%1"))
 end
 
 --- Query the unit's properties; a failed query is "unknown", never "inactive" (C17).
@@ -125,6 +127,11 @@ function M.applies(ctx)
   if not nodes_file then
     local v = imexcfg.get and imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE") or cfg.IMEX_NODE_CONFIG_FILE
     nodes_file = (v and v ~= "") and v or M.DEFAULT_NODES_FILE
+    -- the daemon's working directory is not ours: a relative path would name another file
+    if nodes_file:sub(1, 1) ~= "/" then
+      return fail("bad-input", "IMEX config %s: IMEX_NODE_CONFIG_FILE=%s is not an absolute path; nothing "
+        .. "changed", s.imex_config, nodes_file)
+    end
   end
   local bind = cfg.BIND_INTERFACE_IP
   return { unit = props, cfg = cfg, nodes_file = nodes_file, bind = (bind ~= "" and bind) or nil }

@@ -374,8 +374,9 @@ describe("default policy prolog", function()
       assert.equal("/srv/n.cfg", list_writes(h)[1].path)
     end)
 
-    it("refuses a relative IMEX_NODE_CONFIG_FILE: bad-input naming the key, nothing written or restarted", function()
-      local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=nodes_config.cfg")
+    it("refuses a relative IMEX_NODE_CONFIG_FILE: bad-input naming the key, nothing changed", function()
+      local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*",
+        "IMEX_NODE_CONFIG_FILE=nodes_config.cfg")
       local h = testing.host{ files = { [CONFIG] = cfg } }
       local outcome, message = run(h)
       assert.equal("bad-input", outcome)
@@ -1218,11 +1219,11 @@ describe("default policy: hardening", function()
   describe("the job id", function()
     it("one job, one spelling: the epilog of job 7 unregisters a prolog run as 007", function()
       local h = testing.host()
-      local env = { SLURM_JOB_ID = "007", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1" }
-      assert.equal("ok", (run(h, { env = env })))
+      local jenv = { SLURM_JOB_ID = "007", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1" }
+      assert.equal("ok", (run(h, { env = jenv })))
       assert.matches('"id":"7"', h.file(STATE), 1, true)
-      env.SLURM_JOB_ID = "7"
-      assert.equal("ok", (run(h, { command = "epilog", env = env })))
+      jenv.SLURM_JOB_ID = "7"
+      assert.equal("ok", (run(h, { command = "epilog", env = jenv })))
       assert.is_nil(h.file(STATE):find('"id":', 1, true), h.file(STATE))
     end)
 

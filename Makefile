@@ -109,7 +109,7 @@ install: $(BIN)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
 	for hook in prolog epilog; do \
-		sed 's|/usr/local/sbin/imexguard|$(PREFIX)/sbin/imexguard|' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
+		sed 's|/usr/local/|$(PREFIX)/|g' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
 		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
 	done
 

@@ -83,7 +83,7 @@ static void usage(FILE *f)
 	    "  epilog          the job ended (Slurm Epilog)\n"
 	    "  status [--json] show the domain, with a diagnosis per unhealthy node\n"
 	    "  plan [--json]   what prolog would do, without doing it\n"
-	    "  check POLICY    load and validate a policy file\n"
+	    "  check POLICY    compile a policy in the sandbox, run standard scenarios\n"
 	    "  version         print the version\n"
 	    "\n"
 	    "Options:\n"

@@ -39,6 +39,8 @@
  *     job=N outcome=deadline-exceeded: watchdog: ..." with write(2) and calls _exit(10): both are
  *     async-signal-safe (POSIX), and a thread is unaffected by the main thread's signal mask.
  *     Child processes of `host.run` are already bounded by the deadline in run.c.
+ *  The run also ends at once, with the same kind of final line and exit code, on SIGTERM or
+ *  SIGINT (an admin or slurmd stopping it): on_terminate, installed with the watchdog.
  *
  * Trust (design.md "Trust"): ig_read_trusted.
  */
@@ -86,17 +88,19 @@ struct ig_mem {
 };
 
 static struct ig_mem g_mem;
-static char g_sentinel;		  /* its address is the deadline interrupt */
-static char g_loading;		  /* its address marks a module being loaded */
-static int g_fired;		  /* the deadline interrupt has fired */
-static char g_where[512];	  /* where the interrupt first hit: "file:line" */
-static char *g_lua_dir;		  /* --lua-dir, or NULL */
-static char *g_traceback;	  /* full traceback of the last error */
-static timer_t g_timer;		  /* the watchdog */
-static int g_timer_ok;		  /* g_timer was created */
-static char g_wd_line[2][512];	  /* the watchdog's last line, double-buffered */
-static atomic_int g_wd_cur;	  /* index of the line in use */
-static atomic_size_t g_wd_len[2]; /* lengths of g_wd_line[] */
+static char g_sentinel;		    /* its address is the deadline interrupt */
+static char g_loading;		    /* its address marks a module being loaded */
+static int g_fired;		    /* the deadline interrupt has fired */
+static char g_where[512];	    /* where the interrupt first hit: "file:line" */
+static char *g_lua_dir;		    /* --lua-dir, or NULL */
+static char *g_traceback;	    /* full traceback of the last error */
+static timer_t g_timer;		    /* the watchdog */
+static int g_timer_ok;		    /* g_timer was created */
+static char g_wd_line[2][512];	    /* the watchdog's last line, double-buffered */
+static char g_term_line[2][512];    /* the last line on SIGTERM/SIGINT, double-buffered */
+static atomic_size_t g_term_len[2]; /* lengths of g_term_line[] */
+static atomic_int g_wd_cur;	    /* index of the line in use */
+static atomic_size_t g_wd_len[2];   /* lengths of g_wd_line[] */
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
@@ -190,11 +194,45 @@ static void watchdog_fire(union sigval sv)
 	_exit(IG_WATCHDOG_EXIT);
 }
 
+/* SIGTERM/SIGINT (an admin, or slurmd giving up on the prolog): the run ends at once with its one
+ * final line and the exit code of deadline-exceeded, like the watchdog.  Only async-signal-safe
+ * calls.  Nothing is torn: the node list and the state file are replaced by rename(2) or not at
+ * all, and the node lock is released by the kernel when the process exits. */
+static void on_terminate(int signo)
+{
+	(void)signo;
+	int cur = atomic_load(&g_wd_cur);
+	size_t len = atomic_load(&g_term_len[cur]);
+	if (write(STDERR_FILENO, g_term_line[cur], len) < 0) {
+		/* nothing left to do */
+	}
+	_exit(IG_WATCHDOG_EXIT);
+}
+
+/* Format one final line into buf (size 512) for the command and job; returns its length. */
+static size_t final_line(char *buf, const char *command, const char *job, const char *what)
+{
+	int n = snprintf(buf, 512, "imexguard: err: %s job=%s outcome=deadline-exceeded: %s\n",
+			 command ? command : "-", job && *job ? job : "-", what);
+	if (n < 0)
+		n = 0;
+	if (n >= 512) {
+		n = 511;
+		buf[n - 1] = '\n';
+	}
+	return (size_t)n;
+}
+
 /* Set the watchdog's line: the command and the job id (copied; NULL job: "-").  Double-buffered
  * so the watchdog thread never reads a half-written line. */
 void ig_watchdog_label(const char *command, const char *job)
 {
 	int next = 1 - atomic_load(&g_wd_cur);
+	atomic_store(
+	    &g_term_len[next],
+	    final_line(g_term_line[next], command, job,
+		       "terminated by a signal (SIGTERM or SIGINT) before the run ended; the "
+		       "node list on disk is the old or the new one, never torn"));
 	int n =
 	    snprintf(g_wd_line[next], sizeof g_wd_line[next],
 		     "imexguard: err: %s job=%s outcome=deadline-exceeded: watchdog: still running "
@@ -225,6 +263,12 @@ int ig_watchdog_arm(void)
 		g_timer_ok = 1;
 		if (atomic_load(&g_wd_len[atomic_load(&g_wd_cur)]) == 0)
 			ig_watchdog_label(NULL, NULL);
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_terminate;
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
 	}
 	struct itimerspec its;
 	memset(&its, 0, sizeof its);

@@ -81,7 +81,9 @@ int ig_sandbox_deadline_fired(void);
 void ig_sandbox_hook(lua_State *L, int on);
 
 /* Arm (or re-arm after the deadline changed) the watchdog at ig_deadline() + IG_WATCHDOG_GRACE
- * seconds (CLOCK_MONOTONIC).  No deadline: disarmed.  Returns 0 or a negative errno. */
+ * seconds (CLOCK_MONOTONIC).  No deadline: disarmed.  The first call also installs the SIGTERM and
+ * SIGINT handlers that end the run at once with its final line (outcome deadline-exceeded, exit
+ * IG_WATCHDOG_EXIT).  Returns 0 or a negative errno. */
 int ig_watchdog_arm(void);
 
 /* Set the command and job id that the watchdog's last line names (copied). */

@@ -54,6 +54,28 @@ describe("imexguard sandbox", function()
       return msg
     end
 
+    it("SIGTERM ends the run at once with its final line and the deadline's exit code", function()
+      n = n + 1
+      local path = string.format("%s/p%d.lua", dir, n)
+      H.write(path, "local P = {}\nfunction P.prolog(ctx) ctx.host.log('notice', 'ready') "
+        .. "ctx.host.sleep(30) return 'ok', 'slept' end\nfunction P.epilog() return 'ok' end\nreturn P\n")
+      local log, rc = dir .. "/term.log", dir .. "/term.rc"
+      local sh = H.spawn(string.format("sh -c '%s --config %s --policy %s prolog 2>%s; echo $? >%s'",
+        H.imexguard_bin(), dir .. "/none.conf", path, log, rc))
+      assert.truthy(H.wait_until(function() return (H.read(log) or ""):find("ready", 1, true) end, 10),
+        H.read(log))
+      local child = tonumber(H.sh("pgrep -P " .. sh))
+      assert.truthy(child, "the imexguard process")
+      local t0 = H.host().now()
+      H.kill(child, "TERM")
+      assert.truthy(H.wait_until(function() return H.read(rc) end, 5), "imexguard did not end")
+      assert.is_true(H.host().now() - t0 < 1)
+      assert.equal("10", (H.read(rc):gsub("%s", "")))
+      local last = H.read(log):match("([^\n]*)\n?$")
+      assert.matches("^imexguard: err: prolog job=%S+ outcome=deadline%-exceeded: terminated by a signal",
+        last)
+    end)
+
     it("stops `while true do end` within a second of the deadline", function()
       local r, path = policy("while true do end", { "--deadline", tostring(DEADLINE) })
       local msg = expect_deadline(r)

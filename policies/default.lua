@@ -68,11 +68,7 @@ build = function(hooks)
     local host, s = ctx.host, ctx.settings
     local st, serr = state.load(host, s)
     if not st then return steps.registry_unknown(ctx, serr) end
-    if st.deploying_job then
-      host.log("warning", steps.one_line(string.format("node %s: the run of job %s was interrupted while "
-        .. "deploying %s (state file %s)", steps.node_name(ctx), tostring(st.deploying_job),
-        registry.show_nodes(st.deploying_nodes), state.path(s))))
-    end
+    steps.drop_interrupted(ctx, st)
     local old, rerr = steps.read_nodes(ctx, info)
     if rerr then host.log("warning", rerr) end
     local changed = old ~= want.bytes

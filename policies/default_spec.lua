@@ -334,8 +334,9 @@ describe("default policy prolog", function()
       local h = testing.host()
       local outcome = run(h, { env = env("n[1,3]") })
       assert.equal("ok", outcome)
-      -- the registration (before any change), the list, the state after the write, after the restart
-      assert.same({ STATE, NODES, STATE, STATE }, paths(h))
+      -- the registration (before any change), the list, the state after the write, after the restart,
+      -- and at the end of the prolog (the record of the deployment in progress removed)
+      assert.same({ STATE, NODES, STATE, STATE, STATE }, paths(h))
       assert.equal("10.0.0.1\n10.0.0.3\n", h.writes[2].data)
       local st = cjson.decode(h.file(STATE))
       assert.equal("10.0.0.1\n10.0.0.3\n", st.nodes)
@@ -393,7 +394,8 @@ describe("default policy prolog", function()
         unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 } }
       local outcome, message = run(h)
       assert.equal("ok", outcome)
-      assert.same({ STATE, STATE }, paths(h)) -- the registration before the restart, the state after it
+      -- the registration before the restart, the state after it, the end of the prolog
+      assert.same({ STATE, STATE, STATE }, paths(h))
       assert.equal(1, #h.jobs)
       assert.equal("restart", h.jobs[1].verb)
       assert.matches("changed after the daemon started", message)
@@ -414,7 +416,8 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.equal(1, #h.jobs)
       assert.matches("another node list", message)
-      assert.same({ STATE, STATE }, paths(h)) -- only the state file: registration, after the restart
+      -- only the state file: registration, after the restart, the end of the prolog
+      assert.same({ STATE, STATE, STATE }, paths(h))
     end)
 
     it("(b) a record of an older invocation is not a reason", function()
@@ -1012,6 +1015,34 @@ describe("default policy: hardening", function()
   end)
 
   describe("registration before any change", function()
+    it("an interrupted prolog (its deployment record left behind) does not block the next job", function()
+      -- job 200's prolog registered {.1,.3} and died (kill -9) before it ended: Slurm does not run it
+      local left = "10.0.0.1\n10.0.0.3\n"
+      local h = testing.host{ files = { [STATE] = cjson.encode({ deploying_job = "200",
+        deploying_nodes = left, deploying_us = "1700000000000000", jobs = { { id = "200", nodes = left,
+        registered_us = "1700000000000000" } } }), [NODES] = left } }
+      local outcome, message = run(h) -- job 101 wants {.1,.2}
+      assert.equal("ok", outcome, message)
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES))
+      local st = cjson.decode(h.file(STATE))
+      assert.is_nil(st.deploying_job)
+      assert.equal(1, #st.jobs)
+      assert.equal("101", st.jobs[1].id)
+      local warned = false
+      for _, l in ipairs(h.logs) do
+        if tostring(l[2]):find("prolog of job 200 was interrupted", 1, true) then warned = true end
+      end
+      assert.is_true(warned, "the dropped registration is logged")
+    end)
+
+    it("without a deployment record a registered job with another list still refuses (C08)", function()
+      local left = "10.0.0.1\n10.0.0.3\n"
+      local h = testing.host{ files = { [STATE] = cjson.encode({ jobs = { { id = "200", nodes = left,
+        registered_us = "1700000000000000" } } }), [NODES] = left } }
+      assert.equal("conflict", (run(h)))
+      assert.equal(left, h.file(NODES))
+    end)
+
     it("the state file is saved with the job registered before the list is rewritten", function()
       local h = testing.host()
       assert.equal("ok", (run(h, { env = env("n[1,3]") })))

@@ -525,6 +525,13 @@ function Change:finish(outcome)
   local code = outcomes.exit_code(outcome, ctx.settings)
   if code == 0 then
     self.note = "job " .. self.id .. " registered"
+    st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+    local ok, err = state.save(ctx.host, ctx.settings, st)
+    if not ok then
+      -- the job stays registered; the next run takes the leftover record for an interrupted prolog
+      ctx.host.log("warning", M.one_line(string.format("node %s: state file %s not updated after job %s: %s",
+        M.node_name(ctx), state.path(ctx.settings), self.id, tostring(err))))
+    end
     return self.note
   end
   registry.unregister(st, self.id)
@@ -545,6 +552,24 @@ end
 -- Leaving the scope without finish (a step raised): unregister, as for a failing outcome.
 function Change:__close(err)
   if not self.finished then self:finish(err ~= nil and "policy-error" or "conflict") end
+end
+
+--- Under the node lock: a record of a deployment in progress (st.deploying_job) means the prolog
+-- that wrote it died before it ended (it held this lock; kill -9, a node crash, slurmd's kill at
+-- PrologEpilogTimeout). Slurm fails a job whose prolog did not finish (drain, requeue), so that
+-- job does not run here: its registration is dropped, or it would block the next job (conflict).
+-- A requeued job registers again in its own prolog. The state is saved with the next registration.
+-- @param st table state (changed in place)
+-- @return the dropped job id, or nil
+function M.drop_interrupted(ctx, st)
+  local id = st.deploying_job
+  if not id then return nil end
+  registry.unregister(st, id)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+  ctx.host.log("warning", M.one_line(string.format("node %s: the prolog of job %s was interrupted during "
+    .. "a change (its record is still in %s); Slurm does not run a job whose prolog did not finish, so "
+    .. "its registration is dropped", M.node_name(ctx), tostring(id), state.path(ctx.settings))))
+  return id
 end
 
 --- Before a change (rewrite of the node list and/or (re)start of the unit), under the node lock:
@@ -579,8 +604,9 @@ end
 
 --- Step 7: (re)start the unit and record what it runs: the new invocation ID and the exact bytes of
 -- the node list and of config.cfg (read just before the start) it was started with; the job's
--- registry entry (from begin_change) gets the invocation ID; the record of the deployment in
--- progress is removed. Saving that is best effort (a warning): the job is already registered.
+-- registry entry (from begin_change) gets the invocation ID. Saving that is best effort (a
+-- warning): the job is already registered. The record of the deployment in progress stays until
+-- the prolog ends (Change:finish).
 -- @param v table verdict from assess (action "start" or "restart", reset_failed)
 -- @param st table state (updated in place and saved)
 -- @return true and the new props (nil when systemd did not answer after the job), or nil, outcome,
@@ -609,7 +635,8 @@ function M.restart(ctx, want, v, st)
   st.invocation_id = props and props.invocation_id or nil
   st.started_us = props and props.exec_main_start_us or nil
   st.job = M.job_id(ctx)
-  st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+  -- the record of the deployment stays until the prolog has finished (Change:finish): a run killed
+  -- during the health wait is an interrupted prolog too
   local entry = registry.find(st, M.job_id(ctx))
   if entry and entry.invocation_id == "" and props and props.invocation_id then
     entry.invocation_id = props.invocation_id

@@ -155,14 +155,10 @@ local report_failure -- defined below (needs the domain helpers)
 ---------------------------------------------------------------------------------------------------
 -- Domain facts
 
---- Number of daemon starts of a node so far (simdomain counts imexsim's "starting" log lines).
-local function starts(d, name)
-  return d:starts(name)
-end
-
+--- Each node's daemon start count so far (simdomain counts imexsim's "starting" log lines).
 local function all_starts(d)
   local t = {}
-  for _, name in ipairs(d.names) do t[name] = starts(d, name) end
+  for _, name in ipairs(d.names) do t[name] = d:starts(name) end
   return t
 end
 
@@ -348,6 +344,16 @@ local function lags(job)
   return l, early
 end
 
+--- One job on every node of the domain at once, after `prepare(d)`; returns run_job's result and
+-- each node's daemon start count before the job.
+local function whole_job(d, tool, job, nodelist, prepare)
+  prepare(d)
+  local before = all_starts(d)
+  local procs = {}
+  for i, name in ipairs(d.names) do procs[i] = { name = name, job = job } end
+  return run_job(d, tool, procs, nodelist, d.n, d.names), before
+end
+
 --- b) restart path: every node's list changes (pairs -> the whole domain), all nodes at once.
 local function restart_path(d)
   local r = { imexguard = { took = {}, lag = {}, early = 0, fail = 0, restarts = {}, never_up = 0 },
@@ -356,17 +362,13 @@ local function restart_path(d)
   local job = 200
   for round = 1, CFG.rounds do
     for _, tool in ipairs { "imexguard", "baseline" } do
-      make_stale(d)
-      local before = all_starts(d)
       job = job + 1
-      local procs = {}
-      for i, name in ipairs(d.names) do procs[i] = { name = name, job = job } end
-      local res = run_job(d, tool, procs, nodelist, d.n, d.names)
+      local res, before = whole_job(d, tool, job, nodelist, make_stale)
       local t = r[tool]
       for _, p in ipairs(res.procs) do
         t.took[#t.took + 1] = p.took
         if p.status ~= 0 then t.fail = t.fail + 1 end
-        t.restarts[#t.restarts + 1] = starts(d, p.name) - before[p.name]
+        t.restarts[#t.restarts + 1] = d:starts(p.name) - before[p.name]
       end
       local l, early = lags(res)
       for _, x in ipairs(l) do t.lag[#t.lag + 1] = x end
@@ -390,7 +392,7 @@ local function fast_path(d)
   local warm = run_job(d, "imexguard", procs, nodelist, d.n, d.names)
   assert(warm.up_at_end, "fast path: the domain is not UP after the warm-up prologs")
   local name = "n1"
-  local inv, nstart = d:invocation(name), starts(d, name)
+  local inv, nstart = d:invocation(name), d:starts(name)
   local r = { ctl = { took = {}, rss = {} }, version = { took = {}, rss = {} },
     floor = { took = {}, rss = {} },
     imexguard = { took = {}, rss = {}, fail = 0 }, baseline = { took = {}, rss = {}, fail = 0 } }
@@ -423,7 +425,7 @@ local function fast_path(d)
     end
   end
   r.igout = outcome_of(d:dir(name) .. "/bench-fast-ig.out")
-  r.restarted = d:invocation(name) ~= inv or starts(d, name) ~= nstart
+  r.restarted = d:invocation(name) ~= inv or d:starts(name) ~= nstart
   return r
 end
 
@@ -443,7 +445,7 @@ local function concurrent(d)
     local res = run_job(d, tool, procs, nodelist, d.n, d.names)
     local x = { restarts = {}, fail = 0, took = {}, early = select(2, lags(res)),
       wall = res.last - res.t0, up_at_end = res.up_at_end }
-    for _, name in ipairs(d.names) do x.restarts[#x.restarts + 1] = starts(d, name) - before[name] end
+    for _, name in ipairs(d.names) do x.restarts[#x.restarts + 1] = d:starts(name) - before[name] end
     for _, p in ipairs(res.procs) do
       x.took[#x.took + 1] = p.took
       if p.status ~= 0 then x.fail = x.fail + 1 end
@@ -465,17 +467,13 @@ local function whole_domain(d)
   local job = 500
   for round = 1, CFG.nvl_rounds do
     for _, tool in ipairs { "imexguard", "baseline" } do
-      make_cold(d)
-      local before = all_starts(d)
       job = job + 1
-      local procs = {}
-      for i, name in ipairs(d.names) do procs[i] = { name = name, job = job } end
-      local res = run_job(d, tool, procs, nodelist, d.n, d.names)
+      local res, before = whole_job(d, tool, job, nodelist, make_cold)
       local t = r[tool]
       local ok, one = 0, 0
       for _, p in ipairs(res.procs) do
         if p.status == 0 then ok = ok + 1 end
-        if starts(d, p.name) - before[p.name] == 1 then one = one + 1 end
+        if d:starts(p.name) - before[p.name] == 1 then one = one + 1 end
       end
       local l, early = lags(res)
       for _, x in ipairs(l) do t.lag[#t.lag + 1] = x end

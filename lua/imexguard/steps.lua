@@ -12,6 +12,7 @@ local health = require "imexguard.health"
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
+local text = require "imexguard.text"
 
 local M = {}
 
@@ -27,10 +28,8 @@ local ENABLED = {
   ["transient"] = true,
 }
 
---- Make a message one line.
-function M.one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
-end
+--- Make a message one line (imexguard.text.one_line, kept here for policies that use steps only).
+M.one_line = text.one_line
 
 local function fail(outcome, fmt, ...)
   return nil, outcome, M.one_line(string.format(fmt, ...))

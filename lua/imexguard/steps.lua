@@ -12,7 +12,6 @@ local health = require "imexguard.health"
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
-local text = require "imexguard.text"
 
 local M = {}
 
@@ -29,7 +28,7 @@ local ENABLED = {
 }
 
 --- Make a message one line (imexguard.text.one_line, kept here for policies that use steps only).
-M.one_line = text.one_line
+M.one_line = require("imexguard.text").one_line
 
 local function fail(outcome, fmt, ...)
   return nil, outcome, M.one_line(string.format(fmt, ...))

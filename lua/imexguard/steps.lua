@@ -138,7 +138,7 @@ end
 --- Step 2: the desired node list.
 -- @param opts table|nil {lookup = function(ctx, names) -> list of addresses (same order), or nil,
 --   message naming the node, code}: the address source; default: imexguard.addresses.lookup with
---   the settings (DNS, or the address_map file). A site policy passes its own (policies/address_map.lua).
+--   the settings (DNS, or the address map). A site policy passes its own through the lookup hook.
 -- @return want {expr, source, names, addrs, bytes, self, self_index, names_by = {[addr] = name}},
 --   or nil, "bad-input"|"deadline-exceeded", message naming the bad input
 function M.desired(ctx, info, opts)

@@ -28,7 +28,7 @@
 --                    is active, else the "unreachable" answer), a list of answers consumed per call
 --                    (the last one repeats), or function(n, argv, h) -> answer. An answer is a
 --                    string (stdout, exit 0), {stdout =, status =}, {hang = true},
---                    {domain = described domain (see render_domain)} or {exec_error = "ENOENT"}
+--                    {domain = described domain (see testing_run.render_domain)} or {exec_error = "ENOENT"}
 --   daemon_nodes     the list the running daemon was started with (default: the nodes file)
 --   unhealthy        {[address] = node status} for the "auto" ctl: those daemon nodes are listed with
 --                    that status (e.g. "UNAVAILABLE"), the others READY; key "*": every node
@@ -48,7 +48,7 @@
 -- h.set_file(path, data), h.advance(seconds), h.unit_props (the live unit table), h.now(),
 -- h.daemon_nodes(), h.clear() (forget the recordings, keep files, unit and clock).
 --
--- Scenarios (a site spec reads given / when / then; see M.scenario below):
+-- Scenarios (a site spec reads given / when / then; options and methods in imexguard.testing_scenario):
 --   local s = testing.scenario{ policy = P, node = "n1", nodes = {n1 = "10.0.0.1", n2 = "10.0.0.2"},
 --     domain = "up", file = {"n1", "n2"}, unit = "active", jobs = {{id = 100, nodes = {"n1", "n3"}}} }
 --   local outcome, msg = s:prolog{ job = 101, nodelist = "n[1-2]" }

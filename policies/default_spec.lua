@@ -1298,3 +1298,48 @@ describe("default policy: hardening", function()
     assert.equal(1, n)
   end)
 end)
+
+describe("default policy: a table of methods in the order of its decision model", function()
+  it("has every step as a method and plain entry points", function()
+    for _, step in ipairs({ "applies", "desired", "lock", "write", "stale", "may_restart", "restart",
+      "wait_healthy", "register", "lookup", "admit", "register_extra", "after_unregister" }) do
+      assert.is_function(P[step], step)
+    end
+    for _, e in ipairs({ "prolog", "epilog", "plan", "status", "extend" }) do assert.is_function(P[e], e) end
+  end)
+
+  it("an overridden step is used by the entry points; the default step is reachable as P.step(self, ...)",
+    function()
+      local site = P.extend()
+      local asked = 0
+      -- a site rule: a daemon the default finds current is restarted all the same
+      function site:stale(ctx, info, want, st, opts)
+        asked = asked + 1
+        local v, o, m = P.stale(self, ctx, info, want, st, opts)
+        if v and v.action == "none" then v.action, v.reason = "restart", "site rule: always restart" end
+        return v, o, m
+      end
+      local s = testing.scenario{ policy = site }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, asked)
+      assert.equal(1, s:restarts())
+      assert.matches("site rule: always restart", message, 1, true)
+      -- the default itself is unchanged: nothing to do
+      local d = testing.scenario{}
+      assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal(0, d:restarts())
+    end)
+
+  it("hooks given to extend are kept by a further extend, and unknown hooks raise", function()
+    local a = P.extend{ register_extra = function() return { site = "a" } end }
+    local b = a.extend{ admit = function() return true end }
+    assert.is_function(b.hooks.register_extra)
+    assert.is_function(b.hooks.admit)
+    local s = testing.scenario{ policy = b }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.equal("a", s:registrations()[1].site)
+    assert.has_error(function() P.extend{ may_restrat = function() end } end,
+      "policy extend: unknown hook 'may_restrat'")
+  end)
+end)

@@ -14,6 +14,7 @@
 --      ("shared"), so that a conflict message tells an admin which jobs shared the node.
 local default = require "policies.default"
 local steps = require "imexguard.steps"
+local text = require "imexguard.text"
 local registry = require "imexguard.registry"
 
 --- Values Slurm sets in SLURM_JOB_OVERSUBSCRIBE (imex-facts.md); anything else is logged.
@@ -30,7 +31,7 @@ return default.extend{
   admit = function(ctx)
     local v = sharing(ctx)
     if v ~= "unset" and not SHARING[v] then
-      ctx.host.log("warning", steps.one_line(string.format("job %s: unknown SLURM_JOB_OVERSUBSCRIBE=%s, "
+      ctx.host.log("warning", text.one_line(string.format("job %s: unknown SLURM_JOB_OVERSUBSCRIBE=%s, "
         .. "treated as shared", steps.job_id(ctx), v)))
     end
     return true

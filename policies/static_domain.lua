@@ -14,6 +14,7 @@
 -- job registry: nothing on the node changes. The epilog has nothing to do. status is the
 -- default's; plan reports the same checks without waiting.
 local steps = require "imexguard.steps"
+local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
 local default = require "policies.default"
@@ -21,7 +22,7 @@ local default = require "policies.default"
 local P = {}
 
 local function fail(outcome, fmt, ...)
-  return nil, outcome, steps.one_line(string.format(fmt, ...))
+  return nil, outcome, text.one_line(string.format(fmt, ...))
 end
 
 --- Steps 1-4. @return info, want, props, or nil, outcome, message
@@ -32,9 +33,9 @@ local function verify(ctx, wait)
   want, o, m = steps.desired(ctx, info)
   if not want then return nil, o, m end
   local node = steps.node_name(ctx)
-  local text, rerr = steps.read_nodes(ctx, info)
-  if not text then return fail("domain-unhealthy", "node %s: static node list %s", node, tostring(rerr)) end
-  local static, perr = nodelist.parse(text)
+  local bytes, rerr = steps.read_nodes(ctx, info)
+  if not bytes then return fail("domain-unhealthy", "node %s: static node list %s", node, tostring(rerr)) end
+  local static, perr = nodelist.parse(bytes)
   if not static then return fail("domain-unhealthy", "node %s: static node list %s: %s", node,
     info.nodes_file, tostring(perr)) end
   if #static == 0 then
@@ -99,7 +100,7 @@ local function wait_job_nodes(ctx, want)
     if left <= 0 or not h.sleep(math.min(s.poll_interval, left)) then break end
   end
   if last_v then return health.blame(ctx, want, last_v, h.now() - start) end
-  return "ctl-unusable", steps.one_line(string.format(
+  return "ctl-unusable", text.one_line(string.format(
     "no usable answer from the ctl in %.1f s (%d tries): %s", h.now() - start, polls, tostring(last_err)))
 end
 
@@ -107,7 +108,7 @@ function P.prolog(ctx)
   local info, want, m = verify(ctx, true)
   if not info then return want, m end
   local outcome, msg = wait_job_nodes(ctx, want)
-  return outcome, steps.one_line(msg .. "; static domain: nothing rewritten or restarted")
+  return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
 end
 
 function P.epilog(ctx)
@@ -124,7 +125,7 @@ function P.plan(ctx)
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
     #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(domain),
     v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
-  return "ok", steps.one_line(msg), steps.one_line(msg) .. "\n"
+  return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
 end
 
 P.status = default.status

@@ -6,21 +6,32 @@
 -- exits non-zero and Slurm drains the node, so an admin looks at a daemon that would not stop.
 -- Only an epilog that removed a registration stops IMEX: the epilog of a job whose prolog failed
 -- (never registered) leaves the unit alone, and so does a node with other jobs registered.
+-- It shows how a site overrides a method of the default policy: P.extend() gives a policy table
+-- that inherits every step, and assigning P:after_unregister replaces that one step.
 local default = require "policies.default"
 local steps = require "imexguard.steps"
 local registry = require "imexguard.registry"
+local text = require "imexguard.text"
 
-return default.extend{
-  after_unregister = function(ctx, st, entry, remaining) -- luacheck: no unused args
-    if #remaining > 0 then return nil end -- the default message: still registered, left running
-    local s = ctx.settings
-    local res, err, code = ctx.host.unit_job(s.unit, "stop", s.start_timeout)
-    if res ~= "done" then
-      return code == "deadline" and "deadline-exceeded" or "service-failed", steps.one_line(string.format(
-        "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", steps.node_name(ctx),
-        entry.id, s.unit, tostring(code or res), tostring(err)))
-    end
-    return "ok", string.format("job %s unregistered on node %s, the last job using IMEX (%s); %s stopped",
-      entry.id, steps.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
-  end,
-}
+local P = default.extend()
+
+--- The epilog after the job's entry was removed and the state file saved (under the node lock).
+-- @param ctx table policy context
+-- @param st table state (saved)
+-- @param entry table the removed registry entry
+-- @param remaining list the other registered entries
+-- @return nil (the default message: still registered, left running), or outcome, message
+function P:after_unregister(ctx, st, entry, remaining)
+  if #remaining > 0 then return default.after_unregister(self, ctx, st, entry, remaining) end
+  local s = ctx.settings
+  local res, err, code = ctx.host.unit_job(s.unit, "stop", s.start_timeout)
+  if res ~= "done" then
+    return code == "deadline" and "deadline-exceeded" or "service-failed", text.one_line(string.format(
+      "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", steps.node_name(ctx),
+      entry.id, s.unit, tostring(code or res), tostring(err)))
+  end
+  return "ok", string.format("job %s unregistered on node %s, the last job using IMEX (%s); %s stopped",
+    entry.id, steps.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
+end
+
+return P

@@ -49,3 +49,23 @@ describe("stop_on_last_epilog policy", function()
     assert.same({}, s:registered()) -- the job itself is gone either way
   end)
 end)
+
+describe("stop_on_last_epilog policy: a method override of the default policy", function()
+  local default = require "policies.default"
+
+  it("replaces after_unregister only; every other step is the default's", function()
+    assert.are_not.equal(default.after_unregister, P.after_unregister)
+    for _, step in ipairs({ "applies", "desired", "lock", "write", "stale", "may_restart", "restart",
+      "wait_healthy", "register" }) do
+      assert.equal(default[step], P[step], step)
+    end
+    assert.same({}, P.hooks)
+  end)
+
+  it("a policy extended from it keeps the override (its epilog still stops the unit)", function()
+    local child = P.extend{ register_extra = function() return { site = "x" } end }
+    local s = testing.scenario{ policy = child, jobs = { [100] = "n[1-2]" } }
+    assert.equal("ok", (s:epilog{ job = 100 }))
+    assert.same({ "stop" }, s:unit_jobs())
+  end)
+end)

@@ -1,6 +1,9 @@
 --- Slurm node names -> IPv4 addresses for the IMEX node list (design.md "Desired list").
--- Sources: "dns" (host.resolve: a name must resolve to exactly ONE IPv4 address) or "map" (a file
--- of "name address" lines, '#' comments).
+-- Sources: "dns" (host.resolve: a name must resolve to exactly ONE IPv4 address) or "map": the
+-- address map, the one way to give node names fixed IMEX addresses (settings address_source = "map"
+-- and address_map, conventionally /etc/imexguard/addresses), a file of "name address" lines with
+-- '#' comments. A site policy with a source that is not a file replaces step 2's lookup through
+-- the default policy's `lookup` hook.
 -- Why one address (case C04): every node of a job must write the same bytes, but the ORDER of a
 -- multi-address answer is per node (round-robin DNS rotates it; glibc's getaddrinfo sorts by
 -- RFC 6724 rule 9, longest prefix match with the node's own addresses), so "the first answer"
@@ -12,6 +15,8 @@ local M = {}
 
 --- Largest address map read (bytes).
 M.MAX_MAP = 1024 * 1024
+--- The documented path of the address map (the setting address_map has no default).
+M.MAP_PATH = "/etc/imexguard/addresses"
 
 --- Parse the text of an address map.
 -- @param text string file contents: lines "name address", blank lines and '#' comments ignored
@@ -44,7 +49,8 @@ end
 -- @return map table, or nil, message
 function M.load_map(host, path)
   if type(path) ~= "string" or path == "" then
-    return nil, "address_source is \"map\" but the setting address_map is not set"
+    return nil, string.format("address_source is \"map\" but the setting address_map is not set "
+      .. "(address_map = %q)", M.MAP_PATH)
   end
   local text, err = host.read(path, M.MAX_MAP)
   if not text then return nil, string.format("address map %s unreadable: %s", path, tostring(err)) end

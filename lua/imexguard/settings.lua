@@ -32,7 +32,8 @@ M.schema = {
   { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
     doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
   { name = "address_map", default = nil, kind = "path", optional = true,
-    doc = "path of the static map file (\"name address\" per line), used when address_source = \"map\"" },
+    doc = "path of the address map (\"name address\" per line, '#' comments), used when "
+      .. "address_source = \"map\"" },
   { name = "resolve_timeout", default = 2, kind = "number",
     doc = "seconds: timeout of one name resolution" },
   { name = "allow_loopback", default = false, kind = "boolean",

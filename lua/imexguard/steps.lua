@@ -27,10 +27,8 @@ local ENABLED = {
   ["transient"] = true,
 }
 
---- Make a message one line.
-function M.one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
-end
+--- Make a message one line (imexguard.text.one_line, kept here for policies that use steps only).
+M.one_line = require("imexguard.text").one_line
 
 local function fail(outcome, fmt, ...)
   return nil, outcome, M.one_line(string.format(fmt, ...))
@@ -140,7 +138,7 @@ end
 --- Step 2: the desired node list.
 -- @param opts table|nil {lookup = function(ctx, names) -> list of addresses (same order), or nil,
 --   message naming the node, code}: the address source; default: imexguard.addresses.lookup with
---   the settings (DNS, or the address_map file). A site policy passes its own (policies/address_map.lua).
+--   the settings (DNS, or the address map). A site policy passes its own through the lookup hook.
 -- @return want {expr, source, names, addrs, bytes, self, self_index, names_by = {[addr] = name}},
 --   or nil, "bad-input"|"deadline-exceeded", message naming the bad input
 function M.desired(ctx, info, opts)
@@ -307,78 +305,66 @@ function M.settle_unit(ctx, wait)
   end
 end
 
---- Step 5: is the running daemon stale?
--- @param st table state file contents
--- @param opts table {changed = the list file's bytes differ (written now, or would be in plan),
---   wait = wait for activating/deactivating, write_pending = plan (the file is not written)}.
---   An active daemon is stale when: the list changes; or, when the state file recorded this
---   invocation ID with the bytes it was started with (st.running_nodes, st.running_config), those
---   bytes differ from the job's list or from config.cfg now; or, when it did not (a daemon started
---   outside imexguard, or an older state file), config.cfg or the list was modified at or after
---   the daemon's start (mtime); or a usable ctl answer lists other hosts.
--- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
---   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
---   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
-function M.assess(ctx, info, want, st, opts)
-  local s, host = ctx.settings, ctx.host
-  local props, o, m = M.settle_unit(ctx, opts.wait)
-  if not props then return nil, o, m end
+--- Stage "unit state" of assess: a unit that is not running. Sets v.action and v.reason and returns true for
+-- activating/deactivating ("wait"), failed ("start" after reset-failed) and inactive ("start").
+-- @param v table the verdict being built (v.unit: settled props)
+-- @return true when the unit's state decided the verdict, false for an active (or reloading) unit
+local function stage_unit_state(ctx, v)
+  local s, props = ctx.settings, v.unit
   local a = props.active_state
-  local v = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
   if a == "activating" or a == "deactivating" then
     v.action, v.reason = "wait", string.format("%s is %s; prolog would wait up to %g s", s.unit, a,
       s.start_timeout)
-    return v
-  end
-  if a == "failed" then
+  elseif a == "failed" then
     v.action, v.reset_failed = "start", true
     v.reason = string.format("%s failed (result %s)", s.unit, tostring(props.result))
-    return v
-  end
-  if a ~= "active" and a ~= "reloading" then
+  elseif a ~= "active" and a ~= "reloading" then
     v.action, v.reason = "start", string.format("%s is %s", s.unit, tostring(a))
-    return v
+  else
+    return false
   end
-  v.action = "restart"
-  if opts.changed and opts.write_pending then
-    v.reason = "node list changes; the daemon reads it only at start"
-    return v
-  end
-  -- (a) imexguard started this very daemon instance (same invocation ID) and recorded the exact
-  -- bytes of both files it started with: those bytes decide, the mtimes do not (a `touch`, or
-  -- config management rewriting identical bytes, is no reason to restart).
+  return true
+end
+
+--- Stage "started with" of assess: the files the running daemon was started with. (a) imexguard started this
+-- very daemon instance (same invocation ID) and recorded the exact bytes of both files it started
+-- with: those bytes decide, the mtimes do not (a `touch`, or config management rewriting identical
+-- bytes, is no reason to restart). (b) Fallback when the invocation is unknown to the state file:
+-- a file the daemon reads at start was written at or after its start.
+-- @return string reason why the daemon is stale, or nil
+local function stage_started_with(ctx, info, want, st, props)
+  local s, host = ctx.settings, ctx.host
   local cfg_now = type(st.running_config) == "string" and host.read(s.imex_config, M.MAX_FILE) or nil
   local same_invocation = type(st.invocation_id) == "string" and st.invocation_id ~= ""
     and st.invocation_id == props.invocation_id
   if same_invocation and type(st.running_nodes) == "string" and st.running_nodes ~= want.bytes then
-    v.reason = string.format("daemon (invocation %s) was started with another node list", props.invocation_id)
-    return v
+    return string.format("daemon (invocation %s) was started with another node list", props.invocation_id)
   end
   if same_invocation and type(st.running_nodes) == "string" and cfg_now then
     if cfg_now ~= st.running_config then
-      v.reason = string.format("%s differs from the one daemon invocation %s was started with", s.imex_config,
+      return string.format("%s differs from the one daemon invocation %s was started with", s.imex_config,
         props.invocation_id)
-      return v
     end
-  else
-    -- (b) fallback, the invocation is unknown to the state file: a file the daemon reads at start
-    -- was written at or after its start.
-    local started = tonumber(props.exec_main_start_us) or 0
-    if started > 0 then
-      for _, path in ipairs({ info.nodes_file, s.imex_config }) do
-        local fst = host.stat(path)
-        if fst and fst.mtime_us and fst.mtime_us >= started then
-          v.reason = string.format("%s changed after the daemon started", path)
-          return v
-        end
-      end
+    return nil
+  end
+  local started = tonumber(props.exec_main_start_us) or 0
+  if started <= 0 then return nil end
+  for _, path in ipairs({ info.nodes_file, s.imex_config }) do
+    local fst = host.stat(path)
+    if fst and fst.mtime_us and fst.mtime_us >= started then
+      return string.format("%s changed after the daemon started", path)
     end
   end
-  -- (c) the ctl proves another list; an unusable answer proves nothing (C06).
+  return nil
+end
+
+--- Stage "ctl" of assess: the ctl proves another list; an unusable answer proves nothing (C06). A
+-- running daemon's list always holds this node (else it refuses to start), so an answer that lacks
+-- this node describes no running daemon: it proves nothing (the health wait judges it).
+-- Sets v.action ("restart" stays, or "none"), v.reason and v.answer (kept for the first health poll).
+local function stage_ctl(ctx, want, v)
   local ans = health.probe(ctx)
   v.answer = ans
-  -- A running daemon's list always holds this node (else it refuses to start), so an answer that
-  -- lacks this node describes no running daemon: it proves nothing (the health wait judges it).
   local have, n = {}, 0
   if ans.domain then have, n = health.host_set(ans.domain) end
   if ans.domain and have[want.self] then
@@ -390,7 +376,7 @@ function M.assess(ctx, info, want, st, opts)
       v.reason = string.format("the ctl shows the daemon running hosts {%s}, the job wants {%s}",
         table.concat(hosts, " "), table.concat(want.addrs, " "))
       v.answer = nil
-      return v
+      return
     end
     v.action, v.reason = "none", "daemon current"
   elseif ans.domain then
@@ -399,6 +385,35 @@ function M.assess(ctx, info, want, st, opts)
   else
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
   end
+end
+
+--- Step 5: is the running daemon stale?
+-- @param st table state file contents
+-- @param opts table {changed = the list file's bytes differ (written now, or would be in plan),
+--   wait = wait for activating/deactivating, write_pending = plan (the file is not written)}.
+--   An active daemon is stale when: the list changes; or, when the state file recorded this
+--   invocation ID with the bytes it was started with (st.running_nodes, st.running_config), those
+--   bytes differ from the job's list or from config.cfg now; or, when it did not (a daemon started
+--   outside imexguard, or an older state file), config.cfg or the list was modified at or after
+--   the daemon's start (mtime); or a usable ctl answer lists other hosts. The stages, in order:
+--   settle_unit, "unit state" (not running: start or wait), a pending list change, "started with"
+--   (the state file's record, else mtimes), "ctl" (the running list as the ctl shows it).
+-- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
+--   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
+--   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
+function M.assess(ctx, info, want, st, opts)
+  local props, o, m = M.settle_unit(ctx, opts.wait)
+  if not props then return nil, o, m end
+  local v = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
+  if stage_unit_state(ctx, v) then return v end
+  v.action = "restart"
+  if opts.changed and opts.write_pending then
+    v.reason = "node list changes; the daemon reads it only at start"
+    return v
+  end
+  v.reason = stage_started_with(ctx, info, want, st, props)
+  if v.reason then return v end
+  stage_ctl(ctx, want, v)
   return v
 end
 

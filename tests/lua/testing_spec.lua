@@ -362,3 +362,54 @@ describe("testing.scenario", function()
     assert.equal("ok", (s:prolog{ nodelist = "n[1-2]" }))
   end)
 end)
+
+describe("testing: one module per primitive group, one public API", function()
+  local GROUPS = {
+    testing_clock = { "now", "wallclock", "remaining", "sleep", "set_deadline" },
+    testing_files = { "read", "stat", "write_atomic", "mkdir", "dir_exists", "mknod_char" },
+    testing_lock = { "lock", "lock_holder" },
+    testing_unit = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
+    testing_run = { "run" },
+    testing_net = { "log", "hostname", "local_addresses", "resolve" },
+  }
+
+  for name, prims in pairs(GROUPS) do
+    it(name .. " adds its primitives to a host; its name passes the sandbox's module-name rule", function()
+      -- src/sandbox.c valid_lib_name: "imexguard." then letters, digits and '_' only
+      assert.matches("^[%w_]+$", name)
+      local group = require("imexguard." .. name)
+      local h, w = { calls = {}, sleeps = {}, writes = {}, mkdirs = {}, jobs = {}, runs = {}, locks = {},
+        logs = {} }, {}
+      function w.rec() end
+      if name ~= "testing_clock" then require("imexguard.testing_clock").install(h, w, {}) end
+      if name == "testing_unit" or name == "testing_run" then
+        require("imexguard.testing_files").install(h, w, {})
+      end
+      if name == "testing_run" then require("imexguard.testing_unit").install(h, w, {}) end
+      if name == "testing_lock" then require("imexguard.testing_files").install(h, w, {}) end
+      group.install(h, w, {})
+      for _, p in ipairs(prims) do assert.is_function(h[p], name .. " " .. p) end
+    end)
+  end
+
+  it("imexguard.testing keeps its public API", function()
+    for _, f in ipairs({ "host", "ctx", "scenario", "parse_env", "render_domain", "up" }) do
+      assert.is_function(testing[f], f)
+    end
+    for _, k in ipairs({ "UNIT", "CONFIG", "NODES", "STATE", "CONFIG_TEXT" }) do
+      assert.is_string(testing[k], k)
+    end
+    for _, k in ipairs({ "UNREACHABLE", "UNCONFIGURED", "HANG", "DEFAULT_SETTINGS", "DEFAULT_NODES" }) do
+      assert.is_table(testing[k], k)
+    end
+    assert.equal(1700000000, testing.WALL0)
+    local h = testing.host()
+    for _, prims in pairs(GROUPS) do
+      for _, p in ipairs(prims) do assert.is_function(h[p], p) end
+    end
+    for _, f in ipairs({ "count", "file", "set_file", "advance", "daemon_nodes", "clear" }) do
+      assert.is_function(h[f], f)
+    end
+    assert.is_table(h.unit_props)
+  end)
+end)

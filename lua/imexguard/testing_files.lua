@@ -1,0 +1,129 @@
+--- The fake host's files (src/file.c's primitives): read, stat, write_atomic, mkdir, dir_exists,
+-- mknod_char over an in-memory file table, with scripted failures and missing directories.
+-- Test infrastructure of imexguard.testing.
+local base = require "imexguard.testing_base"
+
+local M = {}
+
+--- Add the file primitives to a fake host.
+-- @param h table the fake host (gets read, stat, write_atomic, mkdir, dir_exists, mknod_char, and
+--   the helpers file, set_file)
+-- @param w table the host's shared world (gets files, put, failing, missing_parent; needs rec,
+--   wall_us, spend)
+-- @param opts table testing.host options (files, fail, absent_dirs, fresh_boot)
+function M.install(h, w, opts)
+  local files, ino = {}, 100
+  w.files = files
+  --- Create or replace a file (a new inode each time, as a rename does).
+  function w.put(path, data, mtime_us)
+    ino = ino + 1
+    files[path] = { data = data, mtime_us = mtime_us or w.wall_us(), ino = ino }
+  end
+  local old = w.wall_us() - 3600e6
+  w.put(base.CONFIG, base.CONFIG_TEXT, old)
+  w.put(base.NODES, "10.0.0.1\n10.0.0.2\n", old)
+  for path, v in pairs(opts.files or {}) do
+    if v == false then files[path] = nil
+    elseif type(v) == "table" then w.put(path, v.data, v.mtime_us or old)
+    else w.put(path, v, old) end
+  end
+  local fail = opts.fail or {}
+  --- The errno name an operation on path is scripted to fail with, or nil.
+  function w.failing(path, op)
+    local f = fail[path]
+    return f and f[op]
+  end
+  -- directories that do not exist (everything else is taken to exist)
+  local absent = {}
+  for _, d in ipairs(opts.absent_dirs or (opts.fresh_boot and { "/run/imexguard" }) or {}) do
+    absent[(d:gsub("/+$", ""))] = true
+  end
+  --- The missing directory above path (nil when every parent exists).
+  function w.missing_parent(path)
+    local dir = path:match("^(.*)/[^/]*$")
+    while dir and dir ~= "" do
+      if absent[dir] then return dir end
+      dir = dir:match("^(.*)/[^/]*$")
+    end
+    return nil
+  end
+  w.absent = absent
+  M.install_read(h, w)
+  M.install_write(h, w)
+end
+
+--- read, stat, and the helpers file, set_file.
+function M.install_read(h, w)
+  local files = w.files
+  function h.read(path, max_bytes)
+    w.rec("read", path)
+    local f = w.failing(path, "read")
+    if f then return nil, path .. ": " .. f, f end
+    local e = files[path]
+    if not e then return nil, path .. ": No such file or directory", "ENOENT" end
+    if max_bytes and #e.data > max_bytes then return nil, path .. ": larger than " .. max_bytes, "EFBIG" end
+    return e.data
+  end
+  function h.stat(path)
+    w.rec("stat", path)
+    local f = w.failing(path, "stat")
+    if f then return nil, path .. ": " .. f, f end
+    local e = files[path]
+    if not e then return nil, path .. ": No such file or directory", "ENOENT" end
+    return { type = e.type or "file", size = #e.data, mode = e.mode or tonumber("644", 8), uid = 0, gid = 0,
+      ino = e.ino, dev = 1, mtime_us = e.mtime_us }
+  end
+  function h.file(path) return files[path] and files[path].data end
+  function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
+end
+
+--- write_atomic, mkdir, dir_exists, mknod_char.
+function M.install_write(h, w)
+  local files, absent = w.files, w.absent
+  function h.write_atomic(path, data, mode)
+    w.rec("write_atomic", path)
+    local f = w.failing(path, "write")
+    if f then return nil, string.format("write %s: write: %s (old file intact)", path, f), f end
+    local gone = w.missing_parent(path)
+    if gone then return nil, path .. ": directory " .. gone .. " does not exist", "ENOENT" end
+    w.spend(0.001)
+    w.put(path, data)
+    files[path].mode = mode
+    h.writes[#h.writes + 1] = { path = path, data = data }
+    return true
+  end
+  --- host.mkdir(path [, mode]) -> true | nil, msg, code, as src/file.c: an existing directory is
+  -- success; a missing parent is ENOENT; an existing file is ENOTDIR; mode defaults to 0755.
+  function h.mkdir(path, mode)
+    mode = mode == nil and 493 or mode
+    assert(type(path) == "string" and math.type(mode) == "integer", "mkdir(path [, integer mode])")
+    w.rec("mkdir", path, mode)
+    path = path:gsub("/+$", "")
+    local f = w.failing(path, "mkdir")
+    if f then return nil, "mkdir " .. path .. ": " .. f, f end
+    local entry = { path = path, mode = mode, created = false }
+    h.mkdirs[#h.mkdirs + 1] = entry
+    if files[path] then return nil, "mkdir " .. path .. ": exists and is not a directory", "ENOTDIR" end
+    local gone = w.missing_parent(path)
+    if gone then
+      return nil, "mkdir " .. path .. ": No such file or directory (" .. gone .. ")", "ENOENT"
+    end
+    if absent[path] then
+      absent[path] = nil
+      entry.created = true
+    end
+    return true
+  end
+  function h.dir_exists(path)
+    path = path:gsub("/+$", "")
+    return not absent[path] and not w.missing_parent(path .. "/x")
+  end
+  function h.mknod_char(path, major, minor, mode)
+    w.rec("mknod_char", path, major, minor)
+    w.put(path, "")
+    files[path].type, files[path].mode = "char", mode
+    return true
+  end
+end
+
+return M

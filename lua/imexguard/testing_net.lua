@@ -1,0 +1,42 @@
+--- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
+-- local_addresses and resolve (a scripted resolver). Test infrastructure of imexguard.testing.
+local base = require "imexguard.testing_base"
+
+local M = {}
+
+--- The resolver's default answers: n1..n4 -> 10.0.0.1..4.
+local function default_resolve()
+  return { n1 = { "10.0.0.1" }, n2 = { "10.0.0.2" }, n3 = { "10.0.0.3" }, n4 = { "10.0.0.4" } }
+end
+
+--- Add the log and network primitives to a fake host.
+-- @param h table the fake host (gets log, hostname, local_addresses, resolve)
+-- @param w table the host's shared world (needs rec, spend)
+-- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
+--   function(name)}, local_addresses, hostname)
+function M.install(h, w, opts)
+  local resolve = default_resolve()
+  for k, v in pairs(opts.resolve or {}) do resolve[k] = v end
+  function h.log(level, message, fields)
+    h.logs[#h.logs + 1] = { level, message, fields }
+  end
+  function h.local_addresses()
+    w.rec("local_addresses")
+    return base.copy(opts.local_addresses or { "10.0.0.1", "127.0.0.1" })
+  end
+  function h.resolve(name, timeout)
+    w.rec("resolve", name, timeout)
+    local r = resolve[name]
+    if type(r) == "function" then r = r(name) end
+    if r == "timeout" then
+      local code = w.spend(timeout) or "timeout"
+      return nil, string.format("resolving %s: no answer within %g s", name, timeout), code
+    end
+    if type(r) == "string" then return nil, "resolving " .. name .. ": " .. r, r end
+    if not r then return nil, "resolving " .. name .. ": Name or service not known", "EAI_NONAME" end
+    return base.copy(r)
+  end
+  function h.hostname() return opts.hostname or "n1" end
+end
+
+return M

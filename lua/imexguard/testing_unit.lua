@@ -1,0 +1,119 @@
+--- The fake host's systemd unit (src/unit.c's primitives over sd-bus): unit (the properties),
+-- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
+-- unit_kill, with scripted queries and job results. Test infrastructure of imexguard.testing.
+local base = require "imexguard.testing_base"
+
+local M = {}
+
+--- Properties of a unit that is not installed.
+local function not_found()
+  return { load_state = "not-found", unit_file_state = "", active_state = "inactive", sub_state = "dead",
+    result = "success", main_pid = 0, invocation_id = "", exec_main_start_us = 0, active_enter_us = 0 }
+end
+
+--- Add the unit primitives to a fake host.
+-- @param h table the fake host (gets unit, unit_job, unit_reset_failed, unit_kill, unit_props and
+--   the helper daemon_nodes)
+-- @param w table the host's shared world (gets unit, daemon_nodes, new_invocation; needs rec,
+--   wall_us, spend, files)
+-- @param opts table testing.host options (unit, unit_script, restart, daemon_nodes, any_unit)
+function M.install(h, w, opts)
+  local serial = 0
+  function w.new_invocation()
+    serial = serial + 1
+    return string.format("%032x", 0xabc000 + serial)
+  end
+  local unit
+  if opts.unit == false then
+    unit = not_found()
+  else
+    unit = { load_state = "loaded", unit_file_state = "enabled", active_state = "active",
+      sub_state = "running",
+      result = "success", main_pid = 4242, invocation_id = w.new_invocation(),
+      exec_main_start_us = w.wall_us() - 1800e6, active_enter_us = w.wall_us() - 1800e6 }
+    for k, v in pairs(opts.unit or {}) do unit[k] = v end
+  end
+  w.unit, h.unit_props = unit, unit
+  local nodes = w.files[base.NODES]
+  w.daemon_nodes = opts.daemon_nodes or (nodes and base.lines(nodes.data)) or {}
+  function h.daemon_nodes() return w.daemon_nodes end
+  local unit_script = opts.unit_script and base.copy(opts.unit_script) or {}
+  function h.unit(name)
+    w.rec("unit", name)
+    local step = table.remove(unit_script, 1)
+    if type(step) == "string" then return nil, "unit " .. name .. ": query " .. step, step end
+    if type(step) == "table" then for k, v in pairs(step) do unit[k] = v end end
+    if name ~= base.UNIT and not opts.any_unit then return not_found() end
+    return base.copy(unit)
+  end
+  function h.unit_reset_failed(name)
+    w.rec("unit_reset_failed", name)
+    if unit.active_state == "failed" then unit.active_state, unit.result = "inactive", "success" end
+    return true
+  end
+  function h.unit_kill(name, signal)
+    w.rec("unit_kill", name, signal)
+    return true
+  end
+  M.install_jobs(h, w, opts)
+end
+
+--- The unit's state after a start/restart job that ended "done".
+-- @param w table world (unit, files, daemon_nodes, new_invocation, wall_us)
+-- @param r table the scripted job ({invocation_id, active_state, unit_result})
+local function started(w, r)
+  local unit = w.unit
+  unit.active_state, unit.sub_state, unit.result = "active", "running", "success"
+  unit.invocation_id = r.invocation_id or w.new_invocation()
+  unit.exec_main_start_us, unit.active_enter_us = w.wall_us(), w.wall_us()
+  unit.main_pid = unit.main_pid + 1
+  local nodes = w.files[base.NODES]
+  w.daemon_nodes = nodes and base.lines(nodes.data) or {}
+  if r.active_state and r.active_state ~= "active" then
+    unit.active_state, unit.sub_state = r.active_state, r.active_state == "failed" and "failed" or "dead"
+    unit.result = r.unit_result or (r.active_state == "failed" and "exit-code" or "success")
+    if r.active_state ~= "activating" then unit.main_pid = 0 end
+  end
+end
+
+--- unit_job: each job consumes one entry of opts.restart (a table, or a list of them).
+function M.install_jobs(h, w, opts)
+  local unit = w.unit
+  local script = opts.restart
+  if script and script[1] == nil and next(script) ~= nil then script = { script } end
+  script = script and base.copy(script) or {}
+  function h.unit_job(name, verb, timeout)
+    w.rec("unit_job", name, verb, timeout)
+    if unit.load_state ~= "loaded" then
+      h.jobs[#h.jobs + 1] = { unit = name, verb = verb, result = "bus" }
+      return nil, string.format("%s %s: Unit %s not found.", verb, name, name), "bus"
+    end
+    local r = table.remove(script, 1) or {}
+    local result = r.result or "done"
+    local job = { unit = name, verb = verb, result = result }
+    h.jobs[#h.jobs + 1] = job
+    if result == "wait-timeout" then
+      local code = w.spend(timeout) and "deadline" or "wait-timeout"
+      job.result = code
+      return nil, string.format("%s %s: no JobRemoved within %g s", verb, name, timeout), code
+    end
+    if w.spend(r.duration or 0.5) then
+      job.result = "deadline"
+      return nil, verb .. " " .. name .. ": the run's deadline passed", "deadline"
+    end
+    if result ~= "done" then
+      unit.active_state, unit.sub_state, unit.result = "failed", "failed", r.unit_result or "exit-code"
+      return nil, string.format("job %s %s finished with result %s", verb, name, result), result
+    end
+    local starts = verb == "restart" or (verb == "start" and unit.active_state ~= "active")
+      or (verb == "try-restart" and unit.active_state == "active")
+    if verb == "stop" then
+      unit.active_state, unit.sub_state, unit.main_pid = "inactive", "dead", 0
+    elseif starts then
+      started(w, r)
+    end
+    return "done"
+  end
+end
+
+return M

@@ -1,0 +1,21 @@
+--- Text helpers shared by the steps, the policies and the kit: a message that goes into one log
+-- line (the final line, a journal entry, slurmd's log) must not span lines or grow without bound.
+local M = {}
+
+--- Longest one-line message kept (bytes, before the "..." that marks a cut); the final log line
+-- written by the driver is capped at the same length.
+M.MAX_LINE = 1000
+
+--- A message made one line: each run of CR/LF becomes one space, trailing white space is dropped,
+-- and a message longer than `max` bytes is cut and ends in "...".
+-- @param s any message (tostring is applied)
+-- @param max integer|nil longest result in bytes before the "..." (default M.MAX_LINE)
+-- @return string
+function M.one_line(s, max)
+  local t = tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", "")
+  max = max or M.MAX_LINE
+  if #t > max then t = t:sub(1, max) .. "..." end
+  return t
+end
+
+return M

@@ -1,0 +1,24 @@
+-- Specs of imexguard.text: the one one_line helper of the Lua side.
+local text = require "imexguard.text"
+local steps = require "imexguard.steps"
+
+describe("text.one_line", function()
+  it("folds each run of CR/LF into one space and drops trailing space", function()
+    assert.equal("a b c", text.one_line("a\r\nb\n\nc\n"))
+    assert.equal("x", text.one_line("x \n"))
+    assert.equal("nil", text.one_line(nil))
+    assert.equal("42", text.one_line(42))
+  end)
+
+  it("caps the length at MAX_LINE bytes (1000), marking the cut with ...", function()
+    assert.equal(1000, text.MAX_LINE)
+    local long = string.rep("x", 1500)
+    assert.equal(string.rep("x", 1000) .. "...", text.one_line(long))
+    assert.equal(string.rep("x", 1000), text.one_line(string.rep("x", 1000)))
+    assert.equal("abc...", text.one_line("abcdef", 3))
+  end)
+
+  it("is the helper steps exports", function()
+    assert.equal(text.one_line, steps.one_line)
+  end)
+end)

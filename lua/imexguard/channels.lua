@@ -141,7 +141,8 @@ local function ensure_dir(host, dir)
   end
   if st.type ~= "dir" then return nil, dir .. " exists and is not a directory" end
   if st.uid ~= 0 or st.mode & tonumber("022", 8) ~= 0 then
-    return nil, string.format("%s is owned by uid %d with mode %s: it must be root's and not writable by others",
+    return nil, string.format(
+      "%s is owned by uid %d with mode %s: it must be root's and not writable by others",
       dir, st.uid, octal(st.mode))
   end
   return true
@@ -169,10 +170,12 @@ function M.ensure(ctx)
   local st = host.stat(path)
   if st then
     if st.type ~= "char" then
-      return nil, "channel-failed", string.format("IMEX channel: %s exists and is not a character device", path)
+      return nil, "channel-failed",
+        string.format("IMEX channel: %s exists and is not a character device", path)
     end
     if st.rdev_major ~= d.major or st.rdev_minor ~= 0 then
-      return nil, "channel-failed", string.format("IMEX channel: %s is device %d:%d but %s says %s is major %d: "
+      return nil, "channel-failed", string.format(
+        "IMEX channel: %s is device %d:%d but %s says %s is major %d: "
         .. "remove it (rm %s) and run the prolog again", path, st.rdev_major, st.rdev_minor, s.proc_devices,
         M.DEVICE, d.major, path)
     end

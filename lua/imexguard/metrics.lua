@@ -135,7 +135,8 @@ function M.update(samples, run)
       if k:find("^imexguard_domain_node_status{") then samples[k] = nil end
     end
     for _, node in ipairs(run.nodes) do
-      samples[key("imexguard_domain_node_status", { id = node.id, host = node.host, status = node.status })] = 1
+      local labels = { id = node.id, host = node.host, status = node.status }
+      samples[key("imexguard_domain_node_status", labels)] = 1
     end
   end
   return samples
@@ -182,7 +183,10 @@ function M.record(ctx, run)
   if old then
     local parsed, perr = M.parse(old)
     if parsed then samples = parsed
-    else host.log("warning", string.format("metrics: %s does not parse (%s): counters start from zero", path, perr)) end
+    else
+      host.log("warning", string.format("metrics: %s does not parse (%s): counters start from zero",
+        path, perr))
+    end
   elseif code ~= "ENOENT" then
     host.log("warning", "metrics: cannot read " .. path .. ": counters start from zero")
   end

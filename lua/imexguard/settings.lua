@@ -59,7 +59,8 @@ M.schema = {
     doc = "path of the policy file (default: the built-in policy; --policy overrides)" },
   { name = "imex_channels", default = "off", kind = "enum", values = { "off", "channel0" },
     doc = "IMEX channel the prolog creates: \"off\" (none: a shared channel is the site's decision) or "
-      .. "\"channel0\" (one shared channel 0, created when missing; never with SwitchType=switch/nvidia_imex)" },
+      .. "\"channel0\" (one shared channel 0, created when missing; never with "
+      .. "SwitchType=switch/nvidia_imex)" },
   { name = "imex_channel_dir", default = "/dev/nvidia-caps-imex-channels", kind = "path",
     doc = "directory of the IMEX channel devices (created 0755 when missing)" },
   { name = "imex_channel_mode", default = tonumber("0666", 8), kind = "mode",
@@ -73,7 +74,8 @@ M.schema = {
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",
     doc = "scontrol, used only for drain_reason: a path, or a list of strings used as the argv prefix" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
-    doc = "directory of node_exporter's textfile collector; imexguard.prom is written there (unset: no metrics)" },
+    doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
+      .. "(unset: no metrics)" },
 }
 
 --- name -> schema entry.

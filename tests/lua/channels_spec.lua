@@ -11,13 +11,14 @@ local function fixture(name)
 end
 
 describe("channels.major", function()
-  it("reads the nvidia-caps-imex-channels line of Character devices (leading spaces are the format)", function()
+  it("reads the imex-channels line of Character devices (leading spaces are the format)", function()
     assert.equal(238, channels.major(fixture("devices-gb200.txt"), "/proc/devices"))
     assert.equal(7, channels.major("Character devices:\n  7 nvidia-caps-imex-channels\n", "P"))
   end)
 
   it("never takes the major of nvidia-caps or of a longer name", function()
-    local m, err = channels.major("Character devices:\n237 nvidia-caps\n240 nvidia-caps-imex-channels-x\n", "P")
+    local text = "Character devices:\n237 nvidia-caps\n240 nvidia-caps-imex-channels-x\n"
+    local m, err = channels.major(text, "P")
     assert.is_nil(m)
     assert.matches("no nvidia%-caps%-imex%-channels line under Character devices", err)
   end)
@@ -43,22 +44,25 @@ describe("channels.major", function()
   it("refuses two majors for the channel device, and a major out of range", function()
     assert.matches("listed 2 times", select(2, channels.major(
       "Character devices:\n238 nvidia-caps-imex-channels\n239 nvidia-caps-imex-channels\n", "P")))
-    assert.matches("out of range", select(2, channels.major("Character devices:\n5000 nvidia-caps-imex-channels\n",
-      "P")))
+    local huge = "Character devices:\n5000 nvidia-caps-imex-channels\n"
+    assert.matches("out of range", select(2, channels.major(huge, "P")))
   end)
 
   it("refuses text without sections (an empty or foreign file)", function()
     assert.matches("no 'Character devices:' section", select(2, channels.major("", "P")))
-    assert.matches("not 'MAJOR NAME' in a section", select(2, channels.major("238 nvidia-caps-imex-channels\n", "P")))
+    local bare = "238 nvidia-caps-imex-channels\n"
+    assert.matches("not 'MAJOR NAME' in a section", select(2, channels.major(bare, "P")))
   end)
 end)
 
 describe("channels.switch_type", function()
   it("reads SwitchType case-insensitively, ignoring comments; the last one wins", function()
     assert.equal("switch/nvidia_imex", channels.switch_type("ClusterName=x\nSwitchType=switch/nvidia_imex\n"))
-    assert.equal("switch/nvidia_imex", channels.switch_type("switchtype = switch/nvidia_imex # per-job channels\n"))
+    local spaced = "switchtype = switch/nvidia_imex # per-job channels\n"
+    assert.equal("switch/nvidia_imex", channels.switch_type(spaced))
     assert.is_nil(channels.switch_type("#SwitchType=switch/nvidia_imex\nClusterName=x\n"))
-    assert.equal("switch/none", channels.switch_type("SwitchType=switch/nvidia_imex\nSwitchType=switch/none\n"))
+    local twice = "SwitchType=switch/nvidia_imex\nSwitchType=switch/none\n"
+    assert.equal("switch/none", channels.switch_type(twice))
     assert.is_true(channels.slurm_manages("Switch/NVIDIA_IMEX"))
     assert.is_false(channels.slurm_manages("switch/none"))
     assert.is_false(channels.slurm_manages(nil))
@@ -99,7 +103,8 @@ describe("channels.ensure with the fake host", function()
 
   it("channel0 creates the channel with the major of /proc/devices and the configured mode", function()
     local c, h = ctx("channel0")
-    assert.matches("created /dev/nvidia%-caps%-imex%-channels/channel0 %(238:0, mode 0666%)", channels.ensure(c))
+    local msg = channels.ensure(c)
+    assert.matches("created /dev/nvidia%-caps%-imex%-channels/channel0 %(238:0, mode 0666%)", msg)
     local call
     for _, cl in ipairs(h.calls) do if cl[1] == "mknod_char" then call = cl end end
     assert.same({ "mknod_char", "/dev/nvidia-caps-imex-channels/channel0", 238, 0 }, call)

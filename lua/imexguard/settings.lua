@@ -10,7 +10,7 @@ local LEVELS = { "debug", "info", "notice", "warning", "err" }
 
 --- The schema, in the order the example file documents it. Each entry: name, default (nil when
 -- unset), kind ("number" > 0, "string", "path" (absolute), "boolean", "enum" with values, "bus",
--- "argv"), optional,
+-- "argv", "mode" (permission bits written as an octal string, validated to an integer)), optional,
 -- and a one-line doc with units.
 M.schema = {
   { name = "deadline", default = 90, kind = "number",
@@ -58,6 +58,25 @@ M.schema = {
     doc = "lowest level written to stderr: \"debug\", \"info\", \"notice\", \"warning\" or \"err\"" },
   { name = "policy", default = nil, kind = "path", optional = true,
     doc = "path of the policy file (default: the built-in policy; --policy overrides)" },
+  { name = "imex_channels", default = "off", kind = "enum", values = { "off", "channel0" },
+    doc = "IMEX channel the prolog creates: \"off\" (none: a shared channel is the site's decision) or "
+      .. "\"channel0\" (one shared channel 0, created when missing; never with "
+      .. "SwitchType=switch/nvidia_imex)" },
+  { name = "imex_channel_dir", default = "/dev/nvidia-caps-imex-channels", kind = "path",
+    doc = "directory of the IMEX channel devices (created 0755 when missing)" },
+  { name = "imex_channel_mode", default = tonumber("0666", 8), kind = "mode",
+    doc = "permission bits of a created channel, an octal string such as \"0666\"" },
+  { name = "proc_devices", default = "/proc/devices", kind = "path",
+    doc = "the kernel's device list; the channel major comes from its Character devices section" },
+  { name = "slurm_conf", default = "/etc/slurm/slurm.conf", kind = "path",
+    doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex" },
+  { name = "drain_reason", default = false, kind = "boolean",
+    doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
+  { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",
+    doc = "scontrol, used only for drain_reason: a path, or a list of strings used as the argv prefix" },
+  { name = "metrics_dir", default = nil, kind = "path", optional = true,
+    doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
+      .. "(unset: no metrics)" },
 }
 
 --- name -> schema entry.
@@ -112,6 +131,11 @@ local function check(e, v)
       return bad("one of \"" .. table.concat(e.values, "\", \"") .. "\"")
     end
     return v
+  elseif e.kind == "mode" then
+    if type(v) ~= "string" or not v:match("^0?[0-7][0-7][0-7]$") then
+      return bad("an octal string such as \"0666\"")
+    end
+    return tonumber(v, 8)
   elseif e.kind == "bus" then
     if type(v) ~= "string" or not (v == "system" or v == "user" or v:match("^unix:.")) then
       return bad("\"system\", \"user\" or a D-Bus address \"unix:...\"")

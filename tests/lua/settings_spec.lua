@@ -13,7 +13,11 @@ describe("imexguard.settings", function()
         allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, on_peer_fault = "warn", restart_under_jobs = false,
         log_journal = true, log_level = "info",
+        imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels", imex_channel_mode = 438,
+        proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
+        scontrol = "/usr/bin/scontrol",
       }, t)
+      assert.is_nil(t.metrics_dir)
       assert.is_nil(t.nodes_file)
       assert.is_nil(t.address_map)
       assert.is_nil(t.policy)
@@ -207,12 +211,21 @@ describe("imexguard.settings", function()
         assert(line, "setting " .. e.name .. " is not documented")
         if e.default ~= nil then
           local value = assert(load("return " .. line))()
-          assert.same(e.default, value, e.name)
+          assert.same(e.default, assert(S.validate({ [e.name] = value }))[e.name], e.name)
         end
         -- uncommented, the documented value itself is valid
         local raw = assert(S.load(e.name .. " = " .. line, "@example"))
         assert(S.validate(raw))
       end
+    end)
+
+    it("reads a mode as an octal string, never as a decimal number", function()
+      assert.equal(tonumber("0660", 8), assert(S.validate({ imex_channel_mode = "0660" })).imex_channel_mode)
+      assert.equal(tonumber("600", 8), assert(S.validate({ imex_channel_mode = "600" })).imex_channel_mode)
+      local t, err = S.validate({ imex_channel_mode = 666 })
+      assert.is_nil(t)
+      assert.matches("setting 'imex_channel_mode' must be an octal string", err)
+      assert.is_nil((S.validate({ imex_channel_mode = "0999" })))
     end)
 
     it("has a one-line doc with the unit for every setting", function()

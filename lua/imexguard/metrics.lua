@@ -1,0 +1,199 @@
+--- Prometheus metrics in node_exporter's textfile collector format.
+--
+-- node_exporter (--collector.textfile.directory) reads every `*.prom` file of a directory on each
+-- scrape; a file must be replaced atomically or a scrape can see it half written (node_exporter's
+-- README, "Textfile Collector"). imexguard writes `DIR/imexguard.prom` with host.write_atomic.
+-- The format is Prometheus' text exposition format 0.0.4: `# HELP`, `# TYPE`, then
+-- `name{label="value"} number` lines; label values escape `\`, `"` and newline.
+--
+-- Counters survive between runs by being read back from the previous file (a file that does not
+-- parse starts them from zero, with a warning). The update runs under its own lock
+-- (`state_dir/metrics.lock`, 1 s) so that two runs ending at once do not lose a count; a run that
+-- cannot take it skips the update with a log line (metrics never change an outcome).
+-- @module imexguard.metrics
+local M = {}
+
+M.FILE = "imexguard.prom"
+M.MAX_BYTES = 1048576
+M.LOCK_TIMEOUT = 1 -- seconds
+
+local HELP = {
+  imexguard_runs_total = { "counter", "Runs of imexguard by command and outcome." },
+  imexguard_restarts_total = { "counter", "Starts and restarts of the IMEX unit done by imexguard." },
+  imexguard_run_duration_seconds = { "summary", "Wall time of runs by command, in seconds." },
+  imexguard_last_run_timestamp_seconds = { "gauge", "When the last run of the command ended (Unix time)." },
+  imexguard_last_outcome = { "gauge", "1 for the outcome of the last run of the command." },
+  imexguard_last_exit_code = { "gauge", "Exit code of the last run of the command." },
+  imexguard_domain_node_status = { "gauge",
+    "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status)." },
+}
+local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_run_duration_seconds",
+  "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome", "imexguard_last_exit_code",
+  "imexguard_domain_node_status" }
+
+local function escape(v)
+  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
+end
+
+local function unescape(v)
+  return (v:gsub("\\(.)", { ["\\"] = "\\", ['"'] = '"', n = "\n" }))
+end
+
+--- The label set of a sample as its canonical text (`a="x",b="y"`, keys sorted).
+-- @tparam table labels `{key = value}`
+-- @treturn string
+function M.labels(labels)
+  local keys, parts = {}, {}
+  for k in pairs(labels) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for i, k in ipairs(keys) do parts[i] = string.format('%s="%s"', k, escape(labels[k])) end
+  return table.concat(parts, ",")
+end
+
+local function number(v)
+  if v ~= v then return "NaN" end
+  if v == math.huge then return "+Inf" end
+  if v == -math.huge then return "-Inf" end
+  if math.type(v) == "integer" then return string.format("%d", v) end
+  return string.format("%.17g", v)
+end
+
+-- `a="x",b="y\"z"` -> {a = "x", b = 'y"z'}, or nil when it does not scan
+local function parse_labels(text)
+  local out, pos = {}, 1
+  while pos <= #text do
+    local k, q = text:match("^([%a_][%w_]*)=()\"", pos)
+    if not k then return nil end
+    local i, buf = q + 1, {}
+    while true do
+      local c = text:sub(i, i)
+      if c == "" then return nil end
+      if c == '"' then break end
+      if c == "\\" then c = text:sub(i, i + 1); i = i + 1 end
+      buf[#buf + 1] = c
+      i = i + 1
+    end
+    out[k] = unescape(table.concat(buf))
+    pos = i + 1
+    if text:sub(pos, pos) == "," then pos = pos + 1 end
+  end
+  return out
+end
+
+--- Parse the samples of a previous file (only the lines this module writes).
+-- @tparam string text
+-- @treturn[1] table `{["name{labels}"] = number}`
+-- @treturn[2] nil
+-- @treturn[2] string the first line that does not parse
+function M.parse(text)
+  local samples, n = {}, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    if line ~= "" and line:sub(1, 1) ~= "#" then
+      local name, rest = line:match("^([%a_:][%w_:]*)(.*)$")
+      local labels, value = (rest or ""):match("^{(.*)}%s+(%S+)$")
+      if not labels then labels, value = "", (rest or ""):match("^%s+(%S+)$") end
+      local num = value and tonumber(value)
+      if not name or not num then return nil, string.format("line %d: %q", n, line) end
+      local parsed = parse_labels(labels)
+      if not parsed then return nil, string.format("line %d: %q", n, line) end
+      samples[name .. "{" .. M.labels(parsed) .. "}"] = num
+    end
+  end
+  return samples
+end
+
+local function family(name)
+  return name:gsub("_sum$", ""):gsub("_count$", "")
+end
+
+--- Update the samples for one finished run.
+-- @tparam table samples from `parse` (changed in place)
+-- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
+--   seconds), restarts (integer, optional), nodes (optional list of {id, host, status})}`
+-- @treturn table samples
+function M.update(samples, run)
+  local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
+  local function add(name, labels, v)
+    local k = key(name, labels)
+    samples[k] = (samples[k] or 0) + v
+  end
+  local cmd = { command = run.command }
+  add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
+  add("imexguard_restarts_total", {}, run.restarts or 0)
+  add("imexguard_run_duration_seconds_sum", cmd, run.duration)
+  add("imexguard_run_duration_seconds_count", cmd, 1)
+  samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended
+  samples[key("imexguard_last_exit_code", cmd)] = run.exit_code
+  local prefix = "imexguard_last_outcome{" .. M.labels(cmd):gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")
+  for k in pairs(samples) do
+    if k:find("^" .. prefix) then samples[k] = nil end
+  end
+  samples[key("imexguard_last_outcome", { command = run.command, outcome = run.outcome })] = 1
+  if run.nodes then
+    for k in pairs(samples) do
+      if k:find("^imexguard_domain_node_status{") then samples[k] = nil end
+    end
+    for _, node in ipairs(run.nodes) do
+      local labels = { id = node.id, host = node.host, status = node.status }
+      samples[key("imexguard_domain_node_status", labels)] = 1
+    end
+  end
+  return samples
+end
+
+--- The file's text for a set of samples, grouped by metric family with HELP and TYPE lines.
+-- @tparam table samples
+-- @treturn string
+function M.render(samples)
+  local by = {}
+  for k, v in pairs(samples) do
+    local name = k:match("^([^{]+)")
+    local fam = family(name)
+    by[fam] = by[fam] or {}
+    by[fam][#by[fam] + 1] = { k:gsub("{}$", ""), v }
+  end
+  local out = {}
+  for _, fam in ipairs(ORDER) do
+    if by[fam] then
+      out[#out + 1] = string.format("# HELP %s %s\n# TYPE %s %s\n", fam, HELP[fam][2], fam, HELP[fam][1])
+      table.sort(by[fam], function(a, b) return a[1] < b[1] end)
+      for _, s in ipairs(by[fam]) do out[#out + 1] = s[1] .. " " .. number(s[2]) .. "\n" end
+    end
+  end
+  return table.concat(out)
+end
+
+--- Record one finished run in `settings.metrics_dir/imexguard.prom` (no-op when the setting is
+-- unset). Never raises for a runtime failure and never changes the run's outcome: failures are logged.
+-- @tparam table ctx the run's context (settings, host)
+-- @tparam table run see `update`
+-- @treturn boolean true when the file was written
+function M.record(ctx, run)
+  local host, s = ctx.host, ctx.settings
+  if not s.metrics_dir then return false end
+  local lock, lerr = host.lock(s.state_dir .. "/metrics.lock", M.LOCK_TIMEOUT, "metrics")
+  if not lock then
+    host.log("warning", "metrics not updated: " .. tostring(lerr))
+    return false
+  end
+  local path = s.metrics_dir .. "/" .. M.FILE
+  local samples = {}
+  local old, _, code = host.read(path, M.MAX_BYTES)
+  if old then
+    local parsed, perr = M.parse(old)
+    if parsed then samples = parsed
+    else
+      host.log("warning", string.format("metrics: %s does not parse (%s): counters start from zero",
+        path, perr))
+    end
+  elseif code ~= "ENOENT" then
+    host.log("warning", "metrics: cannot read " .. path .. ": counters start from zero")
+  end
+  local ok, werr = host.write_atomic(path, M.render(M.update(samples, run)), tonumber("644", 8))
+  lock:unlock()
+  if not ok then host.log("warning", "metrics not written: " .. tostring(werr)) end
+  return ok == true
+end
+
+return M

@@ -97,6 +97,12 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 			return -EINVAL;
 		return copy_str(c->ctl_format, sizeof c->ctl_format, v);
 	}
+	if (!strcmp(k, "IMEXSIM_CTL_NODE_LIST")) {
+		if (strcmp(v, "daemon") && strcmp(v, "file"))
+			return -EINVAL;
+		c->ctl_list_from_file = !strcmp(v, "file");
+		return 0;
+	}
 	if (!strcmp(k, "IMEXSIM_HOSTNAME")) {
 		/* One token of the STATUS answer, like the version. */
 		for (const char *p = v; *p; p++)

@@ -124,6 +124,10 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 		return parse_int(v, 0, 3600000, &c->start_delay_ms);
 	if (!strcmp(k, "IMEXSIM_CRASH_AFTER_MS"))
 		return parse_int(v, 0, 3600000, &c->crash_after_ms);
+	if (!strcmp(k, "IMEXSIM_EXIT_AFTER_MS"))
+		return parse_int(v, 0, 3600000, &c->exit_after_ms);
+	if (!strcmp(k, "IMEXSIM_EXIT_STATUS"))
+		return parse_int(v, 0, 255, &c->exit_status);
 	if (!strcmp(k, "IMEXSIM_DROP_PEERS")) {
 		for (const char *p = v; *p; p++)
 			if (!isdigit((unsigned char)*p) && *p != ',')
@@ -163,6 +167,7 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
 	c->cmd_port = 50005;
 	c->cmd_enabled = 1;
 	c->daemonize = 1;
+	c->exit_status = 1;
 	c->reconnect_ms = 300;
 	c->reconnect_factor = 2.0;
 	c->reconnect_max_ms = 2000;

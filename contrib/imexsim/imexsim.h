@@ -51,6 +51,8 @@ struct sim_config {
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
 	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
 	int crash_after_ms;   /* IMEXSIM_CRASH_AFTER_MS: SIGKILL itself then */
+	int exit_after_ms;    /* IMEXSIM_EXIT_AFTER_MS: shut down (goodbye) then ... */
+	int exit_status;      /* IMEXSIM_EXIT_STATUS: ... exiting with this status (default 1) */
 	int exit_at_start;    /* IMEXSIM_EXIT_AT_START: exit with this status before forking */
 	int hang_cmd;	      /* IMEXSIM_HANG_CMD: accept, never answer (SIM_WHO_*) */
 	int refuse_cmd;	      /* IMEXSIM_REFUSE_CMD: no command port / reset (SIM_WHO_*) */

@@ -295,22 +295,26 @@ function M:use_config(name, path, keys)
 end
 
 --- Start node `name`'s simulated daemon by hand, outside its unit (an admin debugging IMEX):
--- `imexsim -c CONFIG` from this process, which forks (DAEMONIZE=1) and leaves the daemon in its
--- own session. It holds the node's ports, so the unit cannot start meanwhile. M:stop_strays (also
--- run by stop and destroy) kills it by PID.
+-- `imexsim -c CONFIG` in a transient scope of the user manager (`systemd-run --user --scope`, as a
+-- command typed in a login session runs in the session's scope), which forks (DAEMONIZE=1). It
+-- holds the node's ports, so the unit cannot start meanwhile. M:stop_strays (also run by stop and
+-- destroy) kills it by PID; the manager's own shutdown stops the scope if a test never got there.
 -- @param name node name
 -- @param config optional config file (default the node's config.cfg; it must set IMEXSIM_PID_FILE
 --   to the node's imex.pid, as the node's own config does)
--- @return the daemon's PID, or nil and the start's output
+-- @return the daemon's PID and its scope's name, or nil and the start's output
 function M:start_stray(name, config)
   local pidfile = self:dir(name) .. "/imex.pid"
   os.remove(pidfile)
-  local ok, out = capture(sh_quote(self.build .. "/imexsim") .. " -c " ..
-    sh_quote(config or (self:dir(name) .. "/config.cfg")))
+  local scope = string.format("%s-stray-%s-%s-%d.scope", self.prefix, name,
+    self.root:match("([^/.]+)$"), #self.strays + 1)
+  local ok, out = capture("systemd-run --user --quiet --collect --scope --unit=" .. sh_quote(scope)
+    .. " " .. sh_quote(self.build .. "/imexsim") .. " -c "
+    .. sh_quote(config or (self:dir(name) .. "/config.cfg")))
   local pid = tonumber((read_file(pidfile) or ""):match("%d+"))
   if not ok or not pid then return nil, out end
   self.strays[#self.strays + 1] = pid
-  return pid
+  return pid, scope
 end
 
 --- Is process `pid` alive (and not a zombie)?

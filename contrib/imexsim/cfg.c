@@ -103,6 +103,12 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 		c->ctl_list_from_file = !strcmp(v, "file");
 		return 0;
 	}
+	if (!strcmp(k, "IMEXSIM_CTL_CONNECTIONS")) {
+		if (strcmp(v, "local") && strcmp(v, "node"))
+			return -EINVAL;
+		c->ctl_conn_own = !strcmp(v, "node");
+		return 0;
+	}
 	if (!strcmp(k, "IMEXSIM_HOSTNAME")) {
 		/* One token of the STATUS answer, like the version. */
 		for (const char *p = v; *p; p++)

@@ -232,6 +232,7 @@ struct opts {
 	int mode, json, hostnames, timeout_ms;
 	const char *format; /* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
 	int list_from_file; /* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
+	int conn_own;	    /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
@@ -248,7 +249,11 @@ static const char *json_hostname(const struct opts *o, const struct view *v)
 
 /* The -N -j layout of tests/fixtures/ctl/up-2node-570.json (one space of indent per level).
  * "changed" is true when the status differs from the initial one (UNAVAILABLE / INVALID): a guess
- * that fits both real samples.  "hostName": see json_hostname. */
+ * that fits both real samples.  "hostName": see json_hostname.  Node k's "connections" are its
+ * view of the hosts of `nodes` under the local IDs (matched by address); with
+ * IMEXSIM_CTL_CONNECTIONS=node, node k's own table instead: its IDs and its hosts, which may name
+ * IDs or hosts absent from `nodes` when k holds another list (which form the real ctl uses is not
+ * known). */
 static void print_json(const struct opts *o, const struct sim_nodes *nodes,
 		       const struct view *views, const char *status)
 {
@@ -262,13 +267,17 @@ static void print_json(const struct opts *o, const struct sim_nodes *nodes,
 		printf(",\n   \"host\": ");
 		json_str(nodes->addr[k]);
 		printf(",\n   \"connections\": {\n");
-		for (int j = 0; j < nodes->count; j++) {
-			enum sim_conn c = conn_of(v, nodes->addr[j]);
+		/* IMEXSIM_CTL_CONNECTIONS=node: node k's own table (its IDs, its hosts). */
+		int own = o->conn_own && v->ok;
+		int nc = own ? v->npeers : nodes->count;
+		for (int j = 0; j < nc; j++) {
+			const char *host = own ? v->peer_addr[j] : nodes->addr[j];
+			enum sim_conn c = own ? v->peer_status[j] : conn_of(v, host);
 			printf("    \"%d\": {\n     \"host\": ", j);
-			json_str(nodes->addr[j]);
+			json_str(host);
 			printf(",\n     \"status\": \"%s\",\n     \"changed\": %s\n    }%s\n",
 			       sim_conn_name(c), c != SIM_INVALID ? "true" : "false",
-			       j + 1 < nodes->count ? "," : "");
+			       j + 1 < nc ? "," : "");
 		}
 		printf("   },\n   \"changed\": %s,\n   \"version\": ", v->ok ? "true" : "false");
 		json_str(v->ok ? v->version : "");
@@ -495,6 +504,7 @@ int sim_ctl_main(int argc, char **argv)
 		o.node_port = cfg.cmd_port;
 		o.format = cfg.ctl_format;
 		o.list_from_file = cfg.ctl_list_from_file;
+		o.conn_own = cfg.ctl_conn_own;
 		if (sim_nodes_read(cfg.node_file, &nodes) < 0) {
 			printf("Failed to read node configuration file %s\n", cfg.node_file);
 			return 255;

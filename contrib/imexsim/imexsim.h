@@ -45,6 +45,7 @@ struct sim_config {
 				   */
 	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
 	int ctl_list_from_file;	  /* IMEXSIM_CTL_NODE_LIST: 0 daemon (default), 1 file */
+	int ctl_conn_own;	  /* IMEXSIM_CTL_CONNECTIONS: 0 local (default), 1 node */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */

@@ -113,6 +113,41 @@ describe("imexsim under systemd: the field's faults", function()
     end)
   end)
 
+  it("a peer holding another list: with IMEXSIM_CTL_CONNECTIONS=node, -N -j shows its own table "
+    .. "(its IDs, its hosts, those absent from the local list included)", function()
+    d = domain(3)
+    local a = d.addr
+    local absent = a.n1:gsub("%.%d+$", ".99")
+    d:write_nodes("n3", { "n3", "n1", "n2", absent })
+    assert(d:start())
+    -- Default: n3's view under n1's IDs, matched by address; its extra host is not shown.
+    local t = wait_json("n1", function(j)
+      return pair(j, 2, 0) == "NODE_MAP_MISMATCH" and pair(j, 2, 1) == "NODE_MAP_MISMATCH"
+        and pair(j, 0, 2) == "NODE_MAP_MISMATCH" and pair(j, 0, 1) == "CONNECTED"
+    end)
+    assert.truthy(t)
+    assert.are.same({ "0", "1", "2" }, (function()
+      local keys = {}
+      for k in pairs(t.nodes["2"].connections) do keys[#keys + 1] = k end
+      table.sort(keys)
+      return keys
+    end)())
+    assert.are.equal(a.n3, t.nodes["2"].connections["2"].host)
+    -- Node n3's own table: 4 entries, keyed by its IDs; ID 3 and host .99 are not in n1's list.
+    d:configure("n1", { IMEXSIM_CTL_CONNECTIONS = "node" })
+    t = assert(d:ctl_json("n1"))
+    local c = t.nodes["2"].connections
+    assert.are.same({ a.n3, a.n1, a.n2, absent },
+      { c["0"].host, c["1"].host, c["2"].host, c["3"].host })
+    assert.are.equal("CONNECTED", c["0"].status)
+    assert.are.equal("NODE_MAP_MISMATCH", c["1"].status)
+    assert.are.equal("NEVER_CONNECTED", c["3"].status)
+    -- n1's own row is unchanged: its IDs are the map's.
+    assert.are.equal(a.n2, t.nodes["0"].connections["1"].host)
+    assert.are.equal("CONNECTED", pair(t, 0, 1))
+    assert.are.equal("DEGRADED", t.status)
+  end)
+
   it("a unit whose ExecStart names another config: the daemon reads only that config and its "
     .. "node file", function()
     d = domain(2)

@@ -129,7 +129,10 @@ describe("ctl.parse_domain (C06)", function()
     assert.equal("8/8/2025 17:38:02.641", d.timestamp)
     assert.equal(2, #d.nodes)
     assert.same({ id = 0, host = A, status = "READY", version = "570.172.08",
-      connections = { [A] = "CONNECTED", [B] = "CONNECTED" } }, d.nodes[1])
+      connections = { [A] = "CONNECTED", [B] = "CONNECTED" },
+      links = { { id = 0, host = A, status = "CONNECTED" }, { id = 1, host = B, status = "CONNECTED" } } },
+      d.nodes[1])
+    assert.same({}, d.duplicates)
     assert.equal(1, d.nodes[2].id)
     assert.equal(B, d.nodes[2].host)
     assert.equal(d.nodes[2], d.by_host[B])
@@ -193,7 +196,6 @@ describe("ctl.parse_domain (C06)", function()
     ["a connection without status"] = edited(function(d) d.nodes["0"].connections["1"].status = nil end),
     ["a node that is not an object"] = edited(function(d) d.nodes["1"] = "READY" end),
     ["a numeric version"] = edited(function(d) d.nodes["1"].version = 570 end),
-    ["a host listed twice"] = edited(function(d) d.nodes["1"].host = d.nodes["0"].host end),
     ["top-level array"] = "[1,2]",
     ["a bare string"] = '"UP"',
     ["trailing garbage"] = up .. "x",
@@ -249,7 +251,9 @@ describe("ctl.parse_text", function()
     assert.equal("3/25/2025 10:42:08.082", d.timestamp)
     assert.equal(2, #d.nodes)
     assert.same({ id = 1, host = "10.136.206.48", status = "READY",
-      connections = { ["10.136.206.47"] = "CONNECTED", ["10.136.206.48"] = "CONNECTED" } }, d.nodes[2])
+      connections = { ["10.136.206.47"] = "CONNECTED", ["10.136.206.48"] = "CONNECTED" },
+      links = { { id = 0, host = "10.136.206.47", status = "CONNECTED" },
+        { id = 1, host = "10.136.206.48", status = "CONNECTED" } } }, d.nodes[2])
     assert.same({ [0] = { [0] = "C", [1] = "C" }, [1] = { [0] = "C", [1] = "C" } }, d.matrix)
   end)
 
@@ -312,8 +316,13 @@ describe("ctl.health", function()
     assert.truthy(v.summary:find("UP", 1, true))
   end)
 
-  it("compares host sets, never order", function()
-    assert.is_true(ctl.health(domain(up), { B, A }, B).healthy)
+  it("compares the ordered node map, never host sets alone (C21)", function()
+    local v = ctl.health(domain(up), { B, A }, B)
+    assert.is_false(v.healthy)
+    assert.is_true(v.local_fault)
+    assert.equal("local-fault", v.verdict)
+    assert.equal("reordered", v.order.kind)
+    assert.truthy(v.summary:find("same nodes, another order", 1, true), v.summary)
   end)
 
   it("DEGRADED with one UNAVAILABLE peer: names the peer, not a local fault", function()
@@ -453,6 +462,7 @@ describe("ctl.health", function()
     local degraded = deepcopy(up)
     degraded.status = "DEGRADED"
     degraded.nodes["1"].status = "UNAVAILABLE"
+    degraded.nodes["0"].connections["1"].status = "INVALID" -- a peer whose daemon is down
     local down_self = deepcopy(up)
     down_self.status = "DOWN"
     down_self.nodes["0"].status = "UNAVAILABLE"

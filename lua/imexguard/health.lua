@@ -194,10 +194,11 @@ end
 
 --- Wait for the domain to be healthy (step 8): poll the ctl every poll_interval until healthy or
 -- health_timeout (bounded by the run's budget minus MARGIN) passes, or a configuration fault is
--- established (`config_fault_established` over settings.config_fault_polls, default
+-- established (`config_fault_established` over want.config_fault_polls, default
 -- CONFIG_FAULT_POLLS, consecutive polls: C22).
 -- @param ctx table policy context
--- @param want table {addrs, self, names, cfg, config_path} (cfg and config_path optional, see blame)
+-- @param want table {addrs, self, names, cfg, config_path, config_fault_polls} (the last three
+--   optional: see blame and config_fault_established)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
 -- @return outcome, message, polls (number of answers examined)
 function M.wait(ctx, want, first)
@@ -218,7 +219,7 @@ function M.wait(ctx, want, first)
     end
     if v then last_v = v else last_err = answer.err end
     history[polls] = v or false
-    if answer.kind == "deadline" or M.config_fault_established(history, s.config_fault_polls, polls) then
+    if answer.kind == "deadline" or M.config_fault_established(history, want.config_fault_polls, polls) then
       break
     end
     answer = nil

@@ -394,13 +394,13 @@ local function compare_summary(r, self_host)
     return string.format("the answer does not list this node %s: it proves nothing about this node's daemon",
       self_host)
   elseif r.kind == "same" then
-    return string.format("node map matches the job's node list (%d nodes, this node id %d)", r.count,
+    return string.format("node map matches the node list (%d nodes, this node id %d)", r.count,
       r.self_id)
   elseif r.kind == "reordered" then
     local ids = {}
     for i, m in ipairs(r.moved) do ids[i] = tostring(m.id) end
-    return string.format("same nodes, another order: ids %s differ (the daemon runs %s; the job's node list "
-      .. "has %s)", hosts_text(ids), ids_text(r.moved, "daemon"), ids_text(r.moved, "job"))
+    return string.format("same nodes, another order: ids %s differ (the daemon runs %s; the node list has %s)",
+      hosts_text(ids), ids_text(r.moved, "daemon"), ids_text(r.moved, "job"))
   end
   local parts = {}
   if #r.missing > 0 then parts[#parts + 1] = "missing " .. hosts_text(r.missing) end
@@ -411,10 +411,10 @@ local function compare_summary(r, self_host)
     parts[#parts + 1] = string.format("host %s under ids %s", d.host, table.concat(ids, " and "))
   end
   if #parts == 0 then
-    parts[1] = string.format("ids differ (the daemon runs %s; the job's node list has %s)",
+    parts[1] = string.format("ids differ (the daemon runs %s; the node list has %s)",
       ids_text(r.moved, "daemon"), ids_text(r.moved, "job"))
   end
-  return "the daemon runs other nodes than the job's node list: " .. table.concat(parts, "; ")
+  return "the daemon runs other nodes than the node list: " .. table.concat(parts, "; ")
 end
 
 --- Compare the answer's ordered node map with the job's ordered node list.
@@ -583,8 +583,12 @@ local function judge_local(v, domain, expected, self_host, order, maps, note)
     return true
   end
   if not self then return fault("is not in the domain") end
-  if order.kind == "reordered" or #order.duplicates > 0 then
-    return fault("runs a node map that is not the job's: %s", order.summary)
+  if order and (order.kind == "reordered" or #order.duplicates > 0) then
+    return fault("runs a node map that is not the node list's: %s", order.summary)
+  end
+  if #(domain.duplicates or {}) > 0 then
+    local d = domain.duplicates[1]
+    return fault("runs a node map holding host %s under %d ids", d.host, #d.ids)
   end
   for _, m in ipairs(maps) do
     if m.id == self.id then return fault("has id %d, %s", self.id, m.text) end
@@ -651,7 +655,8 @@ end
 -- expected host are CONNECTED (design.md, "Decision model" 8). Verdicts, checked in this order:
 --
 -- * `"local-fault"` (`local_fault = true`): this node is absent from the answer; its daemon runs
---   the job's nodes in another order ("same nodes, another order", C21) or a host under two ids;
+--   the node list's nodes in another order ("same nodes, another order", C21) or a host under two
+--   ids;
 --   its own view of the node map disagrees with the map; it is not READY; or it is cut off (not
 --   CONNECTED) from a majority of the expected peers, at least two, that are READY and CONNECTED
 --   among themselves;
@@ -669,22 +674,32 @@ end
 -- @tparam table domain result of `parse_domain` or `parse_text`
 -- @tparam {string,...} expected the job's node list (addresses as in nodes_config.cfg, in order)
 -- @tparam string self_host this node's address in that list
+-- @tparam[opt] table opts `{node_list = {string,...}|false}`: the ordered list the daemon must run,
+--   when it is not the job's (a static, domain-wide node list: pass that file's list); false: no
+--   order comparison (each node's view is still checked). Default: `expected`
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"peer-fault"|"unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
 --   missing = {host...} (expected order), extra = {host...} (id order),
 --   faulty = { {host =, reason =}... }, self_id = this node's id in the answer or nil,
---   order = result of `compare_map`, map_faults = result of `map_faults`,
+--   order = `compare_map` against the node list (nil when opts.node_list is false),
+--   map_faults = result of `map_faults`,
 --   config_fault = {peers = {host...}, causes = {string...}} or nil, summary = one-line string}`
 -- @raise on wrong argument types
-function M.health(domain, expected, self_host)
+function M.health(domain, expected, self_host, opts)
   check_domain("health", domain)
   if type(expected) ~= "table" or type(self_host) ~= "string" then
     error("ctl.health: expected must be a list and self_host a string", 2)
   end
-  local order = M.compare_map(domain, expected, self_host)
+  local list = expected
+  if opts ~= nil and opts.node_list ~= nil then list = opts.node_list end
+  if list ~= false and type(list) ~= "table" then
+    error("ctl.health: opts.node_list must be a list or false", 2)
+  end
+  local job = M.compare_map(domain, expected, self_host)
+  local order = list and (list == expected and job or M.compare_map(domain, list, self_host)) or nil
   local maps = M.map_faults(domain)
   local v = { status = domain.status, healthy = false, local_fault = false, order = order,
-    map_faults = maps, self_id = order.self_id, missing = order.missing, extra = order.extra, faulty = {} }
+    map_faults = maps, self_id = job.self_id, missing = job.missing, extra = job.extra, faulty = {} }
   v.mismatch = #v.missing > 0 or #v.extra > 0
   local note = ""
   if v.mismatch then

@@ -87,11 +87,12 @@ end
 -- @param answer table from probe
 -- @param expected list of addresses
 -- @param self string this node's address
+-- @param opts table|nil passed to ctl.health ({node_list = ordered list | false})
 -- @return verdict (ctl.health's table, or a local-fault verdict when the local daemon is
 --   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
 --   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
-function M.verdict(answer, expected, self)
-  if answer.domain then return ctl.health(answer.domain, expected, self) end
+function M.verdict(answer, expected, self, opts)
+  if answer.domain then return ctl.health(answer.domain, expected, self, opts) end
   if answer.kind == "unreachable" then
     return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
       summary = answer.err }
@@ -197,8 +198,8 @@ end
 -- established (`config_fault_established` over want.config_fault_polls, default
 -- CONFIG_FAULT_POLLS, consecutive polls: C22).
 -- @param ctx table policy context
--- @param want table {addrs, self, names, cfg, config_path, config_fault_polls} (the last three
---   optional: see blame and config_fault_established)
+-- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
+--   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
 -- @return outcome, message, polls (number of answers examined)
 function M.wait(ctx, want, first)
@@ -207,13 +208,14 @@ function M.wait(ctx, want, first)
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
   local history = {}
+  local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
   while true do
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
       answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)))
     end
     polls = polls + 1
-    local v = M.verdict(answer, want.addrs, want.self)
+    local v = M.verdict(answer, want.addrs, want.self, list_opts)
     if v and v.healthy then
       return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
     end

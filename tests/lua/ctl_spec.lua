@@ -554,7 +554,7 @@ describe("ctl.compare_map (C21)", function()
     assert.equal(0, r.self_id)
     assert.equal(1, r.job_self_id)
     assert.equal("same nodes, another order: ids 0, 1 differ (the daemon runs 0=10.0.0.6 1=10.0.0.5; "
-      .. "the job's node list has 0=10.0.0.5 1=10.0.0.6)", r.summary)
+      .. "the node list has 0=10.0.0.5 1=10.0.0.6)", r.summary)
   end)
 
   it("4 nodes, two ids swapped (the last two)", function()
@@ -748,6 +748,25 @@ describe("ctl.health: ordered identity and configuration faults", function()
     local v = ctl.health(build({ "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.5" }), J, "10.0.0.6")
     assert.is_true(v.local_fault)
     assert.truthy(v.summary:find("under ids 0 and 3", 1, true), v.summary)
+  end)
+
+  it("opts.node_list: the daemon's list is a static file, not the job's (order from the file)", function()
+    local rack = { "10.0.0.7", "10.0.0.5", "10.0.0.6" }
+    local d = build(rack)
+    assert.is_true(ctl.health(d, J, "10.0.0.5").local_fault) -- the job's order is not the daemon's
+    local v = ctl.health(d, J, "10.0.0.5", { node_list = rack })
+    assert.is_true(v.healthy)
+    assert.equal("same", v.order.kind)
+    local stale = ctl.health(d, J, "10.0.0.5", { node_list = { "10.0.0.5", "10.0.0.6", "10.0.0.7" } })
+    assert.equal("reordered", stale.order.kind)
+    assert.is_true(stale.local_fault)
+    local unordered = ctl.health(d, J, "10.0.0.5", { node_list = false })
+    assert.is_true(unordered.healthy)
+    assert.is_nil(unordered.order)
+    -- without an order to compare, each node's view is still checked
+    local bad = build(rack, { views = { ["10.0.0.6"] = { "10.0.0.5", "10.0.0.7", "10.0.0.6" } } })
+    assert.equal("10.0.0.6", ctl.health(bad, J, "10.0.0.5", { node_list = false }).faulty[1].host)
+    assert.has_error(function() ctl.health(d, J, "10.0.0.5", { node_list = "x" }) end)
   end)
 
   it("a domain-wide list (extra hosts, another order) stays healthy for the job", function()

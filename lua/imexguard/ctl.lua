@@ -399,8 +399,8 @@ local function compare_summary(r, self_host)
   elseif r.kind == "reordered" then
     local ids = {}
     for i, m in ipairs(r.moved) do ids[i] = tostring(m.id) end
-    return string.format("same nodes, another order: ids %s differ (the daemon runs %s; the node list has %s)",
-      hosts_text(ids), ids_text(r.moved, "daemon"), ids_text(r.moved, "job"))
+    return string.format("same nodes, another order: ids %s differ (the daemon runs %s; the node list "
+      .. "has %s)", hosts_text(ids), ids_text(r.moved, "daemon"), ids_text(r.moved, "job"))
   end
   local parts = {}
   if #r.missing > 0 then parts[#parts + 1] = "missing " .. hosts_text(r.missing) end

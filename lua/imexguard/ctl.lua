@@ -244,6 +244,49 @@ function M.parse_domain(stdout, status)
     duplicates = dups }
 end
 
+-- One row of the text matrix: from id, {[to id] = letter}; or nil, reason.
+local function matrix_row(line, columns)
+  local from = math.tointeger(tonumber(line:match("^%s*(%d+)")))
+  local cells = {}
+  for c in line:gsub("^%s*%d+", ""):gmatch("%S+") do
+    if not M.LETTERS[c] then
+      return nil, "unknown connection state '" .. c .. "'"
+    end
+    cells[#cells + 1] = c
+  end
+  if #cells ~= #columns then
+    return nil, string.format("matrix row %d has %d cells for %d columns", from, #cells, #columns)
+  end
+  local row = {}
+  for i, c in ipairs(cells) do
+    row[columns[i]] = c
+  end
+  return from, row
+end
+
+-- Give each node of a text answer its links and connections from its matrix row; nil, reason
+-- when a row is missing or a column is not a node.
+local function link_rows(nodes, by_id, matrix)
+  for _, n in ipairs(nodes) do
+    local row = matrix[n.id]
+    if not row then
+      return nil, "no matrix row for node #" .. n.id
+    end
+    n.links = {}
+    for to, letter in pairs(row) do
+      if not by_id[to] then
+        return nil, "matrix column " .. to .. " is not a node"
+      end
+      n.links[#n.links + 1] = { id = to, host = by_id[to].host, status = M.LETTERS[letter] }
+    end
+    table.sort(n.links, function(a, b) return a.id < b.id end)
+    for _, l in ipairs(n.links) do
+      n.connections[l.host] = n.connections[l.host] or l.status
+    end
+  end
+  return true
+end
+
 --- Parse the text form of `nvidia-imex-ctl -N` (for the status display and simulator tests).
 -- Accepts both legends (6 lines on 570.00, 8 on 580), node lines with or without
 -- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`.
@@ -292,21 +335,11 @@ function M.parse_text(stdout)
     elseif line:match("^%d+/%d+/%d+ %d+:%d+:%d+") then
       result.timestamp = line
     elseif columns and line:match("^%s*%d+%s") then
-      local from = math.tointeger(tonumber(line:match("^%s*(%d+)")))
-      local cells = {}
-      for c in line:gsub("^%s*%d+", ""):gmatch("%S+") do
-        if not M.LETTERS[c] then
-          return malformed("unknown connection state '" .. c .. "'")
-        end
-        cells[#cells + 1] = c
+      local from, row = matrix_row(line, columns)
+      if not from then
+        return malformed(row)
       end
-      if #cells ~= #columns then
-        return malformed(string.format("matrix row %d has %d cells for %d columns", from, #cells, #columns))
-      end
-      matrix[from] = {}
-      for i, c in ipairs(cells) do
-        matrix[from][columns[i]] = c
-      end
+      matrix[from] = row
     end
   end
   if not result.status or not M.DOMAIN_STATES[result.status] then
@@ -318,22 +351,9 @@ function M.parse_text(stdout)
   if not columns then
     return malformed("no connection matrix")
   end
-  for _, n in ipairs(nodes) do
-    local row = matrix[n.id]
-    if not row then
-      return malformed("no matrix row for node #" .. n.id)
-    end
-    n.links = {}
-    for to, letter in pairs(row) do
-      if not by_id[to] then
-        return malformed("matrix column " .. to .. " is not a node")
-      end
-      n.links[#n.links + 1] = { id = to, host = by_id[to].host, status = M.LETTERS[letter] }
-    end
-    table.sort(n.links, function(a, b) return a.id < b.id end)
-    for _, l in ipairs(n.links) do
-      n.connections[l.host] = n.connections[l.host] or l.status
-    end
+  local linked, why = link_rows(nodes, by_id, matrix)
+  if not linked then
+    return malformed(why)
   end
   local by_host, dups = index(nodes)
   if not by_host then

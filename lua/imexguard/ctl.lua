@@ -610,8 +610,14 @@ local function judge_local(v, domain, expected, self_host, order, maps, note)
     local d = domain.duplicates[1]
     return fault("runs a node map holding host %s under %d ids", d.host, #d.ids)
   end
+  -- this node's own view differs from its map (a NODE_MAP_MISMATCH link alone is two-sided: with
+  -- this node's map equal to the node list, the peer at its other end is the odd one)
   for _, m in ipairs(maps) do
-    if m.id == self.id then return fault("has id %d, %s", self.id, m.text) end
+    if m.id == self.id then
+      for _, f in ipairs(m.findings) do
+        if f.kind ~= "mismatch" then return fault("has id %d, %s", self.id, m.text) end
+      end
+    end
   end
   if self.status ~= "READY" then return fault("is %s, not READY", self.status) end
   local peers, broken = peers_of(domain, expected, self)
@@ -640,22 +646,38 @@ local function judge_config(v, domain, expected, self_host, note)
   return true
 end
 
--- The faulty peers (and extra nodes not READY), with reasons.
+-- The faulty peers (and extra nodes not READY), with reasons (judge_peers).
+
+-- A peer's node-map reason: its own view differs from the map (named), or it is in a node map
+-- mismatch with this node, whose map is the node list's at this point. A mismatch between two peers
+-- blames neither: the odd one is also in mismatch with this node.
+local function map_reason(self, p, findings)
+  local texts, with_self = {}, self.connections[p.host] == "NODE_MAP_MISMATCH"
+  for _, f in ipairs(findings or {}) do
+    if f.kind ~= "mismatch" then
+      texts[#texts + 1] = f.text
+    elseif f.host == self.host then
+      with_self = true
+    end
+  end
+  if #texts > 0 then return "node map mismatch: " .. hosts_text(texts) end
+  if with_self then return "node map mismatch with this node, whose map is the node list's" end
+  return nil
+end
+
 local function judge_peers(v, domain, expected, self_host, maps)
   local self = domain.by_host[self_host]
-  local wanted, map_of = {}, {}
+  local wanted, findings = {}, {}
   for _, h in ipairs(expected) do wanted[h] = true end
-  for _, m in ipairs(maps) do map_of[m.id] = m.text end
+  for _, m in ipairs(maps) do findings[m.id] = m.findings end
   for _, p in ipairs((peers_of(domain, expected, self))) do
-    local reason
-    if map_of[p.id] then
-      reason = map_of[p.id]
-    elseif unreachable_cmd(self, p) then
+    local reason = map_reason(self, p, findings[p.id])
+    if not reason and unreachable_cmd(self, p) then
       reason = "status UNAVAILABLE while connected from this node: its command port (IMEX_CMD_PORT) is "
         .. "unreachable from here (its config.cfg or a firewall)"
-    elseif p.status ~= "READY" then
+    elseif not reason and p.status ~= "READY" then
       reason = "status " .. p.status
-    elseif self.connections[p.host] ~= "CONNECTED" then
+    elseif not reason and self.connections[p.host] ~= "CONNECTED" then
       reason = "connection from this node " .. tostring(self.connections[p.host] or "absent")
     end
     if reason then v.faulty[#v.faulty + 1] = { host = p.host, reason = reason } end

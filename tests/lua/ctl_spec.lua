@@ -736,6 +736,27 @@ describe("ctl.health: ordered identity and configuration faults", function()
     assert.truthy(v.summary:find("node map mismatch", 1, true), v.summary)
   end)
 
+  it("a NODE_MAP_MISMATCH link is two-sided: this node's map is the list's, so the peer is blamed", function()
+    -- the simulator's layout: every row keyed by the local ids, the mismatch shown on both ends
+    local mm = { ["10.0.0.5"] = { ["10.0.0.6"] = "NODE_MAP_MISMATCH" },
+      ["10.0.0.6"] = { ["10.0.0.5"] = "NODE_MAP_MISMATCH", ["10.0.0.7"] = "NODE_MAP_MISMATCH" },
+      ["10.0.0.7"] = { ["10.0.0.6"] = "NODE_MAP_MISMATCH" } }
+    local v = ctl.health(build(J, { links = mm, domain = "DEGRADED" }), J, "10.0.0.5")
+    assert.is_false(v.local_fault)
+    assert.equal("peer-fault", v.verdict)
+    assert.equal(1, #v.faulty)
+    assert.equal("10.0.0.6", v.faulty[1].host)
+    assert.truthy(v.faulty[1].reason:find("node map mismatch", 1, true), v.faulty[1].reason)
+    -- only this node's link shows it: the peer is still the one named
+    local one = ctl.health(build(J, { links = { ["10.0.0.5"] = { ["10.0.0.7"] = "NODE_MAP_MISMATCH" } },
+      domain = "DEGRADED" }), J, "10.0.0.5")
+    assert.same({ { host = "10.0.0.7",
+      reason = "node map mismatch with this node, whose map is the node list's" } }, one.faulty)
+    -- the stale node itself (its map another order) is a local fault
+    local stale = build({ "10.0.0.6", "10.0.0.5", "10.0.0.7" }, { links = mm, domain = "DEGRADED" })
+    assert.is_true(ctl.health(stale, J, "10.0.0.6").local_fault)
+  end)
+
   it("a READY, UP peer whose connections name an unknown id is not healthy", function()
     local d = build(J, { views = { ["10.0.0.7"] = { "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8" } } })
     local v = ctl.health(d, J, "10.0.0.5")

@@ -694,7 +694,7 @@ end
 -- Healthy iff the domain is UP, every expected host is present and READY, the answer's ordered
 -- node map is the job's (or, for a domain-wide list with extra hosts, holds each job host once),
 -- every node's view of the map agrees with it, and this node's connections to every other
--- expected host are CONNECTED (design.md, "Decision model" 8). Verdicts, checked in this order:
+-- expected host are CONNECTED. Verdicts, checked in this order:
 --
 -- * `"local-fault"` (`local_fault = true`): this node is absent from the answer; its daemon runs
 --   the node list's nodes in another order ("same nodes, another order", C21) or a host under two

@@ -1,5 +1,6 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (design.md steps 5c and 8, cases C06, C13, C20, C21, C22), and render the status table.
+-- (the staleness probe and the health wait; cases C06, C13, C20, C21, C22), and render the status
+-- table.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"

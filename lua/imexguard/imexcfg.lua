@@ -7,7 +7,7 @@
 -- @module imexguard.imexcfg
 local M = {}
 
--- NVIDIA's package defaults (imex-facts.md, "Files", [doc]).
+-- NVIDIA's package defaults (NVIDIA IMEX guide, the config.cfg of the nvidia-imex package).
 local DEFAULTS = {
   SERVER_PORT = "50000",
   IMEX_NODE_CONFIG_FILE = "/etc/nvidia-imex/nodes_config.cfg",

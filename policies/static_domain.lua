@@ -41,6 +41,7 @@ local function verify(ctx, wait)
   if #static == 0 then
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
+  want.node_list = static
   local in_domain, outside = {}, {}
   for _, a in ipairs(static) do in_domain[a] = true end
   for i, a in ipairs(want.addrs) do
@@ -64,8 +65,9 @@ end
 
 --- The verdict over the job's nodes only (nodes of the domain outside the job are ignored).
 local function judge(answer, want)
-  local v = health.verdict(answer, want.addrs, want.self)
-  if not v or v.local_fault then return v end
+  -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
+  local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
+  if not v or v.local_fault or v.verdict == "config-fault" then return v end
   local job = {}
   for _, a in ipairs(want.addrs) do job[a] = true end
   local faulty, outside = {}, {}

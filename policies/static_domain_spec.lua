@@ -82,4 +82,22 @@ describe("static_domain policy", function()
     assert.matches("job's nodes healthy", message)
     untouched(s)
   end)
+  it("the whole rack in a static list not in hostlist order: ok (the file's order counts)", function()
+    local s = testing.scenario{ policy = P, file = { "n3", "n1", "n4", "n2" } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-4]" }
+    assert.equal("ok", outcome, message)
+    untouched(s)
+  end)
+
+  it("a configuration fault (peers UNAVAILABLE, links CONNECTED): not healthy, peers not blamed", function()
+    local all = { n1 = "CONNECTED", n2 = "CONNECTED", n3 = "CONNECTED", n4 = "CONNECTED" }
+    local s = testing.scenario{ policy = P, file = RACK, domain = { status = "DEGRADED", nodes = {
+      { host = "n1", connections = all },
+      { host = "n2", status = "UNAVAILABLE" }, { host = "n3", status = "UNAVAILABLE" },
+      { host = "n4", status = "UNAVAILABLE" } } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("domain-unhealthy", outcome)
+    assert.matches("configuration fault", message)
+    untouched(s)
+  end)
 end)

@@ -1,7 +1,9 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (design.md steps 5c and 8, cases C06, C13, C20), and render the status table.
+-- (the staleness probe and the health wait; cases C06, C13, C20, C21, C22), and render the status
+-- table.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
+local imexcfg = require "imexguard.imexcfg"
 
 local M = {}
 
@@ -9,6 +11,11 @@ local M = {}
 M.MAX_OUTPUT = 1024 * 1024
 --- Seconds kept back from the run's budget so that a timed-out wait still ends in a named outcome.
 M.MARGIN = 0.5
+--- Consecutive polls with the same configuration-fault verdict after which `wait` stops early.
+M.CONFIG_FAULT_POLLS = 3
+--- Outcome of an established configuration fault (C22). "domain-unhealthy" (exit 9) until the
+-- outcome table has an outcome of its own for it.
+M.CONFIG_FAULT_OUTCOME = "domain-unhealthy"
 
 local function one_line(s)
   return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
@@ -57,6 +64,10 @@ function M.probe(ctx, timeout)
 end
 
 --- Set of hosts of a domain (table host -> true) and its size.
+-- A set alone never decides anything: a node's ID is its line in the daemon's list, so the same
+-- hosts in another order are another domain (C21). Compare with `ctl.compare_map`.
+-- @param domain table parsed domain
+-- @return table {[host] = true}, integer number of distinct hosts
 function M.host_set(domain)
   local set, n = {}, 0
   for _, node in ipairs(domain.nodes) do
@@ -77,13 +88,15 @@ end
 -- @param answer table from probe
 -- @param expected list of addresses
 -- @param self string this node's address
+-- @param opts table|nil passed to ctl.health ({node_list = ordered list | false})
 -- @return verdict (ctl.health's table, or a local-fault verdict when the local daemon is
 --   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
 --   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
-function M.verdict(answer, expected, self)
-  if answer.domain then return ctl.health(answer.domain, expected, self) end
+function M.verdict(answer, expected, self, opts)
+  if answer.domain then return ctl.health(answer.domain, expected, self, opts) end
   if answer.kind == "unreachable" then
-    return { healthy = false, status = "DOWN", local_fault = answer.err, faulty = {}, summary = answer.err }
+    return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
+      summary = answer.err }
   end
   return nil
 end
@@ -100,9 +113,54 @@ local function local_reason(v, self)
   return nil
 end
 
---- Outcome and message for an unhealthy verdict (C20: blame the right node).
+--- Likely causes of a configuration fault, this node's own config.cfg findings first.
+-- @param cfg table|nil parsed config.cfg of this node (imexcfg.parse)
+-- @param path string|nil its path (named in the findings)
+-- @return list of one-line strings
+function M.config_fault_causes(cfg, path)
+  local causes = {}
+  if type(cfg) == "table" then
+    for _, f in ipairs(imexcfg.lint(cfg, path)) do
+      if f.level == "error" and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP") then
+        causes[#causes + 1] = "here: " .. f.text
+      end
+    end
+  end
+  for _, c in ipairs(ctl.CONFIG_FAULT_CAUSES) do causes[#causes + 1] = c end
+  return causes
+end
+
+--- Is a configuration fault established? True when the last `polls` verdicts are all
+-- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
+-- timeout; one inconsistent or unusable poll restarts the count).
+-- @param history list of verdicts, oldest first (ctl.health's tables; nil or false for an
+--   unusable answer); use `n` for a list with holes
+-- @param polls integer|nil consecutive polls needed (default CONFIG_FAULT_POLLS, at least 1)
+-- @param n integer|nil length of history (default #history)
+-- @return boolean, and the last verdict when true
+function M.config_fault_established(history, polls, n)
+  polls = math.max(1, math.tointeger(polls or M.CONFIG_FAULT_POLLS) or M.CONFIG_FAULT_POLLS)
+  n = n or #history
+  if n < polls then return false end
+  local key
+  for i = n - polls + 1, n do
+    local v = history[i]
+    if type(v) ~= "table" or v.verdict ~= "config-fault" or not v.config_fault then return false end
+    local peers = {}
+    for j, h in ipairs(v.config_fault.peers or {}) do peers[j] = h end
+    table.sort(peers)
+    local k = table.concat(peers, " ")
+    if key and k ~= key then return false end
+    key = k
+  end
+  return true, history[n]
+end
+
+--- Outcome and message for an unhealthy verdict (C20: blame the right node; C22: a configuration
+-- fault blames nobody, names its likely causes, and is CONFIG_FAULT_OUTCOME).
 -- @param ctx table policy context
--- @param want table {self, names = {[addr] = slurm name}}
+-- @param want table {self, names = {[addr] = slurm name}, cfg = parsed config.cfg or nil,
+--   config_path = its path or nil (both optional: this node's findings are then named first)}
 -- @param v table verdict
 -- @param waited number seconds waited (for the message)
 -- @return outcome, message
@@ -110,6 +168,13 @@ function M.blame(ctx, want, v, waited)
   local me = label(want.self, want.names)
   local why = local_reason(v, want.self)
   local after = waited and string.format(" after %.1f s", waited) or ""
+  if not why and v.verdict == "config-fault" then
+    local cf = v.config_fault or {}
+    return M.CONFIG_FAULT_OUTCOME, one_line(string.format("this node %s: configuration fault%s, not a peer "
+      .. "fault: READY and connected to %d peers that show UNAVAILABLE (node status travels over the command "
+      .. "port, IMEX_CMD_PORT); likely causes: %s (domain %s)", me, after, #(cf.peers or {}),
+      table.concat(M.config_fault_causes(want.cfg, want.config_path), "; "), tostring(v.status)))
+  end
   if why then
     return "domain-unhealthy", one_line(string.format("this node %s is not healthy%s: %s", me, after, why))
   end
@@ -130,9 +195,12 @@ function M.blame(ctx, want, v, waited)
 end
 
 --- Wait for the domain to be healthy (step 8): poll the ctl every poll_interval until healthy or
--- health_timeout (bounded by the run's budget minus MARGIN) passes.
+-- health_timeout (bounded by the run's budget minus MARGIN) passes, or a configuration fault is
+-- established (`config_fault_established` over want.config_fault_polls, default
+-- CONFIG_FAULT_POLLS, consecutive polls: C22).
 -- @param ctx table policy context
--- @param want table {addrs, self, names}
+-- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
+--   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
 -- @return outcome, message, polls (number of answers examined)
 function M.wait(ctx, want, first)
@@ -140,18 +208,23 @@ function M.wait(ctx, want, first)
   local start = h.now()
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
+  local history = {}
+  local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
   while true do
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
       answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)))
     end
     polls = polls + 1
-    local v = M.verdict(answer, want.addrs, want.self)
+    local v = M.verdict(answer, want.addrs, want.self, list_opts)
     if v and v.healthy then
       return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
     end
     if v then last_v = v else last_err = answer.err end
-    if answer.kind == "deadline" then break end
+    history[polls] = v or false
+    if answer.kind == "deadline" or M.config_fault_established(history, want.config_fault_polls, polls) then
+      break
+    end
     answer = nil
     local left = window - (h.now() - start)
     if left <= 0 then break end
@@ -182,29 +255,48 @@ local function conn_summary(node)
   return s
 end
 
+-- Diagnosis of each node by host: the verdict's blame, node-map findings, configuration fault.
+local function diagnoses(v)
+  local diag = {}
+  if not v then return diag end
+  for _, f in ipairs(v.faulty or {}) do diag[f.host] = tostring(f.reason) end
+  if v.verdict == "config-fault" and v.config_fault then
+    for _, h in ipairs(v.config_fault.peers or {}) do
+      diag[h] = diag[h] or "status not known here: command port unreachable (configuration fault, see below)"
+    end
+  end
+  return diag
+end
+
 --- Render the domain for a person (or as JSON).
+-- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
 -- @param domain table parsed domain
 -- @param v table verdict (ctl.health)
 -- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message}
--- @return string report (newline-terminated)
+-- @return string report (newline-terminated); JSON adds `verdict`, `self_id`, `order` (compare_map's
+--   kind and summary) and per node `map` ("ok" or the node-map finding)
 function M.report(domain, v, opts)
   local names = opts.names or {}
-  local diag = {}
-  for _, f in ipairs(v and v.faulty or {}) do diag[f.host] = tostring(f.reason) end
+  local diag = diagnoses(v)
+  local map_of = {}
+  for _, m in ipairs(v and v.map_faults or ctl.map_faults(domain)) do map_of[m.id] = m.text end
   local rows = {}
   for _, node in ipairs(domain.nodes) do
     rows[#rows + 1] = {
       id = node.id, host = node.host, name = names[node.host] or "",
       status = tostring(node.status), version = node.version,
-      connections = conn_summary(node), self = node.host == opts.self,
+      connections = conn_summary(node), self = node.host == opts.self, map = map_of[node.id] or "ok",
       -- the verdict blames expected hosts; any other node that is not READY says so itself
-      diagnosis = diag[node.host]
+      diagnosis = diag[node.host] or map_of[node.id]
         or (node.status ~= "READY" and ("status " .. tostring(node.status)))
         or "ok",
     }
   end
   if opts.json then
+    local order = v and v.order
     return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
+      self_id = v and v.self_id, verdict = v and v.verdict,
+      order = order and { kind = order.kind, summary = order.summary },
       outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
   end
   local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
@@ -226,6 +318,7 @@ function M.report(domain, v, opts)
     end
     out[#out + 1] = table.concat(parts, "  ")
   end
+  if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
   if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
   return table.concat(out, "\n") .. "\n"
 end

@@ -1,12 +1,13 @@
---- NVIDIA IMEX `config.cfg`: parse, package defaults, lookup with defaults.
+--- NVIDIA IMEX `config.cfg`: parse, package defaults, lookup with defaults, lint, and the config
+-- path of a unit's ExecStart.
 --
 -- Pure Lua, no side effects. Source: NVIDIA IMEX guide and the config.cfg shipped with the
--- nvidia-imex package (`KEY=VALUE` lines, `#` comments), as collected in
--- /work/shared/imex-facts.md ("Files").
+-- nvidia-imex package (`KEY=VALUE` lines, `#` comments), and the unit NVIDIA recommends
+-- (`ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg`).
 -- @module imexguard.imexcfg
 local M = {}
 
--- NVIDIA's package defaults (imex-facts.md, "Files", [doc]).
+-- NVIDIA's package defaults (NVIDIA IMEX guide, the config.cfg of the nvidia-imex package).
 local DEFAULTS = {
   SERVER_PORT = "50000",
   IMEX_NODE_CONFIG_FILE = "/etc/nvidia-imex/nodes_config.cfg",
@@ -100,6 +101,131 @@ function M.port(cfg, key)
     return nil, string.format("config.cfg: %s='%s' is not a port number", key, tostring(v))
   end
   return n
+end
+
+--- Where the daemon and the ctl read their config when no `-c` is given (NVIDIA IMEX guide).
+M.DEFAULT_PATH = "/etc/nvidia-imex/config.cfg"
+
+-- True when an address is a loopback address (127.0.0.0/8, ::1, localhost).
+local function loopback(v)
+  local a = v:lower():match("^%[?(.-)%]?$")
+  return a:match("^127%.%d+%.%d+%.%d+$") ~= nil or a:match("^::ffff:127%.%d+%.%d+%.%d+$") ~= nil
+    or a == "::1" or a == "0:0:0:0:0:0:0:1" or a == "localhost"
+end
+
+-- Findings about the command service and the ports (see lint).
+local function lint_ports(cfg, add)
+  local cmd = cfg.IMEX_CMD_BIND_INTERFACE_IP
+  if cmd and cmd ~= "" and loopback(cmd) then
+    add("IMEX_CMD_BIND_INTERFACE_IP", "error", "IMEX_CMD_BIND_INTERFACE_IP=%s is a loopback address: the "
+      .. "other nodes cannot reach this node's command port and show it UNAVAILABLE", cmd)
+  end
+  local bind = cfg.BIND_INTERFACE_IP
+  if bind and bind ~= "" and loopback(bind) then
+    add("BIND_INTERFACE_IP", "error", "BIND_INTERFACE_IP=%s is a loopback address: the other nodes cannot "
+      .. "connect to this node's daemon", bind)
+  end
+  local enabled = cfg.IMEX_CMD_ENABLED
+  if enabled == "0" then
+    add("IMEX_CMD_ENABLED", "error", "IMEX_CMD_ENABLED=0 disables the command service: the ctl cannot query "
+      .. "this node and the other nodes show it UNAVAILABLE")
+  elseif enabled ~= nil and enabled ~= "1" then
+    add("IMEX_CMD_ENABLED", "error", "IMEX_CMD_ENABLED='%s' is neither 0 nor 1", enabled)
+  end
+  local ports = {}
+  for _, key in ipairs({ "SERVER_PORT", "IMEX_CMD_PORT" }) do
+    local v = cfg[key]
+    if v == nil or v == "" then
+      add(key, "warning", "%s is not set: the daemon uses %s, and every node of the domain must use the "
+        .. "same port", key, DEFAULTS[key])
+    else
+      local n = M.port(cfg, key)
+      if n then ports[key] = n else add(key, "error", "%s='%s' is not a port number (1-65535)", key, v) end
+    end
+  end
+  if ports.SERVER_PORT and ports.SERVER_PORT == ports.IMEX_CMD_PORT then
+    add("IMEX_CMD_PORT", "error", "IMEX_CMD_PORT=%d is also SERVER_PORT: the two services need two ports",
+      ports.IMEX_CMD_PORT)
+  end
+end
+
+--- Lint a parsed config.cfg before any job runs (case C22: a configuration fault shows as peers
+-- UNAVAILABLE, and must be named before it is mistaken for faulty peers).
+-- Errors: `IMEX_CMD_BIND_INTERFACE_IP` or `BIND_INTERFACE_IP` a loopback address (127.0.0.0/8,
+-- ::1, localhost); `IMEX_CMD_ENABLED=0` or neither 0 nor 1; `SERVER_PORT` or `IMEX_CMD_PORT` not a
+-- port number, or both the same; `IMEX_NODE_CONFIG_FILE` not an absolute path (the daemon's
+-- working directory is not the admin's). Warnings: `SERVER_PORT` or `IMEX_CMD_PORT` missing or
+-- empty (the daemon's default applies, which every node must share).
+-- @tparam table cfg result of `parse`
+-- @tparam[opt] string path the file's path, named in every finding (default `DEFAULT_PATH`)
+-- @treturn table list of findings in a fixed key order, empty when the config is clean:
+--   `{ {key = string, value = string|nil, level = "error"|"warning", text = one line "PATH: ..."}, ... }`
+-- @raise when cfg is not a table or path is not a string
+function M.lint(cfg, path)
+  if type(cfg) ~= "table" then
+    error("imexcfg.lint: cfg must be a parsed config.cfg", 2)
+  end
+  if path ~= nil and type(path) ~= "string" then
+    error("imexcfg.lint: path must be a string", 2)
+  end
+  path = path or M.DEFAULT_PATH
+  local out = {}
+  local function add(key, level, fmt, ...)
+    out[#out + 1] = { key = key, value = cfg[key], level = level,
+      text = (path .. ": " .. string.format(fmt, ...)):gsub("[\r\n]+", " ") }
+  end
+  lint_ports(cfg, add)
+  local nodes = cfg.IMEX_NODE_CONFIG_FILE
+  if nodes and nodes ~= "" and nodes:sub(1, 1) ~= "/" then
+    add("IMEX_NODE_CONFIG_FILE", "error", "IMEX_NODE_CONFIG_FILE=%s is not an absolute path: the daemon "
+      .. "would read another file", nodes)
+  end
+  return out
+end
+
+--- The config path of a unit's ExecStart argv: the value of `-c PATH` (or `-cPATH`), else
+-- `DEFAULT_PATH` (what nvidia-imex reads without `-c`, NVIDIA IMEX guide). The argv is systemd's
+-- (`ExecStart` property: argv[1] is the program as the unit names it, and is not searched).
+-- @tparam {string,...} argv the command line, program first
+-- @treturn[1] string the config path (absolute)
+-- @treturn[1] boolean true when it came from `-c`, false for the default
+-- @treturn[2] nil
+-- @treturn[2] string one-line error naming the ExecStart argument: `-c` without a value (last, or
+--   followed by an option or an empty string), `-c` given twice, or a relative path
+-- @raise when argv is not a list of strings
+function M.config_path(argv)
+  if type(argv) ~= "table" then
+    error("imexcfg.config_path: argv must be a list of strings", 2)
+  end
+  for i, a in ipairs(argv) do
+    if type(a) ~= "string" then error("imexcfg.config_path: argv[" .. i .. "] is not a string", 2) end
+  end
+  local found
+  local i = 2
+  while i <= #argv do
+    local a, value = argv[i], nil
+    if a == "-c" then
+      value = argv[i + 1]
+      if value == nil or value == "" or value:sub(1, 1) == "-" then
+        return nil, string.format("ExecStart: -c without a value (%s)", table.concat(argv, " "))
+      end
+      i = i + 1
+    elseif a:match("^%-c.") then
+      value = a:sub(3)
+    end
+    if value then
+      if found then
+        return nil, string.format("ExecStart: -c given twice (%s and %s)", found, value)
+      end
+      if value:sub(1, 1) ~= "/" then
+        return nil, string.format("ExecStart: -c %s is not an absolute path", value)
+      end
+      found = value
+    end
+    i = i + 1
+  end
+  if found then return found, true end
+  return M.DEFAULT_PATH, false
 end
 
 return M

@@ -105,3 +105,126 @@ describe("imexcfg.defaults and get", function()
     assert.is_nil(imexcfg.port({ SERVER_PORT = "0" }, "SERVER_PORT"))
   end)
 end)
+
+describe("imexcfg.lint (C22: flagged before any job runs)", function()
+  local PATH = "/etc/nvidia-imex/config.cfg"
+
+  -- SAMPLE with one plain substitution.
+  local function edit(old, new)
+    local i, j = assert(SAMPLE:find(old, 1, true))
+    return SAMPLE:sub(1, i - 1) .. new .. SAMPLE:sub(j + 1)
+  end
+
+  local function lint(text, path)
+    return imexcfg.lint(assert(imexcfg.parse(text)), path)
+  end
+
+  local function keys(findings)
+    local t = {}
+    for i, f in ipairs(findings) do t[i] = f.key .. ":" .. f.level end
+    return t
+  end
+
+  it("the package's config is clean", function()
+    assert.same({}, lint(SAMPLE))
+  end)
+
+  for _, addr in ipairs({ "127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "::ffff:127.0.0.1" }) do
+    it("flags IMEX_CMD_BIND_INTERFACE_IP=" .. addr .. " (loopback), naming the key and the file", function()
+      local f = lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=" .. addr .. "\n"),
+        "/opt/site/imex.cfg")
+      assert.same({ "IMEX_CMD_BIND_INTERFACE_IP:error" }, keys(f))
+      assert.equal(addr, f[1].value)
+      assert.equal("/opt/site/imex.cfg: IMEX_CMD_BIND_INTERFACE_IP=" .. addr .. " is a loopback address: the "
+        .. "other nodes cannot reach this node's command port and show it UNAVAILABLE", f[1].text)
+    end)
+  end
+
+  it("a routable command address is fine", function()
+    assert.same({}, lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1\n")))
+    assert.same({}, lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=128.0.0.1\n")))
+  end)
+
+  it("flags a loopback BIND_INTERFACE_IP", function()
+    assert.same({ "BIND_INTERFACE_IP:error" }, keys(lint(edit("\nBIND_INTERFACE_IP=\n",
+      "\nBIND_INTERFACE_IP=127.0.0.1\n"))))
+  end)
+
+  it("flags IMEX_CMD_ENABLED=0 and a value that is neither 0 nor 1", function()
+    local f = lint(edit("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0"))
+    assert.same({ "IMEX_CMD_ENABLED:error" }, keys(f))
+    assert.equal(PATH .. ": IMEX_CMD_ENABLED=0 disables", f[1].text:sub(1, #PATH + 29))
+    local g = lint(edit("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=yes"))
+    assert.same({ "IMEX_CMD_ENABLED:error" }, keys(g))
+    assert.truthy(g[1].text:find("'yes' is neither 0 nor 1", 1, true))
+  end)
+
+  it("flags missing and invalid ports, and one port for both services", function()
+    assert.same({ "SERVER_PORT:warning", "IMEX_CMD_PORT:warning" }, keys(lint("DAEMONIZE=1\n")))
+    assert.same({ "SERVER_PORT:warning" }, keys(lint(edit("SERVER_PORT=50000", "SERVER_PORT="))))
+    local f = lint(edit("IMEX_CMD_PORT=50005", "IMEX_CMD_PORT=5000x"))
+    assert.same({ "IMEX_CMD_PORT:error" }, keys(f))
+    assert.equal(PATH .. ": IMEX_CMD_PORT='5000x' is not a port number (1-65535)", f[1].text)
+    assert.same({ "SERVER_PORT:error" }, keys(lint(edit("SERVER_PORT=50000", "SERVER_PORT=65536"))))
+    assert.same({ "IMEX_CMD_PORT:error" }, keys(lint(edit("IMEX_CMD_PORT=50005", "IMEX_CMD_PORT=50000"))))
+  end)
+
+  it("flags a relative IMEX_NODE_CONFIG_FILE", function()
+    local f = lint(edit("IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg",
+      "IMEX_NODE_CONFIG_FILE=nodes_config.cfg"))
+    assert.same({ "IMEX_NODE_CONFIG_FILE:error" }, keys(f))
+    assert.truthy(f[1].text:find("IMEX_NODE_CONFIG_FILE=nodes_config.cfg is not an absolute path", 1, true))
+  end)
+
+  it("lists several findings in a fixed order, each one line", function()
+    local f = lint("IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\nIMEX_CMD_ENABLED=0\nIMEX_CMD_PORT=0\n"
+      .. "SERVER_PORT=50000\n"
+      .. "IMEX_NODE_CONFIG_FILE=./n\n")
+    assert.same({ "IMEX_CMD_BIND_INTERFACE_IP:error", "IMEX_CMD_ENABLED:error", "IMEX_CMD_PORT:error",
+      "IMEX_NODE_CONFIG_FILE:error" }, keys(f))
+    for _, x in ipairs(f) do assert.is_nil(x.text:find("\n")) end
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() imexcfg.lint(nil) end)
+    assert.has_error(function() imexcfg.lint({}, 5) end)
+  end)
+end)
+
+describe("imexcfg.config_path (C28: the unit's own config)", function()
+  it("takes -c PATH from an ExecStart argv", function()
+    assert.same({ "/opt/site/imex.cfg", true },
+      { imexcfg.config_path({ "/usr/bin/nvidia-imex", "-c", "/opt/site/imex.cfg" }) })
+    assert.same({ "/opt/site/imex.cfg", true },
+      { imexcfg.config_path({ "nvidia-imex", "-c/opt/site/imex.cfg" }) })
+    assert.same({ "/etc/x.cfg", true },
+      { imexcfg.config_path({ "nvidia-imex", "-d", "-c", "/etc/x.cfg", "-v" }) })
+  end)
+
+  it("gives the default config without -c", function()
+    assert.same({ "/etc/nvidia-imex/config.cfg", false }, { imexcfg.config_path({ "/usr/bin/nvidia-imex" }) })
+    assert.same({ "/etc/nvidia-imex/config.cfg", false }, { imexcfg.config_path({}) })
+    -- the program itself is never read as an option
+    assert.same({ "/etc/nvidia-imex/config.cfg", false }, { imexcfg.config_path({ "-c", "/x" }) })
+  end)
+
+  it("names -c without a value, -c twice and a relative path", function()
+    for _, argv in ipairs({ { "nvidia-imex", "-c" }, { "nvidia-imex", "-c", "" },
+      { "nvidia-imex", "-c", "-d" } }) do
+      local p, err = imexcfg.config_path(argv)
+      assert.is_nil(p)
+      assert.truthy(err:find("^ExecStart: %-c without a value"), err)
+    end
+    local p, err = imexcfg.config_path({ "nvidia-imex", "-c", "/a", "-c", "/b" })
+    assert.is_nil(p)
+    assert.equal("ExecStart: -c given twice (/a and /b)", err)
+    p, err = imexcfg.config_path({ "nvidia-imex", "-c", "site.cfg" })
+    assert.is_nil(p)
+    assert.equal("ExecStart: -c site.cfg is not an absolute path", err)
+  end)
+
+  it("raises on misuse", function()
+    assert.has_error(function() imexcfg.config_path("nvidia-imex -c /x") end)
+    assert.has_error(function() imexcfg.config_path({ "nvidia-imex", 5 }) end)
+  end)
+end)

@@ -1,0 +1,206 @@
+-- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
+-- polls (C22), its blame and early stop in wait, and the node map in the status report (C21).
+local testing = require "imexguard.testing"
+local health = require "imexguard.health"
+local ctl = require "imexguard.ctl"
+local imexcfg = require "imexguard.imexcfg"
+local cjson = require "cjson"
+
+local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+
+-- A described domain (testing.render_domain) of `hosts` where this node (the first) is READY and
+-- CONNECTED to every peer, and the peers are UNAVAILABLE: the command port of the peers cannot be
+-- reached (C22).
+local function cmd_unreachable(hosts)
+  local nodes, conns = {}, {}
+  for _, h in ipairs(hosts) do conns[h] = "CONNECTED" end
+  nodes[1] = { host = hosts[1], connections = conns }
+  for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE", version = "" } end
+  return { status = "DEGRADED", nodes = nodes }
+end
+
+-- A peer whose daemon is down: UNAVAILABLE, every link to it INVALID.
+local function peer_down(hosts, which)
+  local nodes = {}
+  for i, h in ipairs(hosts) do nodes[i] = { host = h, status = h == which and "UNAVAILABLE" or nil } end
+  return { nodes = nodes }
+end
+
+local function verdict_of(described, expected, self)
+  local d = assert(ctl.parse_domain(testing.render_domain(described), 0))
+  return ctl.health(d, expected, self)
+end
+
+local function find(s, word)
+  return s:find(word, 1, true) ~= nil
+end
+
+describe("health.config_fault_established", function()
+  local cf = verdict_of(cmd_unreachable(H), H, H[1])
+  local peer = verdict_of(peer_down(H, H[3]), H, H[1])
+
+  it("needs CONFIG_FAULT_POLLS consecutive config-fault verdicts", function()
+    assert.equal(3, health.CONFIG_FAULT_POLLS)
+    assert.is_false(health.config_fault_established({ cf, cf }))
+    local ok, v = health.config_fault_established({ cf, cf, cf })
+    assert.is_true(ok)
+    assert.equal(cf, v)
+    assert.is_true(health.config_fault_established({ peer, cf, cf, cf }))
+  end)
+
+  it("an unusable or different poll in the window restarts the count", function()
+    assert.is_false(health.config_fault_established({ cf, cf, peer }))
+    assert.is_false(health.config_fault_established({ cf, peer, cf, cf }))
+    assert.is_false(health.config_fault_established({ cf, false, cf }, 3, 3))
+    assert.is_false(health.config_fault_established({ cf, nil, cf }, 3, 3))
+  end)
+
+  it("the same peers every time: a changing set is not established", function()
+    local three = verdict_of(cmd_unreachable({ H[1], H[2], H[3] }), { H[1], H[2], H[3] }, H[1])
+    assert.is_false(health.config_fault_established({ cf, three, cf }))
+  end)
+
+  it("takes the number of polls (at least 1)", function()
+    assert.is_true(health.config_fault_established({ cf }, 1))
+    assert.is_true(health.config_fault_established({ cf }, 0))
+    assert.is_false(health.config_fault_established({ peer, cf }, 2))
+  end)
+end)
+
+describe("health.blame of a configuration fault", function()
+  it("blames nobody, names the causes, this node's own config findings first", function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h }
+    local v = verdict_of(cmd_unreachable(H), H, H[1])
+    local cfg = assert(imexcfg.parse("IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1\n"))
+    local o, msg = health.blame(ctx, { self = H[1], names = { [H[1]] = "n1" }, cfg = cfg,
+      config_path = "/opt/site/imex.cfg" }, v, 2.5)
+    assert.equal(health.CONFIG_FAULT_OUTCOME, o)
+    assert.equal("domain-unhealthy", o)
+    assert.is_nil(msg:find("\n"))
+    assert.truthy(find(msg, "this node 10.0.0.1 (n1): configuration fault after 2.5 s, not a peer fault"))
+    assert.truthy(find(msg, "likely causes: here: /opt/site/imex.cfg: IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1"))
+    assert.truthy(find(msg, "firewalled"), msg)
+    assert.is_false(find(msg, "peers are not"))
+    assert.is_false(find(msg, "status UNAVAILABLE"))
+    assert.same({}, h.logs)
+  end)
+
+  it("without a config, the generic causes", function()
+    local v = verdict_of(cmd_unreachable({ H[1], H[2] }), { H[1], H[2] }, H[1])
+    local _, msg = health.blame(testing.ctx{}, { self = H[1] }, v)
+    assert.truthy(find(msg, "connected to 1 peers"), msg)
+    assert.is_false(find(msg, "here:"))
+  end)
+
+  it("a real peer fault is still peers-unhealthy, naming the peer", function()
+    local v = verdict_of(peer_down(H, H[3]), H, H[1])
+    local o, msg = health.blame(testing.ctx{}, { self = H[1] }, v)
+    assert.equal("peers-unhealthy", o)
+    assert.truthy(find(msg, "10.0.0.3: status UNAVAILABLE"), msg)
+  end)
+
+  it("config_fault_causes: command-service and bind findings of this node, then the generic ones", function()
+    local cfg = assert(imexcfg.parse("IMEX_CMD_ENABLED=0\nIMEX_NODE_CONFIG_FILE=rel\n"))
+    local c = health.config_fault_causes(cfg, "/c.cfg")
+    assert.equal(1 + #ctl.CONFIG_FAULT_CAUSES, #c)
+    assert.truthy(find(c[1], "here: /c.cfg: IMEX_CMD_ENABLED=0"))
+    assert.same(ctl.CONFIG_FAULT_CAUSES, { table.unpack(c, 2) })
+  end)
+end)
+
+describe("health.wait", function()
+  local function want(hosts) return { addrs = hosts, self = hosts[1], names = {} } end
+
+  it("stops after CONFIG_FAULT_POLLS polls of a configuration fault, long before health_timeout", function()
+    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) } } }
+    local ctx = testing.ctx{ host = h }
+    local o, msg, polls = health.wait(ctx, want(H))
+    assert.equal("domain-unhealthy", o)
+    assert.equal(health.CONFIG_FAULT_POLLS, polls)
+    assert.equal(health.CONFIG_FAULT_POLLS, #h.runs)
+    assert.truthy(find(msg, "configuration fault"), msg)
+    assert.is_false(find(msg, "peers are not"))
+  end)
+
+  it("17 peers (an 18-node rack): the same early stop", function()
+    local hosts = {}
+    for i = 1, 18 do hosts[i] = "10.0.2." .. i end
+    local h = testing.host{ ctl = { { domain = cmd_unreachable(hosts) } } }
+    local o, msg, polls = health.wait(testing.ctx{ host = h }, want(hosts))
+    assert.equal("domain-unhealthy", o)
+    assert.equal(3, polls)
+    assert.truthy(find(msg, "connected to 17 peers"), msg)
+  end)
+
+  it("want.config_fault_polls sets the number of polls", function()
+    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) } } }
+    local w = want(H)
+    w.config_fault_polls = 5
+    local _, _, polls = health.wait(testing.ctx{ host = h }, w)
+    assert.equal(5, polls)
+  end)
+
+  it("a transient signature that clears is not a fault: the domain comes up", function()
+    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) }, { domain = cmd_unreachable(H) },
+      testing.up(H) } }
+    local o, _, polls = health.wait(testing.ctx{ host = h }, want(H))
+    assert.equal("ok", o)
+    assert.equal(3, polls)
+  end)
+
+  it("a real peer fault waits the whole health_timeout and names the peer", function()
+    local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+    local ctx = testing.ctx{ host = h, settings = { health_timeout = 5, poll_interval = 1 } }
+    local o, msg, polls = health.wait(ctx, want(H))
+    assert.equal("peers-unhealthy", o)
+    assert.is_true(polls > 3)
+    assert.truthy(find(msg, "10.0.0.2"), msg)
+  end)
+end)
+
+describe("health.report: node map and configuration fault", function()
+  it("flags the node whose view of the node map differs (C21 seen from a peer)", function()
+    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-peer.json"))
+    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    f:close()
+    local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
+    local v = ctl.health(d, expected, "10.0.0.5")
+    local j = cjson.decode(health.report(d, v, { self = "10.0.0.5", json = true }))
+    assert.equal(0, j.self_id)
+    assert.equal("peer-fault", j.verdict)
+    assert.equal("same", j.order.kind)
+    assert.equal("ok", j.nodes[1].map)
+    assert.truthy(find(j.nodes[2].map, "node map mismatch: its id 0 is 10.0.0.6"), j.nodes[2].map)
+    assert.truthy(find(j.nodes[2].diagnosis, "node map mismatch"), j.nodes[2].diagnosis)
+    local text = health.report(d, v, { self = "10.0.0.5" })
+    assert.truthy(text:match("\n1%s+10%.0%.0%.6%s+READY%s+[^\n]*node map mismatch"), text)
+  end)
+
+  it("the stale node's own report names the order (same nodes, another order)", function()
+    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
+    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    f:close()
+    local v = ctl.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
+    local text = health.report(d, v, { self = "10.0.0.6" })
+    assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
+    assert.truthy(find(text, "node map: same nodes, another order"), text)
+  end)
+
+  it("a configuration fault never shows the peers as faulty", function()
+    local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
+    local v = ctl.health(d, H, H[1])
+    local j = cjson.decode(health.report(d, v, { self = H[1], json = true }))
+    assert.equal("config-fault", j.verdict)
+    for i = 2, 4 do
+      assert.truthy(find(j.nodes[i].diagnosis, "configuration fault"), j.nodes[i].diagnosis)
+      assert.is_false(find(j.nodes[i].diagnosis, "status UNAVAILABLE"))
+    end
+  end)
+end)
+
+describe("health.verdict", function()
+  it("names the verdict of an unreachable local daemon", function()
+    assert.equal("local-fault", health.verdict({ kind = "unreachable", err = "down" }, H, H[1]).verdict)
+  end)
+end)

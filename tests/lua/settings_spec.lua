@@ -15,7 +15,8 @@ describe("imexguard.settings", function()
         log_journal = true, log_level = "info",
         imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels", imex_channel_mode = 438,
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
-        scontrol = "/usr/bin/scontrol",
+        scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
+        conflict_wait = 5,
       }, t)
       assert.is_nil(t.metrics_dir)
       assert.is_nil(t.nodes_file)

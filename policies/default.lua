@@ -47,7 +47,7 @@ local outcomes = require "imexguard.outcomes"
 local report = require "imexguard.report"
 local text = require "imexguard.text"
 
-local HOOKS = { lookup = true, admit = true, may_restart = true, register_extra = true,
+local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
 --- The entry points; each is a plain function of ctx that runs the method "run_" .. name.
@@ -64,9 +64,12 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
 
---- Applies? IMEX is installed and enabled on this node and config.cfg exists.
--- @return info {unit, cfg, nodes_file, bind}, or nil, outcome ("skipped" when IMEX does not apply), message
-function Policy:applies(ctx) -- luacheck: no self
+--- Applies? The applies hook, else steps.applies: IMEX is installed and enabled on this node (or
+-- disabled and managed per job with manage_disabled_unit) and config.cfg exists.
+-- @return info {unit, cfg, nodes_file, bind, managed_disabled}, or nil, outcome ("skipped" when IMEX
+--   does not apply), message
+function Policy:applies(ctx)
+  if self.hooks.applies then return self.hooks.applies(ctx) end
   return steps.applies(ctx)
 end
 
@@ -132,9 +135,16 @@ function Policy:may_restart(ctx, st, verdict)
 end
 
 --- Restart: (re)start the unit and record what it runs (steps.restart).
+-- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
-function Policy:restart(ctx, want, verdict, st) -- luacheck: no self
-  return steps.restart(ctx, want, verdict, st)
+function Policy:restart(ctx, want, verdict, st, info) -- luacheck: no self
+  return steps.restart(ctx, want, verdict, st, info)
+end
+
+--- Before a healthy answer counts: the command port is the unit's (steps.check_port, C27).
+-- @return true, or nil, "service-failed", message naming the process on the port
+function Policy:port_is_units(ctx, info, props) -- luacheck: no self
+  return steps.check_port(ctx, info, props)
 end
 
 --- Wait for health: poll the ctl until the job's domain is healthy (the verdict's ctl answer is the
@@ -185,10 +195,12 @@ function Policy:prepare(ctx)
 end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
-function Policy:keep(ctx, st, want, verdict, extra)
+function Policy:keep(ctx, st, want, verdict, extra, info)
   local outcome, msg = self:wait_healthy(ctx, want, verdict)
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. " current"
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
+  local pok, po, pm = self:port_is_units(ctx, info, verdict.unit)
+  if not pok then return po, pm end
   if extra.invocation_id == nil then extra.invocation_id = verdict.unit.invocation_id or "" end
   local entry, err, code = self:register(ctx, st, want, extra)
   if entry then
@@ -214,11 +226,15 @@ function Policy:change(ctx, info, want, st, verdict, extra, changed)
     ok, o, m = self:write(ctx, info, want, st)
     if not ok then return finish(o, m) end
   end
-  local rok, props, rm = self:restart(ctx, want, verdict, st)
+  local rok, props, rm = self:restart(ctx, want, verdict, st, info)
   if not rok then return finish(props, rm) end
   local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
     ctx.settings.unit, verdict.action, verdict.reason)
   local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  if outcomes.exit_code(outcome, ctx.settings) == 0 then
+    local pok, po, pm = self:port_is_units(ctx, info, props or ctx.host.unit(ctx.settings.unit))
+    if not pok then return finish(po, pm) end
+  end
   return finish(outcome, msg .. "; " .. done)
 end
 
@@ -234,21 +250,39 @@ function Policy:locked_prolog(ctx, info, want)
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = true, write_pending = changed })
   if not v then return o, m end
   local extra = self:register_extra(ctx, want)
-  if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra) end
+  if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra, info) end
   local allowed, why = self:may_restart(ctx, st, v)
-  if not allowed then return "conflict", text.one_line(why) end
+  if not allowed then return "conflict", text.one_line(why), { registry = steps.registry_key(st) } end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
 
---- Entry point `prolog`.
-function Policy:run_prolog(ctx)
-  local info, want, m = self:prepare(ctx)
-  if not info then return want, m end
-  local guard, o
-  guard, o, m = self:lock(ctx)
+--- One decision under the node lock (taken and released here).
+-- @return outcome, message, retry ({registry = key} when a registered job refused the change)
+function Policy:decide_locked(ctx, info, want)
+  local guard, o, m = self:lock(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk (released on every path, also when a step raises)
   return self:locked_prolog(ctx, info, want)
+end
+
+--- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
+-- is late) is decided again after steps.wait_registry (up to conflict_wait seconds in all, within
+-- the deadline, WITHOUT the node lock so that the epilog can take it); a job that stays registered
+-- is still `conflict`, named with how to clear it.
+function Policy:run_prolog(ctx)
+  local info, want, m = self:prepare(ctx)
+  if not info then return want, m end
+  local wait = steps.setting(ctx, "conflict_wait", 0)
+  local until_t = ctx.host.now() + wait
+  while true do
+    local o, msg, retry = self:decide_locked(ctx, info, want)
+    if not retry then return o, msg end
+    local changed = steps.wait_registry(ctx, retry.registry, until_t)
+    if not changed then
+      return o, text.one_line(string.format("%s (after waiting %g s for the registry to change: "
+        .. "conflict_wait; or set registration_max_age)", msg, wait))
+    end
+  end
 end
 
 -- ---------------------------------------------------------------------------------------------

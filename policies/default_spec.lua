@@ -128,7 +128,9 @@ describe("default policy prolog", function()
         ctl = { testing.UNCONFIGURED } }
       local outcome, message = run(h)
       assert.equal("skipped", outcome)
-      assert.equal("IMEX not enabled on this node: nvidia-imex.service is disabled", message)
+      assert.matches("IMEX is configured %(/etc/nvidia%-imex/config.cfg exists%) but nvidia%-imex.service is "
+        .. "disabled: skipped", message)
+      assert.matches("manage_disabled_unit = true", message)
       assert.equal(0, outcomes.exit_code(outcome))
       assert_untouched(h)
       assert.equal(0, h.count("run"))
@@ -976,7 +978,7 @@ describe("default policy job registry (C08, scenario style)", function()
   end)
 
   it("start-limit-hit: service-failed naming the result; the job is not registered", function()
-    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, settings = { reset_failed_retry = false },
       restart = { result = "failed", unit_result = "start-limit-hit" } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("service-failed", outcome)

@@ -1,5 +1,6 @@
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
--- local_addresses, resolve (a scripted resolver) and port_owner (who listens on a TCP port). Test infrastructure of imexguard.testing.
+-- local_addresses, resolve (a scripted resolver) and port_owner (who listens on a TCP port).
+-- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing_base"
 
 local M = {}
@@ -46,7 +47,8 @@ function M.install(h, w, opts)
     if type(o) == "table" then return base.copy(o) end
     local unit = w.unit
     if o == nil and unit and unit.active_state == "active" and (unit.main_pid or 0) > 0 then
-      return { pid = unit.main_pid, comm = "nvidia-imex", cmdline = "/usr/bin/nvidia-imex -c " .. base.CONFIG }
+      return { pid = unit.main_pid, comm = "nvidia-imex",
+        cmdline = "/usr/bin/nvidia-imex -c " .. base.CONFIG }
     end
     return nil, "no listener"
   end

@@ -272,7 +272,8 @@ end
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
-  local wait = steps.setting(ctx, "conflict_wait", 0)
+  -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
+  local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
@@ -374,6 +375,21 @@ local function self_address(ctx, info, expected)
   return "(no local address in the domain)"
 end
 
+--- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
+-- active and the command port is its process; otherwise `status` is never "ok".
+-- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
+--   the process on the command port
+function Policy:unit_verdict(ctx, info)
+  if not info then return nil end
+  local props = ctx.host.unit(ctx.settings.unit) or info.unit
+  local ok, o, m = self:port_is_units(ctx, info, props)
+  if not ok then return o, m end
+  local a = props.active_state
+  if a == "active" or a == "reloading" then return nil end
+  return "service-failed", string.format("node %s: %s is %s (result %s): the answer on the command port is "
+    .. "not the unit's daemon", steps.node_name(ctx), ctx.settings.unit, tostring(a), tostring(props.result))
+end
+
 --- Entry point `status`: the domain as a table, with a diagnosis per node.
 function Policy:run_status(ctx)
   local info, o, why = self:applies(ctx)
@@ -398,6 +414,8 @@ function Policy:run_status(ctx)
     outcome, msg = health.blame(ctx, { self = self_addr, names = names }, v)
   end
   if not info then msg = msg .. "; unit state unknown: " .. why end
+  local uo, um = self:unit_verdict(ctx, info)
+  if uo then outcome, msg = uo, um .. "; " .. msg end
   msg = text.one_line(msg)
   return outcome, msg, report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
     outcome = outcome, message = msg })

@@ -140,7 +140,8 @@ function M.applies(ctx)
 end
 
 --- A unit that is installed but not enabled (C23: some node images ship it disabled on purpose, for
--- a per-job tool to start). With the setting manage_disabled_unit = true it is managed per job
+-- a per-job tool to start). With the setting manage_disabled_unit = true a "disabled" unit (not a
+-- masked one: systemd refuses to start it) is managed per job
 -- (started when a job needs it; never enabled: the image's choice stays). Without it the node is
 -- skipped; when config.cfg exists (IMEX is configured here) the skip is logged as a warning naming
 -- the setting, since every job on the node then runs without IMEX.
@@ -150,7 +151,7 @@ end
 function M.disabled_unit(ctx, props)
   local s, host = ctx.settings, ctx.host
   local what = string.format("%s is %s", s.unit, tostring(props.unit_file_state))
-  if M.setting(ctx, "manage_disabled_unit", false) then
+  if props.unit_file_state == "disabled" and M.setting(ctx, "manage_disabled_unit", false) then
     host.log("info", M.one_line(string.format("node %s: %s; managed per job (manage_disabled_unit), "
       .. "never enabled", M.node_name(ctx), what)))
     return nil

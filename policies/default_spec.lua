@@ -1402,7 +1402,8 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       local outcome, message = s:prolog{ job = 104, nodelist = "n[1-2]" }
       assert.equal("service-failed", outcome)
       local result = r[1]:gsub("%-", "%%-")
-      assert.matches("systemd start of nvidia%-imex.service failed %(failed%): unit Result " .. result, message)
+      assert.matches("systemd start of nvidia%-imex.service failed %(failed%): unit Result " .. result,
+        message)
       assert.matches(r[2], message)
       assert.same({ "start" }, verbs(s))
       assert.equal(0, s.host.count("unit_reset_failed"))

@@ -96,7 +96,7 @@ function M.new(opts)
     local _, out = capture("mktemp -d /tmp/imexsim.XXXXXX")
     self.root = out:gsub("%s+$", "")
   end
-  self.names, self.addr = {}, {}
+  self.names, self.addr, self.strays, self.dropins = {}, {}, {}, {}
   local map = {}
   for i = 1, self.n do
     local name = "n" .. i
@@ -119,6 +119,8 @@ function M.new(opts)
       "IMEX_WAIT_FOR_QUORUM=RECOVERY",
       "DAEMONIZE=1",
       "LOG_FILE_NAME=" .. dir .. "/imex.log",
+      -- Where a daemon started by hand (M:start_stray) is found; the unit's daemon writes it too.
+      "IMEXSIM_PID_FILE=" .. dir .. "/imex.pid",
     }
     for _, l in ipairs(opts.extra_cfg or {}) do cfg[#cfg + 1] = l end
     write_file(dir .. "/config.cfg", table.concat(cfg, "\n") .. "\n")
@@ -191,18 +193,148 @@ function M:start(names)
   return true
 end
 
---- Stop and disable every unit of the domain (ignores units that are not running).
+--- Stop and disable every unit of the domain (ignores units that are not running), and every
+-- daemon started by hand (M:start_stray).
 function M:stop()
   for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
   for _, name in ipairs(self.names) do self:systemctl("reset-failed", self:unit(name)) end
+  self:stop_strays()
 end
 
---- Remove the domain's directory and unit file (after stop).
+--- Remove the domain's directory, unit file and drop-ins (after stop).
 function M:destroy()
   self:stop()
   os.remove(self.unit_dir .. "/" .. self.prefix .. "@.service")
+  for path in pairs(self.dropins) do
+    os.remove(path)
+    os.remove((path:gsub("/[^/]*$", "")))
+  end
   self:systemctl("daemon-reload")
   os.execute("rm -rf " .. sh_quote(self.root))
+end
+
+--- Set keys of a node's config.cfg (or of the config file at `path`): each key of `keys` replaces
+-- its line (or is appended); a value `false` removes the key. Like the real daemon, a running
+-- simulated daemon reads its config only when it starts.
+-- @param name node name ("n1")
+-- @param keys table KEY -> value (string, number or false)
+-- @param path optional config file (default the node's config.cfg)
+function M:configure(name, keys, path)
+  path = path or (self:dir(name) .. "/config.cfg")
+  local lines, seen = {}, {}
+  for line in (read_file(path) or ""):gmatch("[^\n]+") do
+    local k = line:match("^%s*([%w_]+)%s*=")
+    if k and keys[k] ~= nil then
+      seen[k] = true
+      if keys[k] ~= false then lines[#lines + 1] = k .. "=" .. tostring(keys[k]) end
+    else
+      lines[#lines + 1] = line
+    end
+  end
+  local new = {}
+  for k, v in pairs(keys) do
+    if not seen[k] and v ~= false then new[#new + 1] = k .. "=" .. tostring(v) end
+  end
+  table.sort(new)
+  for _, l in ipairs(new) do lines[#lines + 1] = l end
+  write_file(path, table.concat(lines, "\n") .. "\n")
+end
+
+--- Write a drop-in for one node's unit (`<unit>.d/50-simdomain.conf`, replacing an earlier one of
+-- this helper) and reload the manager. Options of systemd.unit(5) and systemd.service(5), e.g.
+-- `{ Unit = { StartLimitBurst = 3, StartLimitIntervalSec = 20 },
+--    Service = { Restart = "on-failure", RestartSec = "100ms" } }`. A list value writes the
+-- option once per element, in order (`ExecStart = { "", "/bin/x -c y" }` resets, then sets).
+-- @param name node name
+-- @param sections table section name -> { option -> value or list of values }
+-- @return true, or nil and systemctl's output
+function M:unit_options(name, sections)
+  local dir = self.unit_dir .. "/" .. self:unit(name) .. ".d"
+  os.execute("mkdir -p " .. sh_quote(dir))
+  local text = { "# written by contrib/simdomain.lua (test and demo infrastructure)" }
+  local snames = {}
+  for sname in pairs(sections) do snames[#snames + 1] = sname end
+  table.sort(snames)
+  for _, sname in ipairs(snames) do
+    text[#text + 1] = "[" .. sname .. "]"
+    local opts = {}
+    for k in pairs(sections[sname]) do opts[#opts + 1] = k end
+    table.sort(opts)
+    for _, k in ipairs(opts) do
+      local v = sections[sname][k]
+      for _, one in ipairs(type(v) == "table" and v or { v }) do
+        text[#text + 1] = k .. "=" .. tostring(one)
+      end
+    end
+  end
+  local path = dir .. "/50-simdomain.conf"
+  write_file(path, table.concat(text, "\n") .. "\n")
+  self.dropins[path] = true
+  local ok, out = self:systemctl("daemon-reload")
+  if not ok then return nil, out end
+  return true
+end
+
+--- Give a node's unit another config: copy the node's config.cfg to `path` with `keys` applied
+-- (M:configure), and make the unit's ExecStart `imexsim -c PATH` through a drop-in, as a site
+-- whose unit names its own config. The node's config.cfg stays where it was and is not read by
+-- the daemon. Takes effect at the unit's next start.
+-- @param name node name
+-- @param path the other config file (its directory is created)
+-- @param keys optional keys to set in it, e.g. `{ IMEX_NODE_CONFIG_FILE = other_nodes_file }`
+-- @return path, or nil and systemctl's output
+function M:use_config(name, path, keys)
+  os.execute("mkdir -p " .. sh_quote((path:gsub("/[^/]*$", ""))))
+  write_file(path, assert(read_file(self:dir(name) .. "/config.cfg")))
+  self:configure(name, keys or {}, path)
+  local ok, out = self:unit_options(name, {
+    Service = { ExecStart = { "", self.build .. "/imexsim -c " .. path } },
+  })
+  if not ok then return nil, out end
+  return path
+end
+
+--- Start node `name`'s simulated daemon by hand, outside its unit (an admin debugging IMEX):
+-- `imexsim -c CONFIG` in a transient scope of the user manager (`systemd-run --user --scope`, as a
+-- command typed in a login session runs in the session's scope), which forks (DAEMONIZE=1). It
+-- holds the node's ports, so the unit cannot start meanwhile. M:stop_strays (also run by stop and
+-- destroy) kills it by PID; the manager's own shutdown stops the scope if a test never got there.
+-- @param name node name
+-- @param config optional config file (default the node's config.cfg; it must set IMEXSIM_PID_FILE
+--   to the node's imex.pid, as the node's own config does)
+-- @return the daemon's PID and its scope's name, or nil and the start's output
+function M:start_stray(name, config)
+  local pidfile = self:dir(name) .. "/imex.pid"
+  os.remove(pidfile)
+  local scope = string.format("%s-stray-%s-%s-%d.scope", self.prefix, name,
+    self.root:match("([^/.]+)$"), #self.strays + 1)
+  local ok, out = capture("systemd-run --user --quiet --collect --scope --unit=" .. sh_quote(scope)
+    .. " " .. sh_quote(self.build .. "/imexsim") .. " -c "
+    .. sh_quote(config or (self:dir(name) .. "/config.cfg")))
+  local pid = tonumber((read_file(pidfile) or ""):match("%d+"))
+  if not ok or not pid then return nil, out end
+  self.strays[#self.strays + 1] = pid
+  return pid, scope
+end
+
+--- Is process `pid` alive (and not a zombie)?
+local function alive(pid)
+  local stat = read_file("/proc/" .. pid .. "/stat")
+  return stat ~= nil and stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+M.alive = alive
+
+--- Stop every daemon started by M:start_stray: SIGTERM, up to 5 s, then SIGKILL.
+function M:stop_strays()
+  for _, pid in ipairs(self.strays) do
+    if alive(pid) then
+      os.execute("kill -TERM " .. pid .. " 2>/dev/null")
+      if not M.wait_until(function() return not alive(pid) end, 5) then
+        os.execute("kill -KILL " .. pid .. " 2>/dev/null")
+      end
+    end
+  end
+  self.strays = {}
 end
 
 --- The Slurm prolog environment of a job on a node: the real 22.05 variables
@@ -269,10 +401,20 @@ function M:starts(name)
   return n
 end
 
---- `nvidia-imex-ctl -N -j` of a node, decoded (or nil, output).
-function M:ctl_json(name)
-  local _, out = capture(sh_quote(self.build .. "/nvidia-imex-ctl") .. " -c " ..
-    sh_quote(self:dir(name) .. "/config.cfg") .. " -N -j")
+--- Run `nvidia-imex-ctl -c CONFIG ARGS` for a node.
+-- @param name node name
+-- @param args the ctl's arguments as one shell string ("-q", "-N -t 300")
+-- @param config optional config file (default the node's config.cfg)
+-- @return its stdout and stderr, and its exit status (number)
+function M:ctl(name, args, config)
+  local _, out, status = capture(sh_quote(self.build .. "/nvidia-imex-ctl") .. " -c " ..
+    sh_quote(config or (self:dir(name) .. "/config.cfg")) .. " " .. args)
+  return out, status
+end
+
+--- `nvidia-imex-ctl -N -j` of a node (with its config.cfg, or `config`), decoded (or nil, output).
+function M:ctl_json(name, config)
+  local out = self:ctl(name, "-N -j", config)
   local ok, cjson = pcall(require, "cjson")
   if not ok then return nil, out end
   local okd, v = pcall(cjson.decode, out)

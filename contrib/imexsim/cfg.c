@@ -97,6 +97,18 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 			return -EINVAL;
 		return copy_str(c->ctl_format, sizeof c->ctl_format, v);
 	}
+	if (!strcmp(k, "IMEXSIM_CTL_NODE_LIST")) {
+		if (strcmp(v, "daemon") && strcmp(v, "file"))
+			return -EINVAL;
+		c->ctl_list_from_file = !strcmp(v, "file");
+		return 0;
+	}
+	if (!strcmp(k, "IMEXSIM_CTL_CONNECTIONS")) {
+		if (strcmp(v, "local") && strcmp(v, "node"))
+			return -EINVAL;
+		c->ctl_conn_own = !strcmp(v, "node");
+		return 0;
+	}
 	if (!strcmp(k, "IMEXSIM_HOSTNAME")) {
 		/* One token of the STATUS answer, like the version. */
 		for (const char *p = v; *p; p++)
@@ -118,6 +130,10 @@ static int set_key(struct sim_config *c, const char *k, const char *v)
 		return parse_int(v, 0, 3600000, &c->start_delay_ms);
 	if (!strcmp(k, "IMEXSIM_CRASH_AFTER_MS"))
 		return parse_int(v, 0, 3600000, &c->crash_after_ms);
+	if (!strcmp(k, "IMEXSIM_EXIT_AFTER_MS"))
+		return parse_int(v, 0, 3600000, &c->exit_after_ms);
+	if (!strcmp(k, "IMEXSIM_EXIT_STATUS"))
+		return parse_int(v, 0, 255, &c->exit_status);
 	if (!strcmp(k, "IMEXSIM_DROP_PEERS")) {
 		for (const char *p = v; *p; p++)
 			if (!isdigit((unsigned char)*p) && *p != ',')
@@ -157,6 +173,7 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
 	c->cmd_port = 50005;
 	c->cmd_enabled = 1;
 	c->daemonize = 1;
+	c->exit_status = 1;
 	c->reconnect_ms = 300;
 	c->reconnect_factor = 2.0;
 	c->reconnect_max_ms = 2000;

@@ -28,7 +28,9 @@ struct query {
 
 /* What one node said about itself and its peers (parsed STATUS/QUERY answer). */
 struct view {
-	int ok; /* 1 when the node answered */
+	int ok;	     /* 1 when the node answered */
+	int self_id; /* its own node ID ("NODE id addr" of the STATUS answer), -1 unknown */
+	char self_addr[SIM_ADDR_LEN];
 	char state[32], version[64], hostname[256];
 	int npeers;
 	char peer_addr[SIM_MAX_NODES][SIM_ADDR_LEN];
@@ -65,14 +67,16 @@ static void query_read(struct query *q)
 
 /* Run all `n` exchanges in parallel, each sending `request` from the source address `src` (the
  * local node's address, so that daemons can tell local from remote ctls; NULL: any), all bounded
- * by `timeout_ms` (milliseconds, the ctl's -t).  Afterwards every query is done; unanswered ones
- * have err = -ETIMEDOUT. */
+ * by `timeout_ms` (milliseconds, the ctl's -t); queries already `done` are skipped.  Afterwards
+ * every query is done; unanswered ones have err = -ETIMEDOUT. */
 static void run_queries(struct query *qs, int n, const char *request, const char *src,
 			int timeout_ms)
 {
 	int64_t deadline = sim_now_ms() + timeout_ms;
 	for (int i = 0; i < n; i++) {
 		struct query *q = &qs[i];
+		if (q->done)
+			continue; /* not to be asked */
 		q->fd = sim_connect_start_from(q->ip, q->port, src);
 		if (q->fd < 0) {
 			query_finish(q, q->fd);
@@ -137,13 +141,17 @@ static void copy_field(char *dst, size_t n, const char *src)
 static void parse_view(struct query *q, struct view *v)
 {
 	memset(v, 0, sizeof *v);
+	v->self_id = -1;
 	if (q->err < 0)
 		return;
 	char line[MAX_LINE];
 	while (sim_buf_line(&q->in, line, sizeof line) == 1) {
 		char a[SIM_ADDR_LEN], s[32];
 		int id;
-		if (!strncmp(line, "STATE ", 6))
+		if (sscanf(line, "NODE %d %63s", &id, a) == 2) {
+			v->self_id = id;
+			strcpy(v->self_addr, a);
+		} else if (!strncmp(line, "STATE ", 6))
 			copy_field(v->state, sizeof v->state, line + 6);
 		else if (!strncmp(line, "VERSION ", 8))
 			copy_field(v->version, sizeof v->version, line + 8);
@@ -223,6 +231,8 @@ struct opts {
 	int node_port; /* IMEX_CMD_PORT: the command port of every node */
 	int mode, json, hostnames, timeout_ms;
 	const char *format; /* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
+	int list_from_file; /* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
+	int conn_own;	    /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
@@ -239,7 +249,11 @@ static const char *json_hostname(const struct opts *o, const struct view *v)
 
 /* The -N -j layout of tests/fixtures/ctl/up-2node-570.json (one space of indent per level).
  * "changed" is true when the status differs from the initial one (UNAVAILABLE / INVALID): a guess
- * that fits both real samples.  "hostName": see json_hostname. */
+ * that fits both real samples.  "hostName": see json_hostname.  Node k's "connections" are its
+ * view of the hosts of `nodes` under the local IDs (matched by address); with
+ * IMEXSIM_CTL_CONNECTIONS=node, node k's own table instead: its IDs and its hosts, which may name
+ * IDs or hosts absent from `nodes` when k holds another list (which form the real ctl uses is not
+ * known). */
 static void print_json(const struct opts *o, const struct sim_nodes *nodes,
 		       const struct view *views, const char *status)
 {
@@ -253,13 +267,17 @@ static void print_json(const struct opts *o, const struct sim_nodes *nodes,
 		printf(",\n   \"host\": ");
 		json_str(nodes->addr[k]);
 		printf(",\n   \"connections\": {\n");
-		for (int j = 0; j < nodes->count; j++) {
-			enum sim_conn c = conn_of(v, nodes->addr[j]);
+		/* IMEXSIM_CTL_CONNECTIONS=node: node k's own table (its IDs, its hosts). */
+		int own = o->conn_own && v->ok;
+		int nc = own ? v->npeers : nodes->count;
+		for (int j = 0; j < nc; j++) {
+			const char *host = own ? v->peer_addr[j] : nodes->addr[j];
+			enum sim_conn c = own ? v->peer_status[j] : conn_of(v, host);
 			printf("    \"%d\": {\n     \"host\": ", j);
-			json_str(nodes->addr[j]);
+			json_str(host);
 			printf(",\n     \"status\": \"%s\",\n     \"changed\": %s\n    }%s\n",
 			       sim_conn_name(c), c != SIM_INVALID ? "true" : "false",
-			       j + 1 < nodes->count ? "," : "");
+			       j + 1 < nc ? "," : "");
 		}
 		printf("   },\n   \"changed\": %s,\n   \"version\": ", v->ok ? "true" : "false");
 		json_str(v->ok ? v->version : "");
@@ -334,52 +352,67 @@ static void print_text(const struct opts *o, const struct sim_nodes *nodes,
 	printf("%sDomain State: %s\n", old ? "" : "\n", status);
 }
 
-/* -N once: query every node (and the local daemon), print, return 0.  When the local daemon
+/* The node list -N shows, from the local daemon's answer `local`: by default the daemon's own node
+ * map (its PEER lines, in ID order: the list it started with), so that a daemon started with
+ * another order shows its own IDs after the file was rewritten [seen in a field report];
+ * IMEXSIM_CTL_NODE_LIST=file: the node file of the ctl's config (`file`), the older guess. */
+static void shown_list(const struct opts *o, const struct sim_nodes *file, const struct view *local,
+		       struct sim_nodes *out)
+{
+	if (o->list_from_file || local->npeers == 0) {
+		*out = *file;
+		return;
+	}
+	out->count = local->npeers;
+	for (int i = 0; i < local->npeers; i++)
+		strcpy(out->addr[i], local->peer_addr[i]);
+}
+
+/* -N once: ask the local daemon (its STATUS answer gives its own ID and node map), then every other
+ * node of the list shown (see shown_list) in parallel; print; return 0.  When the local daemon
  * does not answer, print what the real ctl printed for an unconfigured node
  * (tests/fixtures/ctl/down-unconfigured.json): one node 0.0.0.0, UNAVAILABLE, DOWN (a guess). */
-static int domain_once(const struct opts *o, const struct sim_nodes *nodes)
+static int domain_once(const struct opts *o, const struct sim_nodes *file)
 {
-	int n = nodes->count, local = -1;
-	for (int i = 0; i < n && o->port == o->node_port; i++)
-		if (!strcmp(nodes->addr[i], o->ip))
-			local = i;
-	int nq = n + (local < 0);
-	struct query *qs = calloc((size_t)nq, sizeof *qs);
-	struct view *views = calloc((size_t)nq, sizeof *views);
-	static struct sim_nodes down = {.count = 1, .addr = {"0.0.0.0"}};
+	static struct sim_nodes nodes, down = {.count = 1, .addr = {"0.0.0.0"}};
+	struct query *qs = calloc(SIM_MAX_NODES, sizeof *qs);
+	struct view *views = calloc(SIM_MAX_NODES, sizeof *views);
 	if (!qs || !views) {
 		free(qs);
 		free(views);
 		fprintf(stderr, "nvidia-imex-ctl: out of memory\n");
 		return 1;
 	}
-	for (int i = 0; i < n; i++) {
-		qs[i].ip = nodes->addr[i];
-		qs[i].port = o->node_port;
-	}
-	if (local < 0) {
-		local = n;
-		qs[n].ip = o->ip;
-		qs[n].port = o->port;
-	}
-	run_queries(qs, nq, "STATUS", o->ip, o->timeout_ms);
-	for (int i = 0; i < nq; i++)
-		parse_view(&qs[i], &views[i]);
-
-	const struct sim_nodes *shown = nodes;
-	struct view *shown_views = views;
-	const char *status;
-	if (!views[local].ok) {
-		shown = &down;
-		memset(views, 0, sizeof *views);
-		status = "DOWN";
-	} else {
-		status = domain_status(nodes, views);
+	qs[0].ip = o->ip;
+	qs[0].port = o->port;
+	run_queries(qs, 1, "STATUS", o->ip, o->timeout_ms);
+	struct view local;
+	parse_view(&qs[0], &local);
+	const char *status = "DOWN";
+	const struct sim_nodes *shown = &down;
+	if (local.ok) {
+		shown_list(o, file, &local, &nodes);
+		shown = &nodes;
+		int self = sim_nodes_find(&nodes, local.self_addr);
+		memset(qs, 0, sizeof *qs);
+		for (int i = 0; i < nodes.count; i++) {
+			qs[i].ip = nodes.addr[i];
+			qs[i].port = o->node_port;
+			qs[i].done = i == self; /* answered above */
+		}
+		run_queries(qs, nodes.count, "STATUS", o->ip, o->timeout_ms);
+		for (int i = 0; i < nodes.count; i++) {
+			if (i == self)
+				views[i] = local;
+			else
+				parse_view(&qs[i], &views[i]);
+		}
+		status = domain_status(&nodes, views);
 	}
 	if (o->json)
-		print_json(o, shown, shown_views, status);
+		print_json(o, shown, views, status);
 	else
-		print_text(o, shown, shown_views, status);
+		print_text(o, shown, views, status);
 	fflush(stdout);
 	free(qs);
 	free(views);
@@ -470,6 +503,8 @@ int sim_ctl_main(int argc, char **argv)
 		}
 		o.node_port = cfg.cmd_port;
 		o.format = cfg.ctl_format;
+		o.list_from_file = cfg.ctl_list_from_file;
+		o.conn_own = cfg.ctl_conn_own;
 		if (sim_nodes_read(cfg.node_file, &nodes) < 0) {
 			printf("Failed to read node configuration file %s\n", cfg.node_file);
 			return 255;

@@ -73,6 +73,8 @@ static struct {
 	int64_t wait_ms;  /* IMEXSIM_START_DELAY_MS: WAITING_FOR_PEERS from then (0: not waiting) */
 	int64_t ready_ms; /* IMEXSIM_START_DELAY_MS: READY from then (0: not waiting) */
 	int64_t crash_ms; /* IMEXSIM_CRASH_AFTER_MS: SIGKILL ourselves then (0: never) */
+	int64_t exit_ms;  /* IMEXSIM_EXIT_AFTER_MS: shut down then (0: never) */
+	int exiting;	  /* ... and it is time: exit with IMEXSIM_EXIT_STATUS */
 	int usr1_done;	  /* SIGUSR1 restarted the outgoing connections at least once */
 	int64_t usr1_ms;  /* ... last at this time */
 } d;
@@ -523,8 +525,16 @@ static void loop_once(const sigset_t *orig)
 		d.ready_ms = 0;
 		set_state("READY", "after IMEXSIM_START_DELAY_MS");
 	}
+	if (d.exit_ms && now >= d.exit_ms) {
+		logmsg("ERROR", "Exiting with status %d (IMEXSIM_EXIT_AFTER_MS)",
+		       d.cfg.exit_status);
+		d.exiting = 1;
+		return;
+	}
 	if (d.crash_ms && d.crash_ms < wake)
 		wake = d.crash_ms;
+	if (d.exit_ms && d.exit_ms < wake)
+		wake = d.exit_ms;
 	if (d.wait_ms && d.wait_ms < wake)
 		wake = d.wait_ms;
 	if (d.ready_ms && d.ready_ms < wake)
@@ -852,6 +862,8 @@ int sim_daemon_main(int argc, char **argv)
 	int64_t start = sim_now_ms();
 	if (d.cfg.crash_after_ms)
 		d.crash_ms = start + d.cfg.crash_after_ms;
+	if (d.cfg.exit_after_ms)
+		d.exit_ms = start + d.cfg.exit_after_ms;
 	/* IMEX_WAIT_FOR_QUORUM=RECOVERY (and NONE): a clean start is READY at once, unless a
 	 * fault knob says otherwise.  Slow start: INITIALIZING for the first half of
 	 * IMEXSIM_START_DELAY_MS, WAITING_FOR_PEERS for the second, then READY (a guess at the
@@ -869,7 +881,7 @@ int sim_daemon_main(int argc, char **argv)
 	logmsg("INFO", "imexsim %s up: node %d of %d (%s), instance %016" PRIx64 ", %s",
 	       d.cfg.version, d.self, d.nodes.count, d.addr, d.instance, d.state);
 
-	while (!got_term) {
+	while (!got_term && !d.exiting) {
 		loop_once(&orig);
 		if (got_hup) {
 			got_hup = 0;
@@ -882,7 +894,8 @@ int sim_daemon_main(int argc, char **argv)
 	}
 
 	d.state = "SHUTTING_DOWN";
-	logmsg("INFO", "Shutting down (signal received), telling peers");
+	logmsg("INFO", "Shutting down (%s), telling peers",
+	       d.exiting ? "IMEXSIM_EXIT_AFTER_MS" : "signal received");
 	say_goodbye();
 	if (d.peer_lfd >= 0)
 		close(d.peer_lfd);
@@ -896,5 +909,5 @@ int sim_daemon_main(int argc, char **argv)
 	logmsg("INFO", "Exiting");
 	if (d.log_fd >= 0)
 		close(d.log_fd);
-	return 0;
+	return d.exiting ? d.cfg.exit_status : 0;
 }

@@ -4,9 +4,8 @@
  *
  * Conventions: internal functions return 0 (or a count) on success and a negative errno on
  * failure; times are milliseconds (int64_t, CLOCK_MONOTONIC) unless stated otherwise.
- * Behaviour of the real IMEX that this file mirrors is described in /work/shared/imex-facts.md and
- * contrib/imexsim/README.md; where the real behaviour is unknown, README.md says which guess we
- * made.
+ * Behaviour of the real IMEX that this file mirrors is described in contrib/imexsim/README.md;
+ * where the real behaviour is unknown, README.md says which guess we made.
  */
 #ifndef IMEXSIM_H
 #define IMEXSIM_H
@@ -45,12 +44,16 @@ struct sim_config {
 	int goodbye_disconnected; /* IMEXSIM_GOODBYE_STATUS: 0 RECOVERING (default), 1 DISCONNECTED
 				   */
 	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
+	int ctl_list_from_file;	  /* IMEXSIM_CTL_NODE_LIST: 0 daemon (default), 1 file */
+	int ctl_conn_own;	  /* IMEXSIM_CTL_CONNECTIONS: 0 local (default), 1 node */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
 	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
 	int crash_after_ms;   /* IMEXSIM_CRASH_AFTER_MS: SIGKILL itself then */
+	int exit_after_ms;    /* IMEXSIM_EXIT_AFTER_MS: shut down (goodbye) then ... */
+	int exit_status;      /* IMEXSIM_EXIT_STATUS: ... exiting with this status (default 1) */
 	int exit_at_start;    /* IMEXSIM_EXIT_AT_START: exit with this status before forking */
 	int hang_cmd;	      /* IMEXSIM_HANG_CMD: accept, never answer (SIM_WHO_*) */
 	int refuse_cmd;	      /* IMEXSIM_REFUSE_CMD: no command port / reset (SIM_WHO_*) */

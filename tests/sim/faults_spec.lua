@@ -155,7 +155,13 @@ describe("imexsim (issue 3)", function()
     assert.are.equal("2", now.nodes)
     assert.are.equal(before.map_hash, now.map_hash)
     assert.are.equal(before.instance, now.instance)
-    -- The ctl reads the new file (3 entries); the daemon answers for the 2 it knows: .3 INVALID.
+    -- -N shows the daemon's node map (2 entries), not the new file ...
+    t = assert(d:domain_json(1, "-t 300"))
+    assert.are.equal("CONNECTED", pair(t, 0, 1))
+    assert.is_nil(t.nodes["2"])
+    -- ... unless the ctl is told to read the file (IMEXSIM_CTL_NODE_LIST=file, the older guess):
+    -- 3 entries; the daemon answers for the 2 it knows, .3 is INVALID.
+    d:configure(1, { IMEXSIM_CTL_NODE_LIST = "file" })
     t = assert(d:domain_json(1, "-t 300"))
     assert.are.equal("CONNECTED", pair(t, 0, 1))
     assert.are.equal("INVALID", pair(t, 0, 2))

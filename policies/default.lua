@@ -278,6 +278,8 @@ function Policy:run_prolog(ctx)
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
     if not retry then return o, msg end
+    ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
+      .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = steps.wait_registry(ctx, retry.registry, until_t)
     if not changed then
       return o, text.one_line(string.format("%s (after waiting %g s for the registry to change: "

@@ -354,6 +354,8 @@ function Policy:run_plan(ctx)
   local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self) }
+  local pok, po, pm = self:port_is_units(ctx, info, v.unit)
+  if not pok then return po, text.one_line(pm .. "; " .. report.plan_message(f)), report.plan(f) end
   return allowed and "ok" or "conflict", report.plan_message(f), report.plan(f)
 end
 

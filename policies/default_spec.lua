@@ -1444,6 +1444,15 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       assert.same({}, s:registered())
     end)
 
+  it("plan names the stray process as the prolog would, and changes nothing", function()
+    local s = given{ unit = "inactive", host = { port_owner = STRAY } }
+    local outcome, message = s:plan{ job = 107, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("pid 31337", message)
+    assert.same({}, s:unit_jobs())
+    assert.same({}, s:writes())
+  end)
+
   it("an active unit whose daemon is not the one on the command port is never healthy", function()
     local s = testing.scenario{ policy = P, file = { "n1", "n2" }, host = { port_owner = STRAY } }
     local outcome, message = s:prolog{ job = 108, nodelist = "n[1-2]" }

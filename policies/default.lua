@@ -1,12 +1,14 @@
 --- The default imexguard policy: a policy table whose methods are the steps of its decision model
 -- (docs/policy-api.md "The built-in policy"), in this order:
---   applies?             P:applies(ctx)                      unit installed and enabled, config.cfg
+--   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
+--                                                            manage_disabled_unit), config.cfg
 --   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically
 --   stale?               P:stale(ctx, info, want, st, opts)  none, start, restart or wait, and why
 --   respect other jobs   P:may_restart(ctx, st, verdict)     the job registry decides
---   restart              P:restart(ctx, want, verdict, st)   systemd start/restart, waiting for the job
+--   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
+--                                                            job; names the unit's Result when it fails
 --   wait for health      P:wait_healthy(ctx, want, verdict)  poll the ctl until the domain is healthy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
@@ -14,7 +16,10 @@
 -- on another node list keeps the file as it is), and only then registers the job and saves the
 -- state file (it cannot be saved: write-failed, nothing changed), writes the list if it differs,
 -- (re)starts and waits for health; a non-zero outcome unregisters the job again. With nothing to
--- change it waits for health, then registers the job (it cannot be saved: write-failed).
+-- change it waits for health, then registers the job (it cannot be saved: write-failed). A healthy
+-- domain counts only when the command port is the unit's process (P:port_is_units). A conflict
+-- with a registered job is decided again after waiting up to conflict_wait seconds WITHOUT the
+-- node lock (a late epilog, C24).
 -- The epilog unregisters the job under the lock (P:unregister); IMEX is left running unless
 -- P:after_unregister acts. `plan` runs the same decisions without any side effect and renders
 -- them with imexguard.report; `status` shows the domain as a table.
@@ -25,6 +30,8 @@
 -- stop_on_last_epilog.lua, static_domain.lua):
 -- * hooks, plain functions given to P.extend(hooks), which returns a new policy table with the
 --   same entry points (and its own extend) where the given hooks replace the default ones:
+--     applies(ctx)                  -> info (as steps.applies) | nil, outcome, message: does IMEX
+--                                      apply on this node (default: steps.applies)
 --     lookup(ctx, names)            -> addresses (same order) | nil, message naming the node, code:
 --                                      the address source (default: settings: DNS or address map)
 --     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job

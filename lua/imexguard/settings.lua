@@ -77,6 +77,14 @@ M.schema = {
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },
+  { name = "reset_failed_retry", default = true, kind = "boolean",
+    doc = "after a start/restart job of the unit fails with Result start-limit-hit, run one "
+      .. "reset-failed and one more start in the same run (false: never reset-failed, the admin does)" },
+  { name = "manage_disabled_unit", default = false, kind = "boolean",
+    doc = "start a disabled (but installed) unit per job instead of skipping the node; it is never enabled" },
+  { name = "conflict_wait", default = 5, kind = "number",
+    doc = "seconds: how long a prolog in conflict with a registered job waits (without the node lock) "
+      .. "for that job's epilog before it answers conflict" },
 }
 
 --- name -> schema entry.

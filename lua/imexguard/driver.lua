@@ -400,8 +400,8 @@ function D.check_end(run)
   local line, msg = summary(run, t)
   local out = run.json and check_json(run, t) or 'check: ' .. line .. '\n'
   if t.failed + t.not_run == 0 then
-    return ends(run, 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg),
-      out)
+    local valid = string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
+    return ends(run, 'ok', valid, out)
   end
   return ends(run, 'policy-error', string.format('policy %s: %s', run.check_path, msg), out)
 end

@@ -363,10 +363,9 @@ M.list = {
         fail = { [testing.NODES] = { write = "ENOSPC" } } } })
       local why = known(r) or no_restart(r)
       if why then return why end
-      local na = unreached(r, "write the node list " .. testing.NODES, calls(r, "write_atomic", testing.NODES) > 0)
-      if na then return nil, said(r), na end
       if r.code == 0 then return "ended in " .. said(r) .. " (exit 0) although the node list is wrong" end
-      return nil, said(r)
+      return nil, said(r), unreached(r, "write the node list " .. testing.NODES,
+        calls(r, "write_atomic", testing.NODES) > 0)
     end,
   },
 }

@@ -15,7 +15,7 @@ LDLIBS_HOST = $(PKGLIBS) -llua5.4-cjson -lm
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Primitives: every src/*.c except the binary's own files; they also build the Lua C module.
-BIN_ONLY := src/main.c src/sandbox.c src/trust.c src/watchdog.c
+BIN_ONLY := src/main.c src/cli.c src/driver.c src/sandbox.c src/trust.c src/watchdog.c
 PRIM_SRC := $(filter-out $(BIN_ONLY),$(wildcard src/*.c))
 LUA_LIB  := $(wildcard lua/imexguard/*.lua)
 POLICIES := $(filter-out %_spec.lua,$(wildcard policies/*.lua))

@@ -60,6 +60,29 @@ static int trusted_dir(const char *dir, const char *path, const char *what, char
 	return 0;
 }
 
+/* The absolute form of `path` (relative: to the working directory) into abs (PATH_MAX bytes).
+ * Returns 0, or a negative errno (-ENAMETOOLONG, getcwd's) with err set. */
+static int absolute(const char *path, char *abs, const char *what, char *err, size_t errlen)
+{
+	char cwd[PATH_MAX];
+	int n;
+	if (path[0] == '/') {
+		n = snprintf(abs, PATH_MAX, "%s", path);
+	} else if (getcwd(cwd, sizeof cwd) == NULL) {
+		int rc = -errno;
+		snprintf(err, errlen, "refusing %s %s: cannot resolve its path: %s", what, path,
+			 strerror(-rc));
+		return rc;
+	} else {
+		n = snprintf(abs, PATH_MAX, "%s/%s", cwd, path);
+	}
+	if (n < 0 || n >= PATH_MAX) {
+		snprintf(err, errlen, "refusing %s %s: path too long", what, path);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
 /* Resolve `path` (absolute, or relative to the working directory) to its canonical form in
  * *resolved (malloc'd), checking with trusted_dir every directory in which a component is looked
  * up.  Returns 0 or a negative errno with err set (-ELOOP after IG_TRUST_MAX_LINKS symlinks,
@@ -70,19 +93,8 @@ static int trust_walk(const char *path, const char *what, char **resolved, char 
 	int links = 0, rc;
 
 	*resolved = NULL;
-	if (path[0] == '/') {
-		if (snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest)
-			goto toolong;
-	} else {
-		if (getcwd(cur, sizeof cur) == NULL) {
-			rc = -errno;
-			snprintf(err, errlen, "refusing %s %s: cannot resolve its path: %s", what,
-				 path, strerror(-rc));
-			return rc;
-		}
-		if (snprintf(rest, sizeof rest, "%s/%s", cur, path) >= (int)sizeof rest)
-			goto toolong;
-	}
+	if ((rc = absolute(path, rest, what, err, errlen)) != 0)
+		return rc;
 	strcpy(cur, "/");
 	char *p = rest;
 	while (*p) {

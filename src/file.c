@@ -358,9 +358,9 @@ static int link_temp(int fd, int dirfd, const char *base, char *name, size_t siz
 }
 
 /* Replace `path` with `len` bytes of data, mode `mode` (exact, no umask), atomically (see the top
- * of this file).  Returns 0 or -errno; *step names the failing step for the message.
+ * of this file).  Returns 0 or -errno; *step names the failing step for write_atomic's message.
  * *replaced is 1 when the rename happened (only the directory fsync can fail after it). */
-static int write_atomic(const char *path, const char *data, size_t len, mode_t mode,
+static int replace_file(const char *path, const char *data, size_t len, mode_t mode,
 			const char **step, int *replaced)
 {
 	char *dir = NULL;
@@ -437,6 +437,23 @@ fail:
 	return rc;
 }
 
+/* Replace `path` atomically (replace_file).  Returns 0, or -errno with a one-line message in err
+ * (errlen bytes) naming the path and the failing step, and whether the old file is intact. */
+static int write_atomic(const char *path, const char *data, size_t len, mode_t mode, char *err,
+			size_t errlen)
+{
+	const char *step = "";
+	int replaced = 0;
+	int rc = replace_file(path, data, len, mode, &step, &replaced);
+	if (rc < 0 && replaced)
+		snprintf(err, errlen, "write %s: replaced, but %s failed: %s", path, step,
+			 strerror(-rc));
+	else if (rc < 0)
+		snprintf(err, errlen, "write %s: %s: %s (old file intact)", path, step,
+			 strerror(-rc));
+	return rc;
+}
+
 /* host.write_atomic(path, data [, mode]) -> true, or nil, msg, code.
  * path: string; data: string (bytes); mode: integer permission bits, default 0644 (exact, the
  * umask does not apply).  code: the errno name of the failing step ("ENOSPC", "EROFS", "EDQUOT",
@@ -452,17 +469,10 @@ static int l_write_atomic(lua_State *L)
 	const char *data = luaL_checklstring(L, 2, &len);
 	lua_Integer mode = luaL_optinteger(L, 3, 0644);
 	luaL_argcheck(L, mode >= 0 && mode <= 07777, 3, "mode must be permission bits (0..07777)");
-	const char *step;
-	int replaced;
-	int rc = write_atomic(path, data, len, (mode_t)mode, &step, &replaced);
-	if (rc < 0) {
-		if (replaced)
-			return ig_push_error(L, ig_code(rc),
-					     "write %s: replaced, but %s failed: %s", path, step,
-					     strerror(-rc));
-		return ig_push_error(L, ig_code(rc), "write %s: %s: %s (old file intact)", path,
-				     step, strerror(-rc));
-	}
+	char err[PATH_MAX + 256];
+	int rc = write_atomic(path, data, len, (mode_t)mode, err, sizeof err);
+	if (rc < 0)
+		return ig_push_error(L, ig_code(rc), "%s", err);
 	lua_pushboolean(L, 1);
 	return 1;
 }

@@ -157,18 +157,29 @@ void ig_sandbox_hook(lua_State *L, int on)
 /* ---- the replaced base functions --------------------------------------------------------------
  */
 
+/* The results of the sandbox's pcall and xpcall once lua_pcall returned `status`: an error after
+ * the deadline interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be
+ * swallowed; otherwise the status boolean goes to index 1, inserted (pcall) or replacing the
+ * message handler there (xpcall, replace = 1).  Returns the number of results. */
+static int pcall_results(lua_State *L, int status, int replace)
+{
+	if (status != LUA_OK && (g_sb.fired || is_sentinel(L, -1)))
+		raise_deadline(L);
+	luaL_checkstack(L, 1, "pcall results");
+	lua_pushboolean(L, status == LUA_OK);
+	if (replace)
+		lua_replace(L, 1);
+	else
+		lua_insert(L, 1);
+	return lua_gettop(L);
+}
+
 /* pcall(f, ...) -> true, results | false, err.  As Lua's, but an error after the deadline
  * interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be swallowed. */
 static int sb_pcall(lua_State *L)
 {
 	luaL_checkany(L, 1);
-	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-	if (status != LUA_OK && (g_sb.fired || is_sentinel(L, -1)))
-		raise_deadline(L);
-	luaL_checkstack(L, 1, "pcall results");
-	lua_pushboolean(L, status == LUA_OK);
-	lua_insert(L, 1);
-	return lua_gettop(L);
+	return pcall_results(L, lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0), 0);
 }
 
 /* The message handler installed by xpcall: the deadline interrupt passes through untouched and
@@ -197,13 +208,7 @@ static int sb_xpcall(lua_State *L)
 	lua_pushcclosure(L, sb_xpcall_handler, 1);
 	lua_replace(L, 1); /* handler at 1 */
 	lua_replace(L, 2); /* f at 2 */
-	int status = lua_pcall(L, n - 2, LUA_MULTRET, 1);
-	if (status != LUA_OK && (g_sb.fired || is_sentinel(L, -1)))
-		raise_deadline(L);
-	luaL_checkstack(L, 1, "xpcall results");
-	lua_pushboolean(L, status == LUA_OK);
-	lua_replace(L, 1);
-	return lua_gettop(L);
+	return pcall_results(L, lua_pcall(L, n - 2, LUA_MULTRET, 1), 1);
 }
 
 /* load(chunk [, chunkname [, mode [, env]]]): text chunks only (a mode without "t" returns

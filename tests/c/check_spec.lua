@@ -1,6 +1,7 @@
--- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/scenarios.lua): loading in the
--- sandbox with file:line errors, the entry point check, and the standard scenarios run against
--- the test kit's fake host, each reported as one PASS/FAIL line; exit 0 only when all pass.
+-- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/driver.lua, scenarios.lua): loading
+-- in the sandbox with file:line errors, the entry point check, and the standard scenarios run
+-- against the test kit's fake host, each reported as one PASS/FAIL/N/A line; exit 0 only when none
+-- failed (a scenario the policy never reached is "not applicable", counted apart).
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
 local H = require "helpers"
 local cjson = require "cjson"

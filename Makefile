@@ -29,7 +29,8 @@ ASAN_MOD := $(B)/asan/lua/imexguard/host.so
 
 # The build packages (pkg-config, lua5.4 and the -dev packages of Lua 5.4 and libsystemd): a plain
 # `make` without them says which command installs them instead of failing on a missing header.
-HAVE_DEPS := $(shell pkg-config --exists $(PKG) 2>/dev/null && command -v lua5.4 >/dev/null && echo yes)
+HAVE_DEPS := $(shell pkg-config --exists $(PKG) 2>/dev/null && command -v lua5.4 >/dev/null && \
+	test -e "$$($(CC) -print-file-name=liblua5.4-cjson.so)" && echo yes)
 
 .PHONY: all check test lint lint-c format demo bench e2e install uninstall clean deps sanitize \
 	need-deps
@@ -59,6 +60,7 @@ $(B)/asan/obj/%.o: src/%.c | need-deps
 	$(CC) $(ALL_CFLAGS) $(SAN) -fPIC -O1 -c -o $@ $<
 # The generated sources: long string literals.
 $(B)/obj/embedded.o: $(B)/embedded.c
+	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c -o $@ $<
 $(B)/asan/obj/embedded.o: $(B)/embedded.c
 	@mkdir -p $(@D)

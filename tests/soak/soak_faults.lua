@@ -110,7 +110,8 @@ local FAULTS = {
   { name = "ctl that hangs", outcome = { ["ctl-unusable"] = true }, deadline = 10, nodelist = "n1",
     args = "--set ctl_timeout=1 --set health_timeout=3 --set ctl=@SCRATCH@/ctl-hang",
     before = function(_, s) ctl_script(s, "ctl-hang", "exec sleep 600") end, after = ctl_gone("ctl-hang") },
-  { name = "ctl that floods its output", outcome = { ["ctl-unusable"] = true }, deadline = 10, nodelist = "n1",
+  { name = "ctl that floods its output", outcome = { ["ctl-unusable"] = true }, deadline = 10,
+    nodelist = "n1",
     args = "--set ctl_timeout=1 --set health_timeout=3 --set ctl=@SCRATCH@/ctl-flood",
     before = function(_, s) ctl_script(s, "ctl-flood", "exec yes '{\"status\": \"UP\", \"nodes\": '") end,
     after = ctl_gone("ctl-flood") },
@@ -143,7 +144,8 @@ function M.run(tap, long)
       local want = {}
       for k in pairs(f.outcome) do want[#want + 1] = k end
       table.sort(want)
-      tap(passed == reps, string.format("fault %s: %d/%d runs ended %s inside the budget of %g s (last: %s in %.1f s), "
+      tap(passed == reps, string.format("fault %s: %d/%d runs ended %s inside the budget of %g s "
+        .. "(last: %s in %.1f s), "
         .. "node list unchanged, no restart", f.name, passed, reps, table.concat(want, " or "), f.deadline,
         tostring(f.got), f.took or -1))
       if first then util.note(first) end

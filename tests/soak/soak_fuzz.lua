@@ -167,7 +167,7 @@ local function node_files(tap, n)
     end
     local ok, cerr = nodelist.check(list, { allow_loopback = false, self = "10.0.0.1" })
     if not ok and not one_line(cerr) then return false, "check message is not one line" end
-    bump(counts, ok and "valid" or "parsed, refused by check")
+    bump(counts, ok and "valid" or "refused by check")
     if ok then
       local bytes = nodelist.format(list)
       local again = nodelist.parse(bytes)
@@ -181,7 +181,8 @@ end
 -- config.cfg.
 local function imex_config(tap, n)
   local imexcfg = require "imexguard.imexcfg"
-  local base = table.concat({ "# config.cfg", "SERVER_PORT=50000", "IMEX_CMD_PORT=50005", "IMEX_CMD_ENABLED=1",
+  local base = table.concat({ "# config.cfg", "SERVER_PORT=50000", "IMEX_CMD_PORT=50005",
+    "IMEX_CMD_ENABLED=1",
     "BIND_INTERFACE_IP=10.0.0.1", "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg",
     "IMEX_WAIT_FOR_QUORUM=RECOVERY", "LOG_FILE_NAME=/var/log/nvidia-imex.log", "" }, "\n")
   local function gen() return mut.text(base) end
@@ -238,7 +239,9 @@ local function state_file(tap, n)
     end
     if type(st) ~= "table" then return false, "loaded a " .. type(st) end
     for _, e in ipairs(registry.jobs(st)) do
-      if type(e.id) ~= "string" or type(e.nodes) ~= "string" then return false, "registry entry of the wrong shape" end
+      if type(e.id) ~= "string" or type(e.nodes) ~= "string" then
+        return false, "registry entry of the wrong shape"
+      end
     end
     registry.conflicting(st, "999", "10.0.0.3\n")
     local again = state.encode(st)
@@ -273,7 +276,9 @@ local function settings_file(tap, n)
       bump(counts, "refused by validate")
       return true
     end
-    if type(v.deadline) ~= "number" or v.deadline <= 0 then return false, "deadline accepted as " .. tostring(v.deadline) end
+    if type(v.deadline) ~= "number" or v.deadline <= 0 then
+      return false, "deadline accepted as " .. tostring(v.deadline)
+    end
     bump(counts, "valid")
     return true
   end

@@ -49,16 +49,19 @@ function M.valid()
   return table.concat(groups, ",")
 end
 
-local GARBAGE = { "[", "]", ",", "-", "[]", "[1-]", "[-1]", "[3-1]", "[a-b]", "x", "0", "00", "[1,,2]", "[[1]]",
+local GARBAGE = { "[", "]", ",", "-", "[]", "[1-]", "[-1]", "[3-1]", "[a-b]", "x", "0", "00", "[1,,2]",
+  "[[1]]",
   ",,", "999999999999999999999", "[1-99999]", ".", "_", "^", "[0-0]", "[01-1]", "[1-01]" }
 
 -- An upper bound of the names an expression could expand to (each group: the product over its
 -- brackets of the sizes of their ranges), so that no input asks scontrol for billions of names.
 local function size_bound(e)
   local total = 1
-  for bracket in e:gmatch("%[([^%]]*)") do
+  for body in e:gmatch("%[([^%]]*)") do
     local n = 0
-    for a, b in bracket:gmatch("(%d+)%-(%d+)") do n = n + math.max(1, (tonumber(b) or 0) - (tonumber(a) or 0) + 1) end
+    for a, b in body:gmatch("(%d+)%-(%d+)") do
+      n = n + math.max(1, (tonumber(b) or 0) - (tonumber(a) or 0) + 1)
+    end
     total = total * math.max(n, 1)
   end
   return total
@@ -83,7 +86,7 @@ function M.garbage()
   if s == "" then s = "," end
   -- Slurm 22.05 loops for minutes on a value of more than 18 digits inside a bracket followed by
   -- another bracket (r1n[6,0386999999999999999999999,4][0013]); imexguard refuses such values.
-  if size_bound(s) > 20000 or s:find("%[[^%]]*%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d") then return M.garbage() end
+  if size_bound(s) > 20000 or s:find("%[[^%]]*" .. ("%d"):rep(19)) then return M.garbage() end
   return s
 end
 
@@ -103,7 +106,7 @@ local function slurm_expand(exprs, dir)
     if line == "soakmark" .. k then
       local names, refused = {}, false
       for _, l in ipairs(block) do
-        if l:match("^scontrol: error") or l:match("^Invalid hostlist") or l:match("^scontrol: show hostnames soakmark")
+        if l:match("^scontrol: error") or l:match("^Invalid hostlist")
           or l:match("^scontrol: show hostnames ") then
           refused = refused or not l:match("^scontrol: show hostnames ")
         elseif l ~= "" then
@@ -132,7 +135,11 @@ function M.run(tap, n)
   local hostlist = require "imexguard.hostlist"
   local exprs, class = {}, {}
   for i = 1, n do
-    if i % 2 == 1 then exprs[i], class[i] = M.valid(), "valid" else exprs[i], class[i] = M.garbage(), "garbage" end
+    if i % 2 == 1 then
+      exprs[i], class[i] = M.valid(), "valid"
+    else
+      exprs[i], class[i] = M.garbage(), "garbage"
+    end
   end
   local dir = util.tmpdir("hostlist")
   local slurm, answered = slurm_expand(exprs, dir)
@@ -153,13 +160,14 @@ function M.run(tap, n)
     elseif s and mine then
       if same(s, mine) then
         c.same = c.same + 1
-      elseif e:find("%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d%d") and not strict then
+      elseif e:find(("%d"):rep(19)) and not strict then
         -- Known (reported): a name ending in more than 18 digits; Slurm reads them as a number
         -- and overflows (n99999999999999999999 -> n18446744073709551615), imexguard keeps the
         -- name. Counted as pending; IMEXGUARD_SOAK_STRICT=1 makes it a failure.
         c.overflow = c.overflow + 1
       else
-        why = string.format("expands differently: slurm {%s}, imexguard {%s}", table.concat(s, " "), table.concat(mine, " "))
+        why = string.format("expands differently: slurm {%s}, imexguard {%s}", table.concat(s, " "),
+          table.concat(mine, " "))
       end
     elseif s and not mine then
       if class[i] == "valid" then why = "refused a well-formed hostlist Slurm accepts: " .. tostring(err) end
@@ -171,13 +179,17 @@ function M.run(tap, n)
     end
     if why then
       c.bad = c.bad + 1
-      if #fails < 3 then fails[#fails + 1] = string.format("%s hostlist %s: %s", class[i], util.show(e, 200), why) end
+      if #fails < 3 then
+        fails[#fails + 1] = string.format("%s hostlist %s: %s", class[i], util.show(e, 200), why)
+      end
     end
   end
   tap(c.bad == 0 and answered == n, string.format("fuzz hostlists vs scontrol show hostnames: %d expressions "
-    .. "(%d answered by scontrol), %d expand the same, %d refused by imexguard only (stricter), %d refused by both, %d failed%s",
+    .. "(%d answered by scontrol), %d expand the same, %d refused by imexguard only (stricter), "
+    .. "%d refused by both, %d failed%s",
     n, answered, c.same, c.stricter, c.both_refuse, c.bad, c.overflow > 0 and string.format(
-      " # TODO pending: %d with a name ending in > 18 digits expand differently (Slurm overflows)", c.overflow) or ""))
+      " # TODO pending: %d with a name ending in > 18 digits expand differently (Slurm overflows)",
+      c.overflow) or ""))
   for _, f in ipairs(fails) do util.note("failing input: " .. f) end
 end
 

@@ -45,8 +45,8 @@ local function start_prolog(d, job, nodelist, out)
   local assign = {}
   for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. util.q(v) end
   table.sort(assign)
-  local cmd = string.format("setsid env -i %s %s --config %s prolog >%s 2>&1 & echo $!", table.concat(assign, " "),
-    util.q(d.build .. "/imexguard"), util.q(d:config("n1")), util.q(out))
+  local cmd = string.format("setsid env -i %s %s --config %s prolog >%s 2>&1 & echo $!",
+    table.concat(assign, " "), util.q(d.build .. "/imexguard"), util.q(d:config("n1")), util.q(out))
   return assert(tonumber((util.sh(cmd))), "cannot start the prolog")
 end
 
@@ -63,15 +63,16 @@ local function round(d, job, nodelist, want, delay, scratch)
   local old = d:nodes_file("n1")
   local pid = start_prolog(d, job, nodelist, scratch .. "/killed.out")
   local t_end = h.now() + delay
-  local finished = util.wait_for(function() return not util.alive(pid) or h.now() >= t_end end, delay + 1, 0.005)
+  local finished = util.wait_for(function() return not util.alive(pid) or h.now() >= t_end end,
+    delay + 1, 0.005)
   local landed = finished and util.alive(pid)
   os.execute("kill -KILL -- -" .. pid .. " 2>/dev/null")
   util.wait_for(function() return not util.alive(pid) end, 5)
   os.execute("wait " .. pid .. " 2>/dev/null")
   local now = d:nodes_file("n1")
   if now ~= old and now ~= want then
-    return nil, string.format("after a kill at %.3f s the node list is neither the old nor the new one: %s", delay,
-      util.show(now, 200))
+    return nil, string.format("after a kill at %.3f s the node list is neither the old nor the new one: %s",
+      delay, util.show(now, 200))
   end
   local ok, err = state_ok(d)
   if not ok then return nil, "after a kill the state file does not parse: " .. tostring(err) end
@@ -86,7 +87,9 @@ local function round(d, job, nodelist, want, delay, scratch)
   ok, err = state_ok(d)
   if not ok then return nil, "after the next run the state file does not parse: " .. tostring(err) end
   local e = d:epilogs { job = job, nodelist = nodelist, names = { "n1" } }.n1
-  if e.outcome ~= "ok" then return nil, "epilog ended " .. tostring(e.outcome) .. ": " .. util.show(e.output, 200) end
+  if e.outcome ~= "ok" then
+    return nil, "epilog ended " .. tostring(e.outcome) .. ": " .. util.show(e.output, 200)
+  end
   return landed
 end
 
@@ -121,9 +124,9 @@ function M.run(tap, long)
         landed = landed + 1
       end
     end
-    tap(failures == 0 and landed >= min_landed, string.format("kill -9 of the whole prolog: %d runs, %d kills landed "
-      .. "(a run of %.2f s, kills at 0-%.2f s), %d failed; each list old or new, state and registry parse, "
-      .. "no temp file, next prolog ok", runs, landed, span, span * 1.2, failures))
+    tap(failures == 0 and landed >= min_landed, string.format("kill -9 of the whole prolog: %d runs, "
+      .. "%d kills landed (a run of %.2f s, kills at 0-%.2f s), %d failed; each list old or new, "
+      .. "state and registry parse, no temp file, next prolog ok", runs, landed, span, span * 1.2, failures))
     if first then util.note(first) end
   end)
   if not ok then tap(false, "kill -9 of the whole prolog: raised: " .. tostring(err)) end

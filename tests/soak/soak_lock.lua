@@ -42,14 +42,16 @@ while true do
   elseif code == "timeout" then
     timeouts = timeouts + 1
     if holder and math.type(holder.pid) == "integer" and holder.pid > 0
-      and type(holder.owner) == "string" and holder.owner:match("^worker") and msg:find(tostring(holder.pid), 1, true) then
+      and type(holder.owner) == "string" and holder.owner:match("^worker")
+      and msg:find(tostring(holder.pid), 1, true) then
       named = named + 1
     else unnamed = unnamed + 1; first = first or msg end
   else first = first or ("unexpected " .. tostring(code) .. ": " .. tostring(msg)) ; unnamed = unnamed + 1 end
   if tries % 16 == 0 then local s = io.open(stop); if s then s:close(); break end end
 end
 local o = io.open(rec, "w")
-o:write(string.format("tries=%d timeouts=%d named=%d unnamed=%d got=%d\n", tries, timeouts, named, unnamed, got))
+o:write(string.format("tries=%d timeouts=%d named=%d unnamed=%d got=%d\n", tries, timeouts, named,
+  unnamed, got))
 if first then o:write("first=", first, "\n") end
 o:close()
 ]]
@@ -93,8 +95,8 @@ local function phase(procs, rounds, hold, probe, timeout)
   local pids = {}
   local prober = util.spawn_lua(PROBER, { path, stop, dir .. "/prober.rec", probe })
   for k = 1, procs do
-    pids[k] = util.spawn_lua(WORKER, { path, counter, rounds, dir .. "/w" .. k .. ".rec", "worker=" .. k, hold },
-      dir .. "/w" .. k .. ".err")
+    pids[k] = util.spawn_lua(WORKER,
+      { path, counter, rounds, dir .. "/w" .. k .. ".rec", "worker=" .. k, hold }, dir .. "/w" .. k .. ".err")
   end
   local done = util.wait_for(function()
     for _, pid in ipairs(pids) do if util.alive(pid) then return false end end
@@ -108,7 +110,8 @@ local function phase(procs, rounds, hold, probe, timeout)
   for k = 1, procs do sections(util.read(dir .. "/w" .. k .. ".rec") or "", r.secs, r.fails) end
   r.overlaps, r.first, r.inodes = overlaps(r.secs)
   r.count = tonumber(util.read(counter)) or -1
-  r.ok = done and #r.secs == r.total and r.count == r.total and r.overlaps == 0 and r.inodes == 1 and #r.fails == 0
+  r.ok = done and #r.secs == r.total and r.count == r.total and r.overlaps == 0 and r.inodes == 1
+    and #r.fails == 0
   local p = util.read(dir .. "/prober.rec") or ""
   for k, v in p:gmatch("(%a+)=(%d+)") do r[k] = tonumber(v) end
   r.first_unnamed = p:match("first=([^\n]*)")
@@ -118,7 +121,8 @@ end
 
 local function report(tap, what, r, procs, rounds)
   tap(r.ok, string.format("lock overlap%s: %d processes x %d rounds = %d critical sections (%d recorded), "
-    .. "%d overlaps, counter %d, %d inode(s)", what, procs, rounds, r.total, #r.secs, r.overlaps, r.count, r.inodes))
+    .. "%d overlaps, counter %d, %d inode(s)", what, procs, rounds, r.total, #r.secs, r.overlaps, r.count,
+    r.inodes))
   if r.first then util.note(r.first) end
   for _, f in ipairs(r.fails) do util.note("worker: " .. f) end
 end
@@ -134,7 +138,8 @@ function M.run(tap, long)
   -- Known gap (src/lock.c): the holder writes its record after flock() and clears it before
   -- unlocking, so a try at a hand-over can find the lock held and no record ("unknown process").
   -- Counted here; IMEXGUARD_SOAK_STRICT=1 makes it a failure.
-  local msg = string.format("lock holder named on a timeout-0 try at hand-overs: %s tries, %s timeouts, %s named, %s unnamed",
+  local msg = string.format("lock holder named on a timeout-0 try at hand-overs: %s tries, %s timeouts, "
+    .. "%s named, %s unnamed",
     tostring(r.tries), tostring(r.timeouts), tostring(r.named), tostring(r.unnamed))
   if os.getenv("IMEXGUARD_SOAK_STRICT") == "1" then
     tap(r.unnamed == 0 and (r.timeouts or 0) > 0, msg)

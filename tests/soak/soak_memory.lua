@@ -21,9 +21,9 @@ local function capped_prolog(d, job, extra_args, scratch)
   local out, tfile = scratch .. "/mem.out", scratch .. "/mem.time"
   local h = util.host()
   local t = h.now()
-  util.sh(string.format("(ulimit -v %d; /usr/bin/time -o %s -f %%M env -i %s %s --config %s --deadline 10 %s prolog)"
-    .. " >%s 2>&1", AS_KIB, util.q(tfile), table.concat(assign, " "), util.q(d.build .. "/imexguard"),
-    util.q(d:config("n1")), extra_args, util.q(out)))
+  util.sh(string.format("(ulimit -v %d; /usr/bin/time -o %s -f %%M env -i %s %s --config %s "
+    .. "--deadline 10 %s prolog) >%s 2>&1", AS_KIB, util.q(tfile), table.concat(assign, " "),
+    util.q(d.build .. "/imexguard"), util.q(d:config("n1")), extra_args, util.q(out)))
   local took = h.now() - t
   local text = util.read(out) or ""
   local peak = tonumber((util.read(tfile) or ""):match("(%d+)%s*$"))
@@ -31,7 +31,8 @@ local function capped_prolog(d, job, extra_args, scratch)
 end
 
 local CASES = {
-  { what = "settings file", settings = "local t, s = {}, 'x'\nwhile true do t[#t + 1] = s; s = s .. s .. #t end" },
+  { what = "settings file",
+    settings = "local t, s = {}, 'x'\nwhile true do t[#t + 1] = s; s = s .. s .. #t end" },
   { what = "policy", policy = table.concat({
     "local P = {}",
     "function P.prolog()",

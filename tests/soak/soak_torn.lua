@@ -53,7 +53,8 @@ function M.run(tap, long)
   reads, torn = tonumber(reads), tonumber(torn)
   local left = #util.ls(dir) - 3 -- nodes_config.cfg, stop, reader.out
   local ok = done and failed == nil and reads ~= nil and reads > 0 and torn == 0 and left == 0
-  tap(ok, string.format("torn reads: %d rewrites of an 18-line list, %s concurrent reads, %s torn, %d temp files left%s",
+  tap(ok, string.format("torn reads: %d rewrites of an 18-line list, %s concurrent reads, %s torn, "
+    .. "%d temp files left%s",
     n, tostring(reads), tostring(torn), left, failed and (", write failed: " .. failed) or ""))
   if torn and torn > 0 then util.note("first torn read: " .. (res:match("first=([^\n]*)") or "?")) end
   util.rmdir(dir)

@@ -49,7 +49,9 @@ function M.bytes(s)
     elseif r == 7 then
       s = s:gsub("%d+", function(d) return math.random(4) == 1 and M.pick(M.NASTY) or d end)
     elseif r == 8 then
-      s = s:gsub("%u%u+", function(w) return math.random(4) == 1 and M.pick({ "BOGUS", "", "up", "Ready" }) or w end)
+      s = s:gsub("%u%u+", function(w)
+        return math.random(4) == 1 and M.pick({ "BOGUS", "", "up", "Ready" }) or w
+      end)
     else
       s = s:sub(1, i) .. s:sub(1, math.random(0, n)) -- splice a prefix
     end
@@ -74,7 +76,9 @@ function M.text(s)
     elseif r == 4 then
       lines[i] = M.pick(M.NASTY) .. (lines[i] or "") .. M.pick(M.NASTY)
     else
-      lines[i] = (lines[i] or ""):gsub("%S+", function(w) return math.random(3) == 1 and M.pick(M.NASTY) or w end)
+      lines[i] = (lines[i] or ""):gsub("%S+", function(w)
+        return math.random(3) == 1 and M.pick(M.NASTY) or w
+      end)
     end
     if #lines == 0 then lines[1] = "" end
   end
@@ -119,7 +123,8 @@ function M.json(tree)
     table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
     local r = math.random(5)
     if #keys == 0 or r == 5 then
-      node[M.pick({ "status", "host", "nodes", "0", "99", "-1", "1e3", "extra", "connections" })] = M.pick(WRONG)()
+      local key = M.pick({ "status", "host", "nodes", "0", "99", "-1", "1e3", "extra", "connections" })
+      node[key] = M.pick(WRONG)()
     else
       local k = M.pick(keys)
       if r == 1 then
@@ -127,9 +132,11 @@ function M.json(tree)
       elseif r == 2 then
         node[k] = M.pick(WRONG)() -- a wrong type, huge number
       elseif r == 3 and type(node[k]) == "string" then
-        node[k] = M.pick({ "BOGUS", "up", "", "READY ", "UNAVAILABLE", "DEGRADED", "\xff\xfe" }) -- unknown state
+        -- an unknown state
+        node[k] = M.pick({ "BOGUS", "up", "", "READY ", "UNAVAILABLE", "DEGRADED", "\xff\xfe" })
       else
-        node[M.pick({ "0", "1", "2", tostring(math.random(0, 300)) })] = deep_copy(node[k]) -- a copy under another id
+        -- a copy under another id
+        node[M.pick({ "0", "1", "2", tostring(math.random(0, 300)) })] = deep_copy(node[k])
       end
     end
   end

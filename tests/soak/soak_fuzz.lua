@@ -80,7 +80,13 @@ local function target(tap, name, n, gen, check)
     #parts > 0 and (" (" .. table.concat(parts, ", ") .. ")") or "",
     #todo > 0 and (" # TODO pending: " .. table.concat(todo, "; ")) or ""))
   for _, f in ipairs(fails) do
-    util.note(string.format("failing %s input (%s): %s", name, tostring(f.why), util.show(f.input, 400)))
+    local input = f.input
+    if type(input) == "table" then -- a ctl answer
+      input = string.format("exit %s, stdout %s", tostring(input.status), util.show(input.stdout, 400))
+    else
+      input = util.show(input, 400)
+    end
+    util.note(string.format("failing %s input (%s): %s", name, tostring(f.why), input))
   end
 end
 

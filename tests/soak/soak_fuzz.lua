@@ -46,10 +46,14 @@ local KNOWN = {
     "ctl.parse_text raises on a node or matrix row id of more than 19 digits" },
   { "ctl%.lua:%d+: bad argument #2 to 'format' %(number expected, got nil%)",
     "ctl.parse_text raises on a short matrix row whose id has more than 19 digits" },
+  { "^ctl error message spans lines: nvidia%-imex%-ctl %-N %-j: malformed output: ",
+    "ctl.parse_domain quotes a raw field (newlines kept) in its one-line message" },
   { "validate error spans lines",
     "settings.validate quotes a string value with %q, which keeps its newlines" },
   { "state%.lua:%d+: bad argument #2 to 'format' %(number has no integer representation%)",
     "state.load accepts a decimal time beyond 2^63, state.encode then raises" },
+  { "state%.lua:%d+: Cannot serialise number: must not be NaN or Inf",
+    "state.load accepts an infinite time (1e999), state.encode then raises" },
 }
 
 local function known(why)
@@ -117,7 +121,7 @@ local function ctl_json(tap, n)
   local function check(a, counts)
     local d, msg, kind = ctl.parse_domain(a.stdout, a.status)
     if d == nil then
-      if not one_line(msg) then return false, "error message is not one line" end
+      if not one_line(msg) then return false, "ctl error message spans lines: " .. tostring(msg) end
       if kind ~= "malformed" and kind ~= "unreachable" and kind ~= "unconfigured" then
         return false, "unknown error kind " .. tostring(kind)
       end
@@ -151,7 +155,7 @@ local function ctl_text(tap, n)
   local function check(s, counts)
     local d, msg = ctl.parse_text(s)
     if d == nil then
-      if not one_line(msg) then return false, "error message is not one line" end
+      if not one_line(msg) then return false, "ctl error message spans lines: " .. tostring(msg) end
       bump(counts, "refused")
     elseif type(d) ~= "table" then
       return false, "result is a " .. type(d)

@@ -335,7 +335,7 @@ struct unit_props {
 	uint64_t active_enter_us;
 	uint64_t state_change_us;
 	char invocation_id[33];
-	uint32_t job_id;  /* the unit's pending job (Unit.Job), 0 when none */
+	uint32_t job_id; /* the unit's pending job (Unit.Job), 0 when none */
 	char job_path[128];
 	/* ExecStart (Service.ExecStart): n_exec commands; command i is exec[i].argc + 1 strings,
 	 * NUL-terminated one after another in exec_buf from exec[i].off: the path, then argv. */
@@ -796,9 +796,10 @@ static void job_failed(sd_bus *b, double end, const char *what, const char *name
 	if (strcmp(p.result, "start-limit-hit") == 0)
 		hint = " (the unit hit its start limit, StartLimitBurst in StartLimitIntervalSec: "
 		       "'systemctl reset-failed' clears it)";
-	set_err(e, w->result, "%s: job %s finished with result '%s'%s; unit Result '%s', state %s%s",
-		what, w->path, w->result, w->deduced ? " (deduced from the unit's state)" : "",
-		p.result, p.active_state[0] ? p.active_state : "unknown", hint);
+	set_err(e, w->result,
+		"%s: job %s finished with result '%s'%s; unit Result '%s', state %s%s", what,
+		w->path, w->result, w->deduced ? " (deduced from the unit's state)" : "", p.result,
+		p.active_state[0] ? p.active_state : "unknown", hint);
 	snprintf(e->job_result, sizeof e->job_result, "%s", w->result);
 	snprintf(e->unit_result, sizeof e->unit_result, "%s", p.result);
 	snprintf(e->active_state, sizeof e->active_state, "%s", p.active_state);
@@ -841,9 +842,10 @@ static int unit_job_run(const char *name, const char *verb, const char *method, 
 	}
 	if (r == -ETIMEDOUT && w.path[0]) {
 		if (by_deadline)
-			set_err(e, "deadline",
-				"%s: run deadline reached after %.3g s; job %s may still be running",
-				what, bound, w.path);
+			set_err(
+			    e, "deadline",
+			    "%s: run deadline reached after %.3g s; job %s may still be running",
+			    what, bound, w.path);
 		else
 			set_err(e, "wait-timeout",
 				"%s: no result after %.3g s; job %s may still be running", what,

@@ -100,8 +100,9 @@ static int scan_net(const char *path, unsigned port, struct owner *o, long *line
 	return 0;
 }
 
-/* Read at most size-1 bytes of a small /proc file into buf (NUL-terminated); NULs become spaces
- * and a trailing newline or space is removed.  Returns the length or negative errno. */
+/* Read at most size-1 bytes of a small /proc file into buf (NUL-terminated); NULs (between
+ * arguments) and other control characters become spaces, and trailing spaces are removed.  Returns
+ * the length or negative errno. */
 static ssize_t read_small(const char *path, char *buf, size_t size)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -113,7 +114,7 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
 		len += n;
 	close(fd);
 	for (ssize_t i = 0; i < len; i++)
-		if (buf[i] == '\0')
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
 			buf[i] = ' ';
 	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
 		len--;

@@ -39,6 +39,7 @@
 #define EXEC_MAX	     16	  /* ExecStart commands kept */
 #define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
 #define REOPEN_PAUSE_MAX     0.2  /* seconds: longest pause between reconnection attempts */
+#define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
 
@@ -580,8 +581,9 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 }
 
 /* Properties of unit `name` within `timeout` seconds (bounded by the budget), with query_on.  A
- * lost connection (the manager re-executed or reloaded) is reopened and the query retried once,
- * within the same bound.  Returns 0 or negative errno with `e` set. */
+ * lost connection (the manager re-executed or reloaded) is reopened and the query retried, at
+ * most BUS_RETRIES times (a read has no side effect), within the same bound.  Returns 0 or negative
+ * errno with `e` set. */
 static int unit_query(const char *name, double timeout, struct unit_props *p, struct unit_err *e)
 {
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
@@ -596,7 +598,7 @@ static int unit_query(const char *name, double timeout, struct unit_props *p, st
 	r = bus_acquire(&b, end);
 	if (r >= 0)
 		r = query_on(b, end, name, p, &error);
-	if (r < 0 && is_conn_error(r) && usec_left(end) > 0) {
+	for (int n = 0; r < 0 && is_conn_error(r) && n < BUS_RETRIES && usec_left(end) > 0; n++) {
 		sd_bus_error_free(&error);
 		r = bus_reopen(&b, end, 1);
 		if (r >= 0)
@@ -655,9 +657,9 @@ static int job_watch(sd_bus *b, double end, struct job_wait *w, sd_bus_slot **sl
 		sd_bus_error_free(error);
 		bus_subscribed = 1;
 	}
-	return sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
-					 SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL,
-					 w);
+	r = sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
+				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, w);
+	return r < 0 ? r : 0;
 }
 
 /* Queue job `method` for `name` with mode "replace"; its object path goes to w->path. */
@@ -719,11 +721,12 @@ static const char *deduce_result(const char *verb, const struct unit_props *p)
  * whose path we know and that still exists is waited for again; one that is gone gets its
  * result from the unit's state (deduce_result).  When the queuing call itself was lost
  * (w->path ""), the unit's pending job is adopted, or a state change since `t_call_us`
- * (wall clock, microseconds) is taken as the job's result, or else the job is queued again
- * (the one retry).  Returns 0 (w->path or w->result set) or negative errno. */
+ * (wall clock, microseconds) is taken as the job's result, or else the job is queued again,
+ * once per call (*requeued), since a job has side effects.  Returns 0 (w->path or w->result set) or
+ * negative errno. */
 static int job_recover(sd_bus **b, double end, const char *verb, const char *method,
 		       const char *name, uint64_t t_call_us, struct job_wait *w, sd_bus_slot **slot,
-		       sd_bus_error *error)
+		       sd_bus_error *error, int *requeued)
 {
 	struct unit_props p;
 	int r;
@@ -748,7 +751,8 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 		r = query_on(*b, end, name, &p, error);
 		if (r < 0)
 			return r;
-	} else if (!w->path[0] && p.state_change_us < t_call_us) {
+	} else if (!w->path[0] && p.state_change_us < t_call_us && !*requeued) {
+		*requeued = 1;
 		return job_queue(*b, end, method, name, w, error);
 	}
 	snprintf(w->result, sizeof w->result, "%s", deduce_result(verb, &p));
@@ -809,17 +813,17 @@ static void job_failed(sd_bus *b, double end, const char *what, const char *name
  * "replace" and wait for its JobRemoved within `timeout` seconds (bounded by the budget), the
  * pattern of systemctl (systemd src/shared/bus-wait-for-jobs.c): Subscribe, install the match
  * for JobRemoved, then call the method, remember the returned job path and dispatch signals
- * until that job is removed.  One lost connection (daemon-reexec, daemon-reload) is survived
- * with job_recover.  Returns 0 for result "done", else negative errno with `e` set:
- * code = systemd's job result (with the unit's Result, job_failed), "wait-timeout", "deadline",
- * "timeout" or "bus". */
+ * until that job is removed.  Up to BUS_RETRIES lost connections (daemon-reexec,
+ * daemon-reload) are survived with job_recover, which queues the job again at most once.  Returns 0
+ * for result "done", else negative errno with `e` set: code = systemd's job result (with the unit's
+ * Result, job_failed), "wait-timeout", "deadline", "timeout" or "bus". */
 static int unit_job_run(const char *name, const char *verb, const char *method, double timeout,
 			struct unit_err *e)
 {
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
 	_cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
 	struct job_wait w = {{0}, {0}, 0};
-	int by_deadline = 0, recovered = 0;
+	int by_deadline = 0, recovered = 0, requeued = 0;
 	double bound = ig_bound(timeout, &by_deadline);
 	double end = ig_now() + bound;
 	uint64_t t_call_us = (uint64_t)(ig_wallclock() * 1e6);
@@ -836,9 +840,11 @@ static int unit_job_run(const char *name, const char *verb, const char *method, 
 	for (;;) {
 		if (r >= 0)
 			r = job_wait_removed(b, end, &w);
-		if (r >= 0 || !is_conn_error(r) || recovered++ || usec_left(end) == 0)
+		if (r >= 0 || !is_conn_error(r) || recovered++ == BUS_RETRIES ||
+		    usec_left(end) == 0)
 			break;
-		r = job_recover(&b, end, verb, method, name, t_call_us, &w, &slot, &error);
+		r = job_recover(&b, end, verb, method, name, t_call_us, &w, &slot, &error,
+				&requeued);
 	}
 	if (r == -ETIMEDOUT && w.path[0]) {
 		if (by_deadline)

@@ -193,7 +193,7 @@ describe("host.unit* against systemd", function()
           sleep 0.02
         done
         systemctl --user daemon-reexec]]
-      local pid = tonumber(capture("sh -c '" .. helper .. "' >/dev/null 2>&1 & echo $!"))
+      local pid = tonumber(capture("bash -c '" .. helper .. "' >/dev/null 2>&1 & echo $!"))
       finally(function() sh("kill " .. pid .. " 2>/dev/null") end)
       local t0 = host.now()
       local r, err, code = host.unit_job("ig-slow.service", "start", 10)
@@ -205,22 +205,30 @@ describe("host.unit* against systemd", function()
     end)
 
     it("queries, starts and stops across daemon-reexec and daemon-reload in a loop", function()
-      -- Re-execute and reload the manager back to back for the length of the loop below.
+      -- Re-execute and reload the manager back to back (at most 60 s), counting the rounds in a
+      -- file; the calls below go on until 15 rounds are done.
+      local count = RUNTIME .. "/ig-reexec.count"
+      os.remove(count)
       local loop = [[
-        end=$((SECONDS + 20))
+        end=$((SECONDS + 60)); n=0
         while [ "$SECONDS" -lt "$end" ]; do
           systemctl --user daemon-reexec; systemctl --user daemon-reload
+          n=$((n + 1)); echo $n > ]] .. count .. [[.tmp; mv ]] .. count .. [[.tmp ]] .. count .. [[
+
         done]]
-      local pid = tonumber(capture("sh -c '" .. loop .. "' >/dev/null 2>&1 & echo $!"))
+      local pid = tonumber(capture("bash -c '" .. loop .. "' >/dev/null 2>&1 & echo $!"))
       finally(function() sh("kill " .. pid .. " 2>/dev/null") end)
-      local failures = {}
-      for i = 1, 30 do
+      local function rounds() return tonumber(read_file(count) or "0") or 0 end
+      local failures, i, limit = {}, 0, host.now() + 60
+      while rounds() < 15 and host.now() < limit do
+        i = i + 1
         local p, err = host.unit("ig-sleep.service", 10)
         if not p then failures[#failures + 1] = i .. ": unit: " .. err end
         local verb = i % 2 == 1 and "start" or "stop"
         local r, jerr = host.unit_job("ig-sleep.service", verb, 10)
         if r ~= "done" then failures[#failures + 1] = i .. ": " .. verb .. ": " .. tostring(jerr) end
       end
+      assert.is_true(rounds() >= 15, "the manager re-executed only " .. rounds() .. " times")
       assert.same({}, failures)
     end)
 

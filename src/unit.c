@@ -40,6 +40,7 @@
 #define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
 #define REOPEN_PAUSE_MAX     0.2  /* seconds: longest pause between reconnection attempts */
 #define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
+#define ENOENT_GRACE	     1.0  /* seconds: a first connection waits for a missing socket */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
 
@@ -204,16 +205,16 @@ static int bus_get(sd_bus **ret, double end)
 }
 
 /* Drop the connection and open a new one, retrying while the manager is restarting, until `end`
- * (absolute monotonic seconds).  `lost`: a connection existed and was lost (the manager
- * re-executed or reloaded), so a missing socket (-ENOENT: systemd unlinks and re-binds its private
- * socket when it re-executes) is also waited out; on a first connection -ENOENT means there is no
- * manager and fails at once.  Refused and reset connections (-ECONNREFUSED while the socket is
- * recreated, -ECONNRESET from a connection accepted just before the exec) are always waited out.
- * The pauses between attempts grow from 10 ms to REOPEN_PAUSE_MAX.  Returns 0 with *ret set, or
- * the last negative errno when `end` (or the run's deadline) passed. */
+ * (absolute monotonic seconds).  Refused and reset connections (-ECONNREFUSED while the socket is
+ * recreated, -ECONNRESET from a connection accepted just before the exec) are waited out until
+ * `end`; a missing socket (-ENOENT: a re-executed systemd unlinks its private socket and binds it
+ * again) until `end` when `lost` (a connection existed and was lost), else for at most
+ * ENOENT_GRACE seconds (on a first connection it most likely means there is no manager).  The
+ * pauses between attempts grow from 10 ms to REOPEN_PAUSE_MAX.  Returns 0 with *ret set, or the
+ * last negative errno when `end` (or the run's deadline) passed. */
 static int bus_reopen(sd_bus **ret, double end, int lost)
 {
-	double pause = 0.01;
+	double pause = 0.01, enoent_end = lost ? end : fmin(end, ig_now() + ENOENT_GRACE);
 
 	for (;;) {
 		double left;
@@ -221,9 +222,9 @@ static int bus_reopen(sd_bus **ret, double end, int lost)
 
 		bus_drop();
 		r = bus_get(ret, end);
-		if (r >= 0 || !(is_conn_error(r) || (lost && r == -ENOENT)))
+		if (r >= 0 || !(is_conn_error(r) || r == -ENOENT))
 			return r;
-		left = end - ig_now();
+		left = (r == -ENOENT ? enoent_end : end) - ig_now();
 		if (!(left > 0) || ig_sleep(fmin(pause, left)) < 0)
 			return r;
 		pause = fmin(pause * 2, REOPEN_PAUSE_MAX);
@@ -231,12 +232,12 @@ static int bus_reopen(sd_bus **ret, double end, int lost)
 }
 
 /* The connection for a new call: bus_get, waiting out a manager that is restarting (see
- * bus_reopen).  Returns 0 or negative errno. */
+ * bus_reopen; a missing socket for at most ENOENT_GRACE seconds).  Returns 0 or negative errno. */
 static int bus_acquire(sd_bus **ret, double end)
 {
 	int r = bus_get(ret, end);
 
-	if (r < 0 && is_conn_error(r))
+	if (r < 0 && (is_conn_error(r) || r == -ENOENT))
 		r = bus_reopen(ret, end, 0);
 	return r;
 }

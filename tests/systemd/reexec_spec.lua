@@ -38,12 +38,22 @@ describe("prologs while systemd re-executes", function()
     -- The loop (at most 300 s) counts its rounds in a file.  It pauses 0.2 s between rounds (a
     -- load pattern, not a synchronisation): back to back, the manager does little else and the
     -- prologs only wait longer.
+    -- The file .stop ends it; .done appears when it has ended.
     local count = d.root .. "/reexec.count"
-    local loop = "end=$((SECONDS + 300)); n=0; while [ $SECONDS -lt $end ]; do " ..
+    local loop = "end=$((SECONDS + 300)); n=0; " ..
+      "while [ $SECONDS -lt $end ] && [ ! -e " .. count .. ".stop ]; do " ..
       "systemctl --user daemon-reexec; systemctl --user daemon-reload; n=$((n + 1)); " ..
-      "echo $n > " .. count .. ".tmp; mv " .. count .. ".tmp " .. count .. "; sleep 0.2; done"
-    local pid = tonumber(capture("bash -c '" .. loop .. "' >/dev/null 2>&1 & echo $!"))
-    finally(function() os.execute("kill " .. pid .. " 2>/dev/null") end)
+      "echo $n > " .. count .. ".tmp; mv " .. count .. ".tmp " .. count .. "; sleep 0.2; done; " ..
+      "touch " .. count .. ".done"
+    capture("bash -c '" .. loop .. "' >/dev/null 2>&1 &")
+    finally(function()
+      os.execute("touch " .. count .. ".stop")
+      assert(simdomain.wait_until(function()
+        local f = io.open(count .. ".done")
+        return f and f:close()
+      end, 30),
+        "the re-exec loop did not end")
+    end)
     local failures, prologs, restarts0 = {}, 0, d:starts("n1")
     local job = 100
     local function run(kind, nodelist, names)

@@ -205,19 +205,27 @@ describe("host.unit* against systemd", function()
     end)
 
     it("queries, starts and stops across daemon-reexec and daemon-reload in a loop", function()
-      -- Re-execute and reload the manager back to back (at most 60 s), counting the rounds in a
-      -- file; the calls below go on until 15 rounds are done.
+      -- Re-execute and reload the manager back to back (at most 60 s, or until the file .stop
+      -- exists; .done appears when the loop has ended), counting the rounds in a file; the calls
+      -- below go on until 15 rounds are done.
       local count = RUNTIME .. "/ig-reexec.count"
       os.remove(count)
+      os.remove(count .. ".stop")
+      os.remove(count .. ".done")
       local loop = [[
         end=$((SECONDS + 60)); n=0
-        while [ "$SECONDS" -lt "$end" ]; do
+        while [ "$SECONDS" -lt "$end" ] && [ ! -e ]] .. count .. [[.stop ]; do
           systemctl --user daemon-reexec; systemctl --user daemon-reload
           n=$((n + 1)); echo $n > ]] .. count .. [[.tmp; mv ]] .. count .. [[.tmp ]] .. count .. [[
 
-        done]]
+        done
+        touch ]] .. count .. ".done"
       local pid = tonumber(capture("bash -c '" .. loop .. "' >/dev/null 2>&1 & echo $!"))
-      finally(function() sh("kill " .. pid .. " 2>/dev/null") end)
+      -- end the loop and wait for it, so that the next spec finds the manager idle
+      finally(function()
+        sh("touch " .. count .. ".stop")
+        wait_for("the re-exec loop to end", 30, function() return read_file(count .. ".done") end)
+      end)
       local function rounds() return tonumber(read_file(count) or "0") or 0 end
       local failures, i, limit = {}, 0, host.now() + 60
       while rounds() < 15 and host.now() < limit do

@@ -9,7 +9,10 @@
  * org.freedesktop.DBus.Properties.GetAll (D-Bus specification, "org.freedesktop.DBus.Properties").
  *
  * One connection per process, opened lazily on first use and reopened when it was closed (the
- * manager re-executed, or the process forked).  Every call, including connecting, is bounded by
+ * manager re-executed, or the process forked).  A call whose connection breaks or is refused
+ * while systemd re-executes or reloads (daemon-reexec, daemon-reload) reopens it and is made
+ * again within its bound (bus_reopen; unit_job_run for jobs queued before the re-exec, which
+ * systemd keeps).  Every call, including connecting, is bounded by
  * ig_bound(timeout): sd_bus_call with a microsecond timeout, and for waiting sd_bus_process +
  * sd_bus_wait with the time left.  A query that fails is reported as nil, msg, code and never as
  * a made-up state: the caller must treat it as "unknown".
@@ -953,6 +956,10 @@ static void push_exec_start(lua_State *L, const struct unit_props *p)
  *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
  *   systemd API: Manager.LoadUnit, then Properties.GetAll on org.freedesktop.systemd1.Unit and
  *   org.freedesktop.systemd1.Service (org.freedesktop.systemd1(5)).
+ *   exec_start: the Service's ExecStart (a(sasbttttuii)) as a list of {path = string, argv =
+ *   {strings}} (argv[1] is argv[0]; {} for a non-service or a unit without a unit file); code
+ *   "EOVERFLOW" when it has over EXEC_MAX commands or EXEC_BUF bytes.  A connection lost while
+ *   systemd re-executes is reopened and the query retried (unit_query).
  */
 static int l_unit(lua_State *L)
 {
@@ -995,10 +1002,15 @@ static int l_unit(lua_State *L)
  *   after subscribing to JobRemoved, then waits for this job's JobRemoved signal
  *   (org.freedesktop.systemd1(5), the pattern of systemctl's bus-wait-for-jobs).
  *   Errors: code = systemd's job result when not "done" ("failed", "canceled", "timeout",
- *   "dependency", "skipped", "invalid", ...); "wait-timeout" when our wait expired (the job may
- *   still be queued or running: the message says so and names the job); "deadline" when the
- *   budget expired first; "timeout" when queuing the job got no answer; "bus" for a D-Bus
- *   error (e.g. org.freedesktop.systemd1.NoSuchUnit).
+ *   "dependency", "skipped", "invalid", ...), then a 4th value {job_result, unit_result,
+ *   active_state} (strings: the unit's Result and ActiveState read after the job, e.g.
+ *   unit_result "start-limit-hit", "exit-code", "signal", "core-dump", "timeout"; "unknown"
+ *   when unreadable), both named in the message; "wait-timeout" when our wait expired (the job
+ *   may still be queued or running: the message says so and names the job); "deadline" when
+ *   the budget expired first; "timeout" when queuing the job got no answer; "bus" for a D-Bus
+ *   error (e.g. org.freedesktop.systemd1.NoSuchUnit).  A connection lost while systemd
+ *   re-executes or reloads is survived (unit_job_run); a job that ended meanwhile gets its
+ *   result from the unit's state (deduce_result) and the message says so.
  */
 static int l_unit_job(lua_State *L)
 {

@@ -124,9 +124,9 @@ bench: deps-demo
 MANPAGES := $(B)/man/imexguard.8 $(B)/man/imexguard.conf.5
 man: $(MANPAGES)
 $(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua lua/imexguard/settings.lua lua/imexguard/outcomes.lua
-	@mkdir -p $(@D)
-	lua5.4 man/gen.lua $< $@.scd
-	scdoc < $@.scd | lua5.4 man/tidy.lua > $@
+	@mkdir -p $(B)/man-src $(@D)
+	lua5.4 man/gen.lua $< $(B)/man-src/$(@F).scd
+	scdoc < $(B)/man-src/$(@F).scd | lua5.4 man/tidy.lua > $@
 
 # The version: one place, IG_VERSION in src/imexguard.h (what `imexguard version` prints).
 VERSION = $(shell sed -n 's/^\#define IG_VERSION "\(.*\)"/\1/p' src/imexguard.h)

@@ -80,7 +80,8 @@ local function outcomes_section()
   for name in pairs(outcomes.codes) do
     assert(seen[name], "man/gen.lua: outcome " .. name .. " has no meaning in man/gen.lua")
   end
-  out[#out + 1] = "(usage or internal error), exit 1\n\ta bad command line, or an error of imexguard itself.\n"
+  out[#out + 1] = "(usage or internal error), exit 1\n"
+    .. "\ta bad command line, or an error of imexguard itself.\n"
   return table.concat(out, "\n")
 end
 

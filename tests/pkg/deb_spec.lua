@@ -54,7 +54,8 @@ describe("the Debian package", function()
 
   it("ships the binary, the wrappers, the man pages, the policies and one commented conffile", function()
     local files = H.sh("dpkg-deb -c " .. q(deb) .. " | awk '{print $6}'")
-    for _, f in ipairs({ "./usr/sbin/imexguard", "./usr/lib/imexguard/prolog.sh", "./usr/lib/imexguard/epilog.sh",
+    for _, f in ipairs({ "./usr/sbin/imexguard", "./usr/lib/imexguard/prolog.sh",
+      "./usr/lib/imexguard/epilog.sh",
       "./usr/share/man/man8/imexguard.8.gz", "./usr/share/man/man5/imexguard.conf.5.gz",
       "./usr/share/imexguard/policies/static_domain.lua", "./usr/share/imexguard/policies/default.lua",
       "./etc/imexguard/imexguard.conf" }) do

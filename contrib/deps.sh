@@ -19,8 +19,8 @@ BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsyste
 # ldd build/imexguard, then dpkg -S: liblua5.4.so.0, liblua5.4-cjson.so.0, libsystemd.so.0, libc.
 RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
 DEMO="$BUILD systemd dbus util-linux procps iproute2"
-PKG="$BUILD debhelper dpkg-dev lintian mandoc"
-TEST="$DEMO debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format munge slurmctld
+PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
+TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format munge slurmctld
 slurmd slurm-client"
 # Services that Debian's test packages enable on install.
 SERVICES="munge slurmctld slurmd"

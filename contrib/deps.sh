@@ -20,8 +20,8 @@ BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsyste
 RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
 DEMO="$BUILD systemd dbus util-linux procps iproute2"
 PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
-TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format munge slurmctld
-slurmd slurm-client"
+TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format
+munge slurmctld slurmd slurm-client"
 # Services that Debian's test packages enable on install.
 SERVICES="munge slurmctld slurmd"
 

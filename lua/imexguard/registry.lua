@@ -1,7 +1,8 @@
---- The job registry (design.md step 6 and the epilog; case C08): the jobs whose prolog succeeded
--- on this node and whose epilog has not run yet, kept as `st.jobs` in the state file
--- (imexguard.state). Pure functions on the state table: the caller loads and saves the state
--- file under the node lock (imexguard.steps: lock, register, unregister, may_restart).
+--- The job registry (docs/design.md: step 6, the epilog and "The state file and the job registry";
+-- field case C08 there): the jobs whose prolog succeeded on this node and whose epilog has not run
+-- yet, kept as `st.jobs` in the state file (imexguard.state). Pure functions on the state table:
+-- the caller loads and saves the state file under the node lock (imexguard.steps: lock, register,
+-- unregister, may_restart).
 --
 -- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the

@@ -119,6 +119,8 @@ function M.prune(st, now_us, max_age)
 end
 
 --- "100, 102" from a list of entries.
+-- @tparam {table,...} entries registry entries (only `id` is read)
+-- @treturn string their job ids, comma separated, in the given order
 function M.ids(entries)
   local ids = {}
   for i, e in ipairs(entries) do ids[i] = e.id end
@@ -126,6 +128,8 @@ function M.ids(entries)
 end
 
 --- "{10.0.0.1 10.0.0.3}" from node-list bytes.
+-- @tparam string bytes the node list file's contents (one address per line)
+-- @treturn string the addresses in braces, space separated, in file order
 function M.show_nodes(bytes)
   local l = {}
   for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
@@ -133,6 +137,8 @@ function M.show_nodes(bytes)
 end
 
 --- "2h05m" from seconds.
+-- @tparam number seconds an age in seconds (negative counts as 0, fractions are dropped)
+-- @treturn string the age in its two largest units: `45s`, `3m07s`, `2h05m` or `1d03h`
 function M.show_age(seconds)
   seconds = math.max(0, math.floor(seconds))
   if seconds < 60 then return string.format("%ds", seconds) end

@@ -138,7 +138,7 @@ static int apply_settings(struct ig_run *r)
 	double left = run_left(r);
 	ig_set_deadline(left > 1e-6 ? left : 1e-6);
 	ig_watchdog_arm();
-	if (lua_getfield(L, -1, "memory_limit") == LUA_TNUMBER)
+	if (lua_getfield(L, -2, "memory_limit") == LUA_TNUMBER)
 		ig_sandbox_set_memory_limit(L, lua_tonumber(L, -1));
 	lua_pop(L, 1);
 	lua_getfield(L, -2, "bus");

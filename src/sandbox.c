@@ -618,6 +618,33 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		lua_error(L);
 }
 
+/* Remove lua-cjson's configuration functions (encode_* and decode_*: sparse arrays, depths, number
+ * precision, ...) from its module table on top: the configuration is shared by every user of the
+ * module, so a policy would change how the host reads ctl answers and writes the state file.
+ * cjson.new() still gives a policy a private instance to configure. */
+static void strip_cjson_config(lua_State *L)
+{
+	if (!lua_istable(L, -1))
+		return;
+	int t = lua_gettop(L);
+	lua_newtable(L); /* the names to remove (a table cannot change while it is traversed) */
+	int names = t + 1;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		lua_pop(L, 1);
+		const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+		if (strncmp(k, "encode_", 7) == 0 || strncmp(k, "decode_", 7) == 0) {
+			lua_pushvalue(L, -1);
+			lua_rawseti(L, names, (lua_Integer)lua_rawlen(L, names) + 1);
+		}
+	}
+	for (lua_Integer i = 1; lua_rawgeti(L, names, i) != LUA_TNIL; i++) {
+		lua_pushnil(L);
+		lua_rawset(L, t);
+	}
+	lua_settop(L, t);
+}
+
 /* require(name) -> module value.  Only the embedded library, imexguard.host and cjson (see the
  * top of this file).  Each module is loaded once per run; a module that requires itself while
  * loading raises "loop or previous error loading module". */
@@ -650,6 +677,7 @@ static int sb_require(lua_State *L)
 		lua_pushcfunction(L, luaopen_cjson);
 		lua_pushvalue(L, 1);
 		lua_call(L, 1, 1);
+		strip_cjson_config(L);
 	} else if (valid_lib_name(name)) {
 		push_lib_chunk(L, name);
 		lua_pushvalue(L, 1);

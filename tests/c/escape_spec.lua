@@ -261,7 +261,11 @@ describe("imexguard sandbox escapes", function()
 
     it("still ends with the final line when the policy keeps everything it allocated", function()
       -- the memory stays reachable (module level), so only the host's reserve lets it finish
-      local r = policy("while true do kept[#kept + 1] = string.rep('x', 4096) .. #kept end",
+      -- a linked list: each allocation is small, so the state ends within bytes of the limit
+      local r = policy("while true do kept = { next = kept } end",
+        { "--set", "memory_limit=24" }, "local kept = {}")
+      refused(r, "memory limit of 24 MiB reached")
+      r = policy("while true do kept[#kept + 1] = string.rep('x', 4096) .. #kept end",
         { "--set", "memory_limit=24" }, "local kept = {}")
       refused(r, "memory limit of 24 MiB reached")
     end)

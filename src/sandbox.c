@@ -6,18 +6,28 @@
  * libraries only):
  *
  *  - Memory: a custom lua_Alloc counts the bytes in use and refuses an allocation that would pass
- *    IG_SANDBOX_MEM_LIMIT, so a runaway policy gets Lua's "not enough memory" error (outcome
- *    policy-error) instead of the kernel's OOM killer.
- *  - Libraries: base, string, table, math and utf8 only.  The environment of every chunk is a
- *    separate table (the sandbox env) that holds the allowed names; the real global table is never
- *    reachable.  Removed from base: dofile, loadfile, print (replaced), load (replaced: text chunks
- *    only, env defaults to the sandbox env), collectgarbage (replaced: "count" only), rawset
- *    (replaced: refuses the sandbox env itself, so `rawset(_G, ...)` cannot bypass the global
- *    guard), setmetatable (replaced: no __gc, finalizers run without hooks), pcall and xpcall
- * (replaced: see the deadline).  No io, os, debug, package, coroutine.  `print` writes one line
- * "imexguard: print: ..." to stderr.
- *  - Globals: the sandbox env's metatable raises "undefined global 'x'" on reading an undefined
- *    name and "assignment to undeclared global 'x'" on assigning one; __metatable hides it.
+ *    the limit (the setting memory_limit in MiB, IG_SANDBOX_MEM_LIMIT until the settings are
+ *    read).  The call's LUA_ERRMEM becomes the memory interrupt (a light-userdata sentinel that
+ *    the sandbox's pcall and xpcall re-raise) and the host ends the run in policy-error "memory
+ *    limit of N MiB reached", instead of the kernel's OOM killer.  The host's own bookkeeping
+ *    (the count hook suspended, the interrupt's message) gets IG_SANDBOX_MEM_RESERVE bytes more.
+ *  - Libraries: base, string (without dump: no bytecode), table, math and utf8 only.  The
+ *    environment of every chunk is a separate table (the sandbox env) that holds the allowed
+ *    names; the real global table is never reachable.  Removed from base: dofile, loadfile, print
+ *    (replaced), load (replaced: text chunks only, env defaults to the sandbox env),
+ *    collectgarbage (replaced: "count" only), rawset (replaced: refuses the sandbox env and every
+ *    read-only table), setmetatable (replaced: no __gc, finalizers run without hooks),
+ *    getmetatable (replaced: never a userdata's metatable, i.e. a host object's), pcall and xpcall
+ *    (replaced: see the deadline).  No io, os, debug, package, coroutine.  `print` writes one
+ *    line "imexguard: print: ..." to stderr.
+ *  - Read-only: the sandbox env, the library tables, the shared string metatable (its
+ *    __metatable is a read-only view of it) and every module require returns but policies.*
+ *    (make_readonly: an empty proxy reading hidden contents), so a policy cannot change how the
+ *    library or the host behaves for the rest of the run.  cjson loses its encode_* and decode_*
+ *    configuration functions (their configuration is shared with the host).
+ *  - Globals: the sandbox env raises "undefined global 'x'" on reading an undefined name,
+ *    "assignment to undeclared global 'x'" on assigning one and "cannot change the global 'x'"
+ *    on assigning a built-in one; __metatable hides its metatable.
  *  - require: only the modules compiled into the binary (ig_embedded[]: "imexguard.*" and
  *    "policies.*"), "imexguard.host" (the C primitives, without set_deadline) and "cjson".
  *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
@@ -34,7 +44,7 @@
  *     `while true do pcall(function() while true do end end) end` stops too.  The host turns the
  *     sentinel into the outcome deadline-exceeded.
  *  3. Watchdog (watchdog.c): a timer at deadline + IG_WATCHDOG_GRACE seconds ends a run stuck
- *     inside one C call.
+ *     inside one C call (a string pattern that backtracks in C is not capped: this ends it).
  * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"

@@ -205,11 +205,6 @@ int ig_sandbox_set_memory_limit(lua_State *L, double mib)
 	return 0;
 }
 
-double ig_sandbox_memory_limit(void)
-{
-	return (double)g_sb.mem.base / 1048576.0;
-}
-
 /* ---- the replaced base functions --------------------------------------------------------------
  */
 

@@ -93,7 +93,4 @@ void ig_sandbox_hook(lua_State *L, int on);
  * 4.6).  Returns 0, or -EINVAL for a value below 1 or not finite (nothing changed). */
 int ig_sandbox_set_memory_limit(lua_State *L, double mib);
 
-/* The memory limit in force, in MiB (the default: IG_SANDBOX_MEM_LIMIT). */
-double ig_sandbox_memory_limit(void);
-
 #endif

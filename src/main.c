@@ -123,7 +123,8 @@ static double run_left(const struct ig_run *r)
 }
 
 /* Apply the validated settings of the answer on top (driver.settings): the deadline (seconds,
- * counted from the start), the bus and logging.  Returns -1, or the exit code (bus unusable). */
+ * counted from the start), the memory limit (MiB), the bus and logging.  Returns -1, or the exit
+ * code (bus unusable). */
 static int apply_settings(struct ig_run *r)
 {
 	static const struct {
@@ -137,6 +138,9 @@ static int apply_settings(struct ig_run *r)
 	double left = run_left(r);
 	ig_set_deadline(left > 1e-6 ? left : 1e-6);
 	ig_watchdog_arm();
+	if (lua_getfield(L, -2, "memory_limit") == LUA_TNUMBER)
+		ig_sandbox_set_memory_limit(L, lua_tonumber(L, -1));
+	lua_pop(L, 1);
 	lua_getfield(L, -2, "bus");
 	const char *bus = lua_tostring(L, -1);
 	if (bus && ig_unit_set_bus(bus) != 0) {

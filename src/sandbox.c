@@ -6,18 +6,28 @@
  * libraries only):
  *
  *  - Memory: a custom lua_Alloc counts the bytes in use and refuses an allocation that would pass
- *    IG_SANDBOX_MEM_LIMIT, so a runaway policy gets Lua's "not enough memory" error (outcome
- *    policy-error) instead of the kernel's OOM killer.
- *  - Libraries: base, string, table, math and utf8 only.  The environment of every chunk is a
- *    separate table (the sandbox env) that holds the allowed names; the real global table is never
- *    reachable.  Removed from base: dofile, loadfile, print (replaced), load (replaced: text chunks
- *    only, env defaults to the sandbox env), collectgarbage (replaced: "count" only), rawset
- *    (replaced: refuses the sandbox env itself, so `rawset(_G, ...)` cannot bypass the global
- *    guard), setmetatable (replaced: no __gc, finalizers run without hooks), pcall and xpcall
- * (replaced: see the deadline).  No io, os, debug, package, coroutine.  `print` writes one line
- * "imexguard: print: ..." to stderr.
- *  - Globals: the sandbox env's metatable raises "undefined global 'x'" on reading an undefined
- *    name and "assignment to undeclared global 'x'" on assigning one; __metatable hides it.
+ *    the limit (the setting memory_limit in MiB, IG_SANDBOX_MEM_LIMIT until the settings are
+ *    read).  The call's LUA_ERRMEM becomes the memory interrupt (a light-userdata sentinel that
+ *    the sandbox's pcall and xpcall re-raise) and the host ends the run in policy-error "memory
+ *    limit of N MiB reached", instead of the kernel's OOM killer.  The host's own bookkeeping
+ *    (the count hook suspended, the interrupt's message) gets IG_SANDBOX_MEM_RESERVE bytes more.
+ *  - Libraries: base, string (without dump: no bytecode), table, math and utf8 only.  The
+ *    environment of every chunk is a separate table (the sandbox env) that holds the allowed
+ *    names; the real global table is never reachable.  Removed from base: dofile, loadfile, print
+ *    (replaced), load (replaced: text chunks only, env defaults to the sandbox env),
+ *    collectgarbage (replaced: "count" only), rawset (replaced: refuses the sandbox env and every
+ *    read-only table), setmetatable (replaced: no __gc, finalizers run without hooks),
+ *    getmetatable (replaced: never a userdata's metatable, i.e. a host object's), pcall and xpcall
+ *    (replaced: see the deadline).  No io, os, debug, package, coroutine.  `print` writes one
+ *    line "imexguard: print: ..." to stderr.
+ *  - Read-only: the sandbox env, the library tables, the shared string metatable (its
+ *    __metatable is a read-only view of it) and every module require returns but policies.*
+ *    (make_readonly: an empty proxy reading hidden contents), so a policy cannot change how the
+ *    library or the host behaves for the rest of the run.  cjson loses its encode_* and decode_*
+ *    configuration functions (their configuration is shared with the host).
+ *  - Globals: the sandbox env raises "undefined global 'x'" on reading an undefined name,
+ *    "assignment to undeclared global 'x'" on assigning one and "cannot change the global 'x'"
+ *    on assigning a built-in one; __metatable hides its metatable.
  *  - require: only the modules compiled into the binary (ig_embedded[]: "imexguard.*" and
  *    "policies.*"), "imexguard.host" (the C primitives, without set_deadline) and "cjson".
  *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
@@ -34,7 +44,7 @@
  *     `while true do pcall(function() while true do end end) end` stops too.  The host turns the
  *     sentinel into the outcome deadline-exceeded.
  *  3. Watchdog (watchdog.c): a timer at deadline + IG_WATCHDOG_GRACE seconds ends a run stuck
- *     inside one C call.
+ *     inside one C call (a string pattern that backtracks in C is not capped: this ends it).
  * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"
@@ -61,16 +71,20 @@ int luaopen_cjson(lua_State *L);
 
 #define ENV_KEY	   "imexguard.sandbox.env"
 #define LOADED_KEY "imexguard.sandbox.loaded"
+#define FROZEN_KEY "imexguard.sandbox.frozen" /* weak-keyed set of the read-only tables */
 
 struct ig_mem {
 	size_t used;  /* bytes in use */
-	size_t limit; /* bytes: IG_SANDBOX_MEM_LIMIT */
+	size_t limit; /* bytes: the limit in force (base, or base + reserve for the host) */
+	size_t base;  /* bytes: the setting memory_limit (default IG_SANDBOX_MEM_LIMIT) */
+	int refused;  /* the allocator refused an allocation since the last ig_sandbox_call */
 };
 
 /* The sandbox's state (one Lua state per process). */
 static struct {
 	struct ig_mem mem;
 	char sentinel;	 /* its address is the deadline interrupt */
+	char memory;	 /* its address is the memory interrupt (the limit was reached) */
 	char loading;	 /* its address marks a module being loaded */
 	int fired;	 /* the deadline interrupt has fired */
 	char where[512]; /* where the interrupt first hit: "file:line" */
@@ -92,8 +106,10 @@ static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 		m->used -= osize;
 		return NULL;
 	}
-	if (nsize > osize && m->used + (nsize - osize) > m->limit)
+	if (nsize > osize && m->used + (nsize - osize) > m->limit) {
+		m->refused = 1;
 		return NULL;
+	}
 	void *p = realloc(ptr, nsize);
 	if (p == NULL)
 		return NULL;
@@ -126,6 +142,25 @@ static int is_sentinel(lua_State *L, int idx)
 	return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == &g_sb.sentinel;
 }
 
+/* The memory interrupt: raised again by the sandbox's pcall and xpcall once a call failed with
+ * LUA_ERRMEM, so a policy cannot catch the limit and go on allocating; the host reports it. */
+static void raise_memory(lua_State *L)
+{
+	lua_pushlightuserdata(L, &g_sb.memory);
+	lua_error(L);
+}
+
+static int is_memory(lua_State *L, int idx)
+{
+	return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == &g_sb.memory;
+}
+
+/* Either interrupt (deadline or memory): never handed to the policy's code. */
+static int is_interrupt(lua_State *L, int idx)
+{
+	return g_sb.fired || is_sentinel(L, idx) || is_memory(L, idx);
+}
+
 /* The count hook (lua_sethook, LUA_MASKCOUNT): layer 2 of the deadline. */
 static void ig_hook(lua_State *L, lua_Debug *ar)
 {
@@ -144,14 +179,30 @@ static void ig_hook(lua_State *L, lua_Debug *ar)
 	raise_deadline(L);
 }
 
-/* Suspend (on = 0) or restore (on = 1) the count hook. */
+/* Suspend (on = 0) or restore (on = 1) the count hook; while suspended the host's bookkeeping
+ * also gets IG_SANDBOX_MEM_RESERVE bytes past the memory limit. */
 void ig_sandbox_hook(lua_State *L, int on)
 {
-	if (on)
+	if (on) {
 		lua_sethook(L, ig_hook, LUA_MASKCOUNT,
 			    g_sb.fired ? IG_HOOK_COUNT_FIRED : IG_HOOK_COUNT);
-	else
+		g_sb.mem.limit = g_sb.mem.base;
+	} else {
 		lua_sethook(L, NULL, 0, 0);
+		g_sb.mem.limit = g_sb.mem.base + IG_SANDBOX_MEM_RESERVE;
+	}
+}
+
+int ig_sandbox_set_memory_limit(lua_State *L, double mib)
+{
+	(void)L;
+	if (!(mib >= 1.0) || isinf(mib))
+		return -EINVAL;
+	double max = (double)(SIZE_MAX / 4);
+	double bytes = mib * 1048576.0;
+	g_sb.mem.base = bytes > max ? (size_t)max : (size_t)bytes;
+	g_sb.mem.limit = g_sb.mem.base;
+	return 0;
 }
 
 /* ---- the replaced base functions --------------------------------------------------------------
@@ -165,6 +216,8 @@ static int pcall_results(lua_State *L, int status, int replace)
 {
 	if (status != LUA_OK && (g_sb.fired || is_sentinel(L, -1)))
 		raise_deadline(L);
+	if (status == LUA_ERRMEM || (status != LUA_OK && is_memory(L, -1)))
+		raise_memory(L);
 	luaL_checkstack(L, 1, "pcall results");
 	lua_pushboolean(L, status == LUA_OK);
 	if (replace)
@@ -175,7 +228,8 @@ static int pcall_results(lua_State *L, int status, int replace)
 }
 
 /* pcall(f, ...) -> true, results | false, err.  As Lua's, but an error after the deadline
- * interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be swallowed. */
+ * interrupt has fired is re-raised as the interrupt (layer 2), and a memory error (the limit) as
+ * the memory interrupt, so neither can be swallowed. */
 static int sb_pcall(lua_State *L)
 {
 	luaL_checkany(L, 1);
@@ -189,7 +243,7 @@ static int sb_pcall(lua_State *L)
  * interrupted there. */
 static int sb_xpcall_handler(lua_State *L)
 {
-	if (g_sb.fired || is_sentinel(L, 1))
+	if (is_interrupt(L, 1))
 		return 1;
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
@@ -273,7 +327,19 @@ static int sb_print(lua_State *L)
 	return 0;
 }
 
-/* rawset(t, k, v): as Lua's, but refuses the sandbox env (the global guard is not optional). */
+/* Whether the table at idx is read-only (the sandbox env, a library table, a module). */
+static int is_frozen(lua_State *L, int idx)
+{
+	idx = lua_absindex(L, idx);
+	lua_getfield(L, LUA_REGISTRYINDEX, FROZEN_KEY);
+	lua_pushvalue(L, idx);
+	int frozen = lua_rawget(L, -2) != LUA_TNIL;
+	lua_pop(L, 2);
+	return frozen;
+}
+
+/* rawset(t, k, v): as Lua's, but refuses the sandbox env (the global guard is not optional) and
+ * every read-only table (libraries, modules). */
 static int sb_rawset(lua_State *L)
 {
 	luaL_checktype(L, 1, LUA_TTABLE);
@@ -283,6 +349,9 @@ static int sb_rawset(lua_State *L)
 	if (lua_rawequal(L, 1, -1))
 		return luaL_error(L,
 				  "rawset on the global environment is not allowed (no globals)");
+	if (is_frozen(L, 1))
+		return luaL_error(L, "rawset on a read-only table (a library or module) is not "
+				     "allowed in the sandbox");
 	lua_settop(L, 3);
 	lua_rawset(L, 1);
 	return 1;
@@ -293,7 +362,8 @@ static int sb_rawset(lua_State *L)
  * of the deadline.  (A __gc added to mt later is ignored by Lua: marking happens here.) */
 static int sb_setmetatable(lua_State *L)
 {
-	if (lua_istable(L, 2) && lua_getfield(L, 2, "__gc") != LUA_TNIL)
+	lua_pushliteral(L, "__gc");
+	if (lua_istable(L, 2) && lua_rawget(L, 2) != LUA_TNIL)
 		return luaL_error(L, "__gc metamethods are not allowed in the sandbox");
 	lua_settop(L, 2);
 	lua_pushvalue(L, lua_upvalueindex(1));
@@ -302,16 +372,150 @@ static int sb_setmetatable(lua_State *L)
 	return 1;
 }
 
-/* env.__index: reading an undefined global raises, naming it (position of the reader). */
+/* getmetatable(v): as Lua's (upvalue 1), but the metatable of a full userdata (every one is a
+ * host object: a policy cannot make userdata) is never handed out: its __metatable field, else
+ * a string saying it is protected.  So no policy can reach or change a host object's methods or
+ * give it a __gc finalizer. */
+static int sb_getmetatable(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	if (lua_type(L, 1) == LUA_TUSERDATA) {
+		if (luaL_getmetafield(L, 1, "__metatable") == LUA_TNIL)
+			lua_pushliteral(L, "the metatable of a host object is protected");
+		return 1;
+	}
+	lua_settop(L, 1);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, 1, 1);
+	return 1;
+}
+
+/* hidden.__index of the env: reading an undefined global raises, naming it (position of the
+ * reader). */
 static int sb_env_index(lua_State *L)
 {
 	return luaL_error(L, "undefined global '%s'", luaL_tolstring(L, 2, NULL));
 }
 
-/* env.__newindex: assigning a global raises, naming it. */
+/* env.__newindex (upvalue 1: the env's contents): assigning a global raises, naming it. */
 static int sb_env_newindex(lua_State *L)
 {
+	lua_pushvalue(L, 2);
+	if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL)
+		return luaL_error(L,
+				  "cannot change the global '%s' (the sandbox's globals are "
+				  "read-only)",
+				  luaL_tolstring(L, 2, NULL));
 	return luaL_error(L, "assignment to undeclared global '%s'", luaL_tolstring(L, 2, NULL));
+}
+
+/* ---- read-only tables ------------------------------------------------------------------------
+ * A read-only table is an empty proxy whose metatable reads from a hidden table of contents
+ * (__index), refuses writes (__newindex), iterates the contents (__pairs), gives their length
+ * (__len) and is itself protected (__metatable).  The proxy keeps its identity, so
+ * getmetatable("").__index == string still holds. */
+
+/* __newindex of a read-only table (upvalue 1: its name): always raises. */
+static int sb_readonly_newindex(lua_State *L)
+{
+	return luaL_error(L, "cannot set %s.%s: the table is read-only in the sandbox",
+			  lua_tostring(L, lua_upvalueindex(1)), luaL_tolstring(L, 2, NULL));
+}
+
+/* The iterator of __pairs (upvalue 1: the contents): next over the contents, which the policy
+ * never receives. */
+static int sb_readonly_next(lua_State *L)
+{
+	lua_settop(L, 2);
+	if (lua_next(L, lua_upvalueindex(1)))
+		return 2;
+	lua_pushnil(L);
+	return 1;
+}
+
+/* __pairs of a read-only table. */
+static int sb_readonly_pairs(lua_State *L)
+{
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_pushcclosure(L, sb_readonly_next, 1);
+	lua_pushvalue(L, 1);
+	lua_pushnil(L);
+	return 3;
+}
+
+/* __len of a read-only table: the border of the contents. */
+static int sb_readonly_len(lua_State *L)
+{
+	lua_pushinteger(L, (lua_Integer)lua_rawlen(L, lua_upvalueindex(1)));
+	return 1;
+}
+
+/* Make the (empty) table at proxy a read-only view of the table at contents, named `what` in
+ * errors, and record it as read-only (rawset refuses it).  newindex: the __newindex function
+ * (NULL: sb_readonly_newindex naming `what`). */
+static void make_readonly(lua_State *L, int proxy, int contents, const char *what,
+			  lua_CFunction newindex)
+{
+	proxy = lua_absindex(L, proxy);
+	contents = lua_absindex(L, contents);
+	lua_createtable(L, 0, 5);
+	lua_pushvalue(L, contents);
+	lua_setfield(L, -2, "__index");
+	if (newindex) {
+		lua_pushvalue(L, contents);
+		lua_pushcclosure(L, newindex, 1);
+	} else {
+		lua_pushstring(L, what);
+		lua_pushcclosure(L, sb_readonly_newindex, 1);
+	}
+	lua_setfield(L, -2, "__newindex");
+	lua_pushvalue(L, contents);
+	lua_pushcclosure(L, sb_readonly_pairs, 1);
+	lua_setfield(L, -2, "__pairs");
+	lua_pushvalue(L, contents);
+	lua_pushcclosure(L, sb_readonly_len, 1);
+	lua_setfield(L, -2, "__len");
+	lua_pushfstring(L, "the %s table is read-only", what);
+	lua_setfield(L, -2, "__metatable");
+	lua_setmetatable(L, proxy);
+	lua_getfield(L, LUA_REGISTRYINDEX, FROZEN_KEY);
+	lua_pushvalue(L, proxy);
+	lua_pushboolean(L, 1);
+	lua_rawset(L, -3);
+	lua_pop(L, 1);
+}
+
+/* Make the table at idx read-only in place: its contents move to a hidden table and it becomes
+ * the proxy.  A value that is not a table, or a table with a metatable of its own, is left as is
+ * (the latter would lose its metamethods). */
+static void freeze(lua_State *L, int idx, const char *what)
+{
+	idx = lua_absindex(L, idx);
+	if (!lua_istable(L, idx))
+		return;
+	int top = lua_gettop(L);
+	int has_mt = lua_getmetatable(L, idx);
+	lua_settop(L, top);
+	if (has_mt || is_frozen(L, idx))
+		return;
+	lua_newtable(L);
+	int contents = lua_gettop(L);
+	lua_pushnil(L);
+	while (lua_next(L, idx)) {
+		lua_pushvalue(L, -2);
+		lua_insert(L, -2);
+		lua_rawset(L, contents);
+	}
+	lua_pushnil(L);
+	while (lua_next(L, contents)) {
+		lua_pop(L, 1);
+		lua_pushvalue(L, -1);
+		lua_pushnil(L);
+		lua_rawset(L, idx);
+	}
+	make_readonly(L, idx, contents, what, NULL);
+	lua_pop(L, 1);
 }
 
 /* Push the sandbox environment table (the policies' _ENV). */
@@ -419,6 +623,33 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		lua_error(L);
 }
 
+/* Remove lua-cjson's configuration functions (encode_* and decode_*: sparse arrays, depths, number
+ * precision, ...) from its module table on top: the configuration is shared by every user of the
+ * module, so a policy would change how the host reads ctl answers and writes the state file.
+ * cjson.new() still gives a policy a private instance to configure. */
+static void strip_cjson_config(lua_State *L)
+{
+	if (!lua_istable(L, -1))
+		return;
+	int t = lua_gettop(L);
+	lua_newtable(L); /* the names to remove (a table cannot change while it is traversed) */
+	int names = t + 1;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		lua_pop(L, 1);
+		const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+		if (strncmp(k, "encode_", 7) == 0 || strncmp(k, "decode_", 7) == 0) {
+			lua_pushvalue(L, -1);
+			lua_rawseti(L, names, (lua_Integer)lua_rawlen(L, names) + 1);
+		}
+	}
+	for (lua_Integer i = 1; lua_rawgeti(L, names, i) != LUA_TNIL; i++) {
+		lua_pushnil(L);
+		lua_rawset(L, t);
+	}
+	lua_settop(L, t);
+}
+
 /* require(name) -> module value.  Only the embedded library, imexguard.host and cjson (see the
  * top of this file).  Each module is loaded once per run; a module that requires itself while
  * loading raises "loop or previous error loading module". */
@@ -451,6 +682,7 @@ static int sb_require(lua_State *L)
 		lua_pushcfunction(L, luaopen_cjson);
 		lua_pushvalue(L, 1);
 		lua_call(L, 1, 1);
+		strip_cjson_config(L);
 	} else if (valid_lib_name(name)) {
 		push_lib_chunk(L, name);
 		lua_pushvalue(L, 1);
@@ -465,6 +697,10 @@ static int sb_require(lua_State *L)
 		lua_pop(L, 1);
 		lua_pushboolean(L, 1);
 	}
+	/* The host's modules are shared by the whole run: read-only, so a policy cannot change how
+	 * the host behaves.  A policy module (policies.*) stays the policy's to change. */
+	if (strncmp(name, "policies.", 9) != 0)
+		freeze(L, -1, name);
 	lua_pushvalue(L, -1);
 	lua_setfield(L, 2, name);
 	return 1;
@@ -473,8 +709,8 @@ static int sb_require(lua_State *L)
 /* ---- the state ------------------------------------------------------------------------------ */
 
 static const char *const base_keep[] = {
-    "assert", "error",	"getmetatable", "ipairs",   "next", "pairs",	"rawequal", "rawget",
-    "rawlen", "select", "tonumber",	"tostring", "type", "_VERSION", NULL,
+    "assert", "error",	"ipairs",   "next",	"pairs", "rawequal", "rawget",
+    "rawlen", "select", "tonumber", "tostring", "type",	 "_VERSION", NULL,
 };
 
 static const luaL_Reg sandbox_funcs[] = {
@@ -482,6 +718,54 @@ static const luaL_Reg sandbox_funcs[] = {
     {"print", sb_print}, {"rawset", sb_rawset}, {"require", sb_require},
     {NULL, NULL},
 };
+
+/* The libraries a policy sees, made read-only in place (string.dump removed first). */
+static const char *const sandbox_libs[] = {LUA_STRLIBNAME, LUA_TABLIBNAME, LUA_MATHLIBNAME,
+					   LUA_UTF8LIBNAME, NULL};
+
+/* Fill the table at contents with the allowed globals, from the real global table. */
+static void fill_globals(lua_State *L, int contents)
+{
+	lua_pushglobaltable(L);
+	int g = lua_gettop(L);
+	for (const char *const *k = base_keep; *k; k++) {
+		lua_getfield(L, g, *k);
+		lua_setfield(L, contents, *k);
+	}
+	for (const char *const *k = sandbox_libs; *k; k++) {
+		lua_getfield(L, g, *k);
+		lua_setfield(L, contents, *k);
+	}
+	static const struct {
+		const char *name;
+		lua_CFunction f;
+	} wrapped[] = {{"load", sb_load},
+		       {"setmetatable", sb_setmetatable},
+		       {"getmetatable", sb_getmetatable},
+		       {NULL, NULL}};
+	for (int i = 0; wrapped[i].name; i++) {
+		lua_getfield(L, g, wrapped[i].name);
+		lua_pushcclosure(L, wrapped[i].f, 1);
+		lua_setfield(L, contents, wrapped[i].name);
+	}
+	lua_pop(L, 1); /* global table */
+	lua_pushvalue(L, contents);
+	luaL_setfuncs(L, sandbox_funcs, 0);
+	lua_pop(L, 1);
+}
+
+/* The shared string metatable: its __metatable is a read-only view of it, so
+ * getmetatable("") works as usual but cannot change it (Lua reads the real one, raw). */
+static void protect_string_metatable(lua_State *L)
+{
+	lua_pushliteral(L, "");
+	lua_getmetatable(L, -1);
+	int mt = lua_gettop(L);
+	lua_newtable(L);
+	make_readonly(L, -1, mt, "string metatable", NULL);
+	lua_setfield(L, mt, "__metatable");
+	lua_pop(L, 2);
+}
 
 /* Protected part of ig_sandbox_new. */
 static int sandbox_init(lua_State *L)
@@ -495,39 +779,43 @@ static int sandbox_init(lua_State *L)
 		luaL_requiref(L, lib->name, lib->func, 1);
 		lua_pop(L, 1);
 	}
-	lua_newtable(L); /* env */
-	int env = lua_gettop(L);
-	lua_pushglobaltable(L);
-	int g = lua_gettop(L);
-	for (const char *const *k = base_keep; *k; k++) {
-		lua_getfield(L, g, *k);
-		lua_setfield(L, env, *k);
-	}
-	const char *const libnames[] = {LUA_STRLIBNAME, LUA_TABLIBNAME, LUA_MATHLIBNAME,
-					LUA_UTF8LIBNAME, NULL};
-	for (const char *const *k = libnames; *k; k++) {
-		lua_getfield(L, g, *k);
-		lua_setfield(L, env, *k);
-	}
-	lua_getfield(L, g, "load");
-	lua_pushcclosure(L, sb_load, 1);
-	lua_setfield(L, env, "load");
-	lua_getfield(L, g, "setmetatable");
-	lua_pushcclosure(L, sb_setmetatable, 1);
-	lua_setfield(L, env, "setmetatable");
-	lua_pop(L, 1); /* global table */
-	luaL_setfuncs(L, sandbox_funcs, 0);
-	lua_pushvalue(L, env);
-	lua_setfield(L, env, LUA_GNAME); /* _G is the sandbox env */
+	lua_newtable(L);
+	lua_setfield(L, LUA_REGISTRYINDEX, FROZEN_KEY);
+	lua_getfield(L, LUA_REGISTRYINDEX, FROZEN_KEY);
+	lua_createtable(L, 0, 1);
+	lua_pushliteral(L, "k");
+	lua_setfield(L, -2, "__mode");
+	lua_setmetatable(L, -2);
+	lua_pop(L, 1);
 
-	lua_newtable(L); /* the env's metatable */
+	/* no bytecode: string.dump is gone for everyone (the host never needs it) */
+	lua_getglobal(L, LUA_STRLIBNAME);
+	lua_pushnil(L);
+	lua_setfield(L, -2, "dump");
+	lua_pop(L, 1);
+	for (const char *const *k = sandbox_libs; *k; k++) {
+		lua_getglobal(L, *k);
+		freeze(L, -1, *k);
+		lua_pop(L, 1);
+	}
+	protect_string_metatable(L);
+
+	lua_newtable(L); /* env: the proxy */
+	int env = lua_gettop(L);
+	lua_newtable(L); /* its contents */
+	int contents = lua_gettop(L);
+	fill_globals(L, contents);
+	lua_pushvalue(L, env);
+	lua_setfield(L, contents, LUA_GNAME); /* _G is the sandbox env */
+	lua_createtable(L, 0, 1);	      /* undefined globals raise */
 	lua_pushcfunction(L, sb_env_index);
 	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, sb_env_newindex);
-	lua_setfield(L, -2, "__newindex");
+	lua_setmetatable(L, contents);
+	make_readonly(L, env, contents, "_G", sb_env_newindex);
+	lua_getmetatable(L, env);
 	lua_pushliteral(L, "the sandbox environment is protected");
 	lua_setfield(L, -2, "__metatable");
-	lua_setmetatable(L, env);
+	lua_pop(L, 2);
 
 	lua_setfield(L, LUA_REGISTRYINDEX, ENV_KEY);
 	lua_newtable(L);
@@ -556,6 +844,7 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 		}
 	}
 	g_sb.mem.used = 0;
+	g_sb.mem.base = IG_SANDBOX_MEM_LIMIT;
 	g_sb.mem.limit = IG_SANDBOX_MEM_LIMIT;
 	lua_State *L = lua_newstate(ig_alloc, &g_sb.mem);
 	if (L == NULL) {
@@ -603,7 +892,7 @@ static int has_position(const char *msg)
  * when the error value has none, e.g. error("x", 0) or error({})). */
 static int sb_msgh(lua_State *L)
 {
-	if (g_sb.fired || is_sentinel(L, 1)) {
+	if (is_interrupt(L, 1)) {
 		lua_settop(L, 1);
 		return 1;
 	}
@@ -634,11 +923,26 @@ const char *ig_sandbox_traceback(void)
 	return g_sb.traceback ? g_sb.traceback : "";
 }
 
+/* Replace the error on top by the message of the memory interrupt.  The limit is lifted by
+ * IG_SANDBOX_MEM_RESERVE bytes for the message and a full collection then frees what the failed
+ * call left behind, so the host's epilogue (final line, driver bookkeeping) can still allocate. */
+static void memory_message(lua_State *L)
+{
+	size_t limit = g_sb.mem.limit;
+	g_sb.mem.limit = g_sb.mem.base + IG_SANDBOX_MEM_RESERVE;
+	lua_pop(L, 1);
+	lua_pushfstring(L, "memory limit of %d MiB reached (the setting memory_limit)",
+			(int)(g_sb.mem.base >> 20));
+	lua_gc(L, LUA_GCCOLLECT);
+	g_sb.mem.limit = limit;
+}
+
 enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
 {
 	int base = lua_gettop(L) - nargs; /* the function */
 	lua_pushcfunction(L, sb_msgh);
 	lua_insert(L, base);
+	g_sb.mem.refused = 0;
 	int status = lua_pcall(L, nargs, nresults, base);
 	lua_remove(L, base);
 	if (status == LUA_OK)
@@ -649,10 +953,10 @@ enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
 				g_sb.where[0] ? g_sb.where : "an unknown place");
 		return IG_CALL_DEADLINE;
 	}
-	if (status == LUA_ERRMEM) {
-		lua_pop(L, 1);
-		lua_pushfstring(L, "not enough memory (the sandbox's limit is %d MiB)",
-				(int)(IG_SANDBOX_MEM_LIMIT >> 20));
+	/* LUA_ERRERR with a refused allocation: the traceback of an error ran out of memory. */
+	if (status == LUA_ERRMEM || is_memory(L, -1) ||
+	    (status == LUA_ERRERR && g_sb.mem.refused)) {
+		memory_message(L);
 		return IG_CALL_MEMORY;
 	}
 	const char *full = lua_tostring(L, -1);

@@ -11,8 +11,13 @@
 #include <lua.h>
 #include <stddef.h>
 
-/* Memory cap of the Lua state in bytes (an allocation beyond it fails: "not enough memory"). */
+/* Default memory limit of the Lua state in bytes (the setting memory_limit, in MiB, replaces it
+ * once the settings are read; the settings file itself runs under this default).  An allocation
+ * beyond it fails, and the call ends with IG_CALL_MEMORY. */
 #define IG_SANDBOX_MEM_LIMIT ((size_t)256 << 20)
+/* Bytes past the limit that the host's own bookkeeping may use (ig_sandbox_hook(L, 0), the
+ * message of IG_CALL_MEMORY), so the run still ends with its final line after the limit. */
+#define IG_SANDBOX_MEM_RESERVE ((size_t)16 << 20)
 /* Seconds after the deadline during which the policy may still return its own outcome (every
  * blocking primitive already returns "deadline"); then the count hook interrupts it. */
 #define IG_DEADLINE_GRACE 0.25
@@ -44,7 +49,7 @@ enum ig_call {
 	IG_CALL_OK = 0,	      /* results on the stack */
 	IG_CALL_ERROR = 1,    /* error message (string: first line "file:line: msg") on the stack */
 	IG_CALL_DEADLINE = 2, /* the deadline interrupt; a message naming where it hit */
-	IG_CALL_MEMORY = 3,   /* memory cap reached; a message is on the stack */
+	IG_CALL_MEMORY = 3,   /* memory limit reached: "memory limit of N MiB reached (...)" */
 };
 
 /* Create the sandboxed Lua state.  lua_dir: NULL, or an absolute directory from which the modules
@@ -78,7 +83,14 @@ enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults);
 /* The full traceback of the last IG_CALL_ERROR ("" when none); valid until the next call. */
 const char *ig_sandbox_traceback(void);
 
-/* Suspend (on = 0) or restore (on = 1) the count hook around the host's own bookkeeping. */
+/* Suspend (on = 0) or restore (on = 1) the count hook around the host's own bookkeeping; while
+ * suspended the memory limit is raised by IG_SANDBOX_MEM_RESERVE bytes. */
 void ig_sandbox_hook(lua_State *L, int on);
+
+/* Set the memory limit of the Lua state to mib MiB (the setting memory_limit, a number >= 1;
+ * values past SIZE_MAX / 4 bytes are clamped).  A Lua call that needs more ends with
+ * IG_CALL_MEMORY; the sandbox's pcall and xpcall cannot catch it (lua_Alloc, Lua 5.4 manual
+ * 4.6).  Returns 0, or -EINVAL for a value below 1 or not finite (nothing changed). */
+int ig_sandbox_set_memory_limit(lua_State *L, double mib);
 
 #endif

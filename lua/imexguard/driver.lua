@@ -74,7 +74,8 @@ end
 
 --- Call 1: read and validate the settings (file, --set, --deadline); run.settings.
 -- @param run table the run
--- @return table {deadline = seconds, bus, log_level, log_journal} for main.c to apply, or an end
+-- @return table {deadline = seconds, bus, log_level, log_journal, memory_limit = MiB} for main.c
+-- to apply, or an end
 function D.settings(run)
   local text, err = settings_text(run)
   if text == false then return ends(run, 'policy-error', err) end
@@ -85,7 +86,8 @@ function D.settings(run)
   local t; t, err = D.load_settings(text, run.config, sets)
   if not t then return ends(run, 'policy-error', err or 'settings: invalid') end
   run.settings = t
-  return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal }
+  return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal,
+    memory_limit = t.memory_limit }
 end
 
 -- ---- the host table and the policy ------------------------------------------------------------

@@ -85,6 +85,9 @@ M.schema = {
   { name = "conflict_wait", default = 5, kind = "number",
     doc = "seconds: how long a prolog in conflict with a registered job waits (without the node lock) "
       .. "for that job's epilog before it answers conflict" },
+  { name = "memory_limit", default = 256, kind = "number", min = 16, unit = "MiB",
+    doc = "MiB: memory limit of the Lua state (policy and library); past it the run ends in "
+      .. "policy-error \"memory limit of N MiB reached\" (the settings file runs under the default)" },
 }
 
 --- name -> schema entry.
@@ -115,8 +118,9 @@ local function check(e, v)
     return nil, string.format("setting '%s' must be %s, got %s", e.name, want, describe(v))
   end
   if e.kind == "number" then
-    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
-      return bad("a number > 0 (seconds)")
+    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge or (e.min and v < e.min) then
+      return bad(e.min and string.format("a number >= %g (%s)", e.min, e.unit)
+        or "a number > 0 (" .. (e.unit or "seconds") .. ")")
     end
     return v
   elseif e.kind == "string" then

@@ -17,7 +17,7 @@ describe("imexguard.settings", function()
         imex_channel_mode = "0666",
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
         scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
-        conflict_wait = 5,
+        conflict_wait = 5, memory_limit = 256,
       }, t)
       assert.is_nil(t.metrics_dir)
       assert.is_nil(t.nodes_file)
@@ -237,10 +237,28 @@ describe("imexguard.settings", function()
       for _, e in ipairs(S.schema) do
         assert.is_string(e.doc)
         assert.not_matches("\n", e.doc)
-        if e.kind == "number" then assert.matches("^seconds", e.doc, nil, false) end
+        if e.kind == "number" then assert.matches("^" .. (e.unit or "seconds"), e.doc, nil, false) end
       end
     end)
   end)
+  describe("memory_limit (issue 11: the allocator limit of the Lua state)", function()
+    it("defaults to 256 MiB and takes a number of MiB from 16 up", function()
+      assert.equal(256, assert(S.validate({})).memory_limit)
+      assert.equal(64, assert(S.validate({ memory_limit = 64 })).memory_limit)
+      assert.equal(16, assert(S.validate({ memory_limit = 16 })).memory_limit)
+      local raw = assert(S.apply_overrides({}, { "memory_limit=1024" }))
+      assert.equal(1024, assert(S.validate(raw)).memory_limit)
+    end)
+
+    it("refuses a limit below 16 MiB or not a number, naming the setting and the unit", function()
+      for _, v in ipairs({ 15, 0, -1, 0 / 0, math.huge, "64" }) do
+        local t, err = S.validate({ memory_limit = v })
+        assert.is_nil(t, tostring(v))
+        assert.matches("setting 'memory_limit' must be a number >= 16 (MiB)", err, 1, true)
+      end
+    end)
+  end)
+
   describe("unit lifecycle settings (issue 8: start limit, disabled unit, late epilog)", function()
     it("default: one retry after start-limit-hit, a disabled unit skipped, a 5 s conflict wait", function()
       local t = assert(S.validate({}))

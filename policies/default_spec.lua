@@ -1651,7 +1651,7 @@ describe("default policy: the IMEX channel step (after applies?, before the node
     for _, m in ipairs(h.mkdirs) do assert.not_equal(DIR, m.path) end
   end)
 
-  it("a /proc/devices without the IMEX line: channel-failed (exit 13), nothing written or restarted", function()
+  it("a /proc/devices without the IMEX line: channel-failed (exit 13), nothing written", function()
     local h = testing.host{ files = { [DEV] = fixture("proc/devices-no-imex.txt") } }
     local outcome, message = run(h, { settings = CH, env = env("n[1,3]") })
     assert.equal("channel-failed", outcome)
@@ -1668,7 +1668,7 @@ describe("default policy: the IMEX channel step (after applies?, before the node
     assert.equal(0, h.count("mknod_char"))
   end)
 
-  it("plan through the driver's recorders: 'would create ... c 238 0', mkdir and mknod_char recorded", function()
+  it("plan through the driver's recorders: 'would create ... c 238 0', mkdir, mknod_char recorded", function()
     local D = require "imexguard.driver"
     local h = chost()
     local host, planned = D.host(h, true)

@@ -126,14 +126,15 @@ bench: deps
 install: $(BIN)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
-	for hook in prolog epilog; do \
+	for hook in prolog epilog health; do \
 		sed 's|/usr/local/|$(PREFIX)/|g' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
 		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
 	done
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
-	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)/etc/imexguard/imexguard.conf.example
+	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/health.sh \
+	      $(DESTDIR)/etc/imexguard/imexguard.conf.example
 
 clean:
 	rm -rf $(B)

@@ -126,6 +126,27 @@ describe("issue 9 through the binary", function()
     assert.are.equal("active", d:prop("n1", "ActiveState"))
   end)
 
+  it("contrib/slurm/health.sh (HealthCheckProgram) drains this node with the health line", function()
+    d = domain(1, { IMEXSIM_NEVER_READY = 1 })
+    assert(d:start())
+    assert.truthy(simdomain.wait_until(function()
+      local out = d:ctl("n1", "-q")
+      return out ~= "" and not out:find("connect", 1, true)
+    end, 15))
+    -- the binary with n1's settings, and an scontrol that records its arguments one per line
+    local ig, sc, args = d.root .. "/imexguard.sh", d.root .. "/scontrol.sh", d.root .. "/scontrol.args"
+    simdomain.write_file(ig, string.format("#!/bin/sh\nexec %s --config %s \"$@\"\n",
+      q(d.build .. "/imexguard"), q(d:config("n1"))))
+    simdomain.write_file(sc, "#!/bin/sh\nprintf '%s\\n' \"$@\" >" .. q(args) .. "\n")
+    os.execute("chmod 0755 " .. q(ig) .. " " .. q(sc))
+    local ok, _, status = simdomain.capture(string.format("env -i PATH=/usr/bin:/bin SLURMD_NODENAME=n1 "
+      .. "IMEXGUARD=%s SCONTROL=%s contrib/slurm/health.sh 2>/dev/null", q(ig), q(sc)))
+    assert.falsy(ok)
+    assert.are_not.equal(0, status)
+    local got = simdomain.read_file(args) or ""
+    assert.matches("^update\nNodeName=n1\nState=DRAIN\nReason=imexguard: domain%-unhealthy: [^\n]+\n$", got)
+  end)
+
   it("health: the unit is not installed -> 0, not applicable", function()
     d = domain(1)
     local r = imexguard(d, "health", "--set unit=imexguard-absent@x.service")

@@ -152,7 +152,7 @@ VERSION = $(shell sed -n 's/^\#define IG_VERSION "\(.*\)"/\1/p' src/imexguard.h)
 install: $(BIN) $(MANPAGES)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
-	for hook in prolog epilog; do \
+	for hook in prolog epilog health; do \
 		sed 's|/usr/local/|$(PREFIX)/|g' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
 		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
 	done
@@ -163,7 +163,8 @@ install: $(BIN) $(MANPAGES)
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
-	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)/etc/imexguard/imexguard.conf.example \
+	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/health.sh \
+	      $(DESTDIR)/etc/imexguard/imexguard.conf.example \
 	      $(DESTDIR)$(PREFIX)/share/man/man8/imexguard.8 \
 	      $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5 \
 	      $(patsubst policies/%,$(DESTDIR)$(PREFIX)/share/imexguard/policies/%,$(POLICIES))

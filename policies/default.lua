@@ -53,12 +53,14 @@ local ctl = require "imexguard.ctl"
 local outcomes = require "imexguard.outcomes"
 local report = require "imexguard.report"
 local text = require "imexguard.text"
+local channels = require "imexguard.channels"
+local drain = require "imexguard.drain"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
 --- The entry points; each is a plain function of ctx that runs the method "run_" .. name.
-local ENTRY_POINTS = { "prolog", "epilog", "plan", "status" }
+local ENTRY_POINTS = { "prolog", "epilog", "plan", "status", "health" }
 
 --- The methods of the default policy (the decision model), shared by every policy built from it.
 local Policy = {}
@@ -195,6 +197,10 @@ function Policy:prepare(ctx)
   local info
   info, o, m = self:applies(ctx)
   if not info then return nil, o, m end
+  local ch
+  ch, o, m = self:channel(ctx)
+  if not ch then return nil, o, m end
+  info.channel = ch
   local want
   want, o, m = self:desired(ctx, info)
   if not want then return nil, o, m end
@@ -284,7 +290,7 @@ function Policy:run_prolog(ctx)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
-    if not retry then return o, msg end
+    if not retry then return o, self:channel_note(info, msg) end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = steps.wait_registry(ctx, retry.registry, until_t)
@@ -362,8 +368,12 @@ function Policy:run_plan(ctx)
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self) }
   local pok, po, pm = self:port_is_units(ctx, info, v.unit)
-  if not pok then return po, text.one_line(pm .. "; " .. report.plan_message(f)), report.plan(f) end
-  return allowed and "ok" or "conflict", report.plan_message(f), report.plan(f)
+  if not pok then
+    local out = self:channel_report(ctx, info, report.plan(f))
+    return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
+  end
+  return allowed and "ok" or "conflict", self:channel_note(info, report.plan_message(f)),
+    self:channel_report(ctx, info, report.plan(f))
 end
 
 --- Slurm node names by address, from the address map when one is configured.
@@ -428,8 +438,69 @@ function Policy:run_status(ctx)
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   msg = text.one_line(msg)
-  return outcome, msg, report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
+  local out = report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
     outcome = outcome, message = msg })
+  return outcome, msg, self:channel_report(ctx, nil, out)
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- The IMEX channel (imexguard.channels) and the node health check.
+
+--- Channel: after applies?, independent of the node list: make channel 0 exist when the setting
+-- imex_channels says so (channels.ensure; in `plan` mkdir and mknod_char are recorders).
+-- @return message (one line, also logged at info), or nil, "channel-failed", message
+function Policy:channel(ctx) -- luacheck: no self
+  local msg, o, m = channels.ensure(ctx)
+  if not msg then return nil, o, m end
+  ctx.host.log("info", msg)
+  return msg
+end
+
+--- The final message with the channel step's line added when it created (or would create) one.
+-- @param info table|nil from applies (info.channel: the line of Policy:channel)
+-- @param msg string the message
+-- @return string one line
+function Policy:channel_note(info, msg) -- luacheck: no self
+  local ch = info and info.channel
+  if ch and (ch:find("IMEX channel: created", 1, true) or ch:find("IMEX channel: would create", 1, true)) then
+    return text.one_line(msg .. "; " .. ch)
+  end
+  return msg
+end
+
+--- A report (text or JSON) with the channel's line (`plan`: the step's line; `status`: its state).
+-- @param info table|nil from applies (nil: the state is read with channels.state)
+-- @param out string the report
+-- @return string the report
+function Policy:channel_report(ctx, info, out) -- luacheck: no self
+  local line = info and info.channel or channels.state(ctx)
+  if type(out) ~= "string" then return out end
+  if ctx.json then
+    local cjson = require "cjson"
+    local ok, t = pcall(cjson.decode, out)
+    if not ok or type(t) ~= "table" then return out end
+    t.channel = line
+    return cjson.encode(t) .. "\n"
+  end
+  return out .. line .. "\n"
+end
+
+--- Entry point `health` (Slurm's HealthCheckProgram, LBNL NHC): this node's IMEX as `status` sees
+-- it plus the channel's state, changing nothing (the binary runs it with the dry-run recorders).
+-- Not applicable (IMEX skipped here) and faults of peers only are "ok"/"skipped" (exit 0: a health
+-- check drains this node, and a peer drains itself); a fault of this node is its outcome, with one
+-- line `imexguard: OUTCOME: cause` as the report (what NHC and contrib/slurm/health.sh print).
+-- @return outcome, message, report (nil when healthy)
+function Policy:run_health(ctx)
+  local o, m = self:run_status(ctx)
+  if o == "skipped" then return "skipped", text.one_line("not applicable: " .. tostring(m)) end
+  if o == "peers-unhealthy" then o, m = "ok", "this node healthy; " .. tostring(m) end
+  if o == "ok" then
+    local line, fault = channels.state(ctx)
+    if fault then o, m = "channel-failed", line end
+  end
+  if outcomes.exit_code(o, ctx.settings) == 0 then return o, text.one_line(m) end
+  return o, text.one_line(m), drain.reason(o, m) .. "\n"
 end
 
 -- ---------------------------------------------------------------------------------------------

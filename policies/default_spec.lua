@@ -1608,3 +1608,146 @@ describe("default policy: a late epilog (C24)", function()
     assert.same({}, s.host.sleeps)
   end)
 end)
+
+describe("default policy: the IMEX channel step (after applies?, before the node list)", function()
+  local DIR = "/dev/nvidia-caps-imex-channels"
+  local DEV, CONF = "/proc/devices", "/etc/slurm/slurm.conf"
+  local function chost(extra)
+    local files = { [DEV] = fixture("proc/devices-gb200.txt") }
+    for k, v in pairs(extra or {}) do files[k] = v end
+    return testing.host{ files = files }
+  end
+  local CH = { imex_channels = "channel0" }
+  local PD = DIR:gsub("%-", "%%-") -- DIR as a pattern
+
+  it("channel0: the prolog creates DIR (0755) and channel0 as c 238 0 with mode 0666", function()
+    local h = chost()
+    local outcome, message = run(h, { settings = CH })
+    assert.equal("ok", outcome)
+    assert.matches("IMEX channel: created " .. PD .. "/channel0 %(238:0, mode 0666%)", message)
+    local st = h.stat(DIR .. "/channel0")
+    assert.equal("char", st.type)
+    assert.equal(238, st.rdev_major)
+    assert.equal(0, st.rdev_minor)
+    assert.equal(tonumber("666", 8), st.mode)
+    assert.equal(tonumber("755", 8), h.mkdirs[1].mode)
+    assert.equal(DIR, h.mkdirs[1].path)
+  end)
+
+  it("runs even when the node list is unchanged, and a second prolog finds it present", function()
+    local h = chost()
+    run(h, { settings = CH })
+    h.clear()
+    local outcome, message = run(h, { settings = CH })
+    assert.equal("ok", outcome)
+    assert.equal(0, h.count("mknod_char"))
+    assert.is_nil(message:find("IMEX channel", 1, true))
+  end)
+
+  it("off (the default): no mknod, no mkdir of the channel directory", function()
+    local h = chost()
+    assert.equal("ok", (run(h)))
+    assert.equal(0, h.count("mknod_char"))
+    for _, m in ipairs(h.mkdirs) do assert.not_equal(DIR, m.path) end
+  end)
+
+  it("a /proc/devices without the IMEX line: channel-failed (exit 13), nothing written", function()
+    local h = testing.host{ files = { [DEV] = fixture("proc/devices-no-imex.txt") } }
+    local outcome, message = run(h, { settings = CH, env = env("n[1,3]") })
+    assert.equal("channel-failed", outcome)
+    assert.equal(13, outcomes.exit_code(outcome))
+    assert.matches("^IMEX channel: /proc/devices: no nvidia%-caps%-imex%-channels line", message)
+    assert.equal(0, h.count("mknod_char"))
+    assert.same({}, h.writes)
+    assert.same({}, h.jobs)
+  end)
+
+  it("IMEX does not apply: skipped before the channel step", function()
+    local h = testing.host{ unit = false, files = { [DEV] = fixture("proc/devices-gb200.txt") } }
+    assert.equal("skipped", (run(h, { settings = CH })))
+    assert.equal(0, h.count("mknod_char"))
+  end)
+
+  it("plan through the driver's recorders: 'would create ... c 238 0', mkdir, mknod_char recorded", function()
+    local D = require "imexguard.driver"
+    local h = chost()
+    local host, planned = D.host(h, true)
+    local outcome, message, report = P.plan(testing.ctx{ host = host, settings = CH, command = "plan",
+      dry_run = true })
+    assert.equal("ok", outcome)
+    assert.matches("IMEX channel: would create " .. PD .. "/channel0 c 238 0 %(mode 0666%)", message)
+    assert.matches("IMEX channel: would create", report)
+    assert.equal(0, h.count("mknod_char"))
+    assert.equal(0, h.count("mkdir"))
+    local all = table.concat(planned, "\n")
+    assert.matches('mkdir%("' .. PD .. '", 493%)', all)
+    assert.matches('mknod_char%("' .. PD .. '/channel0", 238, 0, 438%)', all)
+  end)
+
+  it("plan with SwitchType=switch/nvidia_imex: off, and says so", function()
+    local h = chost({ [CONF] = "SwitchType=switch/nvidia_imex\n" })
+    local _, _, report = run(h, { command = "plan", dry_run = true, settings = CH })
+    assert.matches("IMEX channel: off: SwitchType=switch/nvidia_imex in /etc/slurm/slurm.conf", report)
+    assert.equal(0, h.count("mknod_char"))
+  end)
+
+  it("plan --json carries the channel line", function()
+    local h = chost()
+    local _, _, report = run(h, { command = "plan", dry_run = true, json = true, settings = CH })
+    assert.matches("would create", cjson.decode(report).channel)
+  end)
+
+  it("status shows the channel's state (missing, then present)", function()
+    local h = chost()
+    local _, _, report = run(h, { command = "status", settings = CH })
+    assert.matches("IMEX channel: " .. PD .. "/channel0 missing %(major 238%)", report)
+    run(h, { settings = CH })
+    _, _, report = run(h, { command = "status", settings = CH })
+    assert.matches("IMEX channel: " .. PD .. "/channel0 present %(238:0%)", report)
+  end)
+end)
+
+describe("default policy: health (HealthCheckProgram, NHC)", function()
+  it("healthy: ok, no report, nothing changed", function()
+    local h = testing.host()
+    local outcome, _, report = run(h, { command = "health", dry_run = true })
+    assert.equal("ok", outcome)
+    assert.is_nil(report)
+    assert_untouched(h)
+  end)
+
+  it("this node not READY: domain-unhealthy with one line 'imexguard: OUTCOME: cause'", function()
+    local h = testing.host{ ctl = { { domain = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
+      { host = "10.0.0.2" } } } } } }
+    local outcome, message, report = run(h, { command = "health", dry_run = true })
+    assert.equal("domain-unhealthy", outcome)
+    assert.matches("^imexguard: domain%-unhealthy: .*\n$", report)
+    assert.equal(1, select(2, report:gsub("\n", "")))
+    assert_one_line(message)
+    assert_untouched(h)
+  end)
+
+  it("only a peer unhealthy: ok for this node (a peer drains itself)", function()
+    local h = testing.host{ ctl = { DEGRADED } }
+    local outcome, message = run(h, { command = "health", dry_run = true })
+    assert.equal("ok", outcome)
+    assert.matches("this node healthy", message)
+  end)
+
+  it("unit missing: skipped (not applicable), exit 0", function()
+    local h = testing.host{ unit = false }
+    local outcome, message, report = run(h, { command = "health", dry_run = true })
+    assert.equal("skipped", outcome)
+    assert.equal(0, outcomes.exit_code(outcome))
+    assert.matches("^not applicable", message)
+    assert.is_nil(report)
+  end)
+
+  it("channel0 configured but the channel is missing: channel-failed", function()
+    local h = testing.host{ files = { ["/proc/devices"] = fixture("proc/devices-gb200.txt") } }
+    local outcome, _, report = run(h, { command = "health", dry_run = true,
+      settings = { imex_channels = "channel0" } })
+    assert.equal("channel-failed", outcome)
+    assert.matches("^imexguard: channel%-failed: IMEX channel: .*channel0 missing", report)
+  end)
+end)

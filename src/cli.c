@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define DEFAULT_CONFIG "/etc/imexguard/imexguard.conf"
-#define COMMANDS       "prolog, epilog, status, plan, check, version"
+#define COMMANDS       "prolog, epilog, status, plan, health, check, version"
 
 /* The --help text; the outcomes come from outcomes.lua (generated). */
 static void usage(FILE *f)
@@ -29,6 +29,10 @@ static void usage(FILE *f)
 	    "  epilog          the job ended (Slurm Epilog)\n"
 	    "  status [--json] show the domain, with a diagnosis per unhealthy node\n"
 	    "  plan [--json]   what prolog would do, without doing it\n"
+	    "  health          check this node's IMEX, changing nothing (Slurm\n"
+	    "                  HealthCheckProgram, LBNL NHC): exit 0 healthy or not\n"
+	    "                  applicable, else one line 'imexguard: OUTCOME: cause' on\n"
+	    "                  stdout; budget 10 s unless --deadline\n"
 	    "  check POLICY    compile a policy in the sandbox, run standard scenarios\n"
 	    "  version         print the version\n"
 	    "\n"
@@ -124,7 +128,8 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 		printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
 		return 0;
 	} else if (strcmp(o->command, "prolog") != 0 && strcmp(o->command, "epilog") != 0 &&
-		   strcmp(o->command, "status") != 0 && strcmp(o->command, "plan") != 0) {
+		   strcmp(o->command, "status") != 0 && strcmp(o->command, "plan") != 0 &&
+		   strcmp(o->command, "health") != 0) {
 		return usage_error("unknown command '%s' (" COMMANDS ")", o->command);
 	}
 	if (optind < argc)

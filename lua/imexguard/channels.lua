@@ -152,7 +152,8 @@ end
 -- Side effects only through ctx.host: mkdir (the directory, 0755), mknod_char (the channel, mode
 -- setting `imex_channel_mode`). An existing channel with another major is not replaced: jobs would
 -- get permission errors from a wrong one, and removing a device node under a running job is not a
--- prolog's call; the message says how to fix it.
+-- prolog's call; the message says how to fix it. In a dry run (ctx.dry_run, `plan`) the host's
+-- mkdir and mknod_char are recorders and the message says "would create DIR/channel0 c MAJOR 0".
 -- @tparam table ctx the run's context
 -- @treturn[1] string what was done or found (one line)
 -- @treturn[2] nil
@@ -161,7 +162,10 @@ end
 function M.ensure(ctx)
   local d, err = M.decide(ctx)
   if not d then return nil, "channel-failed", "IMEX channel: " .. err end
-  if d.mode == "off" then return "IMEX channel: not created (" .. d.why .. ")" end
+  if d.mode == "off" then
+    if ctx.dry_run then return "IMEX channel: off: " .. d.why end
+    return "IMEX channel: not created (" .. d.why .. ")"
+  end
   local host, s = ctx.host, ctx.settings
   local dir = s.imex_channel_dir
   local path = dir .. "/channel0"
@@ -184,7 +188,30 @@ function M.ensure(ctx)
   local mode = tonumber(s.imex_channel_mode, 8)
   local made, merr = host.mknod_char(path, d.major, 0, mode)
   if not made then return nil, "channel-failed", "IMEX channel: " .. merr end
+  if ctx.dry_run then
+    return string.format("IMEX channel: would create %s c %d 0 (mode %s)", path, d.major, octal(mode))
+  end
   return string.format("IMEX channel: created %s (%d:0, mode %s)", path, d.major, octal(mode))
+end
+
+--- The channel's state for `status` and `health`, without changing anything (no mkdir, no mknod).
+-- @tparam table ctx the run's context (settings, host)
+-- @treturn string one line: "off (why)", "DIR/channel0 present (MAJOR:0)"
+-- @treturn boolean|nil true when the state is a fault (the mode is channel0 and the channel is
+--   missing, not a character device, has another major, or /proc/devices does not say)
+function M.state(ctx)
+  local d, err = M.decide(ctx)
+  if not d then return "IMEX channel: " .. err, true end
+  if d.mode == "off" then return "IMEX channel: off (" .. d.why .. ")", nil end
+  local path = ctx.settings.imex_channel_dir .. "/channel0"
+  local st = ctx.host.stat(path)
+  if not st then return string.format("IMEX channel: %s missing (major %d)", path, d.major), true end
+  if st.type ~= "char" then return "IMEX channel: " .. path .. " is not a character device", true end
+  if st.rdev_major ~= d.major or st.rdev_minor ~= 0 then
+    return string.format("IMEX channel: %s is device %s:%s, %s says major %d", path, tostring(st.rdev_major),
+      tostring(st.rdev_minor), ctx.settings.proc_devices, d.major), true
+  end
+  return string.format("IMEX channel: %s present (%d:0)", path, d.major), nil
 end
 
 return M

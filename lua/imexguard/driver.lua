@@ -18,8 +18,13 @@
 -- answer may carry `output` too. A call that raises ends the run in policy-error (or
 -- deadline-exceeded when the deadline interrupt fired), with the traceback logged at debug.
 --
--- Calls, in order: settings, then prepare, invoke, finish (prolog, epilog, status, plan) or
+-- Calls, in order: settings, then prepare, invoke, finish (prolog, epilog, status, plan, health) or
 -- check_begin, check_next and check_scenario or check_failed per scenario, check_end (check).
+--
+-- After the outcome is known, D.finish also sets the drain reason of a failed prolog
+-- (imexguard.drain, setting drain_reason) and records the run in the Prometheus textfile
+-- (imexguard.metrics, setting metrics_dir; prolog, epilog, status and health). Neither changes the
+-- outcome: each failure is a log line.
 local S = require 'imexguard.settings'
 local outcomes = require 'imexguard.outcomes'
 
@@ -27,6 +32,17 @@ local D = {}
 
 --- The built-in policy.
 D.DEFAULT_POLICY = 'policies.default'
+
+--- The budget of `health` in seconds when --deadline does not give one (the setting `deadline`
+-- is the prolog's; a periodic health check must end well within Slurm's HealthCheckInterval and
+-- NHC's `check_cmd_status -t 10`).
+D.HEALTH_DEADLINE = 10
+
+--- Commands that change nothing: the host's side effects are recorders (D.host).
+D.DRY_RUN = { plan = true, health = true }
+
+--- Commands whose runs are recorded in the metrics file.
+D.METRICS = { prolog = true, epilog = true, status = true, health = true }
 
 -- one line, at most 1000 bytes (the final line carries it)
 local function one_line(s)
@@ -85,7 +101,12 @@ function D.settings(run)
   if run.deadline_arg then sets[#sets + 1] = 'deadline=' .. run.deadline_arg end
   local t; t, err = D.load_settings(text, run.config, sets)
   if not t then return ends(run, 'policy-error', err or 'settings: invalid') end
+  if run.command == 'health' and not run.deadline_arg then
+    t.deadline = math.min(t.deadline, D.HEALTH_DEADLINE)
+  end
   run.settings = t
+  local host = require('imexguard.host')
+  run.started = host.now and host.now() -- monotonic seconds, for the metrics' run duration
   return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal,
     memory_limit = t.memory_limit }
 end
@@ -158,7 +179,7 @@ end
 function D.check(p)
   if type(p) ~= 'table' then return nil, 'must return a table of entry points, returned ' .. type(p) end
   local have = {}
-  for _, name in ipairs({ 'prolog', 'epilog', 'status', 'plan' }) do
+  for _, name in ipairs({ 'prolog', 'epilog', 'status', 'plan', 'health' }) do
     local f = p[name]
     if type(f) == 'function' then have[#have + 1] = name
     elseif f ~= nil or name == 'prolog' or name == 'epilog' then
@@ -197,12 +218,12 @@ local function load_policy(run, path)
   return p, entries
 end
 
--- The entry point for run.command: policy[command]; status and plan fall back to the built-in
--- policy's. Returns the function, or nil, error message.
+-- The entry point for run.command: policy[command]; status, plan and health fall back to the
+-- built-in policy's. Returns the function, or nil, error message.
 local function entry_point(run, policy, path)
   local name = run.command
   local fn = policy[name]
-  if type(fn) ~= 'function' and path ~= nil and (name == 'status' or name == 'plan') then
+  if type(fn) ~= 'function' and path ~= nil and (name == 'status' or name == 'plan' or name == 'health') then
     local default, err = load_policy(run, nil)
     if not default then return nil, err end
     fn = default[name]
@@ -217,8 +238,11 @@ end
 -- @param run table the run (after settings)
 -- @return table {} or an end
 function D.prepare(run)
-  local dry_run = run.command == 'plan'
-  local host, planned = D.host(require('imexguard.host'), dry_run)
+  local dry_run = D.DRY_RUN[run.command] == true
+  local real = require('imexguard.host')
+  run.real_host = real
+  local host, planned = D.host(real, dry_run)
+  if not dry_run then host = D.counting(real, run) end
   if dry_run then run.c.preload('imexguard.host', host) end -- require sees the recorders too
   local path = run.policy or run.settings.policy
   local policy, err = load_policy(run, path)
@@ -238,6 +262,31 @@ function D.prepare(run)
   run.entry, run.ctx = fn, ctx
   run.what = string.format('policy %s: %s', path or D.DEFAULT_POLICY, run.command)
   return {}
+end
+
+--- A host table that counts the unit's starts and restarts of this run (run.restarts): the metrics'
+-- imexguard_restarts_total. Every other primitive is the real one.
+-- @param real table the primitives
+-- @param run table the run (gets restarts = integer)
+-- @return table host
+function D.counting(real, run)
+  run.restarts = 0
+  if type(real.unit_job) ~= 'function' then return real end
+  local function unit_job(name, verb, ...)
+    local r = table.pack(real.unit_job(name, verb, ...))
+    if r[1] == 'done' and (verb == 'start' or verb == 'restart') then run.restarts = run.restarts + 1 end
+    return table.unpack(r, 1, r.n)
+  end
+  -- a read-only view with a protected metatable, like the host module it stands for
+  return setmetatable({}, {
+    __index = function(_, k) if k == 'unit_job' then return unit_job end return real[k] end,
+    __newindex = function(_, k)
+      error(string.format('cannot set imexguard.host.%s: the table is read-only in the sandbox',
+        tostring(k)), 2)
+    end,
+    __pairs = function() return next, real, nil end,
+    __metatable = 'the metatable of a host object is protected',
+  })
 end
 
 --- Call 3: the entry point (under the deadline's count hook; an error raises through).
@@ -273,9 +322,62 @@ end
 function D.finish(run)
   local r = run.results
   local code, name, message = result(run.what, run.settings, r[1], r[2])
-  if not code then return ends(run, 'policy-error', name) end
+  if not code then
+    D.after(run, 'policy-error', outcomes.exit_code('policy-error'), name)
+    return ends(run, 'policy-error', name)
+  end
   local ok, out = pcall(output, r[3])
+  D.after(run, name, code, message)
   return { outcome = name, code = code, message = message, output = ok and out or nil }
+end
+
+-- Log a failure of the bookkeeping after the outcome (it never changes the outcome).
+local function after_failed(run, what, err)
+  local host = run.real_host
+  if host and host.log then host.log('warning', one_line(what .. ' failed: ' .. tostring(err))) end
+end
+
+--- After the outcome (host bookkeeping, in D.finish): the drain reason of a failed prolog
+-- (imexguard.drain) and the metrics (imexguard.metrics). Failures are logged, never raised.
+-- @param run table the run (after invoke)
+-- @param outcome string the outcome
+-- @param code integer its exit code
+-- @param message string the run's message
+function D.after(run, outcome, code, message)
+  local host = run.real_host
+  if not host then return end
+  local base = { host = host, settings = run.settings, env = run.env }
+  if run.command == 'prolog' and code ~= 0 and run.settings.drain_reason then
+    local ok, err = pcall(require('imexguard.drain').set, base, outcome, message)
+    if not ok then after_failed(run, 'drain reason', err) end
+  end
+  if D.METRICS[run.command] and run.settings.metrics_dir then
+    local ok, err = pcall(D.record_metrics, run, base, outcome, code)
+    if not ok then after_failed(run, 'metrics', err) end
+  end
+end
+
+--- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end
+-- (Unix seconds), the unit's starts and restarts of this run, and the domain node states the
+-- run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe).
+-- @param run table the run
+-- @param base table {host = the real primitives, settings}
+-- @param outcome string
+-- @param code integer
+function D.record_metrics(run, base, outcome, code)
+  local host = base.host
+  local now = host.now()
+  local nodes
+  local seen = run.ctx and rawget(run.ctx, 'domain_seen')
+  if type(seen) == 'table' and type(seen.nodes) == 'table' then
+    nodes = {}
+    for _, n in ipairs(seen.nodes) do
+      nodes[#nodes + 1] = { id = tostring(n.id), host = tostring(n.host), status = tostring(n.status) }
+    end
+  end
+  require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
+    duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
+    restarts = run.restarts or 0, nodes = nodes })
 end
 
 -- ---- check ------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ function M.probe(ctx, timeout)
   if not domain then
     return { kind = kind or "malformed", err = one_line(perr) }
   end
+  ctx.domain_seen = domain -- the node states this run saw (the driver's metrics)
   return { domain = domain }
 end
 

@@ -20,6 +20,8 @@ M.list = {
   { "domain-unhealthy", 9 },
   { "deadline-exceeded", 10 },
   { "write-failed", 11 },
+  -- 12 is peers-unhealthy with on_peer_fault = "fail" (PEERS_UNHEALTHY_FAIL below)
+  { "channel-failed", 13 },
 }
 
 --- Outcome name -> exit code.

@@ -73,7 +73,7 @@ function M.install_read(h, w)
     local e = files[path]
     if not e then return nil, path .. ": No such file or directory", "ENOENT" end
     return { type = e.type or "file", size = #e.data, mode = e.mode or tonumber("644", 8), uid = 0, gid = 0,
-      ino = e.ino, dev = 1, mtime_us = e.mtime_us }
+      ino = e.ino, dev = 1, mtime_us = e.mtime_us, rdev_major = e.rdev_major, rdev_minor = e.rdev_minor }
   end
   function h.file(path) return files[path] and files[path].data end
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
@@ -127,6 +127,7 @@ function M.install_write(h, w)
     w.rec("mknod_char", path, major, minor)
     w.put(path, "")
     files[path].type, files[path].mode = "char", mode
+    files[path].rdev_major, files[path].rdev_minor = major, minor
     return true
   end
 end

@@ -69,14 +69,14 @@ describe("imexguard check", function()
       assert.equal(0, r.code, r.stdout .. r.stderr)
       local v = verdicts(r)
       for _, name in ipairs(SCENARIOS) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
-      assert.matches("^policy " .. p:gsub("%p", "%%%0") .. ": entry points prolog, epilog, status, plan\n",
-        r.stdout)
+      assert.matches("^policy " .. p:gsub("%p", "%%%0")
+        .. ": entry points prolog, epilog, status, plan, health\n", r.stdout)
       assert.matches("\ncheck: all 9 scenarios passed\n$", r.stdout)
       local f = final(r)
       assert.equal("ok", f.outcome)
       assert.equal("check", f.command)
-      assert.equal("policy " .. p .. " is valid: prolog, epilog, status, plan; all 9 scenarios passed",
-        f.message)
+      assert.equal("policy " .. p .. " is valid: prolog, epilog, status, plan, health; "
+        .. "all 9 scenarios passed", f.message)
     end)
 
     it("a small verify-only site policy written from the API passes", function()
@@ -108,7 +108,7 @@ return P
       assert.equal(9, obj.passed)
       assert.equal(0, obj.failed)
       assert.equal(0, obj.not_run)
-      assert.same({ "prolog", "epilog", "status", "plan" }, obj.entry_points)
+      assert.same({ "prolog", "epilog", "status", "plan", "health" }, obj.entry_points)
       local names = {}
       for i, s in ipairs(obj.scenarios) do
         names[i] = s.name

@@ -66,7 +66,12 @@ describe("imexguard as the Slurm prolog", function()
   local all = { "n1", "n2", "n3", "n4" }
 
   setup(function()
-    d = simdomain.new { nodes = 4, root = simroot, settings = { "health_timeout = 8" } }
+    -- drain_reason: a failed prolog drains its node with imexguard's reason; scontrol finds this
+    -- private cluster through SLURM_CONF (slurmd does not pass it to the prolog)
+    local scontrol = string.format("scontrol = { %q, %q, %q }", "/usr/bin/env",
+      "SLURM_CONF=" .. assert(os.getenv("SLURM_CONF")), "/usr/bin/scontrol")
+    d = simdomain.new { nodes = 4, root = simroot, settings = { "health_timeout = 8", "drain_reason = true",
+      scontrol } }
     for _, n in ipairs(all) do d:write_nodes(n, { n }) end
     assert(d:start())
   end)
@@ -115,7 +120,8 @@ describe("imexguard as the Slurm prolog", function()
     for _, n in ipairs(all) do assert.are.equal("UP", (assert(d:ctl_json(n))).status) end
   end)
 
-  it("a node whose daemon never becomes READY is drained, its healthy peers are not", function()
+  it("a node whose daemon never becomes READY is drained with imexguard's reason, its peers are not",
+    function()
     -- n4's simulated daemon comes up but never reaches READY (fault knob of contrib/imexsim).
     local cfg = d:dir("n4") .. "/config.cfg"
     simdomain.write_file(cfg, simdomain.read_file(cfg) .. "IMEXSIM_NEVER_READY=1\n")
@@ -126,8 +132,26 @@ describe("imexguard as the Slurm prolog", function()
       return (s == "drained" or s == "draining") and s
     end, 90, 0.2)
     assert.truthy(drained, "n4 must be drained, is " .. node_state("n4"))
-    assert.truthy(node_reason("n4"):lower():match("prolog"), node_reason("n4"))
     assert.truthy(log_of("n4"):match("outcome=domain%-unhealthy"), log_of("n4"))
+    -- sinfo -R shows imexguard's reason, not Slurm's own "Prolog error" (drain_reason), also after
+    -- slurmctld has handled the prolog's failure (its log line, "Prolog launch failure" or
+    -- "Requeuing JobId", comes after our update_node line)
+    local function ctld_handled()
+      local log = simdomain.read_file(logdir .. "/slurmctld.log") or ""
+      return log:find("Prolog launch failure, JobId=" .. id .. "\n", 1, true)
+        or log:find("Requeuing JobId=" .. id .. "\n", 1, true)
+    end
+    assert.truthy(simdomain.wait_until(ctld_handled, 30, 0.2), "slurmctld handled the prolog failure")
+    local reason
+    simdomain.wait_until(function()
+      local _, out = sh("sinfo -R -h -n n4 -o '%E'")
+      reason = out:gsub("%s+$", "")
+      return reason:match("^imexguard: ")
+    end, 20, 0.2)
+    assert.matches("^imexguard: domain%-unhealthy: ", reason)
+    assert.matches("^imexguard: domain%-unhealthy: ", node_reason("n4"))
+    assert.truthy(log_of("n4"):find("drained with reason: imexguard: domain-unhealthy", 1, true),
+      log_of("n4"))
     local s3 = node_state("n3")
     assert.is_nil(s3:match("drain"), "n3 must not be drained: " .. s3)
     sh("scancel " .. id)

@@ -1,0 +1,90 @@
+--- The drain reason: Slurm drains a node whose prolog exits non-zero with the reason "Prolog error"
+-- (slurmd reports the failure, slurmctld drains the node), which tells the admin nothing. With the
+-- setting `drain_reason`, the prolog drains its own node first with a reason that says why:
+--
+--     scontrol update NodeName=$SLURMD_NODENAME State=DRAIN Reason="imexguard: OUTCOME: cause"
+--
+-- slurmctld keeps the reason of a node that is already draining when the prolog failure drains it
+-- again, so `sinfo -R` shows this reason, not "Prolog error" (checked by tests/e2e under a real
+-- slurmctld). Setting the Reason without State=DRAIN is refused by scontrol ("Reason" only goes with
+-- DOWN, DRAIN or FAIL). The call is bounded by its own short timeout within the run's deadline, runs
+-- no shell, and a Slurm that does not answer is skipped with a log line: the outcome never changes.
+-- @module imexguard.drain
+local M = {}
+
+--- Bytes of the reason at most. slurmctld stores any length, but `sinfo -R`, `scontrol show node`
+-- and the accounting database (node_reason in slurmdbd) are read by people: one short line.
+M.MAX_REASON = 200
+--- Seconds the scontrol call may take at most (within the run's remaining budget).
+M.TIMEOUT = 5
+--- Seconds of the run's budget that must be left to try at all.
+M.MIN_LEFT = 0.2
+
+--- The reason text: `imexguard: OUTCOME: cause`, one line, at most MAX_REASON bytes.
+-- @tparam string outcome the outcome's name
+-- @tparam string|nil cause the run's message
+-- @treturn string
+function M.reason(outcome, cause)
+  local line = string.format("imexguard: %s: %s", tostring(outcome), tostring(cause or ""))
+  line = line:gsub("[%c]+", " "):gsub("%s+$", "")
+  if #line > M.MAX_REASON then
+    line = line:sub(1, M.MAX_REASON - 3):gsub("[\128-\255]*$", "") .. "..."
+  end
+  return line
+end
+
+--- The argv of the scontrol call (settings.scontrol is a path or an argv prefix).
+-- @tparam table settings validated settings (scontrol)
+-- @tparam string node the Slurm node name (SLURMD_NODENAME)
+-- @tparam string reason from M.reason
+-- @treturn table list of strings
+function M.argv(settings, node, reason)
+  local argv = {}
+  if type(settings.scontrol) == "table" then
+    for _, a in ipairs(settings.scontrol) do argv[#argv + 1] = a end
+  else
+    argv[1] = settings.scontrol
+  end
+  for _, a in ipairs({ "update", "NodeName=" .. node, "State=DRAIN", "Reason=" .. reason }) do
+    argv[#argv + 1] = a
+  end
+  return argv
+end
+
+--- Drain this node with the reason of a non-zero prolog outcome (setting drain_reason).
+-- @tparam table ctx the run's context (settings, host, env: SLURMD_NODENAME)
+-- @tparam string outcome the outcome's name
+-- @tparam string message the run's message
+-- @treturn boolean true when scontrol accepted it; false when skipped or refused (logged)
+function M.set(ctx, outcome, message)
+  local host, s = ctx.host, ctx.settings
+  if not s.drain_reason then return false end
+  local node = ctx.env and ctx.env.SLURMD_NODENAME
+  if type(node) ~= "string" or not node:match("^[%w][%w._-]*$") then
+    host.log("warning", "drain reason not set: SLURMD_NODENAME is missing or not a node name")
+    return false
+  end
+  local left = host.remaining()
+  if left < M.MIN_LEFT then
+    host.log("warning", "drain reason not set: the run's deadline has passed")
+    return false
+  end
+  local reason = M.reason(outcome, message)
+  local argv = M.argv(s, node, reason)
+  local res, err, code = host.run(argv, { timeout = math.min(M.TIMEOUT, left), max_output = 4096 })
+  if not res then
+    host.log("warning", string.format("drain reason not set: %s did not answer (%s: %s)", argv[1],
+      tostring(code), (tostring(err):gsub("%c+", " "))))
+    return false
+  end
+  if res.status ~= 0 then
+    host.log("warning", string.format("drain reason not set: %s exited %s: %s", argv[1],
+      tostring(res.status or ("signal " .. tostring(res.signal))),
+      ((res.stderr or ""):gsub("%c+", " "):sub(1, 300))))
+    return false
+  end
+  host.log("notice", "node " .. node .. " drained with reason: " .. reason)
+  return true
+end
+
+return M

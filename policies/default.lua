@@ -181,6 +181,10 @@ function Policy:prepare(ctx)
   local want
   want, o, m = self:desired(ctx, info)
   if not want then return nil, o, m end
+  -- the daemon's config.cfg (from the unit's ExecStart, C28): the ctl's -c, the restart's record,
+  -- and this node's findings when a configuration fault is established (C22)
+  want.config_path, want.cfg = info.config, info.cfg
+  want.config_fault_polls = steps.setting(ctx, "config_fault_polls")
   return info, want
 end
 

@@ -364,15 +364,21 @@ describe("default policy prolog", function()
       assert.equal(1, #h.jobs)
     end)
 
-    it("follows IMEX_NODE_CONFIG_FILE of config.cfg, and the nodes_file setting over it", function()
+    it("follows IMEX_NODE_CONFIG_FILE of config.cfg; a nodes_file setting naming another file is "
+      .. "config-mismatch (C28)", function()
       local other = "/etc/other/nodes.cfg"
       local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=" .. other)
       local h = testing.host{ files = { [CONFIG] = cfg } }
       run(h)
       assert.equal(other, list_writes(h)[1].path)
       h = testing.host{ files = { [CONFIG] = cfg } }
-      run(h, { settings = { nodes_file = "/srv/n.cfg" } })
-      assert.equal("/srv/n.cfg", list_writes(h)[1].path)
+      run(h, { settings = { nodes_file = other } })
+      assert.equal(other, list_writes(h)[1].path)
+      h = testing.host{ files = { [CONFIG] = cfg } }
+      local o, m = run(h, { settings = { nodes_file = "/srv/n.cfg" } })
+      assert.equal("config-mismatch", o)
+      assert.truthy(m:find("nodes_file=/srv/n.cfg", 1, true) and m:find(other, 1, true), m)
+      assert_untouched(h)
     end)
 
     it("refuses a relative IMEX_NODE_CONFIG_FILE: bad-input naming the key, nothing changed", function()

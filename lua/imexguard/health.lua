@@ -13,9 +13,9 @@ M.MAX_OUTPUT = 1024 * 1024
 M.MARGIN = 0.5
 --- Consecutive polls with the same configuration-fault verdict after which `wait` stops early.
 M.CONFIG_FAULT_POLLS = 3
---- Outcome of an established configuration fault (C22). "domain-unhealthy" (exit 9) until the
--- outcome table has an outcome of its own for it.
-M.CONFIG_FAULT_OUTCOME = "domain-unhealthy"
+--- Outcome of an established configuration fault (C22): exit 13, or 0 with on_config_fault =
+-- "warn" (imexguard.outcomes).
+M.CONFIG_FAULT_OUTCOME = "config-fault"
 
 local function one_line(s)
   return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
@@ -23,28 +23,31 @@ end
 
 --- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
 -- @param settings table (ctl: string or list of strings; imex_config)
+-- @param config string|nil the daemon's config.cfg (steps.daemon_config: from the unit's
+--   ExecStart, C28); default settings.imex_config
 -- @return list of strings
-function M.ctl_argv(settings)
+function M.ctl_argv(settings, config)
   local argv = {}
   if type(settings.ctl) == "table" then
     for _, a in ipairs(settings.ctl) do argv[#argv + 1] = a end
   else
     argv[1] = settings.ctl
   end
-  for _, a in ipairs({ "-c", settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
+  for _, a in ipairs({ "-c", config or settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
   return argv
 end
 
 --- Run the ctl once and parse its answer.
 -- @param ctx table policy context
 -- @param timeout number|nil seconds (default settings.ctl_timeout)
+-- @param config string|nil the daemon's config.cfg for the ctl's `-c` (default settings.imex_config)
 -- @return answer table: {domain = domain} when parsed, else {err = one-line message, kind =
 --   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_domain,
 --   or of the run: hang, budget, cannot execute)
-function M.probe(ctx, timeout)
+function M.probe(ctx, timeout, config)
   local s = ctx.settings
   timeout = timeout or s.ctl_timeout
-  local argv = M.ctl_argv(s)
+  local argv = M.ctl_argv(s, config)
   local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
   if not res then
     if code == "timeout" then
@@ -170,10 +173,13 @@ function M.blame(ctx, want, v, waited)
   local after = waited and string.format(" after %.1f s", waited) or ""
   if not why and v.verdict == "config-fault" then
     local cf = v.config_fault or {}
-    return M.CONFIG_FAULT_OUTCOME, one_line(string.format("this node %s: configuration fault%s, not a peer "
+    local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
       .. "fault: READY and connected to %d peers that show UNAVAILABLE (node status travels over the command "
       .. "port, IMEX_CMD_PORT); likely causes: %s (domain %s)", me, after, #(cf.peers or {}),
       table.concat(M.config_fault_causes(want.cfg, want.config_path), "; "), tostring(v.status)))
+    -- loud also when on_config_fault = "warn" makes the outcome exit 0
+    ctx.host.log("err", msg)
+    return M.CONFIG_FAULT_OUTCOME, msg
   end
   if why then
     return "domain-unhealthy", one_line(string.format("this node %s is not healthy%s: %s", me, after, why))
@@ -213,7 +219,7 @@ function M.wait(ctx, want, first)
   while true do
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
-      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)))
+      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)), want.config_path)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)

@@ -77,6 +77,14 @@ M.schema = {
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },
+  -- issue 8 (identity): configuration faults (C22)
+  { name = "on_config_fault", default = "fail", kind = "enum", values = { "fail", "warn" },
+    doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
+      .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 13, drains "
+      .. "the node) or \"warn\" (exit 0, logged at level err)" },
+  { name = "config_fault_polls", default = 3, kind = "number",
+    doc = "consecutive health polls showing the same configuration fault after which the health wait "
+      .. "stops (instead of waiting health_timeout)" },
 }
 
 --- name -> schema entry.

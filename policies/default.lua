@@ -1,12 +1,14 @@
 --- The default imexguard policy: a policy table whose methods are the steps of its decision model
 -- (docs/policy-api.md "The built-in policy"), in this order:
---   applies?             P:applies(ctx)                      unit installed and enabled, config.cfg
+--   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
+--                                                            manage_disabled_unit), config.cfg
 --   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically
 --   stale?               P:stale(ctx, info, want, st, opts)  none, start, restart or wait, and why
 --   respect other jobs   P:may_restart(ctx, st, verdict)     the job registry decides
---   restart              P:restart(ctx, want, verdict, st)   systemd start/restart, waiting for the job
+--   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
+--                                                            job; names the unit's Result when it fails
 --   wait for health      P:wait_healthy(ctx, want, verdict)  poll the ctl until the domain is healthy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
@@ -14,7 +16,10 @@
 -- on another node list keeps the file as it is), and only then registers the job and saves the
 -- state file (it cannot be saved: write-failed, nothing changed), writes the list if it differs,
 -- (re)starts and waits for health; a non-zero outcome unregisters the job again. With nothing to
--- change it waits for health, then registers the job (it cannot be saved: write-failed).
+-- change it waits for health, then registers the job (it cannot be saved: write-failed). A healthy
+-- domain counts only when the command port is the unit's process (P:port_is_units). A conflict
+-- with a registered job is decided again after waiting up to conflict_wait seconds WITHOUT the
+-- node lock (a late epilog, C24).
 -- The epilog unregisters the job under the lock (P:unregister); IMEX is left running unless
 -- P:after_unregister acts. `plan` runs the same decisions without any side effect and renders
 -- them with imexguard.report; `status` shows the domain as a table.
@@ -25,6 +30,8 @@
 -- stop_on_last_epilog.lua, static_domain.lua):
 -- * hooks, plain functions given to P.extend(hooks), which returns a new policy table with the
 --   same entry points (and its own extend) where the given hooks replace the default ones:
+--     applies(ctx)                  -> info (as steps.applies) | nil, outcome, message: does IMEX
+--                                      apply on this node (default: steps.applies)
 --     lookup(ctx, names)            -> addresses (same order) | nil, message naming the node, code:
 --                                      the address source (default: settings: DNS or address map)
 --     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job
@@ -47,7 +54,7 @@ local outcomes = require "imexguard.outcomes"
 local report = require "imexguard.report"
 local text = require "imexguard.text"
 
-local HOOKS = { lookup = true, admit = true, may_restart = true, register_extra = true,
+local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
 --- The entry points; each is a plain function of ctx that runs the method "run_" .. name.
@@ -64,9 +71,12 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
 
---- Applies? IMEX is installed and enabled on this node and config.cfg exists.
--- @return info {unit, cfg, nodes_file, bind}, or nil, outcome ("skipped" when IMEX does not apply), message
-function Policy:applies(ctx) -- luacheck: no self
+--- Applies? The applies hook, else steps.applies: IMEX is installed and enabled on this node (or
+-- disabled and managed per job with manage_disabled_unit) and config.cfg exists.
+-- @return info {unit, cfg, nodes_file, bind, managed_disabled}, or nil, outcome ("skipped" when IMEX
+--   does not apply), message
+function Policy:applies(ctx)
+  if self.hooks.applies then return self.hooks.applies(ctx) end
   return steps.applies(ctx)
 end
 
@@ -132,9 +142,16 @@ function Policy:may_restart(ctx, st, verdict)
 end
 
 --- Restart: (re)start the unit and record what it runs (steps.restart).
+-- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
-function Policy:restart(ctx, want, verdict, st) -- luacheck: no self
-  return steps.restart(ctx, want, verdict, st)
+function Policy:restart(ctx, want, verdict, st, info) -- luacheck: no self
+  return steps.restart(ctx, want, verdict, st, info)
+end
+
+--- Before a healthy answer counts: the command port is the unit's (steps.check_port, C27).
+-- @return true, or nil, "service-failed", message naming the process on the port
+function Policy:port_is_units(ctx, info, props) -- luacheck: no self
+  return steps.check_port(ctx, info, props)
 end
 
 --- Wait for health: poll the ctl until the job's domain is healthy (the verdict's ctl answer is the
@@ -184,15 +201,16 @@ function Policy:prepare(ctx)
   -- the daemon's config.cfg (from the unit's ExecStart, C28): the ctl's -c, the restart's record,
   -- and this node's findings when a configuration fault is established (C22)
   want.config_path, want.cfg = info.config, info.cfg
-  want.config_fault_polls = steps.setting(ctx, "config_fault_polls")
   return info, want
 end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
-function Policy:keep(ctx, st, want, verdict, extra)
+function Policy:keep(ctx, st, want, verdict, extra, info)
   local outcome, msg = self:wait_healthy(ctx, want, verdict)
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. " current"
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
+  local pok, po, pm = self:port_is_units(ctx, info, verdict.unit)
+  if not pok then return po, pm end
   if extra.invocation_id == nil then extra.invocation_id = verdict.unit.invocation_id or "" end
   local entry, err, code = self:register(ctx, st, want, extra)
   if entry then
@@ -218,11 +236,15 @@ function Policy:change(ctx, info, want, st, verdict, extra, changed)
     ok, o, m = self:write(ctx, info, want, st)
     if not ok then return finish(o, m) end
   end
-  local rok, props, rm = self:restart(ctx, want, verdict, st)
+  local rok, props, rm = self:restart(ctx, want, verdict, st, info)
   if not rok then return finish(props, rm) end
   local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
     ctx.settings.unit, verdict.action, verdict.reason)
   local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  if outcomes.exit_code(outcome, ctx.settings) == 0 then
+    local pok, po, pm = self:port_is_units(ctx, info, props or ctx.host.unit(ctx.settings.unit))
+    if not pok then return finish(po, pm) end
+  end
   return finish(outcome, msg .. "; " .. done)
 end
 
@@ -238,21 +260,42 @@ function Policy:locked_prolog(ctx, info, want)
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = true, write_pending = changed })
   if not v then return o, m end
   local extra = self:register_extra(ctx, want)
-  if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra) end
+  if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra, info) end
   local allowed, why = self:may_restart(ctx, st, v)
-  if not allowed then return "conflict", text.one_line(why) end
+  if not allowed then return "conflict", text.one_line(why), { registry = steps.registry_key(st) } end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
 
---- Entry point `prolog`.
-function Policy:run_prolog(ctx)
-  local info, want, m = self:prepare(ctx)
-  if not info then return want, m end
-  local guard, o
-  guard, o, m = self:lock(ctx)
+--- One decision under the node lock (taken and released here).
+-- @return outcome, message, retry ({registry = key} when a registered job refused the change)
+function Policy:decide_locked(ctx, info, want)
+  local guard, o, m = self:lock(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk (released on every path, also when a step raises)
   return self:locked_prolog(ctx, info, want)
+end
+
+--- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
+-- is late) is decided again after steps.wait_registry (up to conflict_wait seconds in all, within
+-- the deadline, WITHOUT the node lock so that the epilog can take it); a job that stays registered
+-- is still `conflict`, named with how to clear it.
+function Policy:run_prolog(ctx)
+  local info, want, m = self:prepare(ctx)
+  if not info then return want, m end
+  -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
+  local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
+  local until_t = ctx.host.now() + wait
+  while true do
+    local o, msg, retry = self:decide_locked(ctx, info, want)
+    if not retry then return o, msg end
+    ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
+      .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
+    local changed = steps.wait_registry(ctx, retry.registry, until_t)
+    if not changed then
+      return o, text.one_line(string.format("%s (after waiting %g s for the registry to change: "
+        .. "conflict_wait; or set registration_max_age)", msg, wait))
+    end
+  end
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -321,6 +364,8 @@ function Policy:run_plan(ctx)
   local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self) }
+  local pok, po, pm = self:port_is_units(ctx, info, v.unit)
+  if not pok then return po, text.one_line(pm .. "; " .. report.plan_message(f)), report.plan(f) end
   return allowed and "ok" or "conflict", report.plan_message(f), report.plan(f)
 end
 
@@ -342,6 +387,21 @@ local function self_address(ctx, info, expected)
     if locals[h] then return h end
   end
   return "(no local address in the domain)"
+end
+
+--- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
+-- active and the command port is its process; otherwise `status` is never "ok".
+-- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
+--   the process on the command port
+function Policy:unit_verdict(ctx, info)
+  if not info then return nil end
+  local props = ctx.host.unit(ctx.settings.unit) or info.unit
+  local ok, o, m = self:port_is_units(ctx, info, props)
+  if not ok then return o, m end
+  local a = props.active_state
+  if a == "active" or a == "reloading" then return nil end
+  return "service-failed", string.format("node %s: %s is %s (result %s): the answer on the command port is "
+    .. "not the unit's daemon", steps.node_name(ctx), ctx.settings.unit, tostring(a), tostring(props.result))
 end
 
 --- Entry point `status`: the domain as a table, with a diagnosis per node.
@@ -368,6 +428,8 @@ function Policy:run_status(ctx)
     outcome, msg = health.blame(ctx, { self = self_addr, names = names }, v)
   end
   if not info then msg = msg .. "; unit state unknown: " .. why end
+  local uo, um = self:unit_verdict(ctx, info)
+  if uo then outcome, msg = uo, um .. "; " .. msg end
   msg = text.one_line(msg)
   return outcome, msg, report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
     outcome = outcome, message = msg })

@@ -128,7 +128,9 @@ describe("default policy prolog", function()
         ctl = { testing.UNCONFIGURED } }
       local outcome, message = run(h)
       assert.equal("skipped", outcome)
-      assert.equal("IMEX not enabled on this node: nvidia-imex.service is disabled", message)
+      assert.matches("IMEX is configured %(/etc/nvidia%-imex/config.cfg exists%) but nvidia%-imex.service is "
+        .. "disabled: skipped", message)
+      assert.matches("manage_disabled_unit = true", message)
       assert.equal(0, outcomes.exit_code(outcome))
       assert_untouched(h)
       assert.equal(0, h.count("run"))
@@ -982,7 +984,7 @@ describe("default policy job registry (C08, scenario style)", function()
   end)
 
   it("start-limit-hit: service-failed naming the result; the job is not registered", function()
-    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, settings = { reset_failed_retry = false },
       restart = { result = "failed", unit_result = "start-limit-hit" } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("service-failed", outcome)
@@ -1347,5 +1349,268 @@ describe("default policy: a table of methods in the order of its decision model"
     assert.equal("a", s:registrations()[1].site)
     assert.has_error(function() P.extend{ may_restrat = function() end } end,
       "policy extend: unknown hook 'may_restrat'")
+  end)
+end)
+
+-- Issue 8, kind 4: unit lifecycle faults are named when they happen (C26 start limit, C27 a stray
+-- daemon on the command port).
+describe("default policy: unit lifecycle faults (C26, C27)", function()
+  local HIT = { result = "failed", unit_result = "start-limit-hit" }
+  -- This node runs {n1, n3}; the job wants n[1-2]: a restart.
+  local function given(o)
+    o = o or {}
+    return testing.scenario{ policy = P, file = { "n1", "n3" }, unit = o.unit, restart = o.restart,
+      settings = o.settings, host = o.host, domain = o.domain }
+  end
+  local function verbs(s) return s:unit_jobs() end
+
+  it("start-limit-hit by default: one reset-failed, one retry with start, ok in the same run", function()
+    local s = given{ restart = { HIT, {} } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "restart", "start" }, verbs(s))
+    assert.equal(1, s.host.count("unit_reset_failed"))
+    assert.same({ "101" }, s:registered())
+    assert.matches("start limit", s:logs("warning")[1])
+    assert.matches("reset_failed_retry", s:logs("warning")[1])
+  end)
+
+  it("start-limit-hit again after the retry: service-failed naming the Result and the recovery, no third job",
+    function()
+      local s = given{ restart = { HIT, HIT, {} } }
+      local outcome, message = s:prolog{ job = 102, nodelist = "n[1-2]" }
+      assert.equal("service-failed", outcome)
+      assert.equal(7, outcomes.exit_code(outcome))
+      assert.matches("start%-limit%-hit", message)
+      assert.matches("systemctl reset%-failed nvidia%-imex.service", message)
+      assert.matches("StartLimitBurst", message)
+      assert.matches("StartLimitIntervalSec", message)
+      assert.same({ "restart", "start" }, verbs(s))
+      assert.equal(1, s.host.count("unit_reset_failed"))
+      assert.same({}, s:registered())
+      assert_one_line(message)
+    end)
+
+  it("reset_failed_retry = false: no reset-failed, no retry; the message names the setting", function()
+    local s = given{ restart = { HIT, {} }, settings = { reset_failed_retry = false } }
+    local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("unit Result start%-limit%-hit", message)
+    assert.matches("reset_failed_retry = true", message)
+    assert.same({ "restart" }, verbs(s))
+    assert.equal(0, s.host.count("unit_reset_failed"))
+  end)
+
+  for _, r in ipairs({ { "exit-code", "journalctl %-u nvidia%-imex.service" }, { "core-dump", "coredumpctl" },
+    { "timeout", "TimeoutStartSec" }, { "signal", "signal" } }) do
+    it("a start that fails with Result " .. r[1] .. " is named, with no reset-failed and no retry", function()
+      local s = given{ unit = "inactive", restart = { { result = "failed", unit_result = r[1] }, {} } }
+      local outcome, message = s:prolog{ job = 104, nodelist = "n[1-2]" }
+      assert.equal("service-failed", outcome)
+      local result = r[1]:gsub("%-", "%%-")
+      assert.matches("systemd start of nvidia%-imex.service failed %(failed%): unit Result " .. result,
+        message)
+      assert.matches(r[2], message)
+      assert.same({ "start" }, verbs(s))
+      assert.equal(0, s.host.count("unit_reset_failed"))
+    end)
+  end
+
+  it("a failed unit is reset-failed before its start only when reset_failed_retry allows", function()
+    local s = given{ unit = { state = "failed", result = "start-limit-hit" }, restart = { {} } }
+    assert.equal("ok", (s:prolog{ job = 105, nodelist = "n[1-2]" }))
+    assert.equal(1, s.host.count("unit_reset_failed"))
+    local s2 = given{ unit = { state = "failed", result = "start-limit-hit" }, restart = { HIT },
+      settings = { reset_failed_retry = false } }
+    local outcome, message = s2:prolog{ job = 105, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("start%-limit%-hit", message)
+    assert.equal(0, s2.host.count("unit_reset_failed"))
+  end)
+
+  it("a current daemon is never restarted, whatever its last Result says", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = { result = "start-limit-hit" },
+      restart = { HIT } }
+    assert.equal("ok", (s:prolog{ job = 106, nodelist = "n[1-2]" }))
+    assert.same({}, s:unit_jobs())
+    assert.equal(0, s.host.count("unit_reset_failed"))
+  end)
+
+  local STRAY = { pid = 31337, comm = "nvidia-imex", cmdline = "/usr/bin/nvidia-imex -c /tmp/debug.cfg" }
+
+  it("C27: unit inactive, a daemon started by hand on the command port: no start, service-failed naming it",
+    function()
+      local s = given{ unit = "inactive", host = { port_owner = STRAY } }
+      local outcome, message = s:prolog{ job = 107, nodelist = "n[1-2]" }
+      assert.equal("service-failed", outcome)
+      assert.matches("pid 31337 %(/usr/bin/nvidia%-imex %-c /tmp/debug.cfg%)", message)
+      assert.matches("command port 50005", message)
+      assert.matches("kill 31337", message)
+      assert.same({}, s:unit_jobs())
+      assert.same({}, s:registered())
+    end)
+
+  it("plan names the stray process as the prolog would, and changes nothing", function()
+    local s = given{ unit = "inactive", host = { port_owner = STRAY } }
+    local outcome, message = s:plan{ job = 107, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("pid 31337", message)
+    assert.same({}, s:unit_jobs())
+    assert.same({}, s:writes())
+  end)
+
+  it("an active unit whose daemon is not the one on the command port is never healthy", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" }, host = { port_owner = STRAY } }
+    local outcome, message = s:prolog{ job = 108, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("pid 31337", message)
+    assert.matches("not the main process of nvidia%-imex.service", message)
+    assert.same({}, s:registered())
+  end)
+
+  it("a listener in the unit's control group (not its main pid) is the unit's", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" },
+      host = { port_owner = { pid = 4300, comm = "nvidia-imex", cmdline = "nvidia-imex" } },
+      files = { ["/proc/4300/cgroup"] = "0::/system.slice/nvidia-imex.service\n" } }
+    assert.equal("ok", (s:prolog{ job = 109, nodelist = "n[1-2]" }))
+  end)
+
+  describe("status", function()
+    local UP2 = { nodes = { { host = "n1" }, { host = "n2" } } }
+    it("never ok when the unit is not active, even with the ctl answering UP", function()
+      for _, state in ipairs({ "inactive", "failed" }) do
+        local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = state, domain = UP2,
+          host = { port_owner = "none" } }
+        local outcome, message = s:status{}
+        assert.equal("service-failed", outcome, state)
+        assert.matches("nvidia%-imex.service is " .. state, message)
+      end
+    end)
+
+    it("names the stray process on the command port", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = "inactive", domain = UP2,
+        host = { port_owner = STRAY } }
+      local outcome, message = s:status{}
+      assert.equal("service-failed", outcome)
+      assert.matches("pid 31337 %(/usr/bin/nvidia%-imex", message)
+    end)
+
+    it("ok for an active unit whose main process holds the port", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, domain = UP2 }
+      assert.equal("ok", (s:status{}))
+    end)
+  end)
+end)
+
+-- Issue 8, kind 6: sites that ship the unit disabled (C23).
+describe("default policy: a disabled unit (C23)", function()
+  it("skipped by default, with a warning naming manage_disabled_unit when config.cfg exists", function()
+    local s = testing.scenario{ policy = P, unit = "disabled" }
+    local outcome, message = s:prolog{ job = 201, nodelist = "n[1-2]" }
+    assert.equal("skipped", outcome)
+    assert.matches("manage_disabled_unit", message)
+    assert.matches("manage_disabled_unit", s:logs("warning")[1])
+    assert.same({}, s:unit_jobs())
+  end)
+
+  it("without config.cfg the skip is no warning", function()
+    local s = testing.scenario{ policy = P, unit = "disabled", files = { [CONFIG] = false } }
+    assert.equal("skipped", (s:prolog{ job = 202, nodelist = "n[1-2]" }))
+    assert.same({}, s:logs("warning"))
+  end)
+
+  it("manage_disabled_unit = true: started per job (start, never enable), ok; plan says start", function()
+    local failed = { state = "disabled", active_state = "failed", result = "exit-code" }
+    for _, u in ipairs({ "disabled", failed }) do
+      local s = testing.scenario{ policy = P, unit = u, file = { "n1", "n3" },
+        settings = { manage_disabled_unit = true } }
+      local o, _, report = s:plan{ job = 203, nodelist = "n[1-2]" }
+      assert.equal("ok", o)
+      assert.matches("start", report)
+      local outcome, message = s:prolog{ job = 203, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome, message)
+      assert.same({ "start" }, s:unit_jobs())
+      assert.equal("active", s:unit().active_state)
+      assert.equal("disabled", s:unit().unit_file_state)
+      assert.same({ "n1", "n2" }, s:file_nodes())
+    end
+  end)
+
+  it("a masked unit stays skipped with manage_disabled_unit (it cannot be started)", function()
+    local s = testing.scenario{ policy = P, unit = "masked", settings = { manage_disabled_unit = true } }
+    assert.equal("skipped", (s:prolog{ job = 204, nodelist = "n[1-2]" }))
+  end)
+
+  it("the applies hook replaces the step: a site policy decides by its own rule", function()
+    local site = P.extend{ applies = function(ctx)
+      if ctx.env.SLURM_JOB_PARTITION ~= "nvl72" then return nil, "skipped", "not an NVL72 partition" end
+      local steps = require "imexguard.steps"
+      return steps.applies(ctx)
+    end }
+    local s = testing.scenario{ policy = site, file = { "n1", "n3" } }
+    local outcome, message = s:prolog{ job = 205, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "cpu" } }
+    assert.equal("skipped", outcome)
+    assert.equal("not an NVL72 partition", message)
+    assert.same({}, s:unit_jobs())
+    assert.equal("ok", (s:prolog{ job = 206, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "nvl72" } }))
+    assert.equal(1, #s:unit_jobs())
+  end)
+end)
+
+-- Issue 8, kind 7: a late epilog is waited for, not punished (C24).
+describe("default policy: a late epilog (C24)", function()
+  local function given(o)
+    o = o or {}
+    return testing.scenario{ policy = P, file = { "n1", "n3" }, settings = o.settings, deadline = o.deadline,
+      jobs = { { id = 300, nodes = { "n1", "n3" } } } }
+  end
+
+  it("job 300's epilog 0.5 s into job 301's prolog: 301 waits without the lock, then ok", function()
+    local s = given()
+    local h = s.host
+    local sleep, epilog = h.sleep, nil
+    h.sleep = function(t)
+      local ok, e, c = sleep(t)
+      if not epilog and h.now() >= 1000.5 then epilog = { s:epilog{ job = 300 } } end
+      return ok, e, c
+    end
+    local outcome, message = s:prolog{ job = 301, nodelist = "n[1-2]" }
+    assert.equal("ok", epilog[1], epilog[2]) -- the epilog got the lock: the prolog did not hold it
+    assert.equal("ok", outcome, message)
+    assert.same({ "301" }, s:registered())
+    assert.same({ "n1", "n2" }, s:file_nodes())
+    assert.equal(1, s:restarts())
+    assert.is_true(h.now() < 1000 + 5, "decided again once the registry changed, not after conflict_wait")
+    local n, released = s:locks()
+    assert.equal(3, n) -- prolog, epilog, prolog again
+    assert.is_true(released)
+  end)
+
+  it("a job that stays registered: conflict after conflict_wait, named with how to clear it", function()
+    local s = given{ settings = { conflict_wait = 3 } }
+    local outcome, message = s:prolog{ job = 302, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.matches("SLURM_JOB_ID=300 imexguard epilog", message)
+    assert.matches("after waiting 3 s", message)
+    assert.matches("conflict_wait", message)
+    assert.matches("registration_max_age", message)
+    assert.same({}, s:writes())
+    assert.equal(0, s:restarts())
+    assert.is_true(s.host.now() >= 1003 and s.host.now() < 1003.5)
+    assert.same({ "300" }, s:registered())
+  end)
+
+  it("the wait is at most half the run's remaining budget", function()
+    local s = given{ settings = { conflict_wait = 60 }, deadline = 10 }
+    local outcome = s:prolog{ job = 303, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.is_true(s.host.now() >= 1004.9 and s.host.now() <= 1005.01, tostring(s.host.now()))
+  end)
+
+  it("a corrupt state file is no conflict to wait for: at once", function()
+    local s = testing.scenario{ policy = P, files = { [STATE] = "{not json" } }
+    local outcome = s:prolog{ job = 304, nodelist = "n[1-2]" }
+    assert.equal("conflict", outcome)
+    assert.same({}, s.host.sleeps)
   end)
 end)

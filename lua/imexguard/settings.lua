@@ -77,14 +77,19 @@ M.schema = {
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },
+  { name = "reset_failed_retry", default = true, kind = "boolean",
+    doc = "after a start/restart job of the unit fails with Result start-limit-hit, run one "
+      .. "reset-failed and one more start in the same run (false: never reset-failed, the admin does)" },
+  { name = "manage_disabled_unit", default = false, kind = "boolean",
+    doc = "start a disabled (but installed) unit per job instead of skipping the node; it is never enabled" },
+  { name = "conflict_wait", default = 5, kind = "number",
+    doc = "seconds: how long a prolog in conflict with a registered job waits (without the node lock) "
+      .. "for that job's epilog before it answers conflict" },
   -- issue 8 (identity): configuration faults (C22)
   { name = "on_config_fault", default = "fail", kind = "enum", values = { "fail", "warn" },
     doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
       .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 13, drains "
       .. "the node) or \"warn\" (exit 0, logged at level err)" },
-  { name = "config_fault_polls", default = 3, kind = "number",
-    doc = "consecutive health polls showing the same configuration fault after which the health wait "
-      .. "stops (instead of waiting health_timeout)" },
 }
 
 --- name -> schema entry.

@@ -165,8 +165,11 @@ function M.applies(ctx)
     return fail("skipped", "IMEX not installed on this node: %s load state %s", s.unit,
       tostring(props.load_state))
   end
+  local managed_disabled = false
   if not ENABLED[props.unit_file_state] then
-    return fail("skipped", "IMEX not enabled on this node: %s is %s", s.unit, tostring(props.unit_file_state))
+    local o2, m2 = M.disabled_unit(ctx, props)
+    if o2 then return nil, o2, m2 end
+    managed_disabled = true
   end
   local config, source, cm = M.daemon_config(ctx, props)
   if not config then return nil, source, cm end
@@ -182,7 +185,35 @@ function M.applies(ctx)
   if not nodes_file then return nil, o, m end
   local bind = cfg.BIND_INTERFACE_IP
   return { unit = props, cfg = cfg, config = config, config_source = source, nodes_file = nodes_file,
-    bind = (bind ~= "" and bind) or nil }
+    bind = (bind ~= "" and bind) or nil, managed_disabled = managed_disabled }
+end
+
+--- A unit that is installed but not enabled (C23: some node images ship it disabled on purpose, for
+-- a per-job tool to start). With the setting manage_disabled_unit = true a "disabled" unit (not a
+-- masked one: systemd refuses to start it) is managed per job
+-- (started when a job needs it; never enabled: the image's choice stays). Without it the node is
+-- skipped; when config.cfg exists (IMEX is configured here) the skip is logged as a warning naming
+-- the setting, since every job on the node then runs without IMEX.
+-- @param ctx table policy context
+-- @param props table the unit's properties (unit_file_state: systemd's UnitFileState)
+-- @return nil (manage it), or "skipped", message
+function M.disabled_unit(ctx, props)
+  local s, host = ctx.settings, ctx.host
+  local what = string.format("%s is %s", s.unit, tostring(props.unit_file_state))
+  if props.unit_file_state == "disabled" and M.setting(ctx, "manage_disabled_unit", false) then
+    host.log("info", M.one_line(string.format("node %s: %s; managed per job (manage_disabled_unit), "
+      .. "never enabled", M.node_name(ctx), what)))
+    return nil
+  end
+  local msg = "IMEX not enabled on this node: " .. what
+  local config = M.daemon_config(ctx, props) or s.imex_config
+  if host.stat(config) then
+    msg = string.format("node %s: IMEX is configured (%s exists) but %s: skipped, jobs here run without "
+      .. "IMEX; set manage_disabled_unit = true to start the unit per job, or enable it", M.node_name(ctx),
+      config, what)
+    host.log("warning", M.one_line(msg))
+  end
+  return "skipped", M.one_line(msg)
 end
 
 --- Step 2: the desired node list.
@@ -533,6 +564,34 @@ function M.conflict_message(ctx, verdict, entries, why)
     one and ("job " .. entries[1].id) or "one of them", one and entries[1].id or "<id>"))
 end
 
+--- The registry's identity for M.wait_registry: its job ids and their node lists, in order.
+-- @param st table state
+-- @return string
+function M.registry_key(st)
+  local parts = {}
+  for i, e in ipairs(registry.jobs(st)) do parts[i] = tostring(e.id) .. "=" .. tostring(e.nodes) end
+  return table.concat(parts, ";")
+end
+
+--- C24: wait, WITHOUT the node lock, until the registry in the state file differs from `key` (an
+-- epilog unregistered its job) or monotonic time `until_t` (host.now seconds) passes or the run's
+-- deadline nears (host.sleep fails). Polls every poll_interval seconds; the state file is
+-- replaced atomically, so reading it without the lock sees a whole registry.
+-- @param ctx table policy context
+-- @param key string M.registry_key of the registry that refused the change
+-- @param until_t number host.now() time to give up at
+-- @return true when the registry changed (decide again), false when the time passed
+function M.wait_registry(ctx, key, until_t)
+  local host, s = ctx.host, ctx.settings
+  while host.now() < until_t do
+    local ok = host.sleep(math.min(s.poll_interval, until_t - host.now()))
+    if not ok then return false end
+    local st = state.load(host, s)
+    if st and M.registry_key(st) ~= key then return true end
+  end
+  return false
+end
+
 --- Step 9: register this job (prolog succeeded) and save the state file, under the node lock.
 -- @param ctx table policy context (job id)
 -- @param st table state (changed and saved)
@@ -666,33 +725,140 @@ function M.begin_change(ctx, st, want, extra)
   return setmetatable({ ctx = ctx, st = st, id = id }, Change)
 end
 
+--- Is process `pid` the unit's? Its main PID, or a process in the unit's control group
+-- (/proc/PID/cgroup names the unit: the kernel's cgroup v2 path, which systemd names after the unit).
+local function unit_process(ctx, pid, props)
+  local main = props and tonumber(props.main_pid)
+  if main and main > 0 and pid == main then return true end
+  local cg = ctx.host.read("/proc/" .. tostring(pid) .. "/cgroup", 65536)
+  return cg ~= nil and cg:find("/" .. ctx.settings.unit, 1, true) ~= nil
+end
+
+--- C27: something answering on this node's command port (IMEX_CMD_PORT of config.cfg) that is not
+-- the unit's process (a daemon started by hand, a leftover of a crashed unit): the ctl would show
+-- ITS state, so nothing may be called healthy, and a start of the unit would fail or run a second
+-- daemon. Uses host.port_owner(port) -> {pid, comm, cmdline} | nil, "no listener" | nil, msg, code;
+-- a host without it, or an owner it cannot find, proves nothing (logged at debug).
+-- @param ctx table policy context
+-- @param info table from applies (cfg)
+-- @param props table|nil the unit's properties (main_pid, active_state)
+-- @return true, or nil, "service-failed", message naming the process (pid, command line), the port
+--   and the unit
+function M.check_port(ctx, info, props)
+  local host, unit = ctx.host, ctx.settings.unit
+  if type(host.port_owner) ~= "function" then return true end
+  local port = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
+  if not port then return true end
+  local owner, err = host.port_owner(port)
+  if not owner then
+    if err ~= "no listener" then
+      host.log("debug", M.one_line("command port owner unknown: " .. tostring(err)))
+    end
+    return true
+  end
+  local pid = tonumber(owner.pid)
+  if not pid then return true end
+  local active = props and (props.active_state == "active" or props.active_state == "reloading")
+  if active and unit_process(ctx, pid, props) then return true end
+  local cmd = owner.cmdline
+  if type(cmd) == "table" then cmd = table.concat(cmd, " ") end
+  return fail("service-failed", "node %s: pid %d (%s) listens on the IMEX command port %d but is not the "
+    .. "main process of %s (%s, main pid %s): a daemon started by hand or left over; its answers are not "
+    .. "the unit's. Stop it (kill %d), then run the prolog again", M.node_name(ctx), pid,
+    show(cmd or owner.comm or "?"), port, unit, props and tostring(props.active_state) or "state unknown",
+    props and tostring(props.main_pid) or "?", pid)
+end
+
+--- What an admin does about a unit Result after a failed start/restart job (systemd.exec(5),
+-- systemd.service(5): the unit's Result property says why it failed).
+M.RESULT_HINTS = {
+  ["start-limit-hit"] = "the unit was started more than StartLimitBurst times within "
+    .. "StartLimitIntervalSec (systemd.unit(5)); recover with: systemctl reset-failed %s (then the next "
+    .. "prolog starts it), raise StartLimitBurst/StartLimitIntervalSec in the unit, or set "
+    .. "reset_failed_retry = true",
+  ["exit-code"] = "the daemon exited with an error at start; see journalctl -u %s",
+  ["timeout"] = "the daemon did not finish starting within the unit's TimeoutStartSec; see journalctl -u %s",
+  ["core-dump"] = "the daemon dumped core at start; see journalctl -u %s and coredumpctl",
+  ["signal"] = "the daemon was killed by a signal at start; see journalctl -u %s",
+  ["watchdog"] = "the daemon's watchdog expired; see journalctl -u %s",
+  ["resources"] = "systemd could not set up the unit (resources); see journalctl -u %s",
+}
+
+--- The unit's Result after a failed job, named with its recovery.
+-- @param ctx table policy context
+-- @return string result (systemd's Result property, "unknown" when the query fails), string text
+function M.unit_result(ctx)
+  local unit = ctx.settings.unit
+  local props = ctx.host.unit(unit)
+  local result = props and props.result or "unknown"
+  local hint = M.RESULT_HINTS[result]
+  local text = "unit Result " .. tostring(result)
+  if hint then text = text .. ": " .. string.format(hint, unit) end
+  return result, text
+end
+
+--- Run one start/restart job; a failed job names the unit's Result. After start-limit-hit, with
+-- reset_failed_retry (default true), one reset-failed and one more job "start" (never "restart":
+-- a daemon that became current meanwhile is left alone), within the run's deadline.
+-- @return true, or nil, outcome, message
+function M.unit_start_job(ctx, verb)
+  local s, host = ctx.settings, ctx.host
+  local res, err, code = host.unit_job(s.unit, verb, s.start_timeout)
+  if res == "done" then return true end
+  if code == "deadline" then
+    return fail("deadline-exceeded", "node %s: systemd %s of %s: %s", M.node_name(ctx), verb, s.unit,
+      tostring(err))
+  end
+  local result, text = M.unit_result(ctx)
+  if result == "start-limit-hit" and M.setting(ctx, "reset_failed_retry", false) then
+    local ok, rerr = host.unit_reset_failed(s.unit)
+    if ok then
+      host.log("warning", M.one_line(string.format("node %s: %s of %s hit the unit's start limit; "
+        .. "reset-failed and one more start (reset_failed_retry)", M.node_name(ctx), verb, s.unit)))
+      local res2, err2, code2 = host.unit_job(s.unit, "start", s.start_timeout)
+      if res2 == "done" then return true end
+      local result2, text2 = M.unit_result(ctx)
+      return fail(by_code(code2, "service-failed"), "node %s: systemd start of %s after reset-failed "
+        .. "(reset_failed_retry) failed too: %s (%s); %s", M.node_name(ctx), s.unit, tostring(code2 or res2),
+        tostring(err2), result2 == "unknown" and text or text2)
+    end
+    text = text .. "; reset-failed failed: " .. tostring(rerr)
+  end
+  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s", M.node_name(ctx),
+    verb, s.unit, tostring(code or res), text)
+end
+
 --- Step 7: (re)start the unit and record what it runs: the new invocation ID and the exact bytes of
 -- the node list and of config.cfg (read just before the start) it was started with; the job's
 -- registry entry (from begin_change) gets the invocation ID. Saving that is best effort (a
 -- warning): the job is already registered. The record of the deployment in progress stays until
--- the prolog ends (Change:finish).
+-- the prolog ends (Change:finish). A failed unit is reset-failed before its start only with
+-- reset_failed_retry (it clears the start-limit counter, so it is the site's call). A start is
+-- refused when another process holds the command port (M.check_port).
 -- @param v table verdict from assess (action "start" or "restart", reset_failed)
 -- @param st table state (updated in place and saved)
 -- @return true and the new props (nil when systemd did not answer after the job), or nil, outcome,
 --   message
-function M.restart(ctx, want, v, st)
+function M.restart(ctx, want, v, st, info)
   local s, host = ctx.settings, ctx.host
-  if v.reset_failed then
+  if info and v.action == "start" then
+    local ok, o, m = M.check_port(ctx, info, v.unit)
+    if not ok then return nil, o, m end
+  end
+  if v.reset_failed and M.setting(ctx, "reset_failed_retry", false) then
     local ok, err = host.unit_reset_failed(s.unit)
     if not ok then host.log("warning", M.one_line("reset-failed of " .. s.unit .. ": " .. tostring(err))) end
   end
   local verb = v.action == "restart" and "restart" or "start"
   local cfg_text = host.read(want.config_path or s.imex_config, M.MAX_FILE)
-  local res, err, code = host.unit_job(s.unit, verb, s.start_timeout)
-  if res ~= "done" then
-    return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s: %s (%s)", M.node_name(ctx), verb,
-      s.unit, tostring(code or res), tostring(err))
-  end
+  local jok, jo, jm = M.unit_start_job(ctx, verb)
+  if not jok then return nil, jo, jm end
   local props = host.unit(s.unit)
   if props and props.active_state ~= "active" and props.active_state ~= "activating"
     and props.active_state ~= "reloading" then
-    return fail("service-failed", "node %s: %s is %s (result %s) right after %s", M.node_name(ctx), s.unit,
-      tostring(props.active_state), tostring(props.result), verb)
+    local _, text = M.unit_result(ctx)
+    return fail("service-failed", "node %s: %s is %s right after %s: %s", M.node_name(ctx), s.unit,
+      tostring(props.active_state), verb, text)
   end
   st.running_nodes = want.bytes
   st.running_config = cfg_text or nil

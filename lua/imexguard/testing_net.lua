@@ -1,5 +1,6 @@
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
--- local_addresses and resolve (a scripted resolver). Test infrastructure of imexguard.testing.
+-- local_addresses, resolve (a scripted resolver) and port_owner (who listens on a TCP port).
+-- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing_base"
 
 local M = {}
@@ -13,7 +14,9 @@ end
 -- @param h table the fake host (gets log, hostname, local_addresses, resolve)
 -- @param w table the host's shared world (needs rec, spend)
 -- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
---   function(name)}, local_addresses, hostname)
+--   function(name)}, local_addresses, hostname, port_owner = {pid, comm, cmdline} (a process
+--   other than the unit listening on every port: a stray daemon, C27) | function(port) | "none"
+--   (nothing listens); default: the unit's main process while it is active, else nothing)
 function M.install(h, w, opts)
   local resolve = default_resolve()
   for k, v in pairs(opts.resolve or {}) do resolve[k] = v end
@@ -37,6 +40,18 @@ function M.install(h, w, opts)
     return base.copy(r)
   end
   function h.hostname() return opts.hostname or "n1" end
+  function h.port_owner(port)
+    w.rec("port_owner", port)
+    local o = opts.port_owner
+    if type(o) == "function" then return o(port) end
+    if type(o) == "table" then return base.copy(o) end
+    local unit = w.unit
+    if o == nil and unit and unit.active_state == "active" and (unit.main_pid or 0) > 0 then
+      return { pid = unit.main_pid, comm = "nvidia-imex",
+        cmdline = "/usr/bin/nvidia-imex -c " .. base.CONFIG }
+    end
+    return nil, "no listener"
+  end
 end
 
 return M

@@ -15,7 +15,8 @@ describe("imexguard.settings", function()
         log_journal = true, log_level = "info",
         imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels", imex_channel_mode = 438,
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
-        scontrol = "/usr/bin/scontrol",
+        scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
+        conflict_wait = 5, on_config_fault = "fail",
       }, t)
       assert.is_nil(t.metrics_dir)
       assert.is_nil(t.nodes_file)
@@ -234,6 +235,26 @@ describe("imexguard.settings", function()
         assert.not_matches("\n", e.doc)
         if e.kind == "number" then assert.matches("^seconds", e.doc, nil, false) end
       end
+    end)
+  end)
+  describe("unit lifecycle settings (issue 8: start limit, disabled unit, late epilog)", function()
+    it("default: one retry after start-limit-hit, a disabled unit skipped, a 5 s conflict wait", function()
+      local t = assert(S.validate({}))
+      assert.is_true(t.reset_failed_retry)
+      assert.is_false(t.manage_disabled_unit)
+      assert.equal(5, t.conflict_wait)
+    end)
+
+    it("reject bad values naming the setting", function()
+      local t, err = S.validate({ conflict_wait = -1 })
+      assert.is_nil(t)
+      assert.matches("conflict_wait", err)
+      t, err = S.validate({ manage_disabled_unit = "yes" })
+      assert.is_nil(t)
+      assert.matches("manage_disabled_unit", err)
+      t, err = S.validate({ reset_failed_retry = 1 })
+      assert.is_nil(t)
+      assert.matches("reset_failed_retry", err)
     end)
   end)
 end)

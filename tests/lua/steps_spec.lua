@@ -367,3 +367,62 @@ describe("conflict_message", function()
       .. "imexguard epilog", m)
   end)
 end)
+
+describe("steps: unit lifecycle (issue 8)", function()
+  it("unit_result names every Result with its recovery; an unknown one is named as it is", function()
+    for result, hint in pairs({ ["start-limit-hit"] = "systemctl reset%-failed nvidia%-imex.service",
+      ["exit-code"] = "journalctl", ["core-dump"] = "coredumpctl", ["watchdog"] = "watchdog",
+      ["oom-kill"] = "^unit Result oom%-kill$" }) do
+      local h = testing.host{ unit = { active_state = "failed", result = result } }
+      local got, text = steps.unit_result(testing.ctx{ host = h })
+      assert.equal(result, got)
+      assert.matches(hint, text)
+    end
+    local h = testing.host{ unit_script = { "bus" } }
+    assert.equal("unknown", (steps.unit_result(testing.ctx{ host = h })))
+  end)
+
+  it("check_port: the unit's main pid or cgroup passes; anything else is named; no primitive: true",
+    function()
+      local info = { cfg = { IMEX_CMD_PORT = "50123" } }
+      local props = { active_state = "active", main_pid = 77 }
+      local function check(owner, files)
+        local h = testing.host{ port_owner = owner, files = files }
+        return steps.check_port(testing.ctx{ host = h }, info, props), h
+      end
+      assert.is_true((check({ pid = 77, comm = "nvidia-imex" })))
+      local cg = { ["/proc/78/cgroup"] = "0::/system.slice/nvidia-imex.service\n" }
+      assert.is_true((check({ pid = 78 }, cg)))
+      assert.is_true((check("none")))
+      local h = testing.host{ port_owner = { pid = 78, cmdline = { "imex", "-c", "/x\n" } } }
+      local ok, o, m = steps.check_port(testing.ctx{ host = h }, info, props)
+      assert.is_nil(ok)
+      assert.equal("service-failed", o)
+      assert.matches("pid 78 %(imex %-c /x\\010%) listens on the IMEX command port 50123", m)
+      assert.same({ "port_owner", 50123 }, h.calls[#h.calls - 1])
+      h = testing.host()
+      h.port_owner = nil
+      assert.is_true(steps.check_port(testing.ctx{ host = h }, info, { active_state = "inactive" }))
+    end)
+
+  it("wait_registry returns as soon as the registry changes, false after the time, never past it", function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h }
+    local st = {}
+    registry.register(st, 300, "10.0.0.1\n", 1, {})
+    assert(state.save(h, ctx.settings, st))
+    local key = steps.registry_key(st)
+    assert.is_false(steps.wait_registry(ctx, key, h.now() + 1))
+    local t0 = h.now()
+    assert.is_true(t0 >= 1001 and t0 < 1001.1, tostring(t0))
+    local sleep = h.sleep
+    h.sleep = function(t)
+      local r = sleep(t)
+      registry.unregister(st, 300)
+      assert(state.save(h, ctx.settings, st))
+      return r
+    end
+    assert.is_true(steps.wait_registry(ctx, key, h.now() + 10))
+    assert.is_true(h.now() - t0 <= 0.3, "one poll_interval: " .. tostring(h.now() - t0))
+  end)
+end)

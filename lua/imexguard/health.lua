@@ -274,12 +274,33 @@ local function diagnoses(v)
   return diag
 end
 
+-- "this node: ID 1 (10.0.0.2, n2) in the daemon's node map; ID 1 in the node list FILE".
+local function self_line(v, opts)
+  local names = opts.names or {}
+  local me = label(opts.self, names)
+  local id = v and v.self_id
+  local line = id and string.format("this node %s: ID %d in the daemon's node map", me, id)
+    or string.format("this node %s: not in the daemon's node map", me)
+  local job_id = v and v.order and v.order.job_self_id
+  if opts.node_list then
+    line = line .. (job_id and string.format("; ID %d in the node list %s", job_id, opts.node_list)
+      or ("; not in the node list " .. opts.node_list))
+  else
+    line = line .. "; node list unknown (compared with the daemon's own order)"
+  end
+  if opts.config then line = line .. "; config " .. opts.config end
+  return line
+end
+
 --- Render the domain for a person (or as JSON).
 -- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
 -- @param domain table parsed domain
 -- @param v table verdict (ctl.health)
--- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message}
--- @return string report (newline-terminated); JSON adds `verdict`, `self_id`, `order` (compare_map's
+-- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
+--   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
+--   ordered list the map was compared with}
+-- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
+--   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
 --   kind and summary) and per node `map` ("ok" or the node-map finding)
 function M.report(domain, v, opts)
   local names = opts.names or {}
@@ -301,7 +322,8 @@ function M.report(domain, v, opts)
   if opts.json then
     local order = v and v.order
     return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
-      self_id = v and v.self_id, verdict = v and v.verdict,
+      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
+      config_findings = opts.findings,
       order = order and { kind = order.kind, summary = order.summary },
       outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
   end
@@ -324,7 +346,9 @@ function M.report(domain, v, opts)
     end
     out[#out + 1] = table.concat(parts, "  ")
   end
+  out[#out + 1] = self_line(v, opts)
   if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
+  for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
   if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
   return table.concat(out, "\n") .. "\n"
 end

@@ -262,7 +262,11 @@ function Policy:locked_prolog(ctx, info, want)
   local extra = self:register_extra(ctx, want)
   if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra, info) end
   local allowed, why = self:may_restart(ctx, st, v)
-  if not allowed then return "conflict", text.one_line(why), { registry = steps.registry_key(st) } end
+  if not allowed then
+    -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
+    if v.action ~= "none" then why = why .. "; " .. v.action .. " needed: " .. v.reason end
+    return "conflict", text.one_line(why), { registry = steps.registry_key(st) }
+  end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
 

@@ -1635,6 +1635,12 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     return { domain = { status = "DEGRADED", nodes = nodes } }
   end
 
+  local A, B, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+  -- The kit's host with the node list {n1, n2, n3} and the ctl answering the domain `hosts`.
+  local function host3(hosts, more)
+    return testing.host{ files = { [NODES] = T3 }, ctl = { domain_of(hosts), more } }
+  end
+
   local function unit_with(argv)
     return { exec_start = { { path = argv[1], argv = argv } } }
   end
@@ -1642,8 +1648,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
   describe("C21: same nodes, another order", function()
     it("is stale: restart, and the message says 'same nodes, another order'", function()
       -- file and job {1, 2, 3}, older than the daemon's start; the daemon runs {2, 1, 3}
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { domain_of({ "10.0.0.2", "10.0.0.1", "10.0.0.3" }),
-        domain_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3" }) } }
+      local h = host3({ B, A, C }, domain_of({ A, B, C }))
       local o, m = run(h, { env = env("n[1-3]") })
       assert.equal("ok", o, m)
       assert.equal(1, #h.jobs)
@@ -1665,15 +1670,15 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("the same order is current: no restart", function()
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { domain_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3" }) } }
+      local h = host3({ A, B, C })
       local o, m = run(h, { env = env("n[1-3]") })
       assert.equal("ok", o, m)
       assert.same({}, h.jobs)
     end)
 
     it("a registered job keeps the daemon: conflict, and the message names the other order", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n2", "n3" }, jobs = { { id = 100, nodes = "n[1-3]" } },
-        domain = { domain_of({ "10.0.0.3", "10.0.0.2", "10.0.0.1" }) } }
+      local s = testing.scenario{ policy = P, file = { "n1", "n2", "n3" },
+        jobs = { { id = 100, nodes = "n[1-3]" } }, domain = { domain_of({ C, B, A }) } }
       local o, m = s:prolog{ job = 101, nodelist = "n[1-3]" }
       assert.equal("conflict", o, m)
       assert.truthy(m:find("same nodes, another order", 1, true), m)
@@ -1685,7 +1690,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("plan names it", function()
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { domain_of({ "10.0.0.1", "10.0.0.3", "10.0.0.2" }) } }
+      local h = host3({ A, C, B })
       local o, m, rep = run(h, { command = "plan", env = env("n[1-3]"), dry_run = true })
       assert.equal("ok", o, m)
       assert.truthy(m:find("would restart", 1, true) and m:find("same nodes, another order", 1, true), m)
@@ -1693,7 +1698,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("status compares with the node list file's order: this node's ID, the mismatch per node", function()
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { domain_of({ "10.0.0.2", "10.0.0.1", "10.0.0.3" }) } }
+      local h = host3({ B, A, C })
       local o, m, rep = run(h, { command = "status" })
       assert.equal("domain-unhealthy", o, m)
       assert.truthy(m:find("same nodes, another order", 1, true), m)
@@ -1702,8 +1707,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       for _, col in ipairs({ "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }) do
         assert.truthy(rep:find(col, 1, true), col)
       end
-      local _, _, js = run(testing.host{ files = { [NODES] = T3 },
-        ctl = { domain_of({ "10.0.0.2", "10.0.0.1", "10.0.0.3" }) } }, { command = "status", json = true })
+      local _, _, js = run(host3({ B, A, C }), { command = "status", json = true })
       local doc = cjson.decode(js)
       assert.equal(1, doc.self_id)
       assert.equal("reordered", doc.order.kind)
@@ -1711,7 +1715,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("status of a domain in the node list's order is ok, with this node's ID", function()
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { domain_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3" }) } }
+      local h = host3({ A, B, C })
       local o, m, rep = run(h, { command = "status" })
       assert.equal("ok", o, m)
       assert.truthy(rep:find("ID 0 in the daemon's node map; ID 0 in the node list", 1, true), rep)
@@ -1720,14 +1724,18 @@ describe("default policy: ordered identity, the unit's config, configuration fau
 
   describe("C28: the daemon's config comes from the unit's ExecStart", function()
     local SITE, SITE_NODES = "/opt/site/imex.cfg", "/opt/site/nodes.cfg"
-    local site_cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=" .. SITE_NODES)
+    local site_cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*",
+      "IMEX_NODE_CONFIG_FILE=" .. SITE_NODES)
+    local IMEX = "/usr/bin/nvidia-imex"
 
-    it("-c PATH: config.cfg, its node list and the ctl's -c follow the unit, not the packaged file", function()
+    it("-c PATH: config.cfg, its node list and the ctl's -c follow the unit, not the packaged file",
+      function()
       local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }),
         files = { [SITE] = site_cfg, [SITE_NODES] = "10.0.0.1\n10.0.0.3\n" } }
       local o, m = run(h)
       assert.equal("ok", o, m)
-      assert.same({ SITE_NODES }, (function() local p = {} for _, w in ipairs(list_writes(h)) do p[#p + 1] = w.path end return p end)())
+      assert.equal(1, #list_writes(h))
+      assert.equal(SITE_NODES, list_writes(h)[1].path)
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(SITE_NODES))
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES)) -- the packaged list is not touched
       assert.is_true(#h.runs > 0)
@@ -1765,7 +1773,8 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("a nodes_file setting other than the unit config's node list: config-mismatch", function()
-      local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }), files = { [SITE] = site_cfg } }
+      local h = testing.host{ unit = unit_with({ IMEX, "-c", SITE }),
+        files = { [SITE] = site_cfg } }
       local o, m = run(h, { settings = { nodes_file = NODES } })
       assert.equal("config-mismatch", o)
       assert.truthy(m:find(SITE_NODES, 1, true) and m:find("nodes_file=" .. NODES, 1, true), m)
@@ -1773,7 +1782,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("an ExecStart whose -c has no value, or a relative path: bad-input naming the ExecStart", function()
-      for _, argv in ipairs({ { "/usr/bin/nvidia-imex", "-c" }, { "/usr/bin/nvidia-imex", "-c", "imex.cfg" } }) do
+      for _, argv in ipairs({ { IMEX, "-c" }, { IMEX, "-c", "imex.cfg" } }) do
         local h = testing.host{ unit = unit_with(argv) }
         local o, m = run(h)
         assert.equal("bad-input", o)
@@ -1783,14 +1792,16 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("plan shows where the config path came from", function()
-      local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }), files = { [SITE] = site_cfg } }
+      local h = testing.host{ unit = unit_with({ IMEX, "-c", SITE }),
+        files = { [SITE] = site_cfg } }
       local _, _, rep = run(h, { command = "plan", dry_run = true })
       assert.truthy(rep:find("config: " .. SITE .. " (from the unit ExecStart)", 1, true), rep)
     end)
   end)
 
   describe("C22: a configuration fault is not a peer fault", function()
-    local loop_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*", "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
+    local loop_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*",
+      "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
 
     it("4 nodes, this one READY and connected, three peers UNAVAILABLE: config-fault after a few polls, "
       .. "no peer blamed, exit 13", function()
@@ -1816,7 +1827,9 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal("config-fault", o, m)
       assert.equal(0, outcomes.exit_code(o, ctx.settings))
       local errs = 0
-      for _, l in ipairs(h.logs) do if l[1] == "err" and l[2]:find("configuration fault", 1, true) then errs = errs + 1 end end
+      for _, l in ipairs(h.logs) do
+        if l[1] == "err" and l[2]:find("configuration fault", 1, true) then errs = errs + 1 end
+      end
       assert.equal(1, errs)
     end)
 

@@ -219,7 +219,8 @@ function M.wait(ctx, want, first)
   while true do
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
-      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)), want.config_path)
+      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
+        want.config_path)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)

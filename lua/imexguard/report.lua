@@ -60,7 +60,8 @@ function M.plan_message(f)
   end
   local cf = f.config_fault and ("; but " .. f.findings[1] .. ": the prolog would end config-fault") or ""
   if f.changed or restart then
-    return text.one_line(string.format("would %s%s%s%s", f.changed and ("rewrite " .. f.info.nodes_file) or "",
+    return text.one_line(string.format("would %s%s%s%s",
+      f.changed and ("rewrite " .. f.info.nodes_file) or "",
       (f.changed and restart) and " and " or "",
       restart and (v.action .. " " .. s.unit .. " (" .. v.reason .. ")") or "", cf))
   end
@@ -114,7 +115,8 @@ local function plan_text(f)
   plan_list_lines(f, r)
   r[#r + 1] = string.format("unit %s: %s/%s", s.unit, tostring(v.unit.active_state),
     tostring(v.unit.sub_state))
-  r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config), tostring(f.info.config_source))
+  r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config),
+    tostring(f.info.config_source))
   for _, line in ipairs(f.findings or {}) do r[#r + 1] = "config fault: " .. line end
   r[#r + 1] = v.action ~= "none" and string.format("%s: yes, %s", v.action, v.reason)
     or ("restart: no, " .. v.reason)

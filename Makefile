@@ -7,14 +7,15 @@ B        := build
 
 CFLAGS   ?= -O2 -g
 WARN     := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
-PKGCFLAGS = $(shell pkg-config --cflags $(PKG))
-PKGLIBS   = $(shell pkg-config --libs $(PKG))
-ALL_CFLAGS = $(WARN) $(PKGCFLAGS) -Isrc $(CFLAGS)
+PKGCFLAGS = $(shell pkg-config --cflags $(PKG) 2>/dev/null)
+PKGLIBS   = $(shell pkg-config --libs $(PKG) 2>/dev/null)
+# -MD -MP: each object also writes its header dependencies (build/.../x.d, included below).
+ALL_CFLAGS = $(WARN) $(PKGCFLAGS) -Isrc -MD -MP $(CFLAGS)
 LDLIBS_HOST = $(PKGLIBS) -llua5.4-cjson -lm
 SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Primitives: every src/*.c except the binary's own files; they also build the Lua C module.
-BIN_ONLY := src/main.c src/sandbox.c
+BIN_ONLY := src/main.c src/cli.c src/driver.c src/sandbox.c src/trust.c src/watchdog.c
 PRIM_SRC := $(filter-out $(BIN_ONLY),$(wildcard src/*.c))
 LUA_LIB  := $(wildcard lua/imexguard/*.lua)
 POLICIES := $(filter-out %_spec.lua,$(wildcard policies/*.lua))
@@ -26,35 +27,50 @@ SIM      := $(B)/imexsim
 ASAN_BIN := $(B)/asan/imexguard
 ASAN_MOD := $(B)/asan/lua/imexguard/host.so
 
-.PHONY: all check test lint lint-c format demo bench e2e install uninstall clean deps sanitize
+# The build packages (pkg-config, lua5.4 and the -dev packages of Lua 5.4 and libsystemd): a plain
+# `make` without them says which command installs them instead of failing on a missing header.
+HAVE_DEPS := $(shell pkg-config --exists $(PKG) 2>/dev/null && command -v lua5.4 >/dev/null && \
+	test -e "$$($(CC) -print-file-name=liblua5.4-cjson.so)" && echo yes)
+
+.PHONY: all check test lint lint-c format demo bench e2e install uninstall clean deps sanitize \
+	need-deps
 all: $(BIN) $(MODULE) $(SIM)
 
-$(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES)
+need-deps:
+ifeq ($(HAVE_DEPS),)
+	@echo "imexguard: the build needs pkg-config, lua5.4, liblua5.4-dev, lua-cjson-dev and" \
+	      "libsystemd-dev; install them with 'make deps' (runs contrib/deps.sh), then run make again" >&2
+	@exit 1
+endif
+
+$(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES) | need-deps
 	@mkdir -p $(@D)
 	lua5.4 src/embed.lua $@ $(LUA_LIB) $(POLICIES)
 
-$(B)/obj/%.o: src/%.c $(wildcard src/*.h)
+# One pattern rule per build variant: plain objects (the binary), PIC objects (the Lua C module
+# for busted), ASan + UBSan objects (binary and module, used by `make check`).
+$(B)/obj/%.o: src/%.c | need-deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
-$(B)/obj/embedded.o: $(B)/embedded.c
-	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c -o $@ $<
-$(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/embedded.o
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
-
-$(B)/pic/%.o: src/%.c $(wildcard src/*.h)
+$(B)/pic/%.o: src/%.c | need-deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
-$(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
-
-# Sanitizer build (ASan + UBSan) of the binary and of the module, used by `make check`.
-$(B)/asan/obj/%.o: src/%.c $(wildcard src/*.h)
+$(B)/asan/obj/%.o: src/%.c | need-deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -fPIC -O1 -c -o $@ $<
+# The generated sources: long string literals.
+$(B)/obj/embedded.o: $(B)/embedded.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c -o $@ $<
 $(B)/asan/obj/embedded.o: $(B)/embedded.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -Wno-overlength-strings -O1 -c -o $@ $<
+
+$(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/embedded.o
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
+$(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
 $(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/asan/obj/embedded.o
 	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
 $(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC))
@@ -64,6 +80,8 @@ sanitize: $(ASAN_BIN) $(ASAN_MOD) $(SIM)
 	ln -sf ../imexsim $(B)/asan/imexsim
 	ln -sf ../nvidia-imex $(B)/asan/nvidia-imex
 	ln -sf ../nvidia-imex-ctl $(B)/asan/nvidia-imex-ctl
+
+-include $(wildcard $(B)/obj/*.d $(B)/pic/*.d $(B)/asan/obj/*.d)
 
 # The IMEX simulator (test and demo infrastructure): one binary, called as nvidia-imex or
 # nvidia-imex-ctl through symlinks.

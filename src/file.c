@@ -45,83 +45,84 @@
 
 /* ---- read ----------------------------------------------------------------------------------- */
 
-/* Read the whole regular file `path` (symlinks followed: configuration files are often links)
- * into a malloc'ed buffer of at most max_bytes bytes.  Returns 0 with *out and *len set, -EFBIG
- * when the file holds more than max_bytes, -EISDIR, -EINVAL (not a regular file: a FIFO or device
- * could block or never end), or the errno of open/read. */
-static int read_file(const char *path, size_t max_bytes, char **out, size_t *len)
+/* Read fd to its end into a malloc'ed, NUL-terminated buffer of at most max_bytes bytes (the
+ * read_full_stream of systemd's fileio.c).  size_hint: the file's st_size in bytes (0 for /proc
+ * and /sys files: the buffer starts small and grows).  Restarts on EINTR.  Returns 0 with *out
+ * and *len set, -EFBIG when fd holds more than max_bytes, -ENOMEM, or read(2)'s negative errno.
+ * The caller keeps (and closes) fd. */
+int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int rc = 0;
-	char *buf = NULL;
-	size_t cap, n = 0;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		rc = -EISDIR;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-		goto out;
-	}
-	if ((unsigned long long)st.st_size > max_bytes) {
-		rc = -EFBIG;
-		goto out;
-	}
-	/* st_size is 0 for /proc and /sys files: start small and grow */
-	cap = (size_t)st.st_size + 1;
+	size_t cap = size_hint + 1, n = 0;
+	if (size_hint > max_bytes)
+		return -EFBIG;
 	if (cap < 4096)
 		cap = 4096;
 	if (cap > max_bytes + 1)
 		cap = max_bytes + 1;
-	buf = malloc(cap);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	char *buf = malloc(cap + 1);
+	if (!buf)
+		return -ENOMEM;
+	int rc = 0;
 	for (;;) {
 		if (n == cap) {
 			if (n > max_bytes) {
 				rc = -EFBIG;
-				goto out;
+				break;
 			}
 			size_t ncap = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
-			char *nb = realloc(buf, ncap);
+			char *nb = realloc(buf, ncap + 1);
 			if (!nb) {
 				rc = -ENOMEM;
-				goto out;
+				break;
 			}
 			buf = nb;
 			cap = ncap;
 		}
 		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
 		if (r < 0) {
-			if (errno == EINTR)
-				continue;
 			rc = -errno;
-			goto out;
+			break;
 		}
 		if (r == 0)
 			break;
 		n += (size_t)r;
 	}
-	if (n > max_bytes)
+	if (rc == 0 && n > max_bytes)
 		rc = -EFBIG;
-out:
-	close(fd);
 	if (rc < 0) {
 		free(buf);
 		return rc;
 	}
+	buf[n] = '\0';
 	*out = buf;
 	*len = n;
 	return 0;
+}
+
+/* Read the whole regular file `path` (symlinks followed: configuration files are often links)
+ * into a malloc'ed, NUL-terminated buffer of at most max_bytes bytes (systemd's read_full_file).
+ * Returns 0 with *out and *len set, -EFBIG when the file holds more than max_bytes, -EISDIR,
+ * -EINVAL (not a regular file: a FIFO or device could block or never end), or the negative
+ * errno of open/fstat/read. */
+int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int rc;
+	if (fstat(fd, &st) < 0)
+		rc = -errno;
+	else if (S_ISDIR(st.st_mode))
+		rc = -EISDIR;
+	else if (!S_ISREG(st.st_mode))
+		rc = -EINVAL;
+	else
+		rc = ig_read_full_fd(fd, (size_t)st.st_size, max_bytes, out, len);
+	close(fd);
+	return rc;
 }
 
 /* host.read(path, max_bytes) -> string, or nil, msg, code.
@@ -135,7 +136,7 @@ static int l_read(lua_State *L)
 	luaL_argcheck(L, max >= 0, 2, "max_bytes must be >= 0");
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = read_file(path, (size_t)max, &buf, &len);
+	int rc = ig_read_full_file(path, (size_t)max, &buf, &len);
 	if (rc == -EFBIG)
 		return ig_push_error(L, "EFBIG", "read %s: larger than %lld bytes", path,
 				     (long long)max);
@@ -357,9 +358,9 @@ static int link_temp(int fd, int dirfd, const char *base, char *name, size_t siz
 }
 
 /* Replace `path` with `len` bytes of data, mode `mode` (exact, no umask), atomically (see the top
- * of this file).  Returns 0 or -errno; *step names the failing step for the message.
+ * of this file).  Returns 0 or -errno; *step names the failing step for write_atomic's message.
  * *replaced is 1 when the rename happened (only the directory fsync can fail after it). */
-static int write_atomic(const char *path, const char *data, size_t len, mode_t mode,
+static int replace_file(const char *path, const char *data, size_t len, mode_t mode,
 			const char **step, int *replaced)
 {
 	char *dir = NULL;
@@ -436,6 +437,23 @@ fail:
 	return rc;
 }
 
+/* Replace `path` atomically (replace_file).  Returns 0, or -errno with a one-line message in err
+ * (errlen bytes) naming the path and the failing step, and whether the old file is intact. */
+static int write_atomic(const char *path, const char *data, size_t len, mode_t mode, char *err,
+			size_t errlen)
+{
+	const char *step = "";
+	int replaced = 0;
+	int rc = replace_file(path, data, len, mode, &step, &replaced);
+	if (rc < 0 && replaced)
+		snprintf(err, errlen, "write %s: replaced, but %s failed: %s", path, step,
+			 strerror(-rc));
+	else if (rc < 0)
+		snprintf(err, errlen, "write %s: %s: %s (old file intact)", path, step,
+			 strerror(-rc));
+	return rc;
+}
+
 /* host.write_atomic(path, data [, mode]) -> true, or nil, msg, code.
  * path: string; data: string (bytes); mode: integer permission bits, default 0644 (exact, the
  * umask does not apply).  code: the errno name of the failing step ("ENOSPC", "EROFS", "EDQUOT",
@@ -451,17 +469,10 @@ static int l_write_atomic(lua_State *L)
 	const char *data = luaL_checklstring(L, 2, &len);
 	lua_Integer mode = luaL_optinteger(L, 3, 0644);
 	luaL_argcheck(L, mode >= 0 && mode <= 07777, 3, "mode must be permission bits (0..07777)");
-	const char *step;
-	int replaced;
-	int rc = write_atomic(path, data, len, (mode_t)mode, &step, &replaced);
-	if (rc < 0) {
-		if (replaced)
-			return ig_push_error(L, ig_code(rc),
-					     "write %s: replaced, but %s failed: %s", path, step,
-					     strerror(-rc));
-		return ig_push_error(L, ig_code(rc), "write %s: %s: %s (old file intact)", path,
-				     step, strerror(-rc));
-	}
+	char err[PATH_MAX + 256];
+	int rc = write_atomic(path, data, len, (mode_t)mode, err, sizeof err);
+	if (rc < 0)
+		return ig_push_error(L, ig_code(rc), "%s", err);
 	lua_pushboolean(L, 1);
 	return 1;
 }

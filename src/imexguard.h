@@ -4,7 +4,10 @@
  * Conventions (every file of src/ follows them):
  *  - Internal C functions return 0 (or a count) on success and a negative errno on failure;
  *    -ETIMEDOUT means "the step's own timeout expired", -ETIME means "the run's global deadline
- *    (budget) ran out first".  They clean up on every path.
+ *    (budget) ran out first".  They clean up on every path.  This is the one way an error travels
+ *    inside C: a function that also explains its failure takes a message buffer (char *err,
+ *    size_t errlen) and writes one line there that names the input (made one line by
+ *    ig_one_line); a constructor that returns a pointer returns NULL with that message.
  *  - Lua primitives check their arguments with luaL_check* (misuse raises) and report runtime
  *    failure as three values: nil, a one-line message that names the input, and a short code
  *    string (see ig_push_error).  They never exit and never raise on a runtime failure.
@@ -48,6 +51,20 @@ const char *ig_code(int neg_errno);
 /* Push nil, message (printf format), code; return 3.  Use as `return ig_push_error(...)`. */
 int ig_push_error(lua_State *L, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Copy src into dst (size bytes) as one line: every run of CR/LF becomes one space and a text
+ * longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
+char *ig_one_line(char *dst, size_t size, const char *src);
+
+/* ---- file.c: bounded reads (systemd's read_full_stream / read_full_file) ------------------- */
+
+/* Read fd to its end into a malloc'ed NUL-terminated buffer (*out, *len bytes without the NUL)
+ * of at most max_bytes bytes; size_hint: the file's st_size in bytes.  Restarts on EINTR.
+ * Returns 0, -EFBIG (more than max_bytes), -ENOMEM or read(2)'s negative errno.  fd stays open. */
+int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size_t *len);
+/* Open `path` (symlinks followed) and read it as ig_read_full_fd.  Returns 0, or -EFBIG, -EISDIR,
+ * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
+int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
 /* ---- registration: each concern's file adds its primitives to the table on top of stack -- */
 void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */

@@ -34,6 +34,20 @@ void ig_log_setup(int journal, enum ig_level min_level)
 	g_min_level = min_level;
 }
 
+/* One line (see imexguard.h): CR and LF become spaces, a longer text is cut with "...". */
+char *ig_one_line(char *dst, size_t size, const char *src)
+{
+	if (size == 0)
+		return dst;
+	size_t n = 0;
+	for (; src[n] && n < size - 1; n++)
+		dst[n] = src[n] == '\n' || src[n] == '\r' ? ' ' : src[n];
+	dst[n] = '\0';
+	if (src[n] && size > 4)
+		memcpy(dst + size - 4, "...", 4);
+	return dst;
+}
+
 static int journal_enabled(void)
 {
 	const char *env = getenv("IMEXGUARD_NO_JOURNAL");
@@ -65,11 +79,10 @@ static void emit(enum ig_level level, const char *message, const char *const *fi
 		size_t len = strlen("imexguard: ") + strlen(lname) + 2 + mlen + 1;
 		char *line = malloc(len + 1);
 		if (line) {
-			int n = snprintf(line, len + 1, "imexguard: %s: %s\n", lname, message);
-			for (int i = 0; i < n - 1; i++)
-				if (line[i] == '\n' || line[i] == '\r')
-					line[i] = ' ';
-			write_stderr(line, (size_t)n);
+			int n = snprintf(line, len + 1, "imexguard: %s: ", lname);
+			ig_one_line(line + n, len + 1 - (size_t)n, message);
+			strcat(line, "\n");
+			write_stderr(line, strlen(line));
 			free(line);
 		}
 	}

@@ -194,6 +194,49 @@ static int fd_above_stdio(int fd)
 	return nfd;
 }
 
+/* Start argv (PATH searched) in a process group of its own, stdin /dev/null, stdout on out_fd and
+ * stderr on err_fd, every other descriptor closed, signals at their defaults and unblocked
+ * (posix_spawn(3)).  Returns 0 with *pid set, or the negative errno of posix_spawnp. */
+static int spawn(char *const argv[], int out_fd, int err_fd, pid_t *pid)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t all, none;
+	sigfillset(&all);
+	sigemptyset(&none);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&attr);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+	posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+					    POSIX_SPAWN_SETSIGMASK);
+	posix_spawnattr_setpgroup(&attr, 0);
+	posix_spawnattr_setsigdefault(&attr, &all);
+	posix_spawnattr_setsigmask(&attr, &none);
+	int err = posix_spawnp(pid, argv[0], &fa, &attr, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	return -err;
+}
+
+/* Reap the dead child pid (waitpid, restarting on EINTR) into r->status or r->signal. */
+static void reap(struct run_result *r, pid_t pid)
+{
+	int status;
+	pid_t w;
+	do
+		w = waitpid(pid, &status, 0);
+	while (w < 0 && errno == EINTR);
+	if (w != pid)
+		return;
+	if (WIFEXITED(status))
+		r->status = WEXITSTATUS(status);
+	else if (WIFSIGNALED(status))
+		r->signal = WTERMSIG(status);
+}
+
 /* Run argv (NULL-terminated) with `timeout` seconds (bounded by the budget) and at most
  * max_out bytes kept per stream.  Returns 0 when the child ended by itself in time (r filled),
  * -ETIMEDOUT (own timeout) / -ETIME (the budget was the tighter bound) when its group was killed
@@ -222,30 +265,9 @@ static int run_cmd(char *const argv[], double timeout, size_t max_out, struct ru
 		}
 	}
 
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t all, none;
-	sigfillset(&all);
-	sigemptyset(&none);
-	posix_spawn_file_actions_init(&fa);
-	posix_spawnattr_init(&attr);
-	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&fa, po[1], 1);
-	posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
-	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-					    POSIX_SPAWN_SETSIGMASK);
-	posix_spawnattr_setpgroup(&attr, 0);
-	posix_spawnattr_setsigdefault(&attr, &all);
-	posix_spawnattr_setsigmask(&attr, &none);
 	pid_t pid;
-	int err = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&attr);
-	if (err != 0) {
-		rc = -err;
+	if ((rc = spawn(argv, po[1], pe[1], &pid)) < 0)
 		goto close_pipes;
-	}
 	close(po[1]);
 	close(pe[1]);
 	po[1] = pe[1] = -1;
@@ -271,19 +293,8 @@ static int run_cmd(char *const argv[], double timeout, size_t max_out, struct ru
 		/* what the killed group had written */
 		pump(r, pid, pidfd, max_out, ig_now() + (r->reaped ? 0.05 : 0), 0, 1);
 	}
-	if (r->reaped) {
-		int status;
-		pid_t w;
-		do
-			w = waitpid(pid, &status, 0);
-		while (w < 0 && errno == EINTR);
-		if (w == pid) {
-			if (WIFEXITED(status))
-				r->status = WEXITSTATUS(status);
-			else if (WIFSIGNALED(status))
-				r->signal = WTERMSIG(status);
-		}
-	}
+	if (r->reaped)
+		reap(r, pid);
 	if (pidfd >= 0)
 		close(pidfd);
 	if (r->out.fd >= 0)

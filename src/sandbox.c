@@ -23,56 +23,36 @@
  *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
  *    no package.path and no C module is ever loaded from disk.
  *
- * The deadline (design.md "Deadline"; cases C13) is enforced in three layers:
+ * The deadline (the run's budget, docs/design.md) is enforced in three layers:
  *  1. Primitives: every blocking primitive is bounded by ig_remaining() and returns
  *     nil, msg, "deadline" once the budget is gone, so a policy normally ends by itself.  It gets
  *     IG_DEADLINE_GRACE seconds after the deadline to return its own outcome naming the step.
  *  2. Count hook: every IG_HOOK_COUNT VM instructions the hook compares the clock with the
- *     deadline; past deadline + grace it raises a unique light-userdata sentinel (g_sentinel)
+ *     deadline; past deadline + grace it raises a unique light-userdata sentinel (g_sb.sentinel)
  *     and from then on fires every IG_HOOK_COUNT_FIRED instructions.  The sandbox's pcall and
  *     xpcall re-raise it (and any error once the interrupt has fired), so
  *     `while true do pcall(function() while true do end end) end` stops too.  The host turns the
  *     sentinel into the outcome deadline-exceeded.
- *  3. Watchdog: a POSIX timer (timer_create, CLOCK_MONOTONIC, SIGEV_THREAD) at deadline +
- *     IG_WATCHDOG_GRACE seconds covers code stuck inside one C call (a pathological string.find
- *     pattern runs no VM instruction).  Its thread writes one line "imexguard: err: <command>
- *     job=N outcome=deadline-exceeded: watchdog: ..." with write(2) and calls _exit(10): both are
- *     async-signal-safe (POSIX), and a thread is unaffected by the main thread's signal mask.
- *     Child processes of `host.run` are already bounded by the deadline in run.c.
- *  The run also ends at once, with the same kind of final line and exit code, on SIGTERM or
- *  SIGINT (an admin or slurmd stopping it): on_terminate, installed with the watchdog.
- *
- * Trust (design.md "Trust"): ig_read_trusted.
+ *  3. Watchdog (watchdog.c): a timer at deadline + IG_WATCHDOG_GRACE seconds ends a run stuck
+ *     inside one C call.
+ * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"
 
 #include "imexguard.h"
+#include "trust.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <lualib.h>
 #include <math.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* lua-cjson's entry point (liblua5.4-cjson ships no header). */
 int luaopen_cjson(lua_State *L);
-
-/* The generated table of embedded Lua sources (src/embed.lua); ends with a NULL name. */
-struct ig_embedded {
-	const char *name;
-	const char *chunkname;
-	const char *data;
-	size_t len;
-};
-extern const struct ig_embedded ig_embedded[];
 
 /* Instructions between two deadline checks (a check is one clock_gettime, ~20 ns). */
 #define IG_HOOK_COUNT 1000
@@ -83,29 +63,25 @@ extern const struct ig_embedded ig_embedded[];
 #define LOADED_KEY "imexguard.sandbox.loaded"
 
 struct ig_mem {
-	size_t used;
-	size_t limit;
+	size_t used;  /* bytes in use */
+	size_t limit; /* bytes: IG_SANDBOX_MEM_LIMIT */
 };
 
-static struct ig_mem g_mem;
-static char g_sentinel;		    /* its address is the deadline interrupt */
-static char g_loading;		    /* its address marks a module being loaded */
-static int g_fired;		    /* the deadline interrupt has fired */
-static char g_where[512];	    /* where the interrupt first hit: "file:line" */
-static char *g_lua_dir;		    /* --lua-dir, or NULL */
-static char *g_traceback;	    /* full traceback of the last error */
-static timer_t g_timer;		    /* the watchdog */
-static int g_timer_ok;		    /* g_timer was created */
-static char g_wd_line[2][512];	    /* the watchdog's last line, double-buffered */
-static char g_term_line[2][512];    /* the last line on SIGTERM/SIGINT, double-buffered */
-static atomic_size_t g_term_len[2]; /* lengths of g_term_line[] */
-static atomic_int g_wd_cur;	    /* index of the line in use */
-static atomic_size_t g_wd_len[2];   /* lengths of g_wd_line[] */
+/* The sandbox's state (one Lua state per process). */
+static struct {
+	struct ig_mem mem;
+	char sentinel;	 /* its address is the deadline interrupt */
+	char loading;	 /* its address marks a module being loaded */
+	int fired;	 /* the deadline interrupt has fired */
+	char where[512]; /* where the interrupt first hit: "file:line" */
+	char *lua_dir;	 /* --lua-dir, or NULL */
+	char *traceback; /* full traceback of the last error */
+} g_sb;
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
 /* lua_Alloc (Lua 5.4 manual 4.6) with a cap: an allocation that would take the total past
- * g_mem.limit bytes fails (returns NULL), which Lua reports as "not enough memory". */
+ * g_sb.mem.limit bytes fails (returns NULL), which Lua reports as "not enough memory". */
 static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
 	struct ig_mem *m = ud;
@@ -141,35 +117,31 @@ static int ig_panic(lua_State *L)
 
 static void raise_deadline(lua_State *L)
 {
-	lua_pushlightuserdata(L, &g_sentinel);
+	lua_pushlightuserdata(L, &g_sb.sentinel);
 	lua_error(L);
 }
 
 static int is_sentinel(lua_State *L, int idx)
 {
-	return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == &g_sentinel;
+	return lua_islightuserdata(L, idx) && lua_touserdata(L, idx) == &g_sb.sentinel;
 }
 
 /* The count hook (lua_sethook, LUA_MASKCOUNT): layer 2 of the deadline. */
 static void ig_hook(lua_State *L, lua_Debug *ar)
 {
-	if (!g_fired) {
+	if (!g_sb.fired) {
 		double dl = ig_deadline();
 		if (isinf(dl) || ig_now() < dl + IG_DEADLINE_GRACE)
 			return;
-		g_fired = 1;
+		g_sb.fired = 1;
 		if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
-			snprintf(g_where, sizeof g_where, "%s:%d", ar->short_src, ar->currentline);
+			snprintf(g_sb.where, sizeof g_sb.where, "%s:%d", ar->short_src,
+				 ar->currentline);
 		else
-			snprintf(g_where, sizeof g_where, "a C function");
+			snprintf(g_sb.where, sizeof g_sb.where, "a C function");
 		lua_sethook(L, ig_hook, LUA_MASKCOUNT, IG_HOOK_COUNT_FIRED);
 	}
 	raise_deadline(L);
-}
-
-int ig_sandbox_deadline_fired(void)
-{
-	return g_fired;
 }
 
 /* Suspend (on = 0) or restore (on = 1) the count hook. */
@@ -177,129 +149,37 @@ void ig_sandbox_hook(lua_State *L, int on)
 {
 	if (on)
 		lua_sethook(L, ig_hook, LUA_MASKCOUNT,
-			    g_fired ? IG_HOOK_COUNT_FIRED : IG_HOOK_COUNT);
+			    g_sb.fired ? IG_HOOK_COUNT_FIRED : IG_HOOK_COUNT);
 	else
 		lua_sethook(L, NULL, 0, 0);
 }
 
-/* The watchdog's thread (SIGEV_THREAD): only async-signal-safe calls (write, _exit). */
-static void watchdog_fire(union sigval sv)
-{
-	(void)sv;
-	int cur = atomic_load(&g_wd_cur);
-	size_t len = atomic_load(&g_wd_len[cur]);
-	if (write(STDERR_FILENO, g_wd_line[cur], len) < 0) {
-		/* nothing left to do: the exit code still says deadline-exceeded */
-	}
-	_exit(IG_WATCHDOG_EXIT);
-}
-
-/* SIGTERM/SIGINT (an admin, or slurmd giving up on the prolog): the run ends at once with its one
- * final line and the exit code of deadline-exceeded, like the watchdog.  Only async-signal-safe
- * calls.  Nothing is torn: the node list and the state file are replaced by rename(2) or not at
- * all, and the node lock is released by the kernel when the process exits. */
-static void on_terminate(int signo)
-{
-	(void)signo;
-	int cur = atomic_load(&g_wd_cur);
-	size_t len = atomic_load(&g_term_len[cur]);
-	if (write(STDERR_FILENO, g_term_line[cur], len) < 0) {
-		/* nothing left to do */
-	}
-	_exit(IG_WATCHDOG_EXIT);
-}
-
-/* Format one final line into buf (size 512) for the command and job; returns its length. */
-static size_t final_line(char *buf, const char *command, const char *job, const char *what)
-{
-	int n = snprintf(buf, 512, "imexguard: err: %s job=%s outcome=deadline-exceeded: %s\n",
-			 command ? command : "-", job && *job ? job : "-", what);
-	if (n < 0)
-		n = 0;
-	if (n >= 512) {
-		n = 511;
-		buf[n - 1] = '\n';
-	}
-	return (size_t)n;
-}
-
-/* Set the watchdog's line: the command and the job id (copied; NULL job: "-").  Double-buffered
- * so the watchdog thread never reads a half-written line. */
-void ig_watchdog_label(const char *command, const char *job)
-{
-	int next = 1 - atomic_load(&g_wd_cur);
-	atomic_store(
-	    &g_term_len[next],
-	    final_line(g_term_line[next], command, job,
-		       "terminated by a signal (SIGTERM or SIGINT) before the run ended; the "
-		       "node list on disk is the old or the new one, never torn"));
-	int n =
-	    snprintf(g_wd_line[next], sizeof g_wd_line[next],
-		     "imexguard: err: %s job=%s outcome=deadline-exceeded: watchdog: still running "
-		     "%.0f s after the deadline (stuck in a C call), exiting\n",
-		     command ? command : "-", job && *job ? job : "-", IG_WATCHDOG_GRACE);
-	if (n < 0)
-		n = 0;
-	if ((size_t)n >= sizeof g_wd_line[next]) {
-		n = (int)sizeof g_wd_line[next] - 1;
-		g_wd_line[next][n - 1] = '\n';
-	}
-	atomic_store(&g_wd_len[next], (size_t)n);
-	atomic_store(&g_wd_cur, next);
-}
-
-/* Arm (or re-arm) the watchdog at ig_deadline() + IG_WATCHDOG_GRACE (absolute CLOCK_MONOTONIC,
- * POSIX timer_settime with TIMER_ABSTIME).  No deadline: disarm.  Returns 0 or a negative errno
- * (timer_create failed: the other two layers still apply). */
-int ig_watchdog_arm(void)
-{
-	if (!g_timer_ok) {
-		struct sigevent sev;
-		memset(&sev, 0, sizeof sev);
-		sev.sigev_notify = SIGEV_THREAD;
-		sev.sigev_notify_function = watchdog_fire;
-		if (timer_create(CLOCK_MONOTONIC, &sev, &g_timer) != 0)
-			return -errno;
-		g_timer_ok = 1;
-		if (atomic_load(&g_wd_len[atomic_load(&g_wd_cur)]) == 0)
-			ig_watchdog_label(NULL, NULL);
-		struct sigaction sa;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_terminate;
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGTERM, &sa, NULL);
-		sigaction(SIGINT, &sa, NULL);
-	}
-	struct itimerspec its;
-	memset(&its, 0, sizeof its);
-	double dl = ig_deadline();
-	if (!isinf(dl)) {
-		double at = dl + IG_WATCHDOG_GRACE;
-		its.it_value.tv_sec = (time_t)at;
-		its.it_value.tv_nsec = (long)((at - (double)its.it_value.tv_sec) * 1e9);
-		if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
-			its.it_value.tv_nsec = 1;
-	}
-	if (timer_settime(g_timer, TIMER_ABSTIME, &its, NULL) != 0)
-		return -errno;
-	return 0;
-}
-
 /* ---- the replaced base functions --------------------------------------------------------------
  */
+
+/* The results of the sandbox's pcall and xpcall once lua_pcall returned `status`: an error after
+ * the deadline interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be
+ * swallowed; otherwise the status boolean goes to index 1, inserted (pcall) or replacing the
+ * message handler there (xpcall, replace = 1).  Returns the number of results. */
+static int pcall_results(lua_State *L, int status, int replace)
+{
+	if (status != LUA_OK && (g_sb.fired || is_sentinel(L, -1)))
+		raise_deadline(L);
+	luaL_checkstack(L, 1, "pcall results");
+	lua_pushboolean(L, status == LUA_OK);
+	if (replace)
+		lua_replace(L, 1);
+	else
+		lua_insert(L, 1);
+	return lua_gettop(L);
+}
 
 /* pcall(f, ...) -> true, results | false, err.  As Lua's, but an error after the deadline
  * interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be swallowed. */
 static int sb_pcall(lua_State *L)
 {
 	luaL_checkany(L, 1);
-	int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-	if (status != LUA_OK && (g_fired || is_sentinel(L, -1)))
-		raise_deadline(L);
-	luaL_checkstack(L, 1, "pcall results");
-	lua_pushboolean(L, status == LUA_OK);
-	lua_insert(L, 1);
-	return lua_gettop(L);
+	return pcall_results(L, lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0), 0);
 }
 
 /* The message handler installed by xpcall: the deadline interrupt passes through untouched and
@@ -309,7 +189,7 @@ static int sb_pcall(lua_State *L)
  * interrupted there. */
 static int sb_xpcall_handler(lua_State *L)
 {
-	if (g_fired || is_sentinel(L, 1))
+	if (g_sb.fired || is_sentinel(L, 1))
 		return 1;
 	lua_pushvalue(L, lua_upvalueindex(1));
 	lua_insert(L, 1);
@@ -328,13 +208,7 @@ static int sb_xpcall(lua_State *L)
 	lua_pushcclosure(L, sb_xpcall_handler, 1);
 	lua_replace(L, 1); /* handler at 1 */
 	lua_replace(L, 2); /* f at 2 */
-	int status = lua_pcall(L, n - 2, LUA_MULTRET, 1);
-	if (status != LUA_OK && (g_fired || is_sentinel(L, -1)))
-		raise_deadline(L);
-	luaL_checkstack(L, 1, "xpcall results");
-	lua_pushboolean(L, status == LUA_OK);
-	lua_replace(L, 1);
-	return lua_gettop(L);
+	return pcall_results(L, lua_pcall(L, n - 2, LUA_MULTRET, 1), 1);
 }
 
 /* load(chunk [, chunkname [, mode [, env]]]): text chunks only (a mode without "t" returns
@@ -440,6 +314,24 @@ static int sb_env_newindex(lua_State *L)
 	return luaL_error(L, "assignment to undeclared global '%s'", luaL_tolstring(L, 2, NULL));
 }
 
+/* Push the sandbox environment table (the policies' _ENV). */
+static void push_env(lua_State *L)
+{
+	lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
+}
+
+/* Compile text as a chunk whose _ENV is the sandbox env; text mode only, chunkname "@path".
+ * Pushes the function, or returns -EINVAL with the syntax error ("path:line: msg") pushed. */
+static int sandbox_load(lua_State *L, const char *text, size_t len, const char *chunkname)
+{
+	if (luaL_loadbufferx(L, text, len, chunkname, "t") != LUA_OK)
+		return -EINVAL;
+	push_env(L);
+	if (lua_setupvalue(L, -2, 1) == NULL)
+		lua_pop(L, 1);
+	return 0;
+}
+
 /* ---- modules -------------------------------------------------------------------------------- */
 
 static const struct ig_embedded *find_embedded(const char *name)
@@ -472,10 +364,10 @@ static int valid_lib_name(const char *name)
 /* DIR/a/b.lua for "a.b" into buf; returns 0 or -ENAMETOOLONG. */
 static int lua_dir_path(const char *name, char *buf, size_t size)
 {
-	int n = snprintf(buf, size, "%s/%s.lua", g_lua_dir, name);
+	int n = snprintf(buf, size, "%s/%s.lua", g_sb.lua_dir, name);
 	if (n < 0 || (size_t)n >= size)
 		return -ENAMETOOLONG;
-	char *p = buf + strlen(g_lua_dir) + 1;
+	char *p = buf + strlen(g_sb.lua_dir) + 1;
 	for (; *p; p++)
 		if (*p == '.' && strcmp(p, ".lua") != 0)
 			*p = '/';
@@ -490,14 +382,15 @@ int ig_sandbox_has_module(lua_State *L, const char *name)
 	if (find_embedded(name))
 		return 1;
 	char path[4096];
-	return g_lua_dir && lua_dir_path(name, path, sizeof path) == 0 && access(path, R_OK) == 0;
+	return g_sb.lua_dir && lua_dir_path(name, path, sizeof path) == 0 &&
+	       access(path, R_OK) == 0;
 }
 
 /* Push the chunk of library module `name` (from --lua-dir, else embedded) with the sandbox env;
  * raises when it is missing or does not compile. */
 static void push_lib_chunk(lua_State *L, const char *name)
 {
-	if (g_lua_dir) {
+	if (g_sb.lua_dir) {
 		char path[4096], err[768], chunkname[4100];
 		char *data = NULL;
 		size_t len = 0;
@@ -506,7 +399,7 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		int rc = ig_read_trusted(path, "module", &data, &len, err, sizeof err);
 		if (rc == 0) {
 			snprintf(chunkname, sizeof chunkname, "@%s", path);
-			rc = ig_sandbox_load(L, data, len, chunkname);
+			rc = sandbox_load(L, data, len, chunkname);
 			free(data);
 			if (rc != 0)
 				lua_error(L);
@@ -522,7 +415,7 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		    "module '%s' not found (the sandbox provides only imexguard.*, policies.* "
 		    "and cjson)",
 		    name);
-	if (ig_sandbox_load(L, e->data, e->len, e->chunkname) != 0)
+	if (sandbox_load(L, e->data, e->len, e->chunkname) != 0)
 		lua_error(L);
 }
 
@@ -535,12 +428,12 @@ static int sb_require(lua_State *L)
 	lua_settop(L, 1);
 	lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY); /* 2 */
 	if (lua_getfield(L, 2, name) != LUA_TNIL) {
-		if (lua_touserdata(L, -1) == &g_loading)
+		if (lua_touserdata(L, -1) == &g_sb.loading)
 			return luaL_error(L, "loop or previous error loading module '%s'", name);
 		return 1;
 	}
 	lua_pop(L, 1);
-	lua_pushlightuserdata(L, &g_loading);
+	lua_pushlightuserdata(L, &g_sb.loading);
 	lua_setfield(L, 2, name);
 	if (strcmp(name, "imexguard.host") == 0) {
 		lua_pushcfunction(L, luaopen_imexguard_host);
@@ -655,16 +548,16 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 			snprintf(err, errlen, "--lua-dir %s: not a directory", lua_dir);
 			return NULL;
 		}
-		free(g_lua_dir);
-		g_lua_dir = strdup(lua_dir);
-		if (g_lua_dir == NULL) {
+		free(g_sb.lua_dir);
+		g_sb.lua_dir = strdup(lua_dir);
+		if (g_sb.lua_dir == NULL) {
 			snprintf(err, errlen, "out of memory");
 			return NULL;
 		}
 	}
-	g_mem.used = 0;
-	g_mem.limit = IG_SANDBOX_MEM_LIMIT;
-	lua_State *L = lua_newstate(ig_alloc, &g_mem);
+	g_sb.mem.used = 0;
+	g_sb.mem.limit = IG_SANDBOX_MEM_LIMIT;
+	lua_State *L = lua_newstate(ig_alloc, &g_sb.mem);
 	if (L == NULL) {
 		snprintf(err, errlen, "cannot create the Lua state: out of memory");
 		return NULL;
@@ -684,24 +577,8 @@ void ig_sandbox_close(lua_State *L)
 {
 	if (L != NULL)
 		lua_close(L);
-	free(g_traceback);
-	g_traceback = NULL;
-}
-
-void ig_sandbox_push_env(lua_State *L)
-{
-	lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
-}
-
-/* Compile text as a chunk whose _ENV is the sandbox env; text mode only. */
-int ig_sandbox_load(lua_State *L, const char *text, size_t len, const char *chunkname)
-{
-	if (luaL_loadbufferx(L, text, len, chunkname, "t") != LUA_OK)
-		return -EINVAL;
-	ig_sandbox_push_env(L);
-	if (lua_setupvalue(L, -2, 1) == NULL)
-		lua_pop(L, 1);
-	return 0;
+	free(g_sb.traceback);
+	g_sb.traceback = NULL;
 }
 
 /* ---- calling -------------------------------------------------------------------------------- */
@@ -726,7 +603,7 @@ static int has_position(const char *msg)
  * when the error value has none, e.g. error("x", 0) or error({})). */
 static int sb_msgh(lua_State *L)
 {
-	if (g_fired || is_sentinel(L, 1)) {
+	if (g_sb.fired || is_sentinel(L, 1)) {
 		lua_settop(L, 1);
 		return 1;
 	}
@@ -754,7 +631,7 @@ static int sb_msgh(lua_State *L)
 
 const char *ig_sandbox_traceback(void)
 {
-	return g_traceback ? g_traceback : "";
+	return g_sb.traceback ? g_sb.traceback : "";
 }
 
 enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
@@ -766,10 +643,10 @@ enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
 	lua_remove(L, base);
 	if (status == LUA_OK)
 		return IG_CALL_OK;
-	if (g_fired || is_sentinel(L, -1)) {
+	if (g_sb.fired || is_sentinel(L, -1)) {
 		lua_pop(L, 1);
 		lua_pushfstring(L, "the run's deadline passed; interrupted at %s",
-				g_where[0] ? g_where : "an unknown place");
+				g_sb.where[0] ? g_sb.where : "an unknown place");
 		return IG_CALL_DEADLINE;
 	}
 	if (status == LUA_ERRMEM) {
@@ -781,8 +658,8 @@ enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
 	const char *full = lua_tostring(L, -1);
 	if (full == NULL)
 		full = "(error object is not a string)";
-	free(g_traceback);
-	g_traceback = strdup(full);
+	free(g_sb.traceback);
+	g_sb.traceback = strdup(full);
 	const char *nl = strchr(full, '\n');
 	if (nl)
 		lua_pushlstring(L, full, (size_t)(nl - full));
@@ -792,256 +669,17 @@ enum ig_call ig_sandbox_call(lua_State *L, int nargs, int nresults)
 	return IG_CALL_ERROR;
 }
 
+void ig_sandbox_preload(lua_State *L, const char *name)
+{
+	lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+	lua_insert(L, -2);
+	lua_setfield(L, -2, name);
+	lua_pop(L, 1);
+}
+
 enum ig_call ig_sandbox_require(lua_State *L, const char *name)
 {
 	lua_pushcfunction(L, sb_require);
 	lua_pushstring(L, name);
 	return ig_sandbox_call(L, 1, 1);
-}
-
-/* ---- trust ---------------------------------------------------------------------------------- */
-
-/* The trust rule, applied only when running as root (design.md "Trust"), after sshd's StrictModes
- * (OpenSSH misc.c safe_path) and sudo's sudoers checks:
- *  - the file: a regular file owned by root (uid 0), not writable by group or others;
- *  - every directory in which a name is looked up while the path is resolved, i.e. every
- *    directory from "/" down to the file's canonical parent AND the directory holding each
- *    symlink met on the way (at any hop): owned by root and not writable by group or others,
- *    EXCEPT a root-owned directory with the sticky bit (S_ISVTX, like /tmp 1777): there other
- *    users can neither rename nor delete entries they do not own (POSIX rename/unlink on sticky
- *    directories), so a root-owned entry below it cannot be swapped.  A symlink kept in a
- *    directory another user can write is refused even when it points to a root file: that user
- *    decides where it points (another root-owned file: an older policy, an example policy).
- *    sshd does not make the sticky exception; we do, so that a private root-owned directory
- *    under /tmp (mktemp -d, 0700) is usable, e.g. by tests.
- * The path is resolved here component by component, as realpath(3) does (symlinks followed, at
- * most IG_TRUST_MAX_LINKS), checking each directory before a name is looked up in it.  The file is
- * opened first and checked by fstat, and the resolved canonical path must name the same inode, so
- * what is read is what was checked. */
-#define IG_TRUST_MAX_LINKS 40
-
-/* Check one directory (absolute path) by the rule above.  Returns 0, or -EPERM / -errno with a
- * one-line message naming the file (path) and the directory. */
-static int trusted_dir(const char *dir, const char *path, const char *what, char *err,
-		       size_t errlen)
-{
-	struct stat dst;
-	if (stat(dir, &dst) != 0) {
-		int rc = -errno;
-		snprintf(err, errlen, "refusing %s %s: cannot stat directory %s: %s", what, path,
-			 dir, strerror(-rc));
-		return rc;
-	}
-	if (dst.st_uid != 0) {
-		snprintf(err, errlen, "refusing %s %s: directory %s is owned by uid %u, not root",
-			 what, path, dir, (unsigned)dst.st_uid);
-		return -EPERM;
-	}
-	if ((dst.st_mode & (S_IWGRP | S_IWOTH)) && !(dst.st_mode & S_ISVTX)) {
-		snprintf(err, errlen,
-			 "refusing %s %s: directory %s is writable by group or others (mode %04o)",
-			 what, path, dir, (unsigned)(dst.st_mode & 07777));
-		return -EPERM;
-	}
-	return 0;
-}
-
-/* Resolve `path` (absolute, or relative to the working directory) to its canonical form in
- * *resolved (malloc'd), checking with trusted_dir every directory in which a component is looked
- * up.  Returns 0 or a negative errno with err set (-ELOOP after IG_TRUST_MAX_LINKS symlinks,
- * -ENAMETOOLONG beyond PATH_MAX). */
-static int trust_walk(const char *path, const char *what, char **resolved, char *err, size_t errlen)
-{
-	char cur[PATH_MAX], rest[PATH_MAX], comp[PATH_MAX], link[PATH_MAX], tmp[2 * PATH_MAX + 2];
-	int links = 0, rc;
-
-	*resolved = NULL;
-	if (path[0] == '/') {
-		if (snprintf(rest, sizeof rest, "%s", path) >= (int)sizeof rest)
-			goto toolong;
-	} else {
-		if (getcwd(cur, sizeof cur) == NULL) {
-			rc = -errno;
-			snprintf(err, errlen, "refusing %s %s: cannot resolve its path: %s", what,
-				 path, strerror(-rc));
-			return rc;
-		}
-		if (snprintf(rest, sizeof rest, "%s/%s", cur, path) >= (int)sizeof rest)
-			goto toolong;
-	}
-	strcpy(cur, "/");
-	char *p = rest;
-	while (*p) {
-		while (*p == '/')
-			p++;
-		if (!*p)
-			break;
-		size_t n = strcspn(p, "/");
-		memcpy(comp, p, n);
-		comp[n] = '\0';
-		p += n;
-		if (strcmp(comp, ".") == 0)
-			continue;
-		if (strcmp(comp, "..") == 0) { /* the parent: already checked on the way down */
-			char *slash = strrchr(cur, '/');
-			if (slash == cur)
-				cur[1] = '\0';
-			else
-				*slash = '\0';
-			continue;
-		}
-		if ((rc = trusted_dir(cur, path, what, err, errlen)) != 0)
-			return rc;
-		char next[PATH_MAX];
-		if (snprintf(next, sizeof next, "%s%s%s", cur, strcmp(cur, "/") ? "/" : "", comp) >=
-		    (int)sizeof next)
-			goto toolong;
-		struct stat lst;
-		if (lstat(next, &lst) != 0) {
-			rc = -errno;
-			snprintf(err, errlen, "refusing %s %s: cannot resolve its path: %s: %s",
-				 what, path, next, strerror(-rc));
-			return rc;
-		}
-		if (!S_ISLNK(lst.st_mode)) {
-			strcpy(cur, next);
-			continue;
-		}
-		if (++links > IG_TRUST_MAX_LINKS) {
-			snprintf(err, errlen, "refusing %s %s: more than %d symbolic links", what,
-				 path, IG_TRUST_MAX_LINKS);
-			return -ELOOP;
-		}
-		ssize_t ln = readlink(next, link, sizeof link - 1);
-		if (ln < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "refusing %s %s: cannot read link %s: %s", what, path,
-				 next, strerror(-rc));
-			return rc;
-		}
-		link[ln] = '\0';
-		/* the link's target, then what was left of the path */
-		snprintf(tmp, sizeof tmp, "%s/%s", link, p);
-		if (strlen(tmp) >= sizeof rest)
-			goto toolong;
-		strcpy(rest, tmp);
-		p = rest;
-		if (link[0] == '/')
-			strcpy(cur, "/");
-	}
-	*resolved = strdup(cur);
-	if (*resolved == NULL) {
-		snprintf(err, errlen, "refusing %s %s: out of memory", what, path);
-		return -ENOMEM;
-	}
-	return 0;
-toolong:
-	snprintf(err, errlen, "refusing %s %s: path too long", what, path);
-	return -ENAMETOOLONG;
-}
-
-static int trust_check(const char *path, const struct stat *st, const char *what, char *err,
-		       size_t errlen)
-{
-	if (st->st_uid != 0) {
-		snprintf(err, errlen, "refusing %s %s: owned by uid %u, not root", what, path,
-			 (unsigned)st->st_uid);
-		return -EPERM;
-	}
-	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(err, errlen, "refusing %s %s: writable by group or others (mode %04o)",
-			 what, path, (unsigned)(st->st_mode & 07777));
-		return -EPERM;
-	}
-	char *rp = NULL;
-	int rc = trust_walk(path, what, &rp, err, errlen);
-	if (rc != 0)
-		return rc;
-	struct stat rst;
-	if (stat(rp, &rst) != 0 || rst.st_dev != st->st_dev || rst.st_ino != st->st_ino) {
-		snprintf(err, errlen, "refusing %s %s: the file changed while it was checked", what,
-			 path);
-		rc = -EAGAIN;
-	}
-	free(rp);
-	return rc;
-}
-
-int ig_read_trusted(const char *path, const char *what, char **data, size_t *len, char *err,
-		    size_t errlen)
-{
-	*data = NULL;
-	*len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		int rc = -errno;
-		snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(-rc));
-		return rc;
-	}
-	int rc = 0;
-	char *buf = NULL;
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot stat %s %s: %s", what, path, strerror(-rc));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = -EINVAL;
-		snprintf(err, errlen, "%s %s is not a regular file", what, path);
-		goto out;
-	}
-	if (geteuid() == 0 && (rc = trust_check(path, &st, what, err, errlen)) != 0)
-		goto out;
-	if ((size_t)st.st_size > IG_SANDBOX_MAX_FILE) {
-		rc = -EFBIG;
-		snprintf(err, errlen, "%s %s is larger than %zu bytes", what, path,
-			 IG_SANDBOX_MAX_FILE);
-		goto out;
-	}
-	size_t cap = (size_t)st.st_size + 1, n = 0;
-	buf = malloc(cap + 1);
-	if (buf == NULL) {
-		rc = -ENOMEM;
-		snprintf(err, errlen, "cannot read %s %s: out of memory", what, path);
-		goto out;
-	}
-	for (;;) {
-		if (n == cap) {
-			if (cap > IG_SANDBOX_MAX_FILE) {
-				rc = -EFBIG;
-				snprintf(err, errlen, "%s %s is larger than %zu bytes", what, path,
-					 IG_SANDBOX_MAX_FILE);
-				goto out;
-			}
-			char *nb = realloc(buf, cap * 2 + 1);
-			if (nb == NULL) {
-				rc = -ENOMEM;
-				snprintf(err, errlen, "cannot read %s %s: out of memory", what,
-					 path);
-				goto out;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		ssize_t r = read(fd, buf + n, cap - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			rc = -errno;
-			snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(-rc));
-			goto out;
-		}
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	buf[n] = '\0';
-	*data = buf;
-	*len = n;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return rc;
 }

@@ -1,12 +1,62 @@
---- The host's own Lua: what src/main.c asks of the library before and after a policy runs
--- (settings, the host table with recorders for `plan`, ctx, checking a policy's entry points and
--- outcome, the scenarios of `check`). Runs in the sandbox like every module; main.c requires it
--- as "imexguard.driver" and calls its functions by name.
-local D = {}
+--- The run, told in Lua: the sequence of an imexguard run (settings, the host table or the
+-- recorders of `plan`, the policy, ctx, the entry point, its outcome and exit code; the standard
+-- scenarios of `check`). src/main.c keeps the edges (arguments, sandbox, deadline, watchdog,
+-- signals, the final line, the exit) and calls this module through a tiny fixed protocol, like
+-- Slurm's job_submit/lua or lsyncd's runner: each call passes one table, `run`, and returns one
+-- table, the answer.
+--
+-- `run` is made by main.c once and lives for the whole run; the driver keeps its state in it.
+-- main.c sets: command, config (path), config_explicit, policy (path or nil), check_path, sets
+-- (list of "KEY=VALUE"), deadline_arg (string or nil), json, env (the environment), and `c`, the
+-- host's own functions: c.read_trusted(path, what) -> text | nil, msg, code (the trust check of
+-- src/trust.c), c.has_module(name) -> boolean, c.preload(name, value) (what require(name) returns
+-- from now on), c.set_job(id) (the job id of the final line and of the watchdog's line).
+-- For the deadline interrupt of `check`, main.c sets run.why and run.verdict before check_failed.
+--
+-- An answer with a field `outcome` ends the run: main.c writes `output` (a string, may be nil) to
+-- stdout and logs the final line with `outcome`, `code` (the exit code) and `message`. Any other
+-- answer may carry `output` too. A call that raises ends the run in policy-error (or
+-- deadline-exceeded when the deadline interrupt fired), with the traceback logged at debug.
+--
+-- Calls, in order: settings, then prepare, invoke, finish (prolog, epilog, status, plan) or
+-- check_begin, check_next and check_scenario or check_failed per scenario, check_end (check).
 local S = require 'imexguard.settings'
 local outcomes = require 'imexguard.outcomes'
--- settings: load the file text (nil: defaults), apply --set, validate
-function D.settings(text, path, sets)
+
+local D = {}
+
+--- The built-in policy.
+D.DEFAULT_POLICY = 'policies.default'
+
+-- one line, at most 1000 bytes (the final line carries it)
+local function one_line(s)
+  s = tostring(s):gsub('[\r\n]+', ' ')
+  if #s > 1000 then s = s:sub(1, 1000) .. '...' end
+  return s
+end
+
+-- The answer that ends the run with `outcome`.
+local function ends(run, outcome, message, output)
+  return { outcome = outcome, code = outcomes.exit_code(outcome, run.settings), message = message,
+    output = output }
+end
+
+-- ---- settings ------------------------------------------------------------------------------
+
+-- The settings file's text (nil: all defaults), or nil, error message.
+local function settings_text(run)
+  local text, err, code = run.c.read_trusted(run.config, 'settings file')
+  if text then return text end
+  if code == 'ENOENT' and not run.config_explicit then return nil end -- optional default file
+  return false, err
+end
+
+--- Validated settings from the file text (nil: defaults) and the --set overrides.
+-- @param text string|nil the settings file's text
+-- @param path string its path (messages)
+-- @param sets table list of "KEY=VALUE"
+-- @return table settings, or nil, error message
+function D.load_settings(text, path, sets)
   local raw, err = {}
   if text then
     raw, err = S.load(text, '@' .. path)
@@ -21,6 +71,24 @@ function D.settings(text, path, sets)
   if not t then return nil, '--set: ' .. err end
   return t
 end
+
+--- Call 1: read and validate the settings (file, --set, --deadline); run.settings.
+-- @param run table the run
+-- @return table {deadline = seconds, bus, log_level, log_journal} for main.c to apply, or an end
+function D.settings(run)
+  local text, err = settings_text(run)
+  if text == false then return ends(run, 'policy-error', err) end
+  local sets = {}
+  for i, s in ipairs(run.sets or {}) do sets[i] = s end
+  -- --deadline wins over the file and --set
+  if run.deadline_arg then sets[#sets + 1] = 'deadline=' .. run.deadline_arg end
+  local t; t, err = D.load_settings(text, run.config, sets)
+  if not t then return ends(run, 'policy-error', err or 'settings: invalid') end
+  run.settings = t
+  return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal }
+end
+
+-- ---- the host table and the policy ------------------------------------------------------------
 
 -- the host table: the primitives, or for a dry run recorders in place of side effects
 local RECORDED = {
@@ -42,9 +110,12 @@ local function show(v)
   return tostring(v)
 end
 
+--- The host table of a run: the primitives, or for a dry run recorders of the side effects.
+-- @param real table the primitives (imexguard.host)
+-- @param dry_run boolean
+-- @return table host, table list of the recorded calls (strings)
 function D.host(real, dry_run)
   local planned = {}
-
   if not dry_run then return real, planned end
   local h = {}
   for k, v in pairs(real) do h[k] = v end
@@ -65,7 +136,10 @@ function D.host(real, dry_run)
   return h, planned
 end
 
--- the job from the environment: imexguard.slurmenv when present
+--- The job from the environment: imexguard.slurmenv when present.
+-- @param env table the environment
+-- @param has_slurmenv boolean whether the module imexguard.slurmenv exists
+-- @return table {id, nodelist, nodename, user}
 function D.job(env, has_slurmenv)
   if has_slurmenv then
     local job = require('imexguard.slurmenv').job(env)
@@ -76,17 +150,9 @@ function D.job(env, has_slurmenv)
     nodename = env.SLURMD_NODENAME, user = env.SLURM_JOB_USER }
 end
 
-function D.ctx(command, settings, host, env, has_slurmenv, dry_run, json, planned)
-  return {
-    command = command, host = host,
-    settings = S.readonly(settings, 'ctx.settings', S.by_name),
-    env = S.readonly(env, 'ctx.env'),
-    job = D.job(env, has_slurmenv),
-    dry_run = dry_run, json = json, planned = planned,
-  }
-end
-
--- check a loaded policy: a table with functions prolog and epilog (status, plan optional)
+--- Check a loaded policy: a table with functions prolog and epilog (status, plan optional).
+-- @param p any what the policy's chunk returned
+-- @return string the entry points ("prolog, epilog, ..."), or nil, error message
 function D.check(p)
   if type(p) ~= 'table' then return nil, 'must return a table of entry points, returned ' .. type(p) end
   local have = {}
@@ -100,14 +166,88 @@ function D.check(p)
   return table.concat(have, ', ')
 end
 
--- the entry point's results -> exit code, outcome, message | nil, error message
-local function one_line(s)
-  s = s:gsub('[\r\n]+', ' ')
-  if #s > 1000 then s = s:sub(1, 1000) .. '...' end
-  return s
+-- The compiled chunk of the policy file at `path` (read through the trust check, chunkname
+-- "@path" so errors name file:line), or nil, error message.
+local function policy_chunk(run, path)
+  local text, err = run.c.read_trusted(path, 'policy')
+  if not text then return nil, err end
+  local chunk, cerr = load(text, '@' .. path, 't')
+  if not chunk then return nil, 'policy ' .. tostring(cerr) end
+  return chunk
 end
 
-function D.result(what, settings, name, message)
+-- The policy table (path nil: the built-in policy) with its entry points checked, or nil, error
+-- message. Runtime errors of the policy's chunk raise (the host names file:line).
+local function load_policy(run, path)
+  local p
+  if path == nil then
+    if not run.c.has_module(D.DEFAULT_POLICY) then
+      return nil, 'the built-in policy ' .. D.DEFAULT_POLICY .. ' is not in this binary'
+    end
+    p = require(D.DEFAULT_POLICY)
+  else
+    local chunk, err = policy_chunk(run, path)
+    if not chunk then return nil, err end
+    p = chunk()
+  end
+  local entries, err = D.check(p)
+  if not entries then return nil, string.format('policy %s: %s', path or D.DEFAULT_POLICY, err) end
+  return p, entries
+end
+
+-- The entry point for run.command: policy[command]; status and plan fall back to the built-in
+-- policy's. Returns the function, or nil, error message.
+local function entry_point(run, policy, path)
+  local name = run.command
+  local fn = policy[name]
+  if type(fn) ~= 'function' and path ~= nil and (name == 'status' or name == 'plan') then
+    local default, err = load_policy(run, nil)
+    if not default then return nil, err end
+    fn = default[name]
+  end
+  if type(fn) ~= 'function' then
+    return nil, string.format("policy %s has no function '%s'", path or D.DEFAULT_POLICY, name)
+  end
+  return fn
+end
+
+--- Call 2 (prolog, epilog, status, plan): the host table, the policy, its entry point and ctx.
+-- @param run table the run (after settings)
+-- @return table {} or an end
+function D.prepare(run)
+  local dry_run = run.command == 'plan'
+  local host, planned = D.host(require('imexguard.host'), dry_run)
+  if dry_run then run.c.preload('imexguard.host', host) end -- require sees the recorders too
+  local path = run.policy or run.settings.policy
+  local policy, err = load_policy(run, path)
+  if not policy then return ends(run, 'policy-error', err) end
+  local fn; fn, err = entry_point(run, policy, path)
+  if not fn then return ends(run, 'policy-error', err) end
+  local env = run.env
+  local ctx = {
+    command = run.command, host = host,
+    settings = S.readonly(run.settings, 'ctx.settings', S.by_name),
+    env = S.readonly(env, 'ctx.env'),
+    job = D.job(env, run.c.has_module('imexguard.slurmenv')),
+    dry_run = dry_run, json = run.json, planned = planned,
+  }
+  local id = ctx.job.id
+  if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end
+  run.entry, run.ctx = fn, ctx
+  run.what = string.format('policy %s: %s', path or D.DEFAULT_POLICY, run.command)
+  return {}
+end
+
+--- Call 3: the entry point (under the deadline's count hook; an error raises through).
+-- @param run table the run (after prepare)
+-- @return table {}
+function D.invoke(run)
+  run.results = table.pack(run.entry(run.ctx))
+  return {}
+end
+
+-- The entry point's results -> exit code, outcome, message | nil, error message.
+local function result(what, settings, name, message)
   if type(name) ~= 'string' or not outcomes.codes[name] then
     local got = type(name) == 'string' and string.format('%q', name) or tostring(name)
     return nil, string.format('%s returned %s instead of an outcome name', what, got)
@@ -118,47 +258,152 @@ function D.result(what, settings, name, message)
   return outcomes.exit_code(name, settings), name, one_line(message or '')
 end
 
-function D.code(name, settings) return outcomes.exit_code(name, settings) end
--- check: the scenarios module and a proxy preloaded as imexguard.host
-function D.scenarios()
-  local sc = require 'imexguard.scenarios'
-  return sc, sc.host_proxy(), sc.names()
-end
-
--- check: one scenario -> result table and its report line
-function D.scenario(sc, policy, name, settings)
-  local res = sc.run_one(policy, name, settings)
-  return res, sc.format(res)
-end
-
--- check: a result made in C (failed outside run_one) -> result table and report line
-function D.scenario_failed(sc, name, why, verdict)
-  local s = sc.by_name[name] or { title = '' }
-  local res = { name = name, title = s.title, ok = false, why = why, not_run = verdict == 'SKIP' }
-  if verdict == 'SKIP' then
-    return res, string.format('SKIP %s: %s: %s', name, s.title, why)
-  end
-  return res, sc.format(res)
-end
-
-function D.check_json(path, entries, results)
-  local passed, failed, not_run = 0, 0, 0
-  for _, res in ipairs(results) do
-    if res.ok then passed = passed + 1
-    elseif res.not_run then not_run = not_run + 1 else failed = failed + 1 end
-  end
-  local e = {}
-  for w in entries:gmatch('[^, ]+') do e[#e + 1] = w end
-  local cjson = require 'cjson'
-  return cjson.encode({ policy = path, entry_points = setmetatable(e, cjson.array_mt),
-    scenarios = setmetatable(results, cjson.array_mt), passed = passed, failed = failed,
-    not_run = not_run }) .. '\n'
-end
-
--- a report (third value of an entry point) as text for stdout: a table is encoded as JSON
-function D.output(v)
+-- A report (third value of an entry point) as text for stdout: a table is encoded as JSON.
+local function output(v)
   if type(v) == 'table' then return require('cjson').encode(v) .. '\n' end
   if type(v) == 'string' then return v end
   return nil
 end
+
+--- Call 4 (host bookkeeping, the count hook suspended): the outcome, exit code and output.
+-- @param run table the run (after invoke)
+-- @return table the end {outcome, code, message, output}
+function D.finish(run)
+  local r = run.results
+  local code, name, message = result(run.what, run.settings, r[1], r[2])
+  if not code then return ends(run, 'policy-error', name) end
+  local ok, out = pcall(output, r[3])
+  return { outcome = name, code = code, message = message, output = ok and out or nil }
+end
+
+-- ---- check ------------------------------------------------------------------------------------
+
+--- check, call 2: the scenarios, the fake host preloaded as imexguard.host, the policy compiled
+-- and checked once (each scenario then runs a fresh policy table from the same chunk).
+-- @param run table the run (after settings)
+-- @return table {output = the entry points line} or an end
+function D.check_begin(run)
+  local sc = require 'imexguard.scenarios'
+  -- a policy that requires the primitives reaches the fake host, never the node
+  run.c.preload('imexguard.host', sc.host_proxy())
+  local path = run.check_path
+  local chunk, err = policy_chunk(run, path)
+  if not chunk then return ends(run, 'policy-error', err) end
+  local entries; entries, err = D.check(chunk())
+  if not entries then return ends(run, 'policy-error', string.format('policy %s: %s', path, err)) end
+  run.check = { sc = sc, chunk = chunk, entries = entries, names = sc.names(), i = 0, results = {} }
+  return { output = not run.json and string.format('policy %s: entry points %s\n', path, entries) or nil }
+end
+
+--- check: the next scenario (host bookkeeping).
+-- @param run table the run
+-- @return table {name = the scenario} or {done = true}
+function D.check_next(run)
+  local c = run.check
+  c.i = c.i + 1
+  if c.i > #c.names then return { done = true } end
+  run.stage = nil
+  return { name = c.names[c.i] }
+end
+
+-- Record a scenario's result; the answer prints its report line.
+local function record(run, res, line)
+  run.check.results[run.check.i] = res
+  return { output = not run.json and line .. '\n' or nil }
+end
+
+--- check: run the current scenario against a fresh policy table (under the deadline's count
+-- hook: main.c gives each scenario a deadline of its own). run.stage names what ran when it raised.
+-- @param run table the run
+-- @return table {output = its report line}
+function D.check_scenario(run)
+  local c = run.check
+  run.stage = 'loading the policy again'
+  local policy = c.chunk()
+  run.stage = 'the scenario'
+  local res = c.sc.run_one(policy, c.names[c.i], run.settings)
+  return record(run, res, c.sc.format(res))
+end
+
+--- check: the current scenario failed outside run_one (it raised, or the deadline) or was not
+-- run (run.verdict "SKIP"); run.why says why (set by main.c).
+-- @param run table the run
+-- @return table {output = its report line}
+function D.check_failed(run)
+  local c = run.check
+  local name = c.names[c.i]
+  local s = c.sc.by_name[name] or { title = '' }
+  local skip = run.verdict == 'SKIP'
+  local res = { name = name, title = s.title, ok = false, why = run.why, not_run = skip }
+  if skip then return record(run, res, string.format('SKIP %s: %s: %s', name, s.title, run.why)) end
+  return record(run, res, c.sc.format(res))
+end
+
+-- Counts and name lists of the results.
+local function tally(results)
+  local t = { passed = 0, failed = 0, not_run = 0, not_applicable = 0, failed_names = {}, na_names = {},
+    exercised = {} }
+  for _, res in ipairs(results) do
+    if res.not_run then t.not_run = t.not_run + 1
+    elseif not res.ok then
+      t.failed = t.failed + 1
+      t.failed_names[#t.failed_names + 1] = res.name
+    elseif res.not_applicable then
+      t.not_applicable = t.not_applicable + 1
+      t.na_names[#t.na_names + 1] = res.name
+    else t.passed = t.passed + 1 end
+    if not res.not_run and not res.not_applicable then t.exercised[#t.exercised + 1] = res.name end
+  end
+  return t
+end
+
+local function check_json(run, t)
+  local cjson = require 'cjson'
+  local e = {}
+  for w in run.check.entries:gmatch('[^, ]+') do e[#e + 1] = w end
+  local function array(list) return setmetatable(list, cjson.array_mt) end
+  return cjson.encode({ policy = run.check_path, entry_points = array(e),
+    scenarios = array(run.check.results), passed = t.passed, failed = t.failed, not_run = t.not_run,
+    not_applicable = t.not_applicable, exercised = array(t.exercised) }) .. '\n'
+end
+
+-- The summary: the line for stdout and the final line's message.
+local function summary(run, t)
+  local total = #run.check.names
+  local na = ''
+  if t.not_applicable > 0 then
+    na = string.format('; %d not applicable (the policy never reached what they test): %s', t.not_applicable,
+      table.concat(t.na_names, ', '))
+  end
+  if t.failed + t.not_run == 0 then
+    local head = t.not_applicable == 0 and string.format('all %d scenarios passed', total)
+      or string.format('%d of %d scenarios passed%s; exercised the policy: %s', t.passed, total, na,
+        table.concat(t.exercised, ', '))
+    return head, head
+  end
+  local skipped = ''
+  if t.not_run > 0 then
+    skipped = string.format('; %d not run (%s)', t.not_run, run.interrupted
+      and 'the deadline interrupt ended the check' or "the run's budget was spent")
+  end
+  local failed = table.concat(t.failed_names, ', ')
+  if #failed > 590 then failed = failed:sub(1, 587) .. '...' end
+  local head = string.format('%d of %d scenarios failed: %s%s', t.failed, total, failed, skipped)
+  return head .. na, head .. na
+end
+
+--- check, last call (host bookkeeping): the summary, the JSON report, the outcome.
+-- @param run table the run
+-- @return table the end: ok when no scenario failed or was not run, else policy-error
+function D.check_end(run)
+  local t = tally(run.check.results)
+  local line, msg = summary(run, t)
+  local out = run.json and check_json(run, t) or 'check: ' .. line .. '\n'
+  if t.failed + t.not_run == 0 then
+    local valid = string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
+    return ends(run, 'ok', valid, out)
+  end
+  return ends(run, 'policy-error', string.format('policy %s: %s', run.check_path, msg), out)
+end
+
 return D

@@ -1,29 +1,39 @@
---- Outcomes of a run: name -> exit code, and the rule for peers-unhealthy.
+--- Outcomes of a run: name -> exit code, and the rule for peers-unhealthy. The one source of
+-- these facts: the build generates the C side from this file (src/embed.lua writes
+-- ig_outcome_code and the usage text's list into build/embedded.c).
 -- Slurm drains a node on any non-zero prolog exit (slurmd: "Prolog error"), so only outcomes
 -- where this node is at fault, or where going on would break another job, are non-zero.
 local M = {}
 
-M.codes = {
-  ["ok"] = 0,
-  ["skipped"] = 0,
-  ["peers-unhealthy"] = 0,
-  ["bad-input"] = 2,
-  ["policy-error"] = 3,
-  ["lock-timeout"] = 4,
-  ["conflict"] = 5,
-  ["unit-unknown"] = 6,
-  ["service-failed"] = 7,
-  ["ctl-unusable"] = 8,
-  ["domain-unhealthy"] = 9,
-  ["deadline-exceeded"] = 10,
-  ["write-failed"] = 11,
+--- The outcomes in the order the usage text lists them: {name, exit code}.
+M.list = {
+  { "ok", 0 },
+  { "skipped", 0 },
+  { "peers-unhealthy", 0 },
+  { "bad-input", 2 },
+  { "policy-error", 3 },
+  { "lock-timeout", 4 },
+  { "conflict", 5 },
+  { "unit-unknown", 6 },
+  { "service-failed", 7 },
+  { "ctl-unusable", 8 },
+  { "domain-unhealthy", 9 },
+  { "deadline-exceeded", 10 },
+  { "write-failed", 11 },
   -- issue 8 (C22, C28): 12 is peers-unhealthy with on_peer_fault = "fail"
-  ["config-fault"] = 13,
-  ["config-mismatch"] = 14,
+  { "config-fault", 13 },
+  { "config-mismatch", 14 },
 }
+
+--- Outcome name -> exit code.
+M.codes = {}
+for _, o in ipairs(M.list) do M.codes[o[1]] = o[2] end
 
 --- Exit code of peers-unhealthy when the setting on_peer_fault is "fail".
 M.PEERS_UNHEALTHY_FAIL = 12
+
+--- Exit code of a command line that cannot run or an internal error (not an outcome).
+M.USAGE_EXIT = 1
 
 --- A setting the settings table may not have (reading an unknown key of the read-only view raises).
 local function setting(settings, name)
@@ -49,6 +59,34 @@ function M.exit_code(name, settings)
     return 0
   end
   return M.codes[name]
+end
+
+--- The list of outcomes and exit codes for `imexguard --help` (and the README).
+-- @param indent string put before each line
+-- @param width integer the longest line, in characters
+-- @return string lines, each ending in a newline
+function M.usage(indent, width)
+  local items = {}
+  for i, o in ipairs(M.list) do
+    local item = o[1] .. " " .. o[2]
+    if o[1] == "peers-unhealthy" then
+      item = item .. ' (' .. M.PEERS_UNHEALTHY_FAIL .. ' with on_peer_fault = "fail")'
+    end
+    items[#items + 1] = item .. (i < #M.list and "," or ";")
+  end
+  items[#items + 1] = "a bad command line or an internal error exits " .. M.USAGE_EXIT .. "."
+  local lines, line = {}, indent
+  for _, item in ipairs(items) do
+    for word in item:gmatch("%S+") do
+      if #line + 1 + #word > width and line ~= indent then
+        lines[#lines + 1] = line
+        line = indent
+      end
+      line = line == indent and line .. word or line .. " " .. word
+    end
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n") .. "\n"
 end
 
 return M

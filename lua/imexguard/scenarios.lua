@@ -176,9 +176,42 @@ local function known(r)
   return r.err
 end
 
+-- ---- reached: whether a run exercised what a scenario tests -------------------------------
+-- A scenario passes only when the policy met the situation it sets up; one that ended before
+-- (in its own bad-input, say) is "not applicable", told from what the fake host recorded.
+
+-- Calls of primitive `name` (with `arg` as first argument when given) the run made.
+local function calls(r, name, arg)
+  local n = 0
+  for _, c in ipairs(r.h.calls) do
+    if c[1] == name and (arg == nil or c[2] == arg) then n = n + 1 end
+  end
+  return n
+end
+
+-- Calls of the systemd primitives (unit, unit_job, unit_reset_failed, unit_kill) the run made.
+local function systemd_calls(r)
+  local n = 0
+  for _, c in ipairs(r.h.calls) do
+    if tostring(c[1]):find("^unit") then n = n + 1 end
+  end
+  return n
+end
+
+--- Why a run did not reach what a scenario tests (a string), or nil when it did.
+-- @param r table a call() result
+-- @param need string what the run had to do, as a phrase ("ask systemd twice")
+-- @param ok boolean whether it did
+-- @return string|nil
+local function unreached(r, need, ok)
+  if ok then return nil end
+  return string.format("the policy never got to %s (it ended in %s)", need, said(r))
+end
+
 -- ---- the scenarios ---------------------------------------------------------------------------
 -- Each: name, title (what a sane policy does), run(policy, settings) -> nil (pass) | why (fail),
--- and an optional detail string (what it ended in) as the second result.
+-- an optional detail string (what it ended in) as the second result, and as the third, when the
+-- policy never reached the situation the scenario sets up, why it is not applicable.
 
 local function garbage_ctl(n)
   local answers = {
@@ -259,19 +292,22 @@ M.list = {
     title = "systemd does not answer (timeout, D-Bus error): never a restart",
     run = function(policy, settings)
       -- The daemon runs another list, so a restart is tempting; but its state is unknown.
+      -- reach: the systemd call at which the failure starts
       local worlds = {
-        { what = "no answer at all", script = repeat_list("timeout", 200) },
-        { what = "an answer, then D-Bus errors", script = { {}, table.unpack(repeat_list("bus", 200)) } },
+        { what = "no answer at all", script = repeat_list("timeout", 200), reach = 1 },
+        { what = "an answer, then D-Bus errors", script = { {}, table.unpack(repeat_list("bus", 200)) },
+          reach = 2 },
       }
-      local last
+      local last, na
       for _, w in ipairs(worlds) do
         local r = M.call(policy, { settings = settings, host = { unit_script = w.script,
           files = { [testing.NODES] = M.OTHER } } })
         local why = known(r) or no_restart(r)
         if why then return w.what .. ": " .. why end
+        na = na or unreached(r, w.what .. " (systemd call " .. w.reach .. ")", systemd_calls(r) >= w.reach)
         last = r
       end
-      return nil, said(last)
+      return nil, said(last), na
     end,
   },
   {
@@ -281,14 +317,14 @@ M.list = {
       local r = M.call(policy, { settings = settings, host = { ctl = garbage_ctl } })
       local why = known(r) or no_restart(r)
       if why then return why end
-      return nil, said(r)
+      return nil, said(r), unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
     end,
   },
   {
     name = "ctl-hangs",
     title = "nvidia-imex-ctl never answers: the policy ends within the run's budget",
     run = function(policy, settings)
-      local last
+      local last, na
       for _, budget in ipairs({ false, M.SHORT_BUDGET }) do
         local r = M.call(policy, { settings = settings, host = { ctl = { testing.HANG },
           deadline = budget or nil } })
@@ -298,9 +334,10 @@ M.list = {
         if used > r.budget + 1e-6 then
           return string.format("%sused %.1f s of simulated time (then %s)", what, used, said(r))
         end
+        na = na or unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
         last = r
       end
-      return nil, said(last)
+      return nil, said(last), na
     end,
   },
   {
@@ -314,7 +351,8 @@ M.list = {
           return string.format("wrote %s with %q instead of the whole list %q", w.path, w.data, M.WANT)
         end
       end
-      return nil, said(r)
+      return nil, said(r), unreached(r, "write the node list " .. testing.NODES,
+        calls(r, "write_atomic", testing.NODES) > 0)
     end,
   },
   {
@@ -326,7 +364,8 @@ M.list = {
       local why = known(r) or no_restart(r)
       if why then return why end
       if r.code == 0 then return "ended in " .. said(r) .. " (exit 0) although the node list is wrong" end
-      return nil, said(r)
+      return nil, said(r), unreached(r, "write the node list " .. testing.NODES,
+        calls(r, "write_atomic", testing.NODES) > 0)
     end,
   },
 }
@@ -346,18 +385,27 @@ end
 -- @param policy table the policy
 -- @param name string a scenario name (see names())
 -- @param settings table|nil validated site settings
--- @return table {name, title, ok = boolean, why = string (when not ok), detail = string|nil}
+-- @return table {name, title, ok = boolean (false only for a failure), why = string (when not
+--   ok, or why it is not applicable), detail = string|nil, not_applicable = true when the policy
+--   never reached what the scenario tests (ok stays true: it is not a failure, nor a pass)}
 function M.run_one(policy, name, settings)
   local s = M.by_name[name]
   if not s then error("no scenario named '" .. tostring(name) .. "'", 2) end
-  local why, detail = s.run(policy, settings)
+  local why, detail, na = s.run(policy, settings)
+  if why == nil and na then
+    return { name = s.name, title = s.title, ok = true, not_applicable = true, why = one_line(na),
+      detail = detail }
+  end
   return { name = s.name, title = s.title, ok = why == nil, why = why and one_line(why), detail = detail }
 end
 
---- One report line: "PASS name: title" or "FAIL name: title: why".
+--- One report line: "PASS name: title", "N/A name: title: why" or "FAIL name: title: why".
 -- @param res table a run_one result
 -- @return string
 function M.format(res)
+  if res.not_applicable then
+    return one_line(string.format("N/A %s: %s: not applicable: %s", res.name, res.title, res.why))
+  end
   if res.ok then
     return one_line(string.format("PASS %s: %s%s", res.name, res.title,
       res.detail and (" [" .. res.detail .. "]") or ""))
@@ -369,7 +417,7 @@ end
 -- @param policy table the policy
 -- @param settings table|nil validated settings
 -- @return table {ok = boolean, results = list of run_one results, failed = list of names,
---   text = the report lines joined}
+--   not_applicable = list of names, text = the report lines joined}
 function M.run_all(policy, settings)
   if type(policy) ~= "table" then
     error("scenarios.run_all: the policy must be a table, got " .. type(policy), 2)
@@ -377,7 +425,7 @@ function M.run_all(policy, settings)
   if settings ~= nil and type(settings) ~= "table" then
     error("scenarios.run_all: settings must be a table or nil, got " .. type(settings), 2)
   end
-  local out = { ok = true, results = {}, failed = {} }
+  local out = { ok = true, results = {}, failed = {}, not_applicable = {} }
   local lines = {}
   for _, name in ipairs(M.names()) do
     local res = M.run_one(policy, name, settings)
@@ -386,6 +434,8 @@ function M.run_all(policy, settings)
     if not res.ok then
       out.ok = false
       out.failed[#out.failed + 1] = name
+    elseif res.not_applicable then
+      out.not_applicable[#out.not_applicable + 1] = name
     end
   end
   out.text = table.concat(lines, "\n")

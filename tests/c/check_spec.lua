@@ -1,6 +1,7 @@
--- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/scenarios.lua): loading in the
--- sandbox with file:line errors, the entry point check, and the standard scenarios run against
--- the test kit's fake host, each reported as one PASS/FAIL line; exit 0 only when all pass.
+-- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/driver.lua, scenarios.lua): loading
+-- in the sandbox with file:line errors, the entry point check, and the standard scenarios run
+-- against the test kit's fake host, each reported as one PASS/FAIL/N/A line; exit 0 only when none
+-- failed (a scenario the policy never reached is "not applicable", counted apart).
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
 local H = require "helpers"
 local cjson = require "cjson"
@@ -11,11 +12,12 @@ local function run(dir, args, env)
   return H.run_imexguard(args, { dir = dir, env = env })
 end
 
--- The scenario lines of stdout: {name = "PASS"|"FAIL"|"SKIP"} and name -> line.
+-- The scenario lines of stdout: {name = "PASS"|"FAIL"|"SKIP"|"N/A"} and name -> line.
 local function verdicts(r)
   local v, lines = {}, {}
   for l in r.stdout:gmatch("[^\n]+") do
     local word, name = l:match("^(%u%u%u%u) ([%w-]+): ")
+    if not word then word, name = l:match("^(N/A) ([%w-]+): ") end
     if word then
       v[name], lines[name] = word, l
     end
@@ -114,6 +116,65 @@ return P
         assert.is_string(s.title)
       end
       assert.same(SCENARIOS, names)
+    end)
+  end)
+
+  describe("a policy that never reaches what a scenario tests", function()
+    -- The static-domain policy ends in its own bad-input when the node list on disk (another
+    -- job's) does not hold the job's nodes: before systemd's second answer and before any write.
+    local VACUOUS = { "systemd-unknown", "whole-list", "write-fails" }
+    local EXERCISED = { "healthy-job", "epilog", "no-nodelist", "bad-hostlist", "ctl-garbage", "ctl-hangs" }
+
+    it("reports those scenarios as not applicable, counted apart, and names the ones that exercised it",
+      function()
+        local p = policy(H.read("policies/static_domain.lua"))
+        local r = check(p)
+        assert.equal(0, r.code, r.stdout .. r.stderr)
+        local v, lines = verdicts(r)
+        for _, name in ipairs(VACUOUS) do
+          assert.equal("N/A", v[name], name .. "\n" .. r.stdout)
+          assert.matches("not applicable: the policy never got to .* %(it ended in bad%-input", lines[name])
+        end
+        for _, name in ipairs(EXERCISED) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
+        assert.matches("\ncheck: 6 of 9 scenarios passed; 3 not applicable %(the policy never reached what "
+          .. "they test%): systemd%-unknown, whole%-list, write%-fails; exercised the policy: "
+          .. table.concat(EXERCISED, ", "):gsub("%p", "%%%0") .. "\n$", r.stdout)
+        local f = final(r)
+        assert.equal("ok", f.outcome)
+        assert.matches("; 6 of 9 scenarios passed; 3 not applicable", f.message, 1, true)
+        assert.not_matches("all 9 scenarios passed", r.stdout .. f.message, 1, true)
+      end)
+
+    it("--json counts them apart and lists the scenarios that exercised the policy", function()
+      local r = check(policy(H.read("policies/static_domain.lua")), { "--json" })
+      assert.equal(0, r.code, r.stdout .. r.stderr)
+      local obj = cjson.decode(r.stdout)
+      assert.equal(6, obj.passed)
+      assert.equal(3, obj.not_applicable)
+      assert.equal(0, obj.failed)
+      assert.same(EXERCISED, obj.exercised)
+      local na = {}
+      for _, s in ipairs(obj.scenarios) do if s.not_applicable then na[#na + 1] = s.name end end
+      assert.same(VACUOUS, na)
+    end)
+
+    it("the kit's run_all lists them apart from the failures", function()
+      local scenarios = require "imexguard.scenarios"
+      local static = require "policies.static_domain"
+      local rep = scenarios.run_all(static)
+      assert.is_true(rep.ok, rep.text)
+      assert.same({}, rep.failed)
+      assert.same(VACUOUS, rep.not_applicable)
+      assert.matches("\nN/A whole%-list: [^\n]*: not applicable: the policy never got to write the node list",
+        rep.text)
+    end)
+
+    it("a failure still wins over not applicable (write-fails: ok although the list is wrong)", function()
+      local r = check(default_with("function() return 'ok', 'fine' end"))
+      local v = verdicts(r)
+      assert.equal("FAIL", v["write-fails"])
+      assert.equal("N/A", v["whole-list"])
+      assert.equal(3, r.code)
     end)
   end)
 

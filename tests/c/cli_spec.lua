@@ -1,5 +1,6 @@
--- The imexguard command line (src/main.c): usage errors, --help/--version, settings (file, --set,
--- --deadline), the context given to the policy, check, status, plan, and the final log line.
+-- The imexguard command line (src/main.c, src/cli.c, lua/imexguard/driver.lua): usage errors,
+-- --help/--version, settings (file, --set, --deadline), the context given to the policy, check,
+-- status, plan, and the final log line.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
 local H = require "helpers"
 local final = H.final

@@ -1,4 +1,4 @@
--- Trust (design.md "Trust"; src/sandbox.c ig_read_trusted): running as root, imexguard refuses a
+-- Trust (src/trust.c ig_read_trusted): running as root, imexguard refuses a
 -- settings file, policy or --lua-dir module that a user other than root could change: the file
 -- owned by another uid or writable by group/others, or any directory on its way from "/" writable
 -- by someone else (a root-owned sticky directory such as /tmp excepted). The refusal is the outcome

@@ -71,6 +71,8 @@ function M.usage(indent, width)
     local item = o[1] .. " " .. o[2]
     if o[1] == "peers-unhealthy" then
       item = item .. ' (' .. M.PEERS_UNHEALTHY_FAIL .. ' with on_peer_fault = "fail")'
+    elseif o[1] == "config-fault" then
+      item = item .. ' (0 with on_config_fault = "warn")'
     end
     items[#items + 1] = item .. (i < #M.list and "," or ";")
   end

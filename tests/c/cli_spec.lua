@@ -428,7 +428,7 @@ return P
           .. "return { prolog = D.prolog, epilog = D.epilog, status = D.status }")
         local r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
         assert.equal(0, r.code)
-        assert.equal("policy " .. p .. " is valid: prolog, epilog, status; all 9 scenarios passed",
+        assert.equal("policy " .. p .. " is valid: prolog, epilog, status; all 10 scenarios passed",
           final(r).message)
         assert.matches("\nPASS healthy%-job: ", r.stdout)
         -- entry points that do nothing are valid entry points, but fail the scenarios

@@ -54,7 +54,8 @@ describe("steps.daemon_config (C28)", function()
 
   it("the setting at its default follows the unit", function()
     local ctx = ctx_with()
-    assert.equal("/opt/x.cfg", (steps.daemon_config(ctx, exec({ "/usr/bin/nvidia-imex", "-c", "/opt/x.cfg" }))))
+    local argv = { "/usr/bin/nvidia-imex", "-c", "/opt/x.cfg" }
+    assert.equal("/opt/x.cfg", (steps.daemon_config(ctx, exec(argv))))
   end)
 
   it("-c twice: bad-input naming the ExecStart", function()
@@ -118,7 +119,8 @@ describe("config-fault outcome and setting (C22)", function()
 end)
 
 describe("report.config_findings", function()
-  it("lists config.cfg's errors with the daemon's config path; nothing for a clean or unknown config", function()
+  it("lists config.cfg's errors with the daemon's config path; nothing for a clean or unknown config",
+    function()
     local cfg = assert(imexcfg.parse("IMEX_CMD_ENABLED=0\nSERVER_PORT=1\nIMEX_CMD_PORT=2\n"))
     local f = report.config_findings({ cfg = cfg, config = "/opt/x.cfg" })
     assert.equal(1, #f)

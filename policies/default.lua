@@ -368,8 +368,8 @@ function Policy:run_plan(ctx)
   local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
-    findings = report.config_findings(info),
-    config_fault = #want.addrs > 1 and report.config_fault_found(info) }
+    findings = report.config_findings(info, want.addrs),
+    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
   local pok, po, pm = self:port_is_units(ctx, info, v.unit)
   if not pok then return po, text.one_line(pm .. "; " .. report.plan_message(f)), report.plan(f) end
   local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
@@ -459,7 +459,7 @@ function Policy:run_status(ctx)
   if not info then msg = msg .. "; unit state unknown: " .. why end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
-  local findings = report.config_findings(info)
+  local findings = report.config_findings(info, expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   msg = text.one_line(msg)
   return outcome, msg, report.status(domain, v, { self = self_addr, names = names, json = ctx.json,

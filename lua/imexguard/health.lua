@@ -116,14 +116,33 @@ local function local_reason(v, self)
   return nil
 end
 
+--- The findings of imexcfg.lint for this node's config.cfg, without the loopback bind findings
+-- whose address is one of the domain's own (possible only with allow_loopback: the simulator and
+-- tests, where every node's address is a loopback address).
+-- @param cfg table parsed config.cfg
+-- @param path string|nil its path (named in the findings)
+-- @param addrs list|nil the domain's addresses (the node list)
+-- @return list of findings (imexcfg.lint's tables)
+function M.config_lint(cfg, path, addrs)
+  local own = {}
+  for _, a in ipairs(addrs or {}) do own[a] = true end
+  local out = {}
+  for _, f in ipairs(imexcfg.lint(cfg, path)) do
+    local bind = f.key == "IMEX_CMD_BIND_INTERFACE_IP" or f.key == "BIND_INTERFACE_IP"
+    if not (bind and own[f.value]) then out[#out + 1] = f end
+  end
+  return out
+end
+
 --- Likely causes of a configuration fault, this node's own config.cfg findings first.
 -- @param cfg table|nil parsed config.cfg of this node (imexcfg.parse)
 -- @param path string|nil its path (named in the findings)
+-- @param addrs list|nil the domain's addresses (see config_lint)
 -- @return list of one-line strings
-function M.config_fault_causes(cfg, path)
+function M.config_fault_causes(cfg, path, addrs)
   local causes = {}
   if type(cfg) == "table" then
-    for _, f in ipairs(imexcfg.lint(cfg, path)) do
+    for _, f in ipairs(M.config_lint(cfg, path, addrs)) do
       if f.level == "error" and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP") then
         causes[#causes + 1] = "here: " .. f.text
       end
@@ -176,7 +195,7 @@ function M.blame(ctx, want, v, waited)
     local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
       .. "fault: READY and connected to %d peers that show UNAVAILABLE (node status travels over the command "
       .. "port, IMEX_CMD_PORT); likely causes: %s (domain %s)", me, after, #(cf.peers or {}),
-      table.concat(M.config_fault_causes(want.cfg, want.config_path), "; "), tostring(v.status)))
+      table.concat(M.config_fault_causes(want.cfg, want.config_path, want.addrs), "; "), tostring(v.status)))
     -- loud also when on_config_fault = "warn" makes the outcome exit 0
     ctx.host.log("err", msg)
     return M.CONFIG_FAULT_OUTCOME, msg

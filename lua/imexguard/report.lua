@@ -3,7 +3,6 @@
 -- The per-node domain table of `status` is drawn by imexguard.health.report.
 local cjson = require "cjson"
 local health = require "imexguard.health"
-local imexcfg = require "imexguard.imexcfg"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
 
@@ -27,11 +26,13 @@ end
 -- `check` flag before any job runs (C22: a command port bound to loopback, IMEX_CMD_ENABLED=0,
 -- bad or equal ports, a relative node list path).
 -- @param info table|nil steps.applies' result (cfg, config)
+-- @param addrs list|nil the domain's addresses (a bind to one of them is not a finding: see
+--   imexguard.health.config_lint)
 -- @return list of one-line strings "PATH: ..." (empty when clean or unknown)
-function M.config_findings(info)
+function M.config_findings(info, addrs)
   local out = {}
   if not info or type(info.cfg) ~= "table" then return out end
-  for _, f in ipairs(imexcfg.lint(info.cfg, info.config)) do
+  for _, f in ipairs(health.config_lint(info.cfg, info.config, addrs)) do
     if f.level == "error" then out[#out + 1] = f.text end
   end
   return out
@@ -40,10 +41,11 @@ end
 --- True when a finding of config_findings keeps the nodes of a domain from seeing each other's
 -- status (the command service or the bind address), i.e. a job on several nodes ends config-fault.
 -- @param info table|nil steps.applies' result
+-- @param addrs list|nil the domain's addresses (as for config_findings)
 -- @return boolean
-function M.config_fault_found(info)
+function M.config_fault_found(info, addrs)
   if not info or type(info.cfg) ~= "table" then return false end
-  for _, f in ipairs(imexcfg.lint(info.cfg, info.config)) do
+  for _, f in ipairs(health.config_lint(info.cfg, info.config, addrs)) do
     if f.level == "error" and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP") then return true end
   end
   return false

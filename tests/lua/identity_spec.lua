@@ -135,7 +135,8 @@ end)
 
 describe("health.config_lint", function()
   it("a loopback bind to one of the domain's own addresses (the simulator) is not a finding", function()
-    local cfg = assert(imexcfg.parse("IMEX_CMD_BIND_INTERFACE_IP=127.0.9.1\nSERVER_PORT=1\nIMEX_CMD_PORT=2\n"))
+    local cfg = assert(imexcfg.parse("IMEX_CMD_BIND_INTERFACE_IP=127.0.9.1\nSERVER_PORT=1\n"
+      .. "IMEX_CMD_PORT=2\n"))
     assert.equal(1, #report.config_findings({ cfg = cfg }))
     assert.equal(1, #report.config_findings({ cfg = cfg }, { "127.0.9.2", "127.0.9.3" }))
     assert.same({}, report.config_findings({ cfg = cfg }, { "127.0.9.1", "127.0.9.2" }))

@@ -17,6 +17,7 @@ int luaopen_imexguard_host(lua_State *L)
 	ig_register_unit(L);
 	ig_register_log(L);
 	ig_register_net(L);
+	ig_register_proc(L);
 	lua_pushliteral(L, IG_VERSION);
 	lua_setfield(L, -2, "version");
 	return 1;

@@ -74,6 +74,7 @@ void ig_register_run(lua_State *L);   /* run.c: run */
 void ig_register_unit(lua_State *L);  /* unit.c: unit, unit_job, unit_reset_failed, unit_kill */
 void ig_register_log(lua_State *L);   /* log.c: log */
 void ig_register_net(lua_State *L);   /* net.c: local_addresses, resolve, hostname */
+void ig_register_proc(lua_State *L);  /* proc.c: port_owner */
 
 /* host.c: the module table `imexguard.host` (also the entry point of the Lua C module). */
 int luaopen_imexguard_host(lua_State *L);

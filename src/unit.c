@@ -9,7 +9,10 @@
  * org.freedesktop.DBus.Properties.GetAll (D-Bus specification, "org.freedesktop.DBus.Properties").
  *
  * One connection per process, opened lazily on first use and reopened when it was closed (the
- * manager re-executed, or the process forked).  Every call, including connecting, is bounded by
+ * manager re-executed, or the process forked).  A call whose connection breaks or is refused
+ * while systemd re-executes or reloads (daemon-reexec, daemon-reload) reopens it and is made
+ * again within its bound (bus_reopen; unit_job_run for jobs queued before the re-exec, which
+ * systemd keeps).  Every call, including connecting, is bounded by
  * ig_bound(timeout): sd_bus_call with a microsecond timeout, and for waiting sd_bus_process +
  * sd_bus_wait with the time left.  A query that fails is reported as nil, msg, code and never as
  * a made-up state: the caller must treat it as "unknown".
@@ -36,6 +39,11 @@
 #define DBUS_PROPS	     "org.freedesktop.DBus.Properties"
 #define PRIVATE_SYSTEM	     "unix:path=/run/systemd/private"
 #define UNIT_DEFAULT_TIMEOUT 10.0 /* seconds: unit(), unit_reset_failed(), unit_kill() */
+#define EXEC_MAX	     16	  /* ExecStart commands kept */
+#define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
+#define REOPEN_PAUSE_MAX     0.2  /* seconds: longest pause between reconnection attempts */
+#define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
+#define ENOENT_GRACE	     1.0  /* seconds: a first connection waits for a missing socket */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
 
@@ -50,6 +58,11 @@ static int bus_subscribed; /* Subscribe() done on this connection */
 struct unit_err {
 	char code[32];
 	char msg[512];
+	/* a job that ended but not "done" (job_failed): the job's result, the unit's Result and
+	 * ActiveState read right after; job_result "" for any other failure */
+	char job_result[32];
+	char unit_result[32];
+	char active_state[32];
 };
 
 static void set_err(struct unit_err *e, const char *code, const char *fmt, ...)
@@ -59,6 +72,7 @@ static void set_err(struct unit_err *e, const char *code, const char *fmt, ...)
 	va_list ap;
 
 	snprintf(e->code, sizeof e->code, "%s", code);
+	e->job_result[0] = e->unit_result[0] = e->active_state[0] = '\0';
 	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
 	va_end(ap);
@@ -193,6 +207,44 @@ static int bus_get(sd_bus **ret, double end)
 	return 0;
 }
 
+/* Drop the connection and open a new one, retrying while the manager is restarting, until `end`
+ * (absolute monotonic seconds).  Refused and reset connections (-ECONNREFUSED while the socket is
+ * recreated, -ECONNRESET from a connection accepted just before the exec) are waited out until
+ * `end`; a missing socket (-ENOENT: a re-executed systemd unlinks its private socket and binds it
+ * again) until `end` when `lost` (a connection existed and was lost), else for at most
+ * ENOENT_GRACE seconds (on a first connection it most likely means there is no manager).  The
+ * pauses between attempts grow from 10 ms to REOPEN_PAUSE_MAX.  Returns 0 with *ret set, or the
+ * last negative errno when `end` (or the run's deadline) passed. */
+static int bus_reopen(sd_bus **ret, double end, int lost)
+{
+	double pause = 0.01, enoent_end = lost ? end : fmin(end, ig_now() + ENOENT_GRACE);
+
+	for (;;) {
+		double left;
+		int r;
+
+		bus_drop();
+		r = bus_get(ret, end);
+		if (r >= 0 || !(is_conn_error(r) || r == -ENOENT))
+			return r;
+		left = (r == -ENOENT ? enoent_end : end) - ig_now();
+		if (!(left > 0) || ig_sleep(fmin(pause, left)) < 0)
+			return r;
+		pause = fmin(pause * 2, REOPEN_PAUSE_MAX);
+	}
+}
+
+/* The connection for a new call: bus_get, waiting out a manager that is restarting (see
+ * bus_reopen; a missing socket for at most ENOENT_GRACE seconds).  Returns 0 or negative errno. */
+static int bus_acquire(sd_bus **ret, double end)
+{
+	int r = bus_get(ret, end);
+
+	if (r < 0 && (is_conn_error(r) || r == -ENOENT))
+		r = bus_reopen(ret, end, 0);
+	return r;
+}
+
 /* ig_unit_set_bus: see imexguard.h.  "system", "user", or a D-Bus address "transport:key=value,..."
  * (D-Bus specification, "Server Addresses").  An open connection to another address is closed. */
 int ig_unit_set_bus(const char *address)
@@ -286,8 +338,108 @@ struct unit_props {
 	uint32_t main_pid;
 	uint64_t exec_main_start_us;
 	uint64_t active_enter_us;
+	uint64_t state_change_us;
 	char invocation_id[33];
+	uint32_t job_id; /* the unit's pending job (Unit.Job), 0 when none */
+	char job_path[128];
+	/* ExecStart (Service.ExecStart): n_exec commands; command i is exec[i].argc + 1 strings,
+	 * NUL-terminated one after another in exec_buf from exec[i].off: the path, then argv. */
+	unsigned n_exec;
+	int exec_overflow; /* ExecStart did not fit: more than EXEC_MAX commands or exec_buf */
+	struct {
+		size_t off;
+		unsigned argc;
+	} exec[EXEC_MAX];
+	char exec_buf[EXEC_BUF];
+	size_t exec_len;
 };
+
+/* Append string s (with its NUL) to p->exec_buf; -EOVERFLOW when it does not fit. */
+static int exec_put(struct unit_props *p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+
+	if (n > sizeof p->exec_buf - p->exec_len)
+		return -EOVERFLOW;
+	memcpy(p->exec_buf + p->exec_len, s, n);
+	p->exec_len += n;
+	return 0;
+}
+
+/* Read one ExecStart entry (sasbttttuii: path, argv, ignore-failure, start/exit timestamps,
+ * pid, code, status; org.freedesktop.systemd1(5)) into p, keeping path and argv only. */
+static int read_exec_one(sd_bus_message *m, struct unit_props *p)
+{
+	const char *path, *arg;
+	unsigned idx = p->n_exec, argc = 0;
+	int r = sd_bus_message_read(m, "s", &path);
+
+	if (r < 0)
+		return r;
+	if (idx >= EXEC_MAX)
+		p->exec_overflow = 1;
+	else
+		p->exec[idx].off = p->exec_len;
+	if (!p->exec_overflow && exec_put(p, path) < 0)
+		p->exec_overflow = 1;
+	r = sd_bus_message_enter_container(m, 'a', "s");
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_read(m, "s", &arg)) > 0) {
+		if (!p->exec_overflow && exec_put(p, arg) < 0)
+			p->exec_overflow = 1;
+		argc++;
+	}
+	if (r < 0)
+		return r;
+	r = sd_bus_message_exit_container(m);
+	if (r < 0)
+		return r;
+	r = sd_bus_message_skip(m, "bttttuii");
+	if (r < 0)
+		return r;
+	if (!p->exec_overflow) {
+		p->exec[idx].argc = argc;
+		p->n_exec = idx + 1;
+	}
+	return 0;
+}
+
+/* Properties whose type is a structure or an array of them: Unit.Job (uo) and
+ * Service.ExecStart (a(sasbttttuii)).  Returns 1 when `key` was one of them (value consumed),
+ * 0 when not (nothing consumed), or negative errno. */
+static int read_prop_special(sd_bus_message *m, const char *key, const char *contents,
+			     struct unit_props *p)
+{
+	const char *job;
+	int r;
+
+	if (strcmp(key, "Job") == 0 && contents && strcmp(contents, "(uo)") == 0) {
+		r = sd_bus_message_read(m, "v", "(uo)", &p->job_id, &job);
+		if (r >= 0)
+			snprintf(p->job_path, sizeof p->job_path, "%s", job);
+		return r < 0 ? r : 1;
+	}
+	if (strcmp(key, "ExecStart") != 0 || !contents || strcmp(contents, "a(sasbttttuii)") != 0)
+		return 0;
+	r = sd_bus_message_enter_container(m, 'v', contents);
+	if (r >= 0)
+		r = sd_bus_message_enter_container(m, 'a', "(sasbttttuii)");
+	if (r < 0)
+		return r;
+	while ((r = sd_bus_message_enter_container(m, 'r', "sasbttttuii")) > 0) {
+		r = read_exec_one(m, p);
+		if (r >= 0)
+			r = sd_bus_message_exit_container(m);
+		if (r < 0)
+			return r;
+	}
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	if (r >= 0)
+		r = sd_bus_message_exit_container(m);
+	return r < 0 ? r : 1;
+}
 
 /* Read one variant value of property `key` if it is one we keep (and has the documented type:
  * org.freedesktop.systemd1(5)); skip it otherwise. */
@@ -310,6 +462,7 @@ static int read_prop(sd_bus_message *m, const char *key, struct unit_props *p)
 	    {"MainPID", "u", offsetof(struct unit_props, main_pid), 0},
 	    {"ExecMainStartTimestamp", "t", offsetof(struct unit_props, exec_main_start_us), 0},
 	    {"ActiveEnterTimestamp", "t", offsetof(struct unit_props, active_enter_us), 0},
+	    {"StateChangeTimestamp", "t", offsetof(struct unit_props, state_change_us), 0},
 	    {"InvocationID", "ay", offsetof(struct unit_props, invocation_id), 0},
 	};
 	const char *contents = NULL;
@@ -319,6 +472,9 @@ static int read_prop(sd_bus_message *m, const char *key, struct unit_props *p)
 	r = sd_bus_message_peek_type(m, &type, &contents);
 	if (r < 0)
 		return r;
+	r = type == 'v' ? read_prop_special(m, key, contents, p) : 0;
+	if (r != 0)
+		return r < 0 ? r : 0;
 	for (size_t i = 0; i < sizeof props / sizeof props[0]; i++) {
 		char *field = (char *)p + props[i].off;
 		const void *bytes;
@@ -395,55 +551,72 @@ static int ends_with(const char *s, const char *suffix)
 	return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Properties of unit `name` within `timeout` seconds (bounded by the budget).  LoadUnit gives
- * the object path even for a unit that is not loaded (load_state "not-found" when no unit file
- * exists; GetUnit would fail for it), then Properties.GetAll of org.freedesktop.systemd1.Unit and,
- * for a service, of org.freedesktop.systemd1.Service.  Returns 0 or negative errno with `e` set. */
+/* Properties of unit `name` on connection `b` before `end`: LoadUnit gives the object path even
+ * for a unit that is not loaded (load_state "not-found" when no unit file exists; GetUnit would
+ * fail for it), then Properties.GetAll of org.freedesktop.systemd1.Unit and, for a service, of
+ * org.freedesktop.systemd1.Service.  Returns 0 or negative errno with *error possibly set. */
+static int query_on(sd_bus *b, double end, const char *name, struct unit_props *p,
+		    sd_bus_error *error)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	char path[512];
+	const char *obj;
+	int r;
+
+	memset(p, 0, sizeof *p);
+	r = call(b, end, SD_PATH, SD_MANAGER, "LoadUnit", error, &reply, "s", name);
+	if (r >= 0)
+		r = sd_bus_message_read(reply, "o", &obj);
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof path, "%s", obj);
+	reply = sd_bus_message_unref(reply);
+
+	r = call(b, end, path, DBUS_PROPS, "GetAll", error, &reply, "s",
+		 "org.freedesktop.systemd1.Unit");
+	if (r >= 0)
+		r = read_props(reply, p);
+	if (r < 0 || !ends_with(p->id[0] ? p->id : name, ".service"))
+		return r;
+	reply = sd_bus_message_unref(reply);
+	r = call(b, end, path, DBUS_PROPS, "GetAll", error, &reply, "s",
+		 "org.freedesktop.systemd1.Service");
+	return r < 0 ? r : read_props(reply, p);
+}
+
+/* Properties of unit `name` within `timeout` seconds (bounded by the budget), with query_on.  A
+ * lost connection (the manager re-executed or reloaded) is reopened and the query retried, at
+ * most BUS_RETRIES times (a read has no side effect), within the same bound.  Returns 0 or negative
+ * errno with `e` set. */
 static int unit_query(const char *name, double timeout, struct unit_props *p, struct unit_err *e)
 {
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	int by_deadline = 0;
 	double bound = ig_bound(timeout, &by_deadline);
 	double end = ig_now() + bound;
-	char what[320], path[512];
-	const char *obj;
+	char what[320];
 	sd_bus *b;
 	int r;
 
 	snprintf(what, sizeof what, "unit %s", name);
-	memset(p, 0, sizeof *p);
-	r = bus_get(&b, end);
-	if (r < 0)
-		goto fail;
-	r = call(b, end, SD_PATH, SD_MANAGER, "LoadUnit", &error, &reply, "s", name);
-	if (r < 0)
-		goto fail;
-	r = sd_bus_message_read(reply, "o", &obj);
-	if (r < 0)
-		goto fail;
-	snprintf(path, sizeof path, "%s", obj);
-	reply = sd_bus_message_unref(reply);
-
-	r = call(b, end, path, DBUS_PROPS, "GetAll", &error, &reply, "s",
-		 "org.freedesktop.systemd1.Unit");
+	r = bus_acquire(&b, end);
 	if (r >= 0)
-		r = read_props(reply, p);
-	if (r < 0)
-		goto fail;
-	reply = sd_bus_message_unref(reply);
-
-	if (ends_with(p->id[0] ? p->id : name, ".service")) {
-		r = call(b, end, path, DBUS_PROPS, "GetAll", &error, &reply, "s",
-			 "org.freedesktop.systemd1.Service");
+		r = query_on(b, end, name, p, &error);
+	for (int n = 0; r < 0 && is_conn_error(r) && n < BUS_RETRIES && usec_left(end) > 0; n++) {
+		sd_bus_error_free(&error);
+		r = bus_reopen(&b, end, 1);
 		if (r >= 0)
-			r = read_props(reply, p);
-		if (r < 0)
-			goto fail;
+			r = query_on(b, end, name, p, &error);
+	}
+	if (r < 0)
+		return bus_fail(e, what, r, &error, bound, by_deadline);
+	if (p->exec_overflow) {
+		set_err(e, "EOVERFLOW",
+			"unit %s: ExecStart has more than %d commands or %d bytes of arguments",
+			name, EXEC_MAX, EXEC_BUF);
+		return -EOVERFLOW;
 	}
 	return 0;
-fail:
-	return bus_fail(e, what, r, &error, bound, by_deadline);
 }
 
 /* ---- unit jobs -------------------------------------------------------------------------- */
@@ -451,6 +624,8 @@ fail:
 struct job_wait {
 	char path[512];	 /* the job object path returned by Start/Stop/...Unit; "" until known */
 	char result[32]; /* JobRemoved's result, "" until our job is removed */
+	int deduced;	 /* result deduced from the unit's state: the job vanished while the
+			  * connection was lost (the manager re-executed) */
 };
 
 /* JobRemoved(u id, o job, s unit, s result), org.freedesktop.systemd1(5): note our job's result. */
@@ -468,90 +643,236 @@ static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error
 	return 0;
 }
 
+/* Subscribe (once per connection; on a private connection systemd sends its signals anyway and
+ * the call is a no-op; AlreadySubscribed is fine) and install the JobRemoved match in *slot
+ * (replacing an older one).  On a bus the match names the sender; a direct connection has no
+ * sender names.  Returns 0 or negative errno. */
+static int job_watch(sd_bus *b, double end, struct job_wait *w, sd_bus_slot **slot,
+		     sd_bus_error *error)
+{
+	int r;
+
+	*slot = sd_bus_slot_unref(*slot);
+	if (!bus_subscribed) {
+		r = call(b, end, SD_PATH, SD_MANAGER, "Subscribe", error, NULL, "");
+		if (r < 0 &&
+		    !sd_bus_error_has_name(error, "org.freedesktop.systemd1.AlreadySubscribed"))
+			return r;
+		sd_bus_error_free(error);
+		bus_subscribed = 1;
+	}
+	r = sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
+				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, w);
+	return r < 0 ? r : 0;
+}
+
+/* Queue job `method` for `name` with mode "replace"; its object path goes to w->path. */
+static int job_queue(sd_bus *b, double end, const char *method, const char *name,
+		     struct job_wait *w, sd_bus_error *error)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+	const char *job;
+	int r;
+
+	r = call(b, end, SD_PATH, SD_MANAGER, method, error, &reply, "ss", name, "replace");
+	if (r >= 0)
+		r = sd_bus_message_read(reply, "o", &job);
+	if (r < 0)
+		return r;
+	snprintf(w->path, sizeof w->path, "%s", job);
+	return 0;
+}
+
+/* Whether job object `path` still exists (Properties.Get of org.freedesktop.systemd1.Job.State):
+ * 1 yes, 0 gone (systemd answers UnknownObject for a removed job), negative errno otherwise. */
+static int job_exists(sd_bus *b, double end, const char *path, sd_bus_error *error)
+{
+	int r = call(b, end, path, DBUS_PROPS, "Get", error, NULL, "ss",
+		     "org.freedesktop.systemd1.Job", "State");
+
+	if (r >= 0)
+		return 1;
+	if (sd_bus_error_has_names(error, "org.freedesktop.DBus.Error.UnknownObject",
+				   "org.freedesktop.DBus.Error.UnknownInterface",
+				   "org.freedesktop.DBus.Error.UnknownMethod",
+				   "org.freedesktop.systemd1.NoSuchJob")) {
+		sd_bus_error_free(error);
+		return 0;
+	}
+	return r;
+}
+
+/* The result of a job of `verb` that is gone, from the unit's state: "done" when the unit is in
+ * the state the verb asks for (active for start/restart; inactive or failed for stop; anything
+ * but failed for try-restart), "failed" when it is inactive or failed after a start/restart, else
+ * "unknown" (the unit is between states: another job runs it). */
+static const char *deduce_result(const char *verb, const struct unit_props *p)
+{
+	const char *a = p->active_state;
+	int active = strcmp(a, "active") == 0 || strcmp(a, "reloading") == 0;
+	int down = strcmp(a, "inactive") == 0 || strcmp(a, "failed") == 0;
+
+	if (strcmp(verb, "stop") == 0)
+		return down ? "done" : "unknown";
+	if (strcmp(verb, "try-restart") == 0 && strcmp(a, "inactive") == 0)
+		return "done";
+	return active ? "done" : down ? "failed" : "unknown";
+}
+
+/* After the connection was lost while a job of `verb` on `name` was queued or waited for:
+ * reopen it, re-subscribe and re-install the JobRemoved match (job_watch), then find out what
+ * became of the job, as systemd keeps jobs across daemon-reexec and daemon-reload.  A job
+ * whose path we know and that still exists is waited for again; one that is gone gets its
+ * result from the unit's state (deduce_result).  When the queuing call itself was lost
+ * (w->path ""), the unit's pending job is adopted, or a state change since `t_call_us`
+ * (wall clock, microseconds) is taken as the job's result, or else the job is queued again,
+ * once per call (*requeued), since a job has side effects.  Returns 0 (w->path or w->result set) or
+ * negative errno. */
+static int job_recover(sd_bus **b, double end, const char *verb, const char *method,
+		       const char *name, uint64_t t_call_us, struct job_wait *w, sd_bus_slot **slot,
+		       sd_bus_error *error, int *requeued)
+{
+	struct unit_props p;
+	int r;
+
+	*slot = sd_bus_slot_unref(*slot);
+	sd_bus_error_free(error);
+	r = bus_reopen(b, end, 1);
+	if (r >= 0)
+		r = job_watch(*b, end, w, slot, error);
+	if (r >= 0 && w->path[0])
+		r = job_exists(*b, end, w->path, error);
+	if (r != 0)
+		return r < 0 ? r : 0; /* still queued or running: wait for its JobRemoved */
+	r = query_on(*b, end, name, &p, error);
+	if (r < 0)
+		return r;
+	if (!w->path[0] && p.job_id) {
+		snprintf(w->path, sizeof w->path, "%s", p.job_path);
+		r = job_exists(*b, end, w->path, error);
+		if (r != 0)
+			return r < 0 ? r : 0;
+		r = query_on(*b, end, name, &p, error);
+		if (r < 0)
+			return r;
+	} else if (!w->path[0] && p.state_change_us < t_call_us && !*requeued) {
+		*requeued = 1;
+		return job_queue(*b, end, method, name, w, error);
+	}
+	snprintf(w->result, sizeof w->result, "%s", deduce_result(verb, &p));
+	w->deduced = 1;
+	return 0;
+}
+
+/* Dispatch signals until w->result is set or `end` passes.  Returns 0, -ETIMEDOUT, or the
+ * negative errno of a failing connection. */
+static int job_wait_removed(sd_bus *b, double end, struct job_wait *w)
+{
+	while (!w->result[0]) {
+		uint64_t left;
+		int r = sd_bus_process(b, NULL);
+
+		if (r < 0)
+			return r;
+		if (r > 0)
+			continue;
+		left = usec_left(end);
+		if (left == 0)
+			return -ETIMEDOUT;
+		r = sd_bus_wait(b, left);
+		if (r < 0 && r != -EINTR)
+			return r;
+	}
+	return 0;
+}
+
+/* A job that ended with a result other than "done": read the unit's Result and state (the reason
+ * systemd gives: "start-limit-hit", "exit-code", "timeout", "core-dump", "signal"...) on the same
+ * connection before `end` and fill `e` with code = the job result, a message naming both, and
+ * for start-limit-hit how to recover. */
+static void job_failed(sd_bus *b, double end, const char *what, const char *name,
+		       const struct job_wait *w, struct unit_err *e)
+{
+	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+	struct unit_props p;
+	const char *hint = "";
+
+	if (query_on(b, end, name, &p, &error) < 0)
+		snprintf(p.result, sizeof p.result, "unknown");
+	if (!p.result[0])
+		snprintf(p.result, sizeof p.result, "unknown");
+	if (strcmp(p.result, "start-limit-hit") == 0)
+		hint = " (the unit hit its start limit, StartLimitBurst in StartLimitIntervalSec: "
+		       "'systemctl reset-failed' clears it)";
+	set_err(e, w->result,
+		"%s: job %s finished with result '%s'%s; unit Result '%s', state %s%s", what,
+		w->path, w->result, w->deduced ? " (deduced from the unit's state)" : "", p.result,
+		p.active_state[0] ? p.active_state : "unknown", hint);
+	snprintf(e->job_result, sizeof e->job_result, "%s", w->result);
+	snprintf(e->unit_result, sizeof e->unit_result, "%s", p.result);
+	snprintf(e->active_state, sizeof e->active_state, "%s", p.active_state);
+}
+
 /* Queue job `method` (StartUnit, StopUnit, RestartUnit, TryRestartUnit) for `name` with mode
  * "replace" and wait for its JobRemoved within `timeout` seconds (bounded by the budget), the
  * pattern of systemctl (systemd src/shared/bus-wait-for-jobs.c): Subscribe, install the match
  * for JobRemoved, then call the method, remember the returned job path and dispatch signals
- * until that job is removed.  Returns 0 for result "done", else negative errno with `e` set:
- * code = systemd's job result, "wait-timeout", "deadline", "timeout" or "bus". */
+ * until that job is removed.  Up to BUS_RETRIES lost connections (daemon-reexec,
+ * daemon-reload) are survived with job_recover, which queues the job again at most once.  Returns 0
+ * for result "done", else negative errno with `e` set: code = systemd's job result (with the unit's
+ * Result, job_failed), "wait-timeout", "deadline", "timeout" or "bus". */
 static int unit_job_run(const char *name, const char *verb, const char *method, double timeout,
 			struct unit_err *e)
 {
 	_cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
 	_cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
-	struct job_wait w = {{0}, {0}};
-	int by_deadline = 0;
+	struct job_wait w = {{0}, {0}, 0};
+	int by_deadline = 0, recovered = 0, requeued = 0;
 	double bound = ig_bound(timeout, &by_deadline);
 	double end = ig_now() + bound;
+	uint64_t t_call_us = (uint64_t)(ig_wallclock() * 1e6);
 	char what[320];
-	const char *job;
-	sd_bus *b;
+	sd_bus *b = NULL;
 	int r;
 
 	snprintf(what, sizeof what, "%s %s", verb, name);
-	r = bus_get(&b, end);
-	if (r < 0)
-		goto fail;
-	if (!bus_subscribed) {
-		/* Subscribe: on the bus, systemd then sends us its signals; on a private
-		 * connection it does so anyway and the call is a no-op.  AlreadySubscribed is fine.
-		 */
-		r = call(b, end, SD_PATH, SD_MANAGER, "Subscribe", &error, NULL, "");
-		if (r < 0 &&
-		    !sd_bus_error_has_name(&error, "org.freedesktop.systemd1.AlreadySubscribed"))
-			goto fail;
-		sd_bus_error_free(&error);
-		bus_subscribed = 1;
+	r = bus_acquire(&b, end);
+	if (r >= 0)
+		r = job_watch(b, end, &w, &slot, &error);
+	if (r >= 0)
+		r = job_queue(b, end, method, name, &w, &error);
+	for (;;) {
+		if (r >= 0)
+			r = job_wait_removed(b, end, &w);
+		if (r >= 0 || !is_conn_error(r) || recovered++ == BUS_RETRIES ||
+		    usec_left(end) == 0)
+			break;
+		r = job_recover(&b, end, verb, method, name, t_call_us, &w, &slot, &error,
+				&requeued);
 	}
-	/* On a bus, match the sender; a direct connection has no sender names. */
-	r = sd_bus_match_signal_async(b, &slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
-				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, &w);
-	if (r < 0)
-		goto fail;
-	r = call(b, end, SD_PATH, SD_MANAGER, method, &error, &reply, "ss", name, "replace");
-	if (r < 0)
-		goto fail;
-	r = sd_bus_message_read(reply, "o", &job);
-	if (r < 0)
-		goto fail;
-	snprintf(w.path, sizeof w.path, "%s", job);
-
-	while (!w.result[0]) {
-		uint64_t left;
-
-		r = sd_bus_process(b, NULL);
-		if (r < 0)
-			goto fail;
-		if (r > 0)
-			continue;
-		left = usec_left(end);
-		if (left == 0) {
-			if (by_deadline)
-				set_err(
-				    e, "deadline",
-				    "%s: run deadline reached after %.3g s; job %s may still be "
-				    "running",
-				    what, bound, w.path);
-			else
-				set_err(e, "wait-timeout",
-					"%s: no result after %.3g s; job %s may still be running",
-					what, bound, w.path);
-			return -ETIMEDOUT;
-		}
-		r = sd_bus_wait(b, left);
-		if (r < 0 && r != -EINTR)
-			goto fail;
+	if (r == -ETIMEDOUT && w.path[0]) {
+		if (by_deadline)
+			set_err(
+			    e, "deadline",
+			    "%s: run deadline reached after %.3g s; job %s may still be running",
+			    what, bound, w.path);
+		else
+			set_err(e, "wait-timeout",
+				"%s: no result after %.3g s; job %s may still be running", what,
+				bound, w.path);
+		return r;
 	}
+	if (r < 0)
+		return bus_fail(e, what, r, &error, bound, by_deadline);
 	if (strcmp(w.result, "done") == 0)
 		return 0;
-	set_err(e, w.result, "%s: job %s finished with result '%s'", what, w.path, w.result);
+	job_failed(b, end, what, name, &w, e);
 	return -EIO;
-fail:
-	return bus_fail(e, what, r, &error, bound, by_deadline);
 }
 
-/* One Manager method call with arguments, no result: ResetFailedUnit(s), KillUnit(ssi). */
+/* One Manager method call with arguments, no result: ResetFailedUnit(s), KillUnit(ssi), within
+ * `timeout` seconds (bounded by the budget); a lost connection is reopened and the call made
+ * once more.  Returns 0 or negative errno with `e` set. */
 static int unit_simple(const char *what, const char *method, double timeout, struct unit_err *e,
 		       const char *types, const char *name, const char *who, int signo)
 {
@@ -562,10 +883,18 @@ static int unit_simple(const char *what, const char *method, double timeout, str
 	sd_bus *b;
 	int r;
 
-	r = bus_get(&b, end);
+	r = bus_acquire(&b, end);
 	if (r >= 0)
 		r = call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name, who,
 			 signo);
+	if (r < 0 && is_conn_error(r) && usec_left(end) > 0) {
+		/* the manager re-executed: reopen and call once more (see bus_reopen) */
+		sd_bus_error_free(&error);
+		r = bus_reopen(&b, end, 1);
+		if (r >= 0)
+			r = call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name,
+				 who, signo);
+	}
 	if (r < 0)
 		return bus_fail(e, what, r, &error, bound, by_deadline);
 	return 0;
@@ -593,6 +922,27 @@ static double check_timeout(lua_State *L, int arg, int optional)
 	return t;
 }
 
+/* Push p's ExecStart as a list of {path = string, argv = {string...}} (argv[1] is argv[0]). */
+static void push_exec_start(lua_State *L, const struct unit_props *p)
+{
+	lua_createtable(L, (int)p->n_exec, 0);
+	for (unsigned i = 0; i < p->n_exec; i++) {
+		const char *s = p->exec_buf + p->exec[i].off;
+
+		lua_createtable(L, 0, 2);
+		lua_pushstring(L, s);
+		lua_setfield(L, -2, "path");
+		lua_createtable(L, (int)p->exec[i].argc, 0);
+		for (unsigned k = 1; k <= p->exec[i].argc; k++) {
+			s += strlen(s) + 1;
+			lua_pushstring(L, s);
+			lua_rawseti(L, -2, k);
+		}
+		lua_setfield(L, -2, "argv");
+		lua_rawseti(L, -2, i + 1);
+	}
+}
+
 /*
  * host.unit(name [, timeout]) -> properties | nil, msg, code
  *   name: unit name (string, e.g. "nvidia-imex.service"); timeout: seconds (default 10),
@@ -606,6 +956,10 @@ static double check_timeout(lua_State *L, int arg, int optional)
  *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
  *   systemd API: Manager.LoadUnit, then Properties.GetAll on org.freedesktop.systemd1.Unit and
  *   org.freedesktop.systemd1.Service (org.freedesktop.systemd1(5)).
+ *   exec_start: the Service's ExecStart (a(sasbttttuii)) as a list of {path = string, argv =
+ *   {strings}} (argv[1] is argv[0]; {} for a non-service or a unit without a unit file); code
+ *   "EOVERFLOW" when it has over EXEC_MAX commands or EXEC_BUF bytes.  A connection lost while
+ *   systemd re-executes is reopened and the query retried (unit_query).
  */
 static int l_unit(lua_State *L)
 {
@@ -635,6 +989,8 @@ static int l_unit(lua_State *L)
 	lua_setfield(L, -2, "exec_main_start_us");
 	lua_pushinteger(L, (lua_Integer)p.active_enter_us);
 	lua_setfield(L, -2, "active_enter_us");
+	push_exec_start(L, &p);
+	lua_setfield(L, -2, "exec_start");
 	return 1;
 }
 
@@ -646,10 +1002,15 @@ static int l_unit(lua_State *L)
  *   after subscribing to JobRemoved, then waits for this job's JobRemoved signal
  *   (org.freedesktop.systemd1(5), the pattern of systemctl's bus-wait-for-jobs).
  *   Errors: code = systemd's job result when not "done" ("failed", "canceled", "timeout",
- *   "dependency", "skipped", "invalid", ...); "wait-timeout" when our wait expired (the job may
- *   still be queued or running: the message says so and names the job); "deadline" when the
- *   budget expired first; "timeout" when queuing the job got no answer; "bus" for a D-Bus
- *   error (e.g. org.freedesktop.systemd1.NoSuchUnit).
+ *   "dependency", "skipped", "invalid", ...), then a 4th value {job_result, unit_result,
+ *   active_state} (strings: the unit's Result and ActiveState read after the job, e.g.
+ *   unit_result "start-limit-hit", "exit-code", "signal", "core-dump", "timeout"; "unknown"
+ *   when unreadable), both named in the message; "wait-timeout" when our wait expired (the job
+ *   may still be queued or running: the message says so and names the job); "deadline" when
+ *   the budget expired first; "timeout" when queuing the job got no answer; "bus" for a D-Bus
+ *   error (e.g. org.freedesktop.systemd1.NoSuchUnit).  A connection lost while systemd
+ *   re-executes or reloads is survived (unit_job_run); a job that ended meanwhile gets its
+ *   result from the unit's state (deduce_result) and the message says so.
  */
 static int l_unit_job(lua_State *L)
 {
@@ -661,8 +1022,19 @@ static int l_unit_job(lua_State *L)
 	double timeout = check_timeout(L, 3, 0);
 	struct unit_err e;
 
-	if (unit_job_run(name, verbs[v], methods[v], timeout, &e) < 0)
-		return ig_push_error(L, e.code, "%s", e.msg);
+	if (unit_job_run(name, verbs[v], methods[v], timeout, &e) < 0) {
+		ig_push_error(L, e.code, "%s", e.msg);
+		if (!e.job_result[0])
+			return 3;
+		lua_createtable(L, 0, 3);
+		lua_pushstring(L, e.job_result);
+		lua_setfield(L, -2, "job_result");
+		lua_pushstring(L, e.unit_result);
+		lua_setfield(L, -2, "unit_result");
+		lua_pushstring(L, e.active_state);
+		lua_setfield(L, -2, "active_state");
+		return 4;
+	}
 	lua_pushliteral(L, "done");
 	return 1;
 }

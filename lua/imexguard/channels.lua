@@ -181,9 +181,10 @@ function M.ensure(ctx)
     end
     return string.format("IMEX channel: %s present (%d:0)", path, d.major)
   end
-  local made, merr = host.mknod_char(path, d.major, 0, s.imex_channel_mode)
+  local mode = tonumber(s.imex_channel_mode, 8)
+  local made, merr = host.mknod_char(path, d.major, 0, mode)
   if not made then return nil, "channel-failed", "IMEX channel: " .. merr end
-  return string.format("IMEX channel: created %s (%d:0, mode %s)", path, d.major, octal(s.imex_channel_mode))
+  return string.format("IMEX channel: created %s (%d:0, mode %s)", path, d.major, octal(mode))
 end
 
 return M

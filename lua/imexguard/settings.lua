@@ -10,7 +10,7 @@ local LEVELS = { "debug", "info", "notice", "warning", "err" }
 
 --- The schema, in the order the example file documents it. Each entry: name, default (nil when
 -- unset), kind ("number" > 0, "string", "path" (absolute), "boolean", "enum" with values, "bus",
--- "argv", "mode" (permission bits written as an octal string, validated to an integer)), optional,
+-- "argv", "mode" (permission bits as an octal string, e.g. "0660"; read with tonumber(v, 8))), optional,
 -- and a one-line doc with units.
 M.schema = {
   { name = "deadline", default = 90, kind = "number",
@@ -64,7 +64,7 @@ M.schema = {
       .. "SwitchType=switch/nvidia_imex)" },
   { name = "imex_channel_dir", default = "/dev/nvidia-caps-imex-channels", kind = "path",
     doc = "directory of the IMEX channel devices (created 0755 when missing)" },
-  { name = "imex_channel_mode", default = tonumber("0666", 8), kind = "mode",
+  { name = "imex_channel_mode", default = "0666", kind = "mode",
     doc = "permission bits of a created channel, an octal string such as \"0666\"" },
   { name = "proc_devices", default = "/proc/devices", kind = "path",
     doc = "the kernel's device list; the channel major comes from its Character devices section" },
@@ -148,7 +148,7 @@ local function check(e, v)
     if type(v) ~= "string" or not v:match("^0?[0-7][0-7][0-7]$") then
       return bad("an octal string such as \"0666\"")
     end
-    return tonumber(v, 8)
+    return v
   elseif e.kind == "bus" then
     if type(v) ~= "string" or not (v == "system" or v == "user" or v:match("^unix:.")) then
       return bad("\"system\", \"user\" or a D-Bus address \"unix:...\"")

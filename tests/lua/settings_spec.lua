@@ -13,7 +13,8 @@ describe("imexguard.settings", function()
         allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, on_peer_fault = "warn", restart_under_jobs = false,
         log_journal = true, log_level = "info",
-        imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels", imex_channel_mode = 438,
+        imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels",
+        imex_channel_mode = "0666",
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
         scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
         conflict_wait = 5, on_config_fault = "fail",
@@ -221,10 +222,13 @@ describe("imexguard.settings", function()
     end)
 
     it("reads a mode as an octal string, never as a decimal number", function()
-      assert.equal(tonumber("0660", 8), assert(S.validate({ imex_channel_mode = "0660" })).imex_channel_mode)
-      assert.equal(tonumber("600", 8), assert(S.validate({ imex_channel_mode = "600" })).imex_channel_mode)
-      local t, err = S.validate({ imex_channel_mode = 666 })
-      assert.is_nil(t)
+      assert.equal("0660", assert(S.validate({ imex_channel_mode = "0660" })).imex_channel_mode)
+      assert.equal("600", assert(S.validate({ imex_channel_mode = "600" })).imex_channel_mode)
+      -- validating validated settings changes nothing (check and the kit validate again)
+      local t = assert(S.validate({}))
+      assert.same(t, assert(S.validate(t)))
+      local bad, err = S.validate({ imex_channel_mode = 666 })
+      assert.is_nil(bad)
       assert.matches("setting 'imex_channel_mode' must be an octal string", err)
       assert.is_nil((S.validate({ imex_channel_mode = "0999" })))
     end)

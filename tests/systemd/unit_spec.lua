@@ -14,7 +14,8 @@ local UNIT_DIR = os.getenv("IMEXGUARD_TEST_UNIT_DIR")
 local RUNTIME = os.getenv("XDG_RUNTIME_DIR")
 local SRC_UNITS = "tests/systemd/units"
 local UNITS = { "ig-sleep.service", "ig-forking.service", "ig-fail.service", "ig-hang.service",
-  "ig-usr1.service", "ig-hung.socket", "ig-hung.service" }
+  "ig-usr1.service", "ig-hung.socket", "ig-hung.service", "ig-imex.service", "ig-limit.service",
+  "ig-slow.service", "ig-signal.service" }
 
 if not (BUS and UNIT_DIR and RUNTIME) then
   describe("host.unit* against systemd", function()
@@ -159,12 +160,84 @@ describe("host.unit* against systemd", function()
       end)
     end)
 
+    it("reports ExecStart as a list of {path, argv}", function()
+      local p = assert(host.unit("ig-imex.service"))
+      assert.same({
+        { path = "/bin/sh", argv = { "/bin/sh", "-c", "exit 0", "nvidia-imex", "-c", "/opt/site/imex.cfg" } },
+        { path = "/bin/true", argv = { "/bin/true", "two words", "" } },
+      }, p.exec_start)
+      p = assert(host.unit("ig-sleep.service"))
+      assert.equal(1, #p.exec_start)
+      assert.equal("/bin/sh", p.exec_start[1].path)
+      assert.matches("exec /bin/sleep infinity$", p.exec_start[1].argv[3])
+      -- no ExecStart: a unit without a unit file, a socket
+      assert.same({}, assert(host.unit("ig-absent.service")).exec_start)
+      assert.same({}, assert(host.unit("ig-hung.socket")).exec_start)
+    end)
+
     it("reconnects after the manager closed the connection (daemon-reexec)", function()
       assert(host.unit("ig-sleep.service"))
       assert.is_true(sh("systemctl --user daemon-reexec"))
       local p, err = host.unit("ig-sleep.service", 5)
       assert.is_table(p, err)
       assert.equal("loaded", p.load_state)
+    end)
+
+    it("waits for a start job queued before daemon-reexec and gets its result", function()
+      -- A helper (its own 5 s limit) waits until our start job is queued, then re-executes the
+      -- manager while the job's ExecStartPre runs: the connection drops under our wait.
+      local helper = [[
+        end=$((SECONDS + 5))
+        until systemctl --user list-jobs --no-legend --no-pager | grep -q ig-slow; do
+          [ "$SECONDS" -ge "$end" ] && exit 1
+          sleep 0.02
+        done
+        systemctl --user daemon-reexec]]
+      local pid = tonumber(capture("bash -c '" .. helper .. "' >/dev/null 2>&1 & echo $!"))
+      finally(function() sh("kill " .. pid .. " 2>/dev/null") end)
+      local t0 = host.now()
+      local r, err, code = host.unit_job("ig-slow.service", "start", 10)
+      assert.equal("done", r, tostring(err) .. " " .. tostring(code))
+      assert.is_true(host.now() - t0 < 8, "the wait did not end with the job")
+      assert.equal("active", assert(host.unit("ig-slow.service")).active_state)
+      -- the helper did re-execute the manager during the job (its exit status says so)
+      wait_for("the helper to exit", 5, function() return not sh("kill -0 " .. pid .. " 2>/dev/null") end)
+    end)
+
+    it("queries, starts and stops across daemon-reexec and daemon-reload in a loop", function()
+      -- Re-execute and reload the manager back to back (at most 60 s, or until the file .stop
+      -- exists; .done appears when the loop has ended), counting the rounds in a file; the calls
+      -- below go on until 15 rounds are done.
+      local count = RUNTIME .. "/ig-reexec.count"
+      os.remove(count)
+      os.remove(count .. ".stop")
+      os.remove(count .. ".done")
+      local loop = [[
+        end=$((SECONDS + 60)); n=0
+        while [ "$SECONDS" -lt "$end" ] && [ ! -e ]] .. count .. [[.stop ]; do
+          systemctl --user daemon-reexec; systemctl --user daemon-reload
+          n=$((n + 1)); echo $n > ]] .. count .. [[.tmp; mv ]] .. count .. [[.tmp ]] .. count .. [[
+
+        done
+        touch ]] .. count .. ".done"
+      capture("bash -c '" .. loop .. "' >/dev/null 2>&1 & echo $!")
+      -- end the loop and wait for it, so that the next spec finds the manager idle
+      finally(function()
+        sh("touch " .. count .. ".stop")
+        wait_for("the re-exec loop to end", 30, function() return read_file(count .. ".done") end)
+      end)
+      local function rounds() return tonumber(read_file(count) or "0") or 0 end
+      local failures, i, limit = {}, 0, host.now() + 60
+      while rounds() < 15 and host.now() < limit do
+        i = i + 1
+        local p, err = host.unit("ig-sleep.service", 10)
+        if not p then failures[#failures + 1] = i .. ": unit: " .. err end
+        local verb = i % 2 == 1 and "start" or "stop"
+        local r, jerr = host.unit_job("ig-sleep.service", verb, 10)
+        if r ~= "done" then failures[#failures + 1] = i .. ": " .. verb .. ": " .. tostring(jerr) end
+      end
+      assert.is_true(rounds() >= 15, "the manager re-executed only " .. rounds() .. " times")
+      assert.same({}, failures)
     end)
 
     it("never turns a bus failure into a state", function()
@@ -280,6 +353,42 @@ describe("host.unit* against systemd", function()
       assert.equal("success", p.result)
     end)
 
+    it("names the unit's Result with a failed job: exit-code, signal", function()
+      local r, err, code, info = host.unit_job("ig-fail.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("failed", code)
+      assert.matches("result 'failed'", err)
+      assert.matches("unit Result 'exit%-code'", err)
+      assert.same({ job_result = "failed", unit_result = "exit-code", active_state = "failed" }, info)
+      r, err, code, info = host.unit_job("ig-signal.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("failed", code)
+      assert.matches("unit Result 'signal'", err)
+      assert.equal("signal", info.unit_result)
+    end)
+
+    it("names start-limit-hit in the failing run and how to recover", function()
+      assert.equal("done", host.unit_job("ig-limit.service", "restart", 5))
+      assert.equal("done", host.unit_job("ig-limit.service", "restart", 5))
+      local r, err, code, info = host.unit_job("ig-limit.service", "restart", 5)
+      assert.is_nil(r)
+      assert.equal("failed", code)
+      assert.matches("ig%-limit%.service", err)
+      assert.matches("unit Result 'start%-limit%-hit'", err)
+      assert.matches("reset%-failed", err)
+      assert.equal("start-limit-hit", info.unit_result)
+      -- reset-failed clears the start limit: the next start works again
+      assert.is_true(host.unit_reset_failed("ig-limit.service", 5))
+      assert.equal("done", host.unit_job("ig-limit.service", "start", 5))
+    end)
+
+    it("gives no failure table for errors that are not a job result", function()
+      local r, _, code, info = host.unit_job("ig-absent.service", "start", 5)
+      assert.is_nil(r)
+      assert.equal("bus", code)
+      assert.is_nil(info)
+    end)
+
     it("returns wait-timeout for a hanging start and leaves the job queued", function()
       local t0 = host.now()
       local r, err, code = host.unit_job("ig-hang.service", "start", 0.5)
@@ -346,6 +455,36 @@ describe("host.unit* against systemd", function()
       assert.has_error(function() host.unit_kill("ig-sleep.service", 0) end)
       -- and nothing was started
       assert.equal("inactive", assert(host.unit("ig-sleep.service")).active_state)
+    end)
+  end)
+
+  describe("unit_reset_failed()", function()
+    it("names the unit in a clear error when it is not loaded", function()
+      local r, err, code = host.unit_reset_failed("ig-absent.service", 5)
+      assert.is_nil(r)
+      assert.equal("bus", code)
+      assert.matches("^reset%-failed ig%-absent%.service: ", err)
+      assert.matches("NoSuchUnit", err)
+    end)
+
+    it("is bounded by its timeout and by the run's deadline when systemd does not answer", function()
+      assert.is_true(sh("systemctl --user start ig-hung.socket"))
+      assert.is_true(host.unit_set_bus("unix:path=" .. RUNTIME .. "/ig-hung.sock"))
+      local t0 = host.now()
+      local r, err, code = host.unit_reset_failed("ig-sleep.service", 0.3)
+      local elapsed = host.now() - t0
+      assert.is_nil(r)
+      assert.equal("timeout", code)
+      assert.matches("reset%-failed ig%-sleep%.service", err)
+      assert.is_true(elapsed >= 0.25 and elapsed < 1, "took " .. elapsed)
+      host.set_deadline(0.2)
+      t0 = host.now()
+      r, err, code = host.unit_reset_failed("ig-sleep.service")
+      elapsed = host.now() - t0
+      assert.is_nil(r)
+      assert.equal("deadline", code)
+      assert.is_true(elapsed < 1, "took " .. elapsed)
+      assert.matches("ig%-sleep%.service", err)
     end)
   end)
 

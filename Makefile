@@ -91,11 +91,25 @@ $(SIM): $(SIM_SRC) $(wildcard contrib/imexsim/*.h)
 	ln -sf imexsim $(B)/nvidia-imex
 	ln -sf imexsim $(B)/nvidia-imex-ctl
 
-deps:
-	@contrib/deps.sh
+# Debian packages by purpose (contrib/deps.sh): `make deps` is deps-build, safe on a compute node
+# (never Slurm or munge); deps-run: the runtime libraries of a node that gets the binary copied;
+# deps-pkg: build + debhelper, lintian, mandoc (`make deb`);
+# deps-test: what `make check` needs (installs Slurm and munge with their services left disabled).
+.PHONY: deps-build deps-run deps-demo deps-pkg deps-test man deb
+deps: deps-build
+deps-build:
+	@contrib/deps.sh build
+deps-run:
+	@contrib/deps.sh run
+deps-demo:
+	@contrib/deps.sh demo
+deps-pkg:
+	@contrib/deps.sh pkg
+deps-test:
+	@contrib/deps.sh test
 
 lint: lint-c
-	luacheck -q lua policies tests contrib bench src/embed.lua
+	luacheck -q lua policies tests contrib bench man src/embed.lua
 
 lint-c:
 	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)
@@ -105,36 +119,68 @@ format:
 
 # The test command of the README: installs what is missing, builds, runs every tier, and ends
 # with the line "N passed, N failed".
-check: deps
+check: deps-test
 	@$(MAKE) --no-print-directory all sanitize
 	@tests/run
 
 test: check
 
-e2e: deps
+e2e: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/run e2e
 
-demo: deps
+demo: deps-demo
 	@$(MAKE) --no-print-directory all
 	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES))
 
-bench: deps
+bench: deps-demo
 	@$(MAKE) --no-print-directory all
 	@bench/run
 
-install: $(BIN)
+# Man pages: scdoc sources in man/, with the settings and outcomes sections generated from
+# lua/imexguard/settings.lua and lua/imexguard/outcomes.lua (man/gen.lua).
+MANPAGES := $(B)/man/imexguard.8 $(B)/man/imexguard.conf.5
+man: $(MANPAGES)
+$(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua lua/imexguard/settings.lua lua/imexguard/outcomes.lua
+	@mkdir -p $(B)/man-src $(@D)
+	lua5.4 man/gen.lua $< $(B)/man-src/$(@F).scd
+	scdoc < $(B)/man-src/$(@F).scd | lua5.4 man/tidy.lua > $@
+
+# The version: one place, IG_VERSION in src/imexguard.h (what `imexguard version` prints).
+VERSION = $(shell sed -n 's/^\#define IG_VERSION "\(.*\)"/\1/p' src/imexguard.h)
+
+install: $(BIN) $(MANPAGES)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
 	for hook in prolog epilog; do \
 		sed 's|/usr/local/|$(PREFIX)/|g' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
 		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
 	done
+	install -D -m 0644 $(B)/man/imexguard.8 $(DESTDIR)$(PREFIX)/share/man/man8/imexguard.8
+	install -D -m 0644 $(B)/man/imexguard.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/share/imexguard/policies
+	install -m 0644 $(POLICIES) $(DESTDIR)$(PREFIX)/share/imexguard/policies/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
-	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)/etc/imexguard/imexguard.conf.example
+	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)/etc/imexguard/imexguard.conf.example \
+	      $(DESTDIR)$(PREFIX)/share/man/man8/imexguard.8 \
+	      $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5 \
+	      $(patsubst policies/%,$(DESTDIR)$(PREFIX)/share/imexguard/policies/%,$(POLICIES))
+	-rmdir $(DESTDIR)$(PREFIX)/lib/imexguard $(DESTDIR)$(PREFIX)/share/imexguard/policies \
+	       $(DESTDIR)$(PREFIX)/share/imexguard 2>/dev/null
 
+# The Debian package imexguard_VERSION_ARCH.deb in $(B)/deb/, built with debhelper from a copy of
+# the committed and working-tree sources in $(B)/deb/src (the work tree stays clean).
+# debian/changelog is written there from VERSION.
+deb: deps-pkg
+	rm -rf $(B)/deb && mkdir -p $(B)/deb/src
+	tar -c --exclude=./$(B) --exclude=./.git . | tar -x -C $(B)/deb/src
+	sed 's/@VERSION@/$(VERSION)/; s/@DATE@/$(shell date -R -d @$$(git log -1 --format=%ct 2>/dev/null || date +%s))/' \
+		debian/changelog.in > $(B)/deb/src/debian/changelog
+	cd $(B)/deb/src && dpkg-buildpackage -b -us -uc --no-pre-clean > ../build.log 2>&1 || \
+		{ tail -n 40 ../build.log; exit 1; }
+	@ls $(B)/deb/imexguard_$(VERSION)_*.deb
 clean:
 	rm -rf $(B)
 

@@ -1,9 +1,50 @@
 #!/bin/sh
-# Install the Debian 12 packages imexguard needs to build, test, demo and run end to end, when missing.
-# Runs apt-get only if something is missing (so it costs nothing on a prepared machine).
+# Install the Debian packages (Debian 12; the same names exist on Ubuntu 24.04) that imexguard needs,
+# by purpose, when missing. apt-get runs only if something is missing (nothing to do on a prepared
+# machine).
+#   contrib/deps.sh build    compile the binary and the man pages (`make deps`, `make deps-build`)
+#   contrib/deps.sh run      the runtime libraries a node needs when the binary is copied to it
+#   contrib/deps.sh demo     build + a private systemd manager and the tools `make demo` uses
+#   contrib/deps.sh pkg      build + Debian packaging tools and mandoc (`make deb`)
+#   contrib/deps.sh test     demo + pkg + linters, busted, Slurm and munge for the e2e tier
+#                            (`make check`)
+#   contrib/deps.sh --list GROUP   print the group's packages, install nothing
+# Neither build nor run ever installs Slurm or munge: they are safe on a compute node that runs a
+# site Slurm. The test group installs Debian's munge and Slurm daemons, but never leaves one of
+# their services enabled or running: starts are refused while apt-get runs (policy-rc.d, exit 101)
+# and the services of the packages installed by this run are disabled afterwards, then checked.
 set -eu
-PKGS="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsystemd-dev systemd
-dbus lua-busted lua-check clang-format util-linux procps iproute2 munge slurmctld slurmd slurm-client"
+
+BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsystemd-dev scdoc"
+# ldd build/imexguard, then dpkg -S: liblua5.4.so.0, liblua5.4-cjson.so.0, libsystemd.so.0, libc.
+RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
+DEMO="$BUILD systemd dbus util-linux procps iproute2"
+PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
+TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format
+munge slurmctld slurmd slurm-client"
+# Services that Debian's test packages enable on install.
+SERVICES="munge slurmctld slurmd"
+
+usage() {
+	echo "usage: contrib/deps.sh [--list] build|run|demo|pkg|test" >&2
+	exit 2
+}
+
+list=0
+[ "${1:-}" = "--list" ] && { list=1; shift; }
+case "${1:-build}" in
+build) PKGS=$BUILD ;;
+run) PKGS=$RUN ;;
+demo) PKGS=$DEMO ;;
+pkg) PKGS=$PKG ;;
+test) PKGS=$TEST ;;
+*) usage ;;
+esac
+if [ "$list" -eq 1 ]; then
+	echo $PKGS
+	exit 0
+fi
+
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -13,6 +54,45 @@ echo "imexguard: installing missing packages:$missing" >&2
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
+
+# Refuse every service start while apt-get runs: a policy-rc.d that exits 101 ("action forbidden"),
+# honoured by invoke-rc.d and deb-systemd-invoke. A site's own policy-rc.d is kept aside and put
+# back afterwards, also when apt-get fails.
+RCD=/usr/sbin/policy-rc.d
+SAVED=""
+restore_rcd() {
+	if [ -n "$SAVED" ]; then
+		$SUDO mv -f "$SAVED" "$RCD"
+	else
+		$SUDO rm -f "$RCD"
+	fi
+}
+if [ -e "$RCD" ]; then
+	SAVED=$($SUDO mktemp /usr/sbin/.policy-rc.d.imexguard.XXXXXX)
+	$SUDO cp -p "$RCD" "$SAVED"
+fi
+trap restore_rcd EXIT
+trap 'exit 130' INT TERM
+printf '#!/bin/sh\n# imexguard contrib/deps.sh: no service starts while packages install\nexit 101\n' |
+	$SUDO tee "$RCD" >/dev/null
+$SUDO chmod 0755 "$RCD"
+
 $SUDO apt-get update -q
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -q --no-install-recommends $missing
+
+# Disable the services of the packages this run installed (a service the site had before is left
+# as it was), then prove that none is enabled or running.
+bad=""
+for s in $SERVICES; do
+	case " $missing " in *" $s "*) ;; *) continue ;; esac
+	$SUDO deb-systemd-helper disable "$s.service" >/dev/null 2>&1 || true
+	$SUDO systemctl disable "$s.service" >/dev/null 2>&1 || true
+	[ "$(systemctl is-enabled "$s.service" 2>/dev/null)" = "enabled" ] && bad="$bad $s(enabled)"
+	[ "$(systemctl is-active "$s.service" 2>/dev/null)" = "active" ] && bad="$bad $s(running)"
+done
+if [ -n "$bad" ]; then
+	echo "imexguard: contrib/deps.sh: services of test packages left enabled or running:$bad" >&2
+	exit 1
+fi
+exit 0

@@ -204,6 +204,7 @@ end
 --   env          table NAME = value of extra environment variables
 --   inherit_env  true: keep this process's environment; default: `env -i PATH=/usr/bin:/bin`
 --   prefix       a command line put in front, e.g. "setpriv --reuid=65534 ..." (runs as root)
+--   bin          path of the binary to run; default: M.imexguard_bin()
 -- Returns { code = exit status (number), stdout = string, stderr = string,
 --           elapsed = wall-clock time of the run in seconds (date +%s%N before and after) }.
 function M.run_imexguard(args, opts)
@@ -214,7 +215,7 @@ function M.run_imexguard(args, opts)
   end
   parts[#parts + 1] = "IMEXGUARD_NO_JOURNAL=1"
   for k, v in pairs(opts.env or {}) do parts[#parts + 1] = shell_quote(k .. "=" .. v) end
-  parts[#parts + 1] = shell_quote(M.imexguard_bin())
+  parts[#parts + 1] = shell_quote(opts.bin or M.imexguard_bin())
   for _, a in ipairs(args) do parts[#parts + 1] = shell_quote(a) end
   local out, err = opts.dir .. "/stdout", opts.dir .. "/stderr"
   local cmd = string.format("s=$(date +%%s%%N); %s </dev/null >%s 2>%s; rc=$?; e=$(date +%%s%%N); "

@@ -13,9 +13,10 @@ local function sh(cmd)
   assert(ok == true, "command failed: " .. cmd)
 end
 
--- Run the binary (env -i, SLURM_JOB_ID=7); {code, stdout, stderr}. `prefix` runs it through e.g. setpriv.
-local function run(dir, args, prefix)
-  return H.run_imexguard(args, { dir = dir, env = { SLURM_JOB_ID = "7" }, prefix = prefix })
+-- Run the binary (env -i, SLURM_JOB_ID=7); {code, stdout, stderr}. `prefix` runs it through e.g. setpriv,
+-- `bin` replaces the built binary's path.
+local function run(dir, args, prefix, bin)
+  return H.run_imexguard(args, { dir = dir, env = { SLURM_JOB_ID = "7" }, prefix = prefix, bin = bin })
 end
 
 local POLICY = "local P = {}\nfunction P.prolog() print('POLICY RAN') return 'ok', 'policy ran' end\n"
@@ -242,8 +243,13 @@ describe("trust of files loaded as root", function()
       H.write(d .. "/p.lua", "return (require 'policies.default')\n")
       H.write(d .. "/ig.conf", "")
       sh("chown nobody " .. q(d .. "/p.lua") .. " " .. q(d .. "/ig.conf") .. " && chmod 0711 " .. q(top))
+      -- The clone may live where nobody cannot reach (e.g. /root, mode 0700 on Debian): run a copy of
+      -- the binary from a fresh 0755 directory instead (the binary needs nothing beside it).
+      local bindir = newdir("0755")
+      sh("cp " .. q(H.imexguard_bin()) .. " " .. q(bindir .. "/imexguard") .. " && chmod 0755 "
+        .. q(bindir .. "/imexguard"))
       local r = run(d, { "--config", d .. "/ig.conf", "check", d .. "/p.lua" },
-        "setpriv --reuid=65534 --regid=65534 --clear-groups")
+        "setpriv --reuid=65534 --regid=65534 --clear-groups", bindir .. "/imexguard")
       sh("chmod 0700 " .. q(top))
       assert.equal(0, r.code, r.stderr)
       assert.matches("is valid", final(r).message)

@@ -103,8 +103,9 @@ end
 
 --- The config.cfg the daemon reads (C28): the `-c PATH` of the unit's ExecStart (systemd's
 -- ExecStart property, host.unit's exec_start: the first entry's argv), else NVIDIA's default
--- /etc/nvidia-imex/config.cfg when the ExecStart has no `-c`. The setting imex_config is used as is
--- only when the host gives no ExecStart. A setting that names another config than the unit's (an
+-- /etc/nvidia-imex/config.cfg when the ExecStart runs nvidia-imex without `-c` (another program
+-- without `-c`, a wrapper, is not known to read it: the setting imex_config stands), and when the
+-- host gives no ExecStart. A setting that names another config than the unit's (an
 -- imex_config other than its default) is a disagreement: imexguard would read, and write the node
 -- list named by, a file the daemon does not read.
 -- @param ctx table policy context
@@ -121,6 +122,12 @@ function M.daemon_config(ctx, props)
   if not ok or not path then
     return fail("bad-input", "node %s: %s: cannot tell which config.cfg the daemon reads: %s; nothing "
       .. "changed", M.node_name(ctx), s.unit, tostring(ok and from_c or path))
+  end
+  -- without -c, only nvidia-imex itself is known to read NVIDIA's default; a wrapper (a script, the
+  -- simulator) may pass its own config: the setting then stands
+  local prog = tostring(argv[1] or first.path or ""):match("([^/]*)$")
+  if not from_c and prog ~= "nvidia-imex" then
+    return s.imex_config, "setting imex_config (" .. prog .. " in ExecStart has no -c)"
   end
   if s.imex_config ~= path and s.imex_config ~= imexcfg.DEFAULT_PATH then
     return fail("config-mismatch", "node %s: setting imex_config=%s, but %s's ExecStart makes the daemon "

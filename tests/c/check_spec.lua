@@ -434,8 +434,8 @@ return P
         prolog = function(ctx) ctx.host.unit_job("nvidia-imex.service", "restart", 5) return "ok" end }
       local rep = scenarios.run_all(P)
       assert.is_false(rep.ok)
-      assert.same({ "no-nodelist", "bad-hostlist", "systemd-unknown", "ctl-garbage", "write-fails" },
-        rep.failed)
+      assert.same({ "no-nodelist", "bad-hostlist", "systemd-unknown", "ctl-garbage", "write-fails",
+        "config-fault" }, rep.failed)
       assert.matches("FAIL ctl%-garbage: .*: acted on the service: restart nvidia%-imex%.service", rep.text)
     end)
   end)

@@ -36,9 +36,21 @@ describe("steps.daemon_config (C28)", function()
     assert.equal("/srv/imex.cfg", (steps.daemon_config(c2, { exec_start = {} })))
   end)
 
-  it("an ExecStart with only a path (no argv) is the daemon without -c", function()
+  it("an ExecStart with only a path (no argv) is the program without -c", function()
     local ctx = ctx_with()
-    assert.equal(imexcfg.DEFAULT_PATH, (steps.daemon_config(ctx, { exec_start = { { path = "/x" } } })))
+    local props = { exec_start = { { path = "/usr/bin/nvidia-imex" } } }
+    assert.equal(imexcfg.DEFAULT_PATH, (steps.daemon_config(ctx, props)))
+  end)
+
+  it("another program without -c (a wrapper) is not known to read the default: the setting stands", function()
+    local ctx = ctx_with(nil, { imex_config = "/srv/imex.cfg" })
+    local p, src = steps.daemon_config(ctx, exec({ "/usr/local/sbin/start-imex" }))
+    assert.equal("/srv/imex.cfg", p)
+    assert.truthy(src:find("start-imex in ExecStart has no -c", 1, true), src)
+    -- nvidia-imex itself without -c reads the default: the setting disagrees
+    local q, o = steps.daemon_config(ctx, exec({ "/opt/nvidia/bin/nvidia-imex" }))
+    assert.is_nil(q)
+    assert.equal("config-mismatch", o)
   end)
 
   it("imex_config set to another path than the unit's: config-mismatch naming both", function()

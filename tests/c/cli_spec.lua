@@ -387,6 +387,8 @@ return P
           .. "  - 127.0.0.3\n"
           .. "  + 127.0.0.2\n"
           .. "unit " .. unit .. ": inactive/dead\n"
+          .. "config: " .. node .. "/imex/config.cfg (from the setting imex_config (sleep in ExecStart has "
+          .. "no -c))\n"
           .. "start: yes, " .. unit .. " is inactive\n", o:match("^(.-)registered jobs") or o)
         assert.matches("outcome=ok: would rewrite " .. nf:gsub("%p", "%%%0") .. " and start", e)
         assert.matches("ActiveState=inactive", H.read(out .. "/after-inactive.unit"))

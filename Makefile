@@ -184,7 +184,7 @@ deb: deps-pkg
 clean:
 	rm -rf $(B)
 
-# The soak tier's long form (issue 11): kill -9 of the prolog, torn reads, lock overlap, fuzzing
+# The soak tier's long form (tests/soak): kill -9 of the prolog, torn reads, lock overlap, fuzzing
 # and faults of the environment with the full counts; under 20 minutes on 2 cores. `make check`
 # runs its short form (tests/run soak). IMEXGUARD_SOAK_SEED=N replays a run.
 .PHONY: soak

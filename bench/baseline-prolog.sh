@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench/baseline-prolog.sh: the BASELINE of `make bench`, not part of imexguard and not for production.
 #
-# A Slurm prolog written the way the widely deployed IMEX prolog scripts work (imex-facts.md, "How
-# sites run it today"; design.md, "Performance"), in their later form that skips the restart when
+# A Slurm prolog written the way the widely deployed IMEX prolog scripts work (docs/design.md, "IMEX
+# facts the code relies on", How sites run it today; "Performance goals"), in their later form that skips the restart when
 # the daemon already lists the expected hosts:
 #   1. flock on a lock file with a timeout (on timeout the lock file is deleted, as the copied
 #      "deadlock recovery" does, and the prolog fails);

@@ -53,7 +53,10 @@ local okhost, host = pcall(require, "imexguard.host")
 local now = okhost and host.now or os.time
 
 --- Poll `pred` every `interval` seconds until it returns a truthy value or `timeout` seconds pass.
--- Returns the value, or nil after the timeout.
+-- @tparam function pred called without arguments
+-- @tparam number timeout seconds
+-- @tparam[opt] number interval seconds between polls (0.05)
+-- @return pred's truthy value, or nil after the timeout
 function M.wait_until(pred, timeout, interval)
   interval = interval or 0.05
   local deadline = now() + timeout
@@ -65,7 +68,8 @@ function M.wait_until(pred, timeout, interval)
   end
 end
 
---- A random third octet for 127.0.<net>.0/24 (10..249), seeded from the clock and a fresh temp name.
+--- A random third octet for 127.0.<net>.0/24, seeded from the clock and a fresh temp name.
+-- @treturn integer 10..249
 function M.random_net()
   local _, t = capture("mktemp -u XXXXXXXX")
   local seed = os.time()
@@ -75,9 +79,13 @@ function M.random_net()
 end
 
 --- Create a domain of `opts.nodes` simulated nodes n1..nN on 127.0.<net>.1..N.
--- opts.build: build directory (imexsim, nvidia-imex-ctl, imexguard); opts.net: third octet;
--- opts.root: directory to use (default: a new temp dir); opts.extra_cfg: lines for every config.cfg;
--- opts.settings: extra imexguard settings (Lua source lines) for every node.
+-- Needs tests/with-systemd (raises without IMEXGUARD_TEST_BUS or IMEXGUARD_TEST_UNIT_DIR).
+-- @tparam[opt] table opts `nodes` (4); `build`: build directory (imexsim, nvidia-imex-ctl, imexguard;
+--   default IMEXGUARD_BUILD, else build/); `net`: third octet (random); `prefix`: unit name prefix
+--   ("imexsim"); `root`: directory to use (default: a new temp dir); `server_port`, `cmd_port`
+--   (50000, 50005); `extra_cfg`: lines for every config.cfg; `settings`: extra imexguard settings
+--   (Lua source lines) for every node
+-- @treturn table the domain (methods below)
 function M.new(opts)
   opts = opts or {}
   local self = setmetatable({}, M)
@@ -149,16 +157,32 @@ function M.new(opts)
 end
 
 --- Directory of contrib/ (this file's directory).
+-- @treturn string the directory, as this file was loaded (relative or absolute)
 function M.src_dir()
   local src = debug.getinfo(1, "S").source:sub(2)
   return src:match("^(.*)/[^/]*$") or "."
 end
 
+--- A node's unit name.
+-- @tparam string name node name ("n1")
+-- @treturn string e.g. "imexsim@n1.service"
 function M:unit(name) return self.prefix .. "@" .. name .. ".service" end
+
+--- A node's directory (config.cfg, nodes_config.cfg, imex.log, state/).
+-- @tparam string name node name
+-- @treturn string absolute path
 function M:dir(name) return self.root .. "/" .. name end
+
+--- A node's imexguard settings file.
+-- @tparam string name node name
+-- @treturn string absolute path
 function M:config(name) return self:dir(name) .. "/imexguard.conf" end
 
---- systemctl --user against the private manager; returns ok, output.
+--- systemctl --user against the private manager (callable as a method or a function).
+-- @param _ ignored (the domain, when called as a method)
+-- @tparam string ... systemctl's arguments, each quoted for the shell
+-- @treturn boolean whether systemctl exited 0
+-- @treturn string its stdout and stderr
 function M.systemctl(_, ...)
   local args = {}
   for _, a in ipairs({ ... }) do args[#args + 1] = sh_quote(a) end
@@ -167,24 +191,37 @@ function M.systemctl(_, ...)
 end
 
 --- Write a node's nodes_config.cfg directly (a stale list left by an earlier job).
+-- @tparam string name node name
+-- @tparam {string,...} list node names of this domain (written as their addresses) or addresses
 function M:write_nodes(name, list)
   local lines = {}
   for _, n in ipairs(list) do lines[#lines + 1] = self.addr[n] or n end
   write_file(self:dir(name) .. "/nodes_config.cfg", table.concat(lines, "\n") .. "\n")
 end
 
+--- A node's nodes_config.cfg.
+-- @tparam string name node name
+-- @treturn ?string its bytes, or nil when it cannot be read
 function M:nodes_file(name) return read_file(self:dir(name) .. "/nodes_config.cfg") end
 
 --- A unit property (systemctl show -p NAME --value).
+-- @tparam string name node name
+-- @tparam string prop property name ("ActiveState", "InvocationID")
+-- @treturn ?string its value without trailing whitespace, or nil when systemctl fails
 function M:prop(name, prop)
   local ok, out = self:systemctl("show", "-p", prop, "--value", self:unit(name))
   if not ok then return nil end
   return (out:gsub("%s+$", ""))
 end
 
+--- The invocation ID of a node's unit.
+-- @tparam string name node name
+-- @treturn ?string the ID ("" when the unit never ran), or nil when systemctl fails
 function M:invocation(name) return self:prop(name, "InvocationID") end
 
 --- Enable and start every node's unit (or those named), as nvidia-imex is on a real node.
+-- @tparam[opt] {string,...} names node names (default: every node)
+-- @return true, or nil and a message naming the node with systemctl's output
 function M:start(names)
   for _, name in ipairs(names or self.names) do
     local ok, out = self:systemctl("enable", "--now", self:unit(name))
@@ -195,13 +232,15 @@ end
 
 --- Stop and disable every unit of the domain (ignores units that are not running), and every
 -- daemon started by hand (M:start_stray).
+-- @return nothing
 function M:stop()
   for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
   for _, name in ipairs(self.names) do self:systemctl("reset-failed", self:unit(name)) end
   self:stop_strays()
 end
 
---- Remove the domain's directory, unit file and drop-ins (after stop).
+--- Stop the domain, then remove its directory, unit file and drop-ins.
+-- @return nothing
 function M:destroy()
   self:stop()
   os.remove(self.unit_dir .. "/" .. self.prefix .. "@.service")
@@ -324,7 +363,8 @@ local function alive(pid)
 end
 M.alive = alive
 
---- Stop every daemon started by M:start_stray: SIGTERM, up to 5 s, then SIGKILL.
+--- Stop every daemon started by M:start_stray, by PID: SIGTERM, up to 5 s, then SIGKILL.
+-- @return nothing
 function M:stop_strays()
   for _, pid in ipairs(self.strays) do
     if alive(pid) then
@@ -339,6 +379,11 @@ end
 
 --- The Slurm prolog environment of a job on a node: the real 22.05 variables
 -- (tests/fixtures/slurm/prolog-env-22.05.txt) with this job's values.
+-- @tparam number|string job job id
+-- @tparam string nodelist hostlist expression (SLURM_NODELIST)
+-- @tparam string nodename SLURMD_NODENAME
+-- @tparam[opt] integer nnodes SLURM_JOB_NUM_NODES (1)
+-- @treturn table variable name -> string
 function M.prolog_env(job, nodelist, nodename, nnodes)
   return {
     SLURMD_NODENAME = nodename, SLURM_CLUSTER_NAME = "sim", SLURM_JOBID = tostring(job),
@@ -350,9 +395,10 @@ function M.prolog_env(job, nodelist, nodename, nnodes)
 end
 
 --- Run `imexguard COMMAND` for a job on every node named (default: the job's nodes) at once.
--- opts: job (id), nodelist (hostlist expression), names (nodes to run on), command ("prolog"),
--- env (extra or replaced variables; false removes), args (extra imexguard arguments).
--- Returns { [name] = {status = exit code, output = stderr+stdout text, outcome = name} }.
+-- @tparam table opts `job` (id), `nodelist` (hostlist expression), `names` (nodes to run on),
+--   `command` ("prolog"), `env` (extra or replaced variables; false removes), `args` (extra
+--   imexguard arguments, one shell string)
+-- @treturn table { [name] = {status = exit code, output = stderr+stdout text, outcome = name} }
 function M:run_all(opts)
   local names = opts.names or self.names
   local procs = {}
@@ -378,20 +424,26 @@ function M:run_all(opts)
   return results
 end
 
---- run_all with command "prolog" (opts as for run_all).
+--- run_all with command "prolog".
+-- @tparam table opts as for run_all (its `command` is set)
+-- @treturn table as run_all's
 function M:prologs(opts)
   opts.command = "prolog"
   return self:run_all(opts)
 end
 
 --- run_all with command "epilog": the job ends and Slurm runs the epilog on each of its nodes.
+-- @tparam table opts as for run_all (its `command` is set)
+-- @treturn table as run_all's
 function M:epilogs(opts)
   opts.command = "epilog"
   return self:run_all(opts)
 end
 
 --- How often node `name`'s simulated daemon has started: every start appends one line with
--- "starting" to its log (contrib/imexsim). Returns a number (0 while there is no log).
+-- "starting" to its log (contrib/imexsim).
+-- @tparam string name node name
+-- @treturn integer the number of starts (0 while there is no log)
 function M:starts(name)
   local log = read_file(self:dir(name) .. "/imex.log") or ""
   local n = 0
@@ -412,7 +464,12 @@ function M:ctl(name, args, config)
   return out, status
 end
 
---- `nvidia-imex-ctl -N -j` of a node (with its config.cfg, or `config`), decoded (or nil, output).
+--- `nvidia-imex-ctl -N -j` of a node, decoded.
+-- @tparam string name node name
+-- @tparam[opt] string config config file (default the node's config.cfg)
+-- @treturn[1] table the decoded JSON
+-- @return[2] nil
+-- @treturn[2] string the ctl's output (not JSON, or no cjson module)
 function M:ctl_json(name, config)
   local out = self:ctl(name, "-N -j", config)
   local ok, cjson = pcall(require, "cjson")

@@ -1,10 +1,10 @@
 --- Site policy: nodes shared by several jobs at once (partitions with OverSubscribe, or jobs that
 -- do not ask for --exclusive; Slurm sets SLURM_JOB_OVERSUBSCRIBE to YES, OK or TOPO for a job that
 -- may share, NO otherwise, and older releases do not set it). Everything is the default policy
--- (policies/default.lua), whose step 6 already never restarts an ACTIVE daemon while another job
--- is registered on this node, whatever its list (a restart drops every import of the running
--- daemon, imex-facts.md), and never rewrites the list or starts the daemon under a job with
--- another list. This policy adds two things:
+-- (policies/default.lua), whose step 6 already never restarts an ACTIVE daemon while another job is
+-- registered on this node, whatever its list (a restart drops every import of the running daemon:
+-- docs/design.md, "IMEX facts the code relies on"), and never rewrites the list or starts the
+-- daemon under a job with another list. This policy adds two things:
 --   1. The setting restart_under_jobs does not relax the first rule here: on a shared node a
 --      restart under other jobs is never allowed (use the default policy for that). A job that
 --      needs a restart while others run ends in "conflict" (nothing written, nothing restarted)
@@ -17,7 +17,8 @@ local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local registry = require "imexguard.registry"
 
---- Values Slurm sets in SLURM_JOB_OVERSUBSCRIBE (imex-facts.md); anything else is logged.
+--- Values Slurm sets in SLURM_JOB_OVERSUBSCRIBE (docs/design.md, "IMEX facts", Slurm); anything
+-- else is logged.
 local SHARING = { NO = true, YES = true, OK = true, TOPO = true }
 
 local function sharing(ctx)

@@ -106,6 +106,11 @@ local function wait_job_nodes(ctx, want)
     "no usable answer from the ctl in %.1f s (%d tries): %s", h.now() - start, polls, tostring(last_err)))
 end
 
+--- The prolog: verify (steps 1-4 of the header) and wait for the job's nodes to be healthy;
+-- nothing is written, started or restarted.
+-- @tparam table ctx the run's context (docs/policy-api.md, "The context table `ctx`")
+-- @treturn string outcome (`ok`, or the failing check's outcome)
+-- @treturn string one-line message
 function P.prolog(ctx)
   local info, want, m = verify(ctx, true)
   if not info then return want, m end
@@ -113,11 +118,20 @@ function P.prolog(ctx)
   return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
 end
 
+--- The epilog: nothing to do on a static domain.
+-- @tparam table ctx the run's context
+-- @treturn string outcome `ok`
+-- @treturn string one-line message naming the job and the node
 function P.epilog(ctx)
   return "ok", string.format("job %s: static domain, nothing to do on node %s", steps.job_id(ctx),
     steps.node_name(ctx))
 end
 
+--- Plan: the prolog's checks without waiting, and one ctl answer; changes nothing.
+-- @tparam table ctx the run's context
+-- @treturn string outcome (`ok`, or the failing check's outcome)
+-- @treturn string one-line message
+-- @treturn[opt] string the report printed on stdout (the message and a newline)
 function P.plan(ctx)
   local info, want, props = verify(ctx, false)
   if not info then return want, props end

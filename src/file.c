@@ -1,10 +1,10 @@
 /*
  * file.c: bounded read, lstat, atomic replace, character device nodes.
  *
- * Atomic replace (case C03: a daemon that starts while a script truncates and refills
- * nodes_config.cfg reads an empty or partial list).  write_atomic never modifies the file at
- * `path`: it builds the new content in a new inode of the same directory and rename(2)s it over
- * `path`, which POSIX makes atomic: a reader opens either the whole old or the whole new file.
+ * Atomic replace (field case C03 of docs/design.md: a daemon that starts while a script truncates
+ * and refills nodes_config.cfg reads an empty or partial list).  write_atomic never modifies the
+ * file at `path`: it builds the new content in a new inode of the same directory and rename(2)s it
+ * over `path`, which POSIX makes atomic: a reader opens either the whole old or the whole new file.
  *  1. open the directory (O_DIRECTORY); every later step is relative to that descriptor, so a
  *     rename of the directory in between cannot send the data elsewhere;
  *  2. the temp file is an unnamed O_TMPFILE inode (Linux >= 3.11) when the file system supports

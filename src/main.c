@@ -290,6 +290,9 @@ static int run(struct ig_opts *o)
 	return code;
 }
 
+/* The imexguard binary: `imexguard [OPTIONS] COMMAND` (cli.c).  Returns the process exit status:
+ * the outcome's code (lua/imexguard/outcomes.lua), 0 after --help or --version, IG_EXIT_USAGE (1)
+ * for a command line that cannot run. */
 int main(int argc, char **argv)
 {
 	struct ig_opts o;

@@ -222,7 +222,7 @@ static int l_resolve(lua_State *L)
 }
 
 /* host.hostname() -> string: the kernel's node name (uname(2) nodename, what `hostname` prints;
- * Slurm's SLURMD_NODENAME can differ). */
+ * Slurm's SLURMD_NODENAME can differ), or nil, msg, code (uname(2)'s errno name) on failure. */
 static int l_hostname(lua_State *L)
 {
 	struct utsname u;

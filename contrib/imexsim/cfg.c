@@ -1,5 +1,5 @@
-/* imexsim: config.cfg and node file parsing (formats from NVIDIA's IMEX guide, see imex-facts.md).
- */
+/* imexsim: config.cfg and node file parsing (formats from NVIDIA's IMEX guide, see docs/design.md,
+ * "IMEX facts the code relies on", Files). */
 #include "imexsim.h"
 
 #include <arpa/inet.h>

@@ -182,9 +182,9 @@ static const char *node_state(const struct view *v)
 	return v->ok ? v->state : "UNAVAILABLE";
 }
 
-/* Domain status, by the rule of imex-facts.md (a guess consistent with every real sample): UP when
- * every node is READY and all its connections are CONNECTED; DOWN when no node is READY; else
- * DEGRADED. */
+/* Domain status, by the rule of docs/design.md ("IMEX facts the code relies on", nvidia-imex-ctl;
+ * a guess consistent with every real sample): UP when every node is READY and all its connections
+ * are CONNECTED; DOWN when no node is READY; else DEGRADED. */
 static const char *domain_status(const struct sim_nodes *nodes, const struct view *views)
 {
 	int all = 1, any = 0;
@@ -236,8 +236,8 @@ struct opts {
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
- * node's host name or "N/A" when it did not answer.  580 (imex-facts.md): always; "" without -H,
- * "N/A" for a node that did not answer [guess: with or without -H]. */
+ * node's host name or "N/A" when it did not answer.  580 (docs/design.md, "IMEX facts"): always; ""
+ * without -H, "N/A" for a node that did not answer [guess: with or without -H]. */
 static const char *json_hostname(const struct opts *o, const struct view *v)
 {
 	if (!v->ok)

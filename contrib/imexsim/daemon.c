@@ -3,7 +3,8 @@
  *  - the peer mesh on SERVER_PORT: every node listens and connects out to every other node; a
  *    HELLO handshake carries the node map (count and hash), the instance id and the version;
  *  - the command port (IMEX_CMD_PORT): "STATUS" and "QUERY" requests of the ctl.
- * Behaviour mirrored from NVIDIA's IMEX guide and real output (see imex-facts.md, README.md).
+ * Behaviour mirrored from NVIDIA's IMEX guide and real output (see docs/design.md,
+ * "IMEX facts the code relies on", and contrib/imexsim/README.md).
  */
 #include "imexsim.h"
 
@@ -217,7 +218,8 @@ static int log_attempt(unsigned long n)
 /* Close our connection to peer `id` and schedule the next attempt after the current back-off,
  * which then grows by IMEXSIM_RECONNECT_FACTOR up to IMEXSIM_RECONNECT_MAX_MS.  A connection that
  * was established (P_UP) starts over: back-off IMEXSIM_RECONNECT_MS and attempt #1.  Peers of the
- * real daemon reconnect on their own with a back-off (imex-facts.md); its growth is a guess. */
+ * real daemon reconnect on their own with a back-off (docs/design.md, "IMEX facts"); its growth is
+ * a guess. */
 static void peer_close(int id)
 {
 	struct peer *p = &d.peers[id];

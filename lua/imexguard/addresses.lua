@@ -1,14 +1,14 @@
---- Slurm node names -> IPv4 addresses for the IMEX node list (design.md "Desired list").
+--- Slurm node names -> IPv4 addresses for the IMEX node list (docs/design.md, step 2).
 -- Sources: "dns" (host.resolve: a name must resolve to exactly ONE IPv4 address) or "map": the
 -- address map, the one way to give node names fixed IMEX addresses (settings address_source = "map"
 -- and address_map, conventionally /etc/imexguard/addresses), a file of "name address" lines with
 -- '#' comments. A site policy with a source that is not a file replaces step 2's lookup through
 -- the default policy's `lookup` hook.
--- Why one address (case C04): every node of a job must write the same bytes, but the ORDER of a
--- multi-address answer is per node (round-robin DNS rotates it; glibc's getaddrinfo sorts by
--- RFC 6724 rule 9, longest prefix match with the node's own addresses), so "the first answer"
--- differs between nodes and no per-node choice is safe. Such a name is bad input; the site
--- lists the IMEX address of each node in an address map instead.
+-- Why one address (field case C04, docs/design.md "Field cases"): every node of a job must write
+-- the same bytes, but the ORDER of a multi-address answer is per node (round-robin DNS rotates it;
+-- glibc's getaddrinfo sorts by RFC 6724 rule 9, longest prefix match with the node's own
+-- addresses), so "the first answer" differs between nodes and no per-node choice is safe. Such a
+-- name is bad input; the site lists the IMEX address of each node in an address map instead.
 local nodelist = require "imexguard.nodelist"
 
 local M = {}

@@ -1,10 +1,10 @@
 --- The IMEX node list file (`nodes_config.cfg`): format, parse, check.
 --
--- Pure Lua, no side effects. Sources: NVIDIA IMEX guide (one address per line; a node's ID is
--- the 0-based line of its own address; every node of a domain must hold the same list in the
--- same order, else "node map mismatch"), cases C04 (byte-identical on every node: the given
--- order, LF, final newline, no blank lines; never sorted, so no locale can change it) and C05
--- (IPv4 literals only, no loopback, no duplicates, this node present).
+-- Pure Lua, no side effects. Sources: NVIDIA IMEX guide (one address per line; a node's ID is the
+-- 0-based line of its own address; every node of a domain must hold the same list in the same
+-- order, else "node map mismatch"), field cases (docs/design.md, "Field cases") C04 (byte-identical
+-- on every node: the given order, LF, final newline, no blank lines; never sorted, so no locale can
+-- change it) and C05 (IPv4 literals only, no loopback, no duplicates, this node present).
 -- @module imexguard.nodelist
 local M = {}
 

@@ -1,7 +1,8 @@
---- The job registry (design.md step 6 and the epilog; case C08): the jobs whose prolog succeeded
--- on this node and whose epilog has not run yet, kept as `st.jobs` in the state file
--- (imexguard.state). Pure functions on the state table: the caller loads and saves the state
--- file under the node lock (imexguard.steps: lock, register, unregister, may_restart).
+--- The job registry (docs/design.md: step 6, the epilog and "The state file and the job registry";
+-- field case C08 there): the jobs whose prolog succeeded on this node and whose epilog has not run
+-- yet, kept as `st.jobs` in the state file (imexguard.state). Pure functions on the state table:
+-- the caller loads and saves the state file under the node lock (imexguard.steps: lock, register,
+-- unregister, may_restart).
 --
 -- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
@@ -118,6 +119,8 @@ function M.prune(st, now_us, max_age)
 end
 
 --- "100, 102" from a list of entries.
+-- @tparam {table,...} entries registry entries (only `id` is read)
+-- @treturn string their job ids, comma separated, in the given order
 function M.ids(entries)
   local ids = {}
   for i, e in ipairs(entries) do ids[i] = e.id end
@@ -125,6 +128,8 @@ function M.ids(entries)
 end
 
 --- "{10.0.0.1 10.0.0.3}" from node-list bytes.
+-- @tparam string bytes the node list file's contents (one address per line)
+-- @treturn string the addresses in braces, space separated, in file order
 function M.show_nodes(bytes)
   local l = {}
   for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
@@ -132,6 +137,8 @@ function M.show_nodes(bytes)
 end
 
 --- "2h05m" from seconds.
+-- @tparam number seconds an age in seconds (negative counts as 0, fractions are dropped)
+-- @treturn string the age in its two largest units: `45s`, `3m07s`, `2h05m` or `1d03h`
 function M.show_age(seconds)
   seconds = math.max(0, math.floor(seconds))
   if seconds < 60 then return string.format("%ds", seconds) end

@@ -1,4 +1,5 @@
---- The job as the Slurm prolog/epilog environment describes it (case C11).
+--- The job as the Slurm prolog/epilog environment describes it (field case C11 of
+-- docs/design.md, "Field cases").
 --
 -- Pure Lua, no side effects: every function takes the environment as a table of strings
 -- (`ctx.env`). Sources: Slurm's prolog/epilog documentation (slurm.conf(5), "Prolog and Epilog

@@ -52,7 +52,9 @@ function M.install(h, w, opts)
   M.install_write(h, w)
 end
 
---- read, stat, and the helpers file, set_file.
+--- Add the reading file primitives to a fake host: read, stat, and the helpers file, set_file.
+-- @param h table the fake host (gets read, stat, file, set_file)
+-- @param w table the host's shared world (needs files, rec, failing, put)
 function M.install_read(h, w)
   local files = w.files
   function h.read(path, max_bytes)
@@ -77,7 +79,10 @@ function M.install_read(h, w)
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
 end
 
---- write_atomic, mkdir, dir_exists, mknod_char.
+--- Add the writing file primitives to a fake host: write_atomic, mkdir, dir_exists, mknod_char.
+-- @param h table the fake host (gets write_atomic, mkdir, dir_exists, mknod_char)
+-- @param w table the host's shared world (needs files, absent, rec, failing, put, spend,
+--   missing_parent)
 function M.install_write(h, w)
   local files, absent = w.files, w.absent
   function h.write_atomic(path, data, mode)

@@ -15,8 +15,9 @@ end
 -- @param w table the host's shared world (needs rec, spend)
 -- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
 --   function(name)}, local_addresses, hostname, port_owner = {pid, comm, cmdline} (a process
---   other than the unit listening on every port: a stray daemon, C27) | function(port) | "none"
---   (nothing listens); default: the unit's main process while it is active, else nothing)
+--   other than the unit listening on every port: a stray daemon, field case C27 of
+--   docs/design.md) | function(port) | "none" (nothing listens); default: the unit's main process
+--   while it is active, else nothing)
 function M.install(h, w, opts)
   local resolve = default_resolve()
   for k, v in pairs(opts.resolve or {}) do resolve[k] = v end

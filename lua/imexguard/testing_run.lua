@@ -6,7 +6,7 @@ local cjson = require "cjson"
 
 local M = {}
 
---- Ctl answer of an unreachable local daemon (fixtures/ctl/errors.txt, exit 1).
+--- Ctl answer of an unreachable local daemon (tests/fixtures/ctl/errors.txt, exit 1).
 M.UNREACHABLE = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to all "
   .. "addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Address family not supported by protocol\n" }
 --- Ctl answer when the node configuration file cannot be read (exit 255).

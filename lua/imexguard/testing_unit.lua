@@ -76,7 +76,13 @@ local function started(w, r)
   end
 end
 
---- unit_job: each job consumes one entry of opts.restart (a table, or a list of them).
+--- Add unit_job to a fake host: each job consumes one entry of opts.restart (a table, or a list of
+-- them), and records itself in h.jobs.
+-- @param h table the fake host (gets unit_job; needs jobs)
+-- @param w table the host's shared world (needs unit, rec, spend, new_invocation, wall_us, files,
+--   daemon_nodes)
+-- @param opts table testing.host options (restart = {result, duration (seconds), unit_result, ...}
+--   or a list of them; default: every job is "done" after 0.5 s)
 function M.install_jobs(h, w, opts)
   local unit = w.unit
   local script = opts.restart

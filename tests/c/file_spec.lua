@@ -1,4 +1,5 @@
--- Files (src/file.c) through the Lua binding: read cap, stat, atomic replace (case C03), mknod.
+-- Files (src/file.c) through the Lua binding: read cap, stat, atomic replace (field case C03
+-- of docs/design.md, "Field cases"), mknod.
 local H = require "helpers"
 local host = H.host()
 

@@ -1,4 +1,5 @@
--- The node lock (src/lock.c) through its Lua binding, with real contending processes (case C01).
+-- The node lock (src/lock.c) through its Lua binding, with real contending processes (field case
+-- C01 of docs/design.md, "Field cases").
 local H = require "helpers"
 local host = H.host()
 

@@ -1,8 +1,9 @@
--- Integration (issue 8, kinds 4, 6, 7): the unit's lifecycle under a real systemd user manager
--- (tests/with-systemd) with the simulator (contrib/simdomain.lua): a unit that hits its start limit
--- (C26), a daemon started by hand on the command port (C27), a unit shipped disabled (C23), and a
--- late epilog (C24, two real processes). Every wait polls a condition with a deadline; every domain
--- (units and hand-started daemons, the latter by PID) is destroyed in after_each.
+-- Integration: the unit's lifecycle under a real systemd user manager (tests/with-systemd) with the
+-- simulator (contrib/simdomain.lua): a unit that hits its start limit (C26), a daemon started by
+-- hand on the command port (C27), a unit shipped disabled (C23), and a late epilog (C24, two real
+-- processes); case ids are the field cases of docs/design.md, "Field cases". Every wait polls a
+-- condition with a deadline; every domain (units and hand-started daemons, the latter by PID) is
+-- destroyed in after_each.
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 
@@ -40,7 +41,7 @@ local function read(path)
   return s
 end
 
-describe("the unit's lifecycle under systemd (issue 8)", function()
+describe("the unit's lifecycle under systemd", function()
   local d
 
   after_each(function()

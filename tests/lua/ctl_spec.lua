@@ -1,4 +1,5 @@
--- Specs for imexguard.ctl (cases C06, C20) over every fixture in tests/fixtures/ctl.
+-- Specs for imexguard.ctl (field cases C06, C20, C21, C22 of docs/design.md, "Field cases") over
+-- every fixture in tests/fixtures/ctl.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 

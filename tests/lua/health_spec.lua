@@ -1,5 +1,6 @@
 -- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
--- polls (C22), its blame and early stop in wait, and the node map in the status report (C21).
+-- polls (C22), its blame and early stop in wait, and the node map in the status report (C21). Case
+-- ids are the field cases of docs/design.md, "Field cases".
 local testing = require "imexguard.testing"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"

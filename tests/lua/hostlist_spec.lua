@@ -1,5 +1,6 @@
--- Specs for imexguard.hostlist (case C12), with a differential test against Slurm's own expander
--- (`scontrol show hostnames`, which needs no controller: only a readable slurm.conf).
+-- Specs for imexguard.hostlist (field case C12 of docs/design.md), with a differential test against
+-- Slurm's own expander (`scontrol show hostnames`, which needs no controller: only a readable
+-- slurm.conf).
 local hostlist = require "imexguard.hostlist"
 
 local function sh_quote(s)

@@ -1,4 +1,5 @@
--- Specs for imexguard.imexcfg (NVIDIA's config.cfg).
+-- Specs for imexguard.imexcfg (NVIDIA's config.cfg). Case ids (C22, C28) are the field cases of
+-- docs/design.md, "Field cases".
 local imexcfg = require "imexguard.imexcfg"
 
 -- Shaped like the config.cfg of the nvidia-imex package: comments, blank lines, empty values.

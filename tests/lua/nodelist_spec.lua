@@ -1,4 +1,4 @@
--- Specs for imexguard.nodelist (cases C04, C05).
+-- Specs for imexguard.nodelist (field cases C04, C05 of docs/design.md, "Field cases").
 local nodelist = require "imexguard.nodelist"
 
 describe("nodelist.format (C04)", function()

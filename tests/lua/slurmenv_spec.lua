@@ -1,4 +1,5 @@
--- Specs for imexguard.slurmenv (case C11) against the captured 22.05 prolog environment.
+-- Specs for imexguard.slurmenv (field case C11 of docs/design.md) against the captured 22.05 prolog
+-- environment.
 local slurmenv = require "imexguard.slurmenv"
 local hostlist = require "imexguard.hostlist"
 

@@ -1,7 +1,9 @@
--- Specs of the simulator's second version (contrib/imexsim, issue 3): reconnect back-off, restarts
--- as new instances, clean shutdown that tells peers, SIGUSR1, the start-up states, -H, -i, and the
--- fault knobs; the DEGRADED and DOWN cases of imex-facts.md. Every wait polls with a deadline;
--- every daemon is stopped by PID in after_each. Run: IMEXGUARD_BUILD=/tmp/b busted tests/sim
+-- Specs of the simulator's second version (contrib/imexsim): reconnect back-off, restarts as new
+-- instances, clean shutdown that tells peers, SIGUSR1, the start-up states, -H, -i, and the fault
+-- knobs; the DEGRADED and DOWN cases of docs/design.md ("IMEX facts the code relies on",
+-- nvidia-imex-ctl). Every wait polls with a deadline; every daemon is stopped by PID in after_each.
+-- Run: tests/run sim, or busted tests/sim (IMEXGUARD_BUILD=<build dir> for another build; default
+-- build/).
 local h = require("sim.helper")
 
 -- The lines of `text` that contain the plain text `needle`, in order.
@@ -26,7 +28,7 @@ local function pair(t, from, to)
   return node and node.connections[tostring(to)] and node.connections[tostring(to)].status
 end
 
-describe("imexsim (issue 3)", function()
+describe("imexsim: back-off, restarts, shutdown, SIGUSR1, start-up states, fault knobs", function()
   local d
   after_each(h.cleanup_domains)
 
@@ -234,7 +236,7 @@ describe("imexsim (issue 3)", function()
     assert.truthy(d:log(3):find("IMEXSIM_REFUSE_PEERS", 1, true))
   end)
 
-  describe("the DEGRADED and DOWN cases of imex-facts.md", function()
+  describe("the DEGRADED and DOWN cases of the ctl", function()
     it("only the peer port reachable between nodes: each sees itself READY, its peer "
       .. "UNAVAILABLE, DEGRADED", function()
       d = h.domain(2)

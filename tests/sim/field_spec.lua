@@ -1,9 +1,10 @@
--- The field's faults (issue 8), produced by the simulator under a real systemd user manager
--- (tests/with-systemd; contrib/simdomain.lua, one imexsim@NODE.service per node): a daemon started
--- with another order, a unit whose ExecStart names another config, a command port unreachable for
--- remote clients, a stray daemon outside the unit, a unit that hits its start limit. Each test
--- asserts what `nvidia-imex-ctl -N -j`, `-N` and `-q` show. Every wait polls with a deadline; every
--- unit and hand-started daemon is stopped (by PID for the latter) in after_each.
+-- The field's faults (field cases C21, C22, C26, C27, C28 of docs/design.md, "Field cases"),
+-- produced by the simulator under a real systemd user manager (tests/with-systemd;
+-- contrib/simdomain.lua, one imexsim@NODE.service per node): a daemon started with another order, a
+-- unit whose ExecStart names another config, a command port unreachable for remote clients, a stray
+-- daemon outside the unit, a unit that hits its start limit. Each test asserts what
+-- `nvidia-imex-ctl -N -j`, `-N` and `-q` show. Every wait polls with a deadline; every unit and
+-- hand-started daemon is stopped (by PID for the latter) in after_each.
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require("simdomain")
 
@@ -188,7 +189,8 @@ describe("imexsim under systemd: the field's faults", function()
 
   describe("a command port unreachable for remote clients (the peer port works)", function()
     -- Every node sees itself READY and its peers UNAVAILABLE with INVALID connections; its own
-    -- connections are CONNECTED; DEGRADED (imex-facts.md). `self` is the node's 0-based ID.
+    -- connections are CONNECTED; DEGRADED (docs/design.md, "IMEX facts", The daemon). `self` is the
+    -- node's 0-based ID.
     local function assert_config_fault(name, self, n)
       local t, last = wait_json(name, function(j)
         for to = 0, n - 1 do

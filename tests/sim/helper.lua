@@ -14,13 +14,19 @@ M.build = build
 M.imex = build .. "/nvidia-imex"
 M.ctl = build .. "/nvidia-imex-ctl"
 
--- Quote one shell word.
+--- Quote one shell word.
+-- @param s the word (converted with tostring)
+-- @treturn string it in single quotes
 local function q(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 M.q = q
 
--- Run a shell command; returns its stdout (stderr too when merge is true) and its exit status.
+--- Run a shell command.
+-- @tparam string cmd the command (one shell string)
+-- @tparam[opt] boolean merge true: stderr too in the output (else it is discarded)
+-- @treturn string its stdout (and stderr with merge)
+-- @treturn integer its exit status
 function M.run(cmd, merge)
   local p = assert(io.popen(cmd .. (merge and " 2>&1" or " 2>/dev/null") .. "; echo \"__rc=$?\""))
   local out = p:read("a")
@@ -29,6 +35,9 @@ function M.run(cmd, merge)
   return body, tonumber(rc)
 end
 
+--- A whole file.
+-- @tparam string path file
+-- @treturn ?string its contents, or nil when it cannot be opened
 function M.read(path)
   local f = io.open(path, "r")
   if not f then
@@ -39,14 +48,21 @@ function M.read(path)
   return s
 end
 
+--- Replace a file's contents (not atomically).
+-- @tparam string path file
+-- @tparam string text new contents
+-- @raise when the file cannot be opened
 function M.write(path, text)
   local f = assert(io.open(path, "w"))
   f:write(text)
   f:close()
 end
 
--- Poll fn() every `interval` seconds (default 0.05) until it returns a truthy value or `timeout`
--- seconds (default 10) pass. Returns that value, or nil and the last value on timeout.
+--- Poll fn() until it returns a truthy value or `timeout` seconds pass.
+-- @tparam function fn called without arguments
+-- @tparam[opt] number timeout seconds (10)
+-- @tparam[opt] number interval seconds between polls (0.05)
+-- @return fn's truthy value, or nil and fn's last (falsy) value on timeout
 function M.wait_for(fn, timeout, interval)
   local deadline = system.monotime() + (timeout or 10)
   local last
@@ -60,7 +76,9 @@ function M.wait_for(fn, timeout, interval)
   return nil, last
 end
 
--- Is the process alive (and not a zombie)?
+--- Is the process alive (and not a zombie)?
+-- @tparam integer pid process id
+-- @treturn boolean
 function M.alive(pid)
   local stat = M.read("/proc/" .. pid .. "/stat")
   if not stat then
@@ -69,16 +87,24 @@ function M.alive(pid)
   return stat:match("^%d+ %b() (%a)") ~= "Z"
 end
 
--- The fixture file `name` of tests/fixtures/ctl.
+--- A fixture file of tests/fixtures/ctl.
+-- @tparam string name its file name ("up-2node-570.json")
+-- @treturn string its contents
+-- @raise when it cannot be read
 function M.fixture(name)
   local text = M.read("tests/fixtures/ctl/" .. name)
   assert(text, "fixture " .. name)
   return text
 end
 
--- Compare the JSON shape of `actual` with `expected`: same keys and value types at every level.
+--- Compare the JSON shape of `actual` with `expected`: same keys and value types at every level.
 -- Objects keyed by decimal strings (nodes, connections) are maps: every entry must have the shape
--- of the fixture's first entry. Returns true, or false and the path of the first difference.
+-- of the fixture's first entry.
+-- @param actual decoded JSON under test
+-- @param expected decoded JSON of a fixture
+-- @tparam[opt] string path where in the document ("$", the root)
+-- @treturn boolean true when the shapes agree
+-- @treturn ?string otherwise the path of the first difference and what differs
 function M.same_shape(actual, expected, path)
   path = path or "$"
   if type(actual) ~= type(expected) then
@@ -126,9 +152,11 @@ Domain.__index = Domain
 -- The domains made by M.domain and not yet cleaned up, for M.cleanup_domains.
 local live = {}
 
--- A new simulated domain of n nodes (not started). Node i (1-based here; IMEX ID i-1) has the
+--- A new simulated domain of n nodes (not started). Node i (1-based here; IMEX ID i-1) has the
 -- address 127.X.Y.i and its own directory with config.cfg and nodes_config.cfg. The domain is
 -- stopped and removed by M.cleanup_domains (or its own cleanup()).
+-- @tparam integer n number of nodes
+-- @treturn table the domain (methods below)
 function M.domain(n)
   local out = assert(M.run("mktemp -d /tmp/imexsim-test.XXXXXX"))
   local d = setmetatable({
@@ -153,16 +181,24 @@ function M.domain(n)
   return d
 end
 
+--- Node i's directory, or a file in it.
+-- @tparam integer i node index (1-based)
+-- @tparam[opt] string file a file name in that directory
+-- @treturn string absolute path
 function Domain:path(i, file)
   return self.dir .. "/node" .. i .. (file and ("/" .. file) or "")
 end
 
--- Write node i's node file: the list of addresses, one a line.
+--- Write node i's node file: the list of addresses, one a line.
+-- @tparam integer i node index
+-- @tparam {string,...} list addresses in node list order
 function Domain:set_nodes(i, list)
   M.write(self:path(i, "nodes_config.cfg"), table.concat(list, "\n") .. "\n")
 end
 
--- Write node i's config.cfg; `extra` (optional) maps further keys to values (they win).
+--- Write node i's config.cfg (ports, addresses and files of this domain, fast reconnects).
+-- @tparam integer i node index
+-- @tparam[opt] table extra further KEY -> value (they win over the defaults)
 function Domain:configure(i, extra)
   local keys = {
     SERVER_PORT = self.port,
@@ -188,8 +224,11 @@ function Domain:configure(i, extra)
   M.write(self:path(i, "config.cfg"), table.concat(lines, "\n") .. "\n")
 end
 
--- Start node i's daemon (DAEMONIZE=1: returns once the parent exited). Returns the exit status
--- of the start and its output; on success the daemon's PID is recorded for cleanup().
+--- Start node i's daemon (DAEMONIZE=1: returns once the parent exited); on success the daemon's
+-- PID is recorded for cleanup().
+-- @tparam integer i node index
+-- @treturn integer the start's exit status
+-- @treturn string its output (stdout and stderr)
 function Domain:start(i)
   local out, rc = M.run(q(M.imex) .. " -c " .. q(self:path(i, "config.cfg")), true)
   local pid = tonumber(M.read(self:path(i, "imex.pid")) or "")
@@ -200,8 +239,10 @@ function Domain:start(i)
   return rc, out
 end
 
--- Start node i in the foreground mode (DAEMONIZE=0 in its config) as a background job of a shell;
--- the daemon writes its own PID file. Returns the PID once the state file says READY, or nil.
+--- Start node i in the foreground mode (DAEMONIZE=0 in its config) as a background job of a shell;
+-- the daemon writes its own PID file. Waits up to 5 s for its state file to say READY.
+-- @tparam integer i node index
+-- @treturn ?integer the daemon's PID (recorded for cleanup()), or nil when it is not READY in time
 function Domain:start_foreground(i)
   os.remove(self:path(i, "state"))
   os.execute(q(M.imex) .. " -c " .. q(self:path(i, "config.cfg")) .. " >/dev/null 2>&1 &")
@@ -218,6 +259,8 @@ function Domain:start_foreground(i)
   return pid
 end
 
+--- Start every node's daemon (Domain:start).
+-- @raise when one does not start, naming the node and its output
 function Domain:start_all()
   for i = 1, self.n do
     local rc, out = self:start(i)
@@ -225,7 +268,10 @@ function Domain:start_all()
   end
 end
 
--- Send `sig` (default TERM) to node i and wait (bounded) until it is gone. Returns true when gone.
+--- Send a signal to node i's daemon and wait up to 5 s until it is gone.
+-- @tparam integer i node index
+-- @tparam[opt] string sig signal name for kill(1) ("TERM")
+-- @treturn boolean true when it is gone (or was not running)
 function Domain:stop(i, sig)
   local pid = self.pids[i]
   if not pid then
@@ -241,7 +287,9 @@ function Domain:stop(i, sig)
   return gone and true or false
 end
 
--- Node i's state file as a table (pid, instance, state, node_id, address), or nil.
+--- Node i's state file (written by the simulated daemon).
+-- @tparam integer i node index
+-- @treturn ?table its KEY=value lines (pid, instance, state, node_id, address), or nil when absent
 function Domain:state(i)
   local text = M.read(self:path(i, "state"))
   if not text then
@@ -254,12 +302,21 @@ function Domain:state(i)
   return t
 end
 
--- Run the ctl with node i's config and `args`; returns stdout and the exit status.
+--- Run the ctl with node i's config.
+-- @tparam integer i node index
+-- @tparam string args the ctl's arguments (one shell string)
+-- @treturn string its stdout
+-- @treturn integer its exit status
 function Domain:ctl(i, args)
   return M.run(q(M.ctl) .. " -c " .. q(self:path(i, "config.cfg")) .. " " .. args)
 end
 
--- `ctl -N -j` (plus `extra` arguments, e.g. "-t 300") of node i decoded, or nil and the raw output.
+--- `ctl -N -j` of node i, decoded.
+-- @tparam integer i node index
+-- @tparam[opt] string extra further arguments, e.g. "-t 300"
+-- @treturn[1] table the decoded JSON
+-- @return[2] nil
+-- @treturn[2] string the raw output
 function Domain:domain_json(i, extra)
   local out = self:ctl(i, "-N -j" .. (extra and (" " .. extra) or ""))
   local ok, t = pcall(cjson.decode, out or "")
@@ -269,7 +326,11 @@ function Domain:domain_json(i, extra)
   return nil, out
 end
 
--- Wait until node i's ctl reports domain status `want`; returns the decoded JSON or nil.
+--- Wait until node i's ctl reports a domain status.
+-- @tparam integer i node index
+-- @tparam string want "UP", "DEGRADED" or "DOWN"
+-- @tparam[opt] number timeout seconds (10)
+-- @treturn ?table the decoded JSON, or nil on timeout
 function Domain:wait_status(i, want, timeout)
   return M.wait_for(function()
     local t = self:domain_json(i)
@@ -277,12 +338,17 @@ function Domain:wait_status(i, want, timeout)
   end, timeout or 10)
 end
 
--- Node i's log file ("" while there is none).
+--- Node i's log file.
+-- @tparam integer i node index
+-- @treturn string its contents ("" while there is none)
 function Domain:log(i)
   return M.read(self:path(i, "imex.log")) or ""
 end
 
--- How often the plain text `needle` occurs in node i's log.
+--- How often a plain text occurs in node i's log.
+-- @tparam integer i node index
+-- @tparam string needle the text (no pattern)
+-- @treturn integer the count
 function Domain:log_count(i, needle)
   local n, pos = 0, 1
   local text = self:log(i)
@@ -295,13 +361,17 @@ function Domain:log_count(i, needle)
   end
 end
 
--- Send signal `sig` (e.g. "USR1") to node i's daemon.
+--- Send a signal to node i's daemon.
+-- @tparam integer i node index (it must be running)
+-- @tparam string sig signal name for kill(1), e.g. "USR1"
 function Domain:signal(i, sig)
   assert(self.pids[i], "node " .. i .. " is not running")
   assert(os.execute("kill -" .. sig .. " " .. self.pids[i]))
 end
 
--- Milliseconds since midnight of a daemon log line "[YYYY-MM-DD HH:MM:SS.mmm] ...", or nil.
+--- The time of a daemon log line "[YYYY-MM-DD HH:MM:SS.mmm] ...".
+-- @tparam string line one line of a node's log
+-- @treturn ?integer milliseconds since midnight, or nil when the line has no time stamp
 function M.log_ms(line)
   local hh, mm, ss, ms = line:match("^%[%d+%-%d+%-%d+ (%d+):(%d+):(%d+)%.(%d+)%]")
   if not hh then
@@ -310,7 +380,8 @@ function M.log_ms(line)
   return ((tonumber(hh) * 60 + tonumber(mm)) * 60 + tonumber(ss)) * 1000 + tonumber(ms)
 end
 
--- Stop every process this domain started (TERM, then KILL) and remove its directory.
+--- Stop every process this domain started, by PID (TERM, then KILL after 3 s), and remove its
+-- directory.
 function Domain:cleanup()
   for _, pid in ipairs(self.all_pids) do
     if M.alive(pid) then
@@ -330,7 +401,7 @@ function Domain:cleanup()
   end
 end
 
--- The after_each of every sim spec: clean up (stop by PID, remove) every domain made since.
+--- The after_each of every sim spec: clean up (stop by PID, remove) every domain made since.
 function M.cleanup_domains()
   while #live > 0 do
     live[#live]:cleanup()

@@ -1,5 +1,6 @@
 -- Specs of the IMEX simulator (contrib/imexsim) against the real output in tests/fixtures/ctl/
--- and the behaviour in imex-facts.md. Run: IMEXGUARD_BUILD=/tmp/h6-build busted tests/sim
+-- and the behaviour in docs/design.md ("IMEX facts the code relies on"). Run: tests/run sim, or
+-- busted tests/sim (IMEXGUARD_BUILD=<build dir> for another build; default build/).
 local cjson = require("cjson")
 local h = require("sim.helper")
 

@@ -1,6 +1,6 @@
 -- Specs of host.port_owner (src/proc.c): the process listening on a TCP port, against real
 -- listeners: one a systemd unit's main process (tests/systemd/units/ig-listen.service), one
--- started by hand outside any unit (C27: a stray daemon on the command port).
+-- started by hand outside any unit (field case C27 of docs/design.md: a stray daemon on the command port).
 -- Run under tests/with-systemd (private network namespace: the fixed ports are ours).
 local build = os.getenv("IMEXGUARD_BUILD")
 if build then

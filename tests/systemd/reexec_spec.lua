@@ -1,8 +1,8 @@
--- C25: systemd re-executes during a run.  `imexguard prolog` (the real binary) on a simulated
--- 4-node IMEX domain (contrib/simdomain.lua, as tests/integration does) while the user manager is
--- re-executed and reloaded in a loop (`systemctl --user daemon-reexec`, `daemon-reload`): 100
--- prologs, some of them restarting the daemon, and not one may fail for it.
--- Run under tests/with-systemd.
+-- Field case C25 (docs/design.md, "Field cases"): systemd re-executes during a run.
+-- `imexguard prolog` (the real binary) on a simulated 4-node IMEX domain (contrib/simdomain.lua,
+-- as tests/integration does) while the user manager is re-executed and reloaded in a loop
+-- (`systemctl --user daemon-reexec`, `daemon-reload`): 100 prologs, some of them restarting the
+-- daemon, and not one may fail for it. Run under tests/with-systemd.
 package.path = "contrib/?.lua;" .. package.path
 
 if not os.getenv("IMEXGUARD_TEST_BUS") then

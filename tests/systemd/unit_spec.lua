@@ -1,5 +1,5 @@
 -- Specs of the systemd primitives (src/unit.c) against a real systemd user manager.
--- Run: tests/with-systemd busted --cpath='/tmp/h2-build/lua/?.so' tests/systemd
+-- Run: tests/with-systemd busted --cpath='build/lua/?.so' tests/systemd (or tests/run systemd)
 -- tests/with-systemd provides the manager in a private mount namespace and exports
 -- IMEXGUARD_TEST_BUS (its private socket) and IMEXGUARD_TEST_UNIT_DIR (where units go).
 -- The C module is found through IMEXGUARD_BUILD (default: busted's cpath, i.e. build/).

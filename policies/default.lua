@@ -204,6 +204,9 @@ function Policy:prepare(ctx)
   local want
   want, o, m = self:desired(ctx, info)
   if not want then return nil, o, m end
+  -- the daemon's config.cfg (from the unit's ExecStart, C28): the ctl's -c, the restart's record,
+  -- and this node's findings when a configuration fault is established (C22)
+  want.config_path, want.cfg = info.config, info.cfg
   return info, want
 end
 
@@ -265,7 +268,11 @@ function Policy:locked_prolog(ctx, info, want)
   local extra = self:register_extra(ctx, want)
   if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra, info) end
   local allowed, why = self:may_restart(ctx, st, v)
-  if not allowed then return "conflict", text.one_line(why), { registry = steps.registry_key(st) } end
+  if not allowed then
+    -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
+    if v.action ~= "none" then why = why .. "; " .. v.action .. " needed: " .. v.reason end
+    return "conflict", text.one_line(why), { registry = steps.registry_key(st) }
+  end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
 
@@ -366,13 +373,16 @@ function Policy:run_plan(ctx)
   if changed or v.action ~= "none" then allowed, why = self:may_restart(ctx, st, v) end
   local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
-    domain = v.answer and health.verdict(v.answer, want.addrs, want.self) }
+    domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
+    findings = report.config_findings(info, want.addrs),
+    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
   local pok, po, pm = self:port_is_units(ctx, info, v.unit)
   if not pok then
     local out = self:channel_report(ctx, info, report.plan(f))
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
-  return allowed and "ok" or "conflict", self:channel_note(info, report.plan_message(f)),
+  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
+  return outcome, self:channel_note(info, report.plan_message(f)),
     self:channel_report(ctx, info, report.plan(f))
 end
 
@@ -411,35 +421,60 @@ function Policy:unit_verdict(ctx, info)
     .. "not the unit's daemon", steps.node_name(ctx), ctx.settings.unit, tostring(a), tostring(props.result))
 end
 
---- Entry point `status`: the domain as a table, with a diagnosis per node.
+--- The node list the domain must run, in order (C21: a node's ID is its line in it): the
+-- addresses of this node's node list file; nil when it cannot be read or is empty (status then
+-- judges the domain by its own order, and says so).
+local function ordered_node_list(ctx, info)
+  if not info then return nil end
+  local bytes = steps.read_nodes(ctx, info)
+  local list = {}
+  for line in (bytes or ""):gmatch("[^\n]+") do
+    local a = line:match("^%s*(.-)%s*$")
+    if a ~= "" and a:sub(1, 1) ~= "#" then list[#list + 1] = a end
+  end
+  return #list > 0 and list or nil
+end
+
+--- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node
+-- map is compared with this node's node list file (same nodes in another order is a local fault,
+-- C21); config.cfg's findings (imexcfg.lint: a command port on loopback, IMEX_CMD_ENABLED=0...)
+-- are flagged before any job runs (C22).
 function Policy:run_status(ctx)
   local info, o, why = self:applies(ctx)
   if not info and o ~= "unit-unknown" then return o, why, report.status_plain(o, why, ctx.json) end
-  local ans = health.probe(ctx)
+  local ans = health.probe(ctx, nil, info and info.config)
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
     local msg = text.one_line("node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err))
     return outcome, msg, report.status_plain(outcome, msg, ctx.json)
   end
   local domain = ans.domain
-  local expected = {}
-  for _, node in ipairs(domain.nodes) do expected[#expected + 1] = node.host end
+  local expected = ordered_node_list(ctx, info)
+  local by_file = expected ~= nil
+  if not expected then
+    expected = {}
+    for _, node in ipairs(domain.nodes) do expected[#expected + 1] = node.host end
+  end
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
-  local v = ctl.health(domain, expected, self_addr)
+  local v = ctl.health(domain, expected, self_addr, { node_list = by_file and expected or false })
   local outcome, msg
   if v.healthy then
     outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #expected)
   else
-    outcome, msg = health.blame(ctx, { self = self_addr, names = names }, v)
+    outcome, msg = health.blame(ctx, { self = self_addr, names = names, cfg = info and info.cfg,
+      config_path = info and info.config }, v)
   end
   if not info then msg = msg .. "; unit state unknown: " .. why end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
+  local findings = report.config_findings(info, expected)
+  if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   msg = text.one_line(msg)
   local out = report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
-    outcome = outcome, message = msg })
+    outcome = outcome, message = msg, findings = findings, config = info and info.config,
+    node_list = by_file and info.nodes_file or nil })
   return outcome, msg, self:channel_report(ctx, nil, out)
 end
 

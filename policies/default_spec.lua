@@ -366,15 +366,21 @@ describe("default policy prolog", function()
       assert.equal(1, #h.jobs)
     end)
 
-    it("follows IMEX_NODE_CONFIG_FILE of config.cfg, and the nodes_file setting over it", function()
+    it("follows IMEX_NODE_CONFIG_FILE of config.cfg; a nodes_file setting naming another file is "
+      .. "config-mismatch (C28)", function()
       local other = "/etc/other/nodes.cfg"
       local cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*", "IMEX_NODE_CONFIG_FILE=" .. other)
       local h = testing.host{ files = { [CONFIG] = cfg } }
       run(h)
       assert.equal(other, list_writes(h)[1].path)
       h = testing.host{ files = { [CONFIG] = cfg } }
-      run(h, { settings = { nodes_file = "/srv/n.cfg" } })
-      assert.equal("/srv/n.cfg", list_writes(h)[1].path)
+      run(h, { settings = { nodes_file = other } })
+      assert.equal(other, list_writes(h)[1].path)
+      h = testing.host{ files = { [CONFIG] = cfg } }
+      local o, m = run(h, { settings = { nodes_file = "/srv/n.cfg" } })
+      assert.equal("config-mismatch", o)
+      assert.truthy(m:find("nodes_file=/srv/n.cfg", 1, true) and m:find(other, 1, true), m)
+      assert_untouched(h)
     end)
 
     it("refuses a relative IMEX_NODE_CONFIG_FILE: bad-input naming the key, nothing changed", function()
@@ -1749,5 +1755,254 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
       settings = { imex_channels = "channel0" } })
     assert.equal("channel-failed", outcome)
     assert.matches("^imexguard: channel%-failed: IMEX channel: .*channel0 missing", report)
+  end)
+end)
+
+-- Issue 8 kinds 1-3 (C21, C22, C28): ordered identity, the unit's own config, configuration faults.
+describe("default policy: ordered identity, the unit's config, configuration faults (issue 8)", function()
+  local T3 = "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
+
+  -- A domain as the ctl shows it: hosts in id order, READY and connected.
+  local function domain_of(hosts)
+    local nodes = {}
+    for i, h in ipairs(hosts) do nodes[i] = { host = h } end
+    return { domain = { nodes = nodes } }
+  end
+
+  -- This node READY and CONNECTED to every peer, the peers UNAVAILABLE (C22's signature).
+  local function config_fault_domain(hosts)
+    local conns = {}
+    for _, h in ipairs(hosts) do conns[h] = "CONNECTED" end
+    local nodes = { { host = hosts[1], connections = conns } }
+    for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE" } end
+    return { domain = { status = "DEGRADED", nodes = nodes } }
+  end
+
+  local A, B, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"
+  -- The kit's host with the node list {n1, n2, n3} and the ctl answering the domain `hosts`.
+  local function host3(hosts, more)
+    return testing.host{ files = { [NODES] = T3 }, ctl = { domain_of(hosts), more } }
+  end
+
+  local function unit_with(argv)
+    return { exec_start = { { path = argv[1], argv = argv } } }
+  end
+
+  describe("C21: same nodes, another order", function()
+    it("is stale: restart, and the message says 'same nodes, another order'", function()
+      -- file and job {1, 2, 3}, older than the daemon's start; the daemon runs {2, 1, 3}
+      local h = host3({ B, A, C }, domain_of({ A, B, C }))
+      local o, m = run(h, { env = env("n[1-3]") })
+      assert.equal("ok", o, m)
+      assert.equal(1, #h.jobs)
+      assert.equal("restart", h.jobs[1].verb)
+      assert.truthy(m:find("same nodes, another order", 1, true), m)
+      assert.same({}, list_writes(h)) -- the file was already right
+    end)
+
+    it("a rotation of four nodes, and a swap of the last two, are stale too", function()
+      for _, order in ipairs({ { "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.1" },
+        { "10.0.0.1", "10.0.0.2", "10.0.0.4", "10.0.0.3" } }) do
+        local h = testing.host{ files = { [NODES] = "10.0.0.1\n10.0.0.2\n10.0.0.3\n10.0.0.4\n" },
+          ctl = { domain_of(order), domain_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }) } }
+        local o, m = run(h, { env = env("n[1-4]") })
+        assert.equal("ok", o, m)
+        assert.equal(1, #h.jobs, table.concat(order, " "))
+        assert.truthy(m:find("same nodes, another order", 1, true), m)
+      end
+    end)
+
+    it("the same order is current: no restart", function()
+      local h = host3({ A, B, C })
+      local o, m = run(h, { env = env("n[1-3]") })
+      assert.equal("ok", o, m)
+      assert.same({}, h.jobs)
+    end)
+
+    it("a registered job keeps the daemon: conflict, and the message names the other order", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n2", "n3" },
+        jobs = { { id = 100, nodes = "n[1-3]" } }, domain = { domain_of({ C, B, A }) } }
+      local o, m = s:prolog{ job = 101, nodelist = "n[1-3]" }
+      assert.equal("conflict", o, m)
+      assert.truthy(m:find("same nodes, another order", 1, true), m)
+      assert.equal(0, s:restarts())
+      local po, pm, prep = s:plan{ job = 101, nodelist = "n[1-3]" }
+      assert.equal("conflict", po)
+      assert.truthy(pm:find("same nodes, another order", 1, true), pm)
+      assert.truthy(prep:find("same nodes, another order", 1, true), prep)
+    end)
+
+    it("plan names it", function()
+      local h = host3({ A, C, B })
+      local o, m, rep = run(h, { command = "plan", env = env("n[1-3]"), dry_run = true })
+      assert.equal("ok", o, m)
+      assert.truthy(m:find("would restart", 1, true) and m:find("same nodes, another order", 1, true), m)
+      assert.truthy(rep:find("restart: yes", 1, true), rep)
+    end)
+
+    it("status compares with the node list file's order: this node's ID, the mismatch per node", function()
+      local h = host3({ B, A, C })
+      local o, m, rep = run(h, { command = "status" })
+      assert.equal("domain-unhealthy", o, m)
+      assert.truthy(m:find("same nodes, another order", 1, true), m)
+      assert.truthy(rep:find("this node 10.0.0.1 (n1): ID 1 in the daemon's node map; ID 0 in the node list "
+        .. NODES, 1, true), rep)
+      for _, col in ipairs({ "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }) do
+        assert.truthy(rep:find(col, 1, true), col)
+      end
+      local _, _, js = run(host3({ B, A, C }), { command = "status", json = true })
+      local doc = cjson.decode(js)
+      assert.equal(1, doc.self_id)
+      assert.equal("reordered", doc.order.kind)
+      assert.equal(NODES, doc.node_list)
+    end)
+
+    it("status of a domain in the node list's order is ok, with this node's ID", function()
+      local h = host3({ A, B, C })
+      local o, m, rep = run(h, { command = "status" })
+      assert.equal("ok", o, m)
+      assert.truthy(rep:find("ID 0 in the daemon's node map; ID 0 in the node list", 1, true), rep)
+    end)
+  end)
+
+  describe("C28: the daemon's config comes from the unit's ExecStart", function()
+    local SITE, SITE_NODES = "/opt/site/imex.cfg", "/opt/site/nodes.cfg"
+    local site_cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*",
+      "IMEX_NODE_CONFIG_FILE=" .. SITE_NODES)
+    local IMEX = "/usr/bin/nvidia-imex"
+
+    it("-c PATH: config.cfg, its node list and the ctl's -c follow the unit, not the packaged file",
+      function()
+      local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }),
+        files = { [SITE] = site_cfg, [SITE_NODES] = "10.0.0.1\n10.0.0.3\n" } }
+      local o, m = run(h)
+      assert.equal("ok", o, m)
+      assert.equal(1, #list_writes(h))
+      assert.equal(SITE_NODES, list_writes(h)[1].path)
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(SITE_NODES))
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES)) -- the packaged list is not touched
+      assert.is_true(#h.runs > 0)
+      for _, argv in ipairs(h.runs) do
+        local c
+        for i, a in ipairs(argv) do if a == "-c" then c = argv[i + 1] end end
+        assert.equal(SITE, c)
+      end
+    end)
+
+    it("-cPATH in one argument, and no -c at all (NVIDIA's default path)", function()
+      local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c" .. SITE }),
+        files = { [SITE] = site_cfg } }
+      assert.equal("ok", (run(h)))
+      assert.equal("10.0.0.1\n10.0.0.2\n", h.file(SITE_NODES))
+      h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex" }), files = { [SITE] = site_cfg } }
+      assert.equal("ok", (run(h)))
+      assert.is_nil(h.file(SITE_NODES))
+    end)
+
+    it("a setting imex_config naming another config than the unit's: config-mismatch naming both, "
+      .. "nothing changed", function()
+      local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }),
+        files = { [SITE] = site_cfg, ["/etc/site/other.cfg"] = testing.CONFIG_TEXT } }
+      local o, m = run(h, { settings = { imex_config = "/etc/site/other.cfg" } })
+      assert.equal("config-mismatch", o)
+      assert.equal(15, outcomes.exit_code(o))
+      assert.truthy(m:find("/etc/site/other.cfg", 1, true) and m:find(SITE, 1, true), m)
+      assert_one_line(m)
+      assert_untouched(h)
+      local po = run(testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c", SITE }),
+        files = { [SITE] = site_cfg } }, { command = "plan", dry_run = true,
+        settings = { imex_config = "/etc/site/other.cfg" } })
+      assert.equal("config-mismatch", po)
+    end)
+
+    it("a nodes_file setting other than the unit config's node list: config-mismatch", function()
+      local h = testing.host{ unit = unit_with({ IMEX, "-c", SITE }),
+        files = { [SITE] = site_cfg } }
+      local o, m = run(h, { settings = { nodes_file = NODES } })
+      assert.equal("config-mismatch", o)
+      assert.truthy(m:find(SITE_NODES, 1, true) and m:find("nodes_file=" .. NODES, 1, true), m)
+      assert_untouched(h)
+    end)
+
+    it("an ExecStart whose -c has no value, or a relative path: bad-input naming the ExecStart", function()
+      for _, argv in ipairs({ { IMEX, "-c" }, { IMEX, "-c", "imex.cfg" } }) do
+        local h = testing.host{ unit = unit_with(argv) }
+        local o, m = run(h)
+        assert.equal("bad-input", o)
+        assert.truthy(m:find("ExecStart", 1, true), m)
+        assert_untouched(h)
+      end
+    end)
+
+    it("plan shows where the config path came from", function()
+      local h = testing.host{ unit = unit_with({ IMEX, "-c", SITE }),
+        files = { [SITE] = site_cfg } }
+      local _, _, rep = run(h, { command = "plan", dry_run = true })
+      assert.truthy(rep:find("config: " .. SITE .. " (from the unit ExecStart)", 1, true), rep)
+    end)
+  end)
+
+  describe("C22: a configuration fault is not a peer fault", function()
+    local loop_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*",
+      "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
+
+    it("4 nodes, this one READY and connected, three peers UNAVAILABLE: config-fault after a few polls, "
+      .. "no peer blamed, exit 14", function()
+      local hosts = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+      local h = testing.host{ files = { [NODES] = table.concat(hosts, "\n") .. "\n", [CONFIG] = loop_cfg },
+        ctl = { config_fault_domain(hosts) } }
+      local start = h.now()
+      local o, m = run(h, { env = env("n[1-4]") })
+      assert.equal("config-fault", o, m)
+      assert.equal(14, outcomes.exit_code(o, testing.ctx{ host = h }.settings))
+      assert.truthy(h.now() - start < 5, "stopped early: " .. (h.now() - start))
+      assert.truthy(#h.runs <= 4, #h.runs)
+      assert.truthy(m:find("not a peer fault", 1, true), m)
+      assert.truthy(m:find("IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1", 1, true), m)
+      assert.is_nil(m:find("peers are not", 1, true))
+      assert.same({}, h.jobs)
+    end)
+
+    it("on_config_fault = \"warn\": exit 0, logged at level err", function()
+      local hosts = { "10.0.0.1", "10.0.0.2" }
+      local h = testing.host{ ctl = { config_fault_domain(hosts) } }
+      local o, m, _, ctx = run(h, { settings = { on_config_fault = "warn" } })
+      assert.equal("config-fault", o, m)
+      assert.equal(0, outcomes.exit_code(o, ctx.settings))
+      local errs = 0
+      for _, l in ipairs(h.logs) do
+        if l[1] == "err" and l[2]:find("configuration fault", 1, true) then errs = errs + 1 end
+      end
+      assert.equal(1, errs)
+    end)
+
+    it("a real peer fault (one peer UNAVAILABLE and not connected) is still peers-unhealthy", function()
+      local h = testing.host{ files = { [NODES] = T3 }, ctl = { { domain = { nodes = { { host = "10.0.0.1" },
+        { host = "10.0.0.2" }, { host = "10.0.0.3", status = "UNAVAILABLE" } } } } } }
+      local o, m = run(h, { env = env("n[1-3]") })
+      assert.equal("peers-unhealthy", o, m)
+    end)
+
+    it("plan and status flag a loopback command bind, or IMEX_CMD_ENABLED=0, before any job runs", function()
+      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
+      for _, cfg in ipairs({ loop_cfg, off_cfg }) do
+        local key = cfg == loop_cfg and "IMEX_CMD_BIND_INTERFACE_IP" or "IMEX_CMD_ENABLED=0"
+        local h = testing.host{ files = { [CONFIG] = cfg } }
+        local o, m, rep = run(h, { command = "plan", dry_run = true })
+        assert.equal("config-fault", o, m)
+        assert.truthy(m:find(key, 1, true), m)
+        assert.truthy(rep:find("config fault: " .. CONFIG .. ": " .. key, 1, true), rep)
+        local so, sm, srep = run(testing.host{ files = { [CONFIG] = cfg } }, { command = "status" })
+        assert.equal("ok", so) -- the kit's ctl answers UP; the finding is flagged all the same
+        assert.truthy(sm:find(key, 1, true), sm)
+        assert.truthy(srep:find("config fault: " .. CONFIG, 1, true), srep)
+      end
+    end)
+
+    it("a one-node job with a loopback command bind has no peer to miss: plan is ok", function()
+      local h = testing.host{ files = { [CONFIG] = loop_cfg, [NODES] = "10.0.0.1\n" } }
+      local o, m = run(h, { command = "plan", dry_run = true, env = env("n1") })
+      assert.equal("ok", o, m)
+    end)
   end)
 end)

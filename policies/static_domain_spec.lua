@@ -96,7 +96,7 @@ describe("static_domain policy", function()
       { host = "n2", status = "UNAVAILABLE" }, { host = "n3", status = "UNAVAILABLE" },
       { host = "n4", status = "UNAVAILABLE" } } } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
-    assert.equal("domain-unhealthy", outcome)
+    assert.equal("config-fault", outcome)
     assert.matches("configuration fault", message)
     untouched(s)
   end)

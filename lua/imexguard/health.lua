@@ -13,9 +13,9 @@ M.MAX_OUTPUT = 1024 * 1024
 M.MARGIN = 0.5
 --- Consecutive polls with the same configuration-fault verdict after which `wait` stops early.
 M.CONFIG_FAULT_POLLS = 3
---- Outcome of an established configuration fault (C22). "domain-unhealthy" (exit 9) until the
--- outcome table has an outcome of its own for it.
-M.CONFIG_FAULT_OUTCOME = "domain-unhealthy"
+--- Outcome of an established configuration fault (C22): exit 14, or 0 with on_config_fault =
+-- "warn" (imexguard.outcomes).
+M.CONFIG_FAULT_OUTCOME = "config-fault"
 
 local function one_line(s)
   return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
@@ -23,28 +23,31 @@ end
 
 --- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
 -- @param settings table (ctl: string or list of strings; imex_config)
+-- @param config string|nil the daemon's config.cfg (steps.daemon_config: from the unit's
+--   ExecStart, C28); default settings.imex_config
 -- @return list of strings
-function M.ctl_argv(settings)
+function M.ctl_argv(settings, config)
   local argv = {}
   if type(settings.ctl) == "table" then
     for _, a in ipairs(settings.ctl) do argv[#argv + 1] = a end
   else
     argv[1] = settings.ctl
   end
-  for _, a in ipairs({ "-c", settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
+  for _, a in ipairs({ "-c", config or settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
   return argv
 end
 
 --- Run the ctl once and parse its answer.
 -- @param ctx table policy context
 -- @param timeout number|nil seconds (default settings.ctl_timeout)
+-- @param config string|nil the daemon's config.cfg for the ctl's `-c` (default settings.imex_config)
 -- @return answer table: {domain = domain} when parsed, else {err = one-line message, kind =
 --   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_domain,
 --   or of the run: hang, budget, cannot execute)
-function M.probe(ctx, timeout)
+function M.probe(ctx, timeout, config)
   local s = ctx.settings
   timeout = timeout or s.ctl_timeout
-  local argv = M.ctl_argv(s)
+  local argv = M.ctl_argv(s, config)
   local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
   if not res then
     if code == "timeout" then
@@ -114,14 +117,33 @@ local function local_reason(v, self)
   return nil
 end
 
+--- The findings of imexcfg.lint for this node's config.cfg, without the loopback bind findings
+-- whose address is one of the domain's own (possible only with allow_loopback: the simulator and
+-- tests, where every node's address is a loopback address).
+-- @param cfg table parsed config.cfg
+-- @param path string|nil its path (named in the findings)
+-- @param addrs list|nil the domain's addresses (the node list)
+-- @return list of findings (imexcfg.lint's tables)
+function M.config_lint(cfg, path, addrs)
+  local own = {}
+  for _, a in ipairs(addrs or {}) do own[a] = true end
+  local out = {}
+  for _, f in ipairs(imexcfg.lint(cfg, path)) do
+    local bind = f.key == "IMEX_CMD_BIND_INTERFACE_IP" or f.key == "BIND_INTERFACE_IP"
+    if not (bind and own[f.value]) then out[#out + 1] = f end
+  end
+  return out
+end
+
 --- Likely causes of a configuration fault, this node's own config.cfg findings first.
 -- @param cfg table|nil parsed config.cfg of this node (imexcfg.parse)
 -- @param path string|nil its path (named in the findings)
+-- @param addrs list|nil the domain's addresses (see config_lint)
 -- @return list of one-line strings
-function M.config_fault_causes(cfg, path)
+function M.config_fault_causes(cfg, path, addrs)
   local causes = {}
   if type(cfg) == "table" then
-    for _, f in ipairs(imexcfg.lint(cfg, path)) do
+    for _, f in ipairs(M.config_lint(cfg, path, addrs)) do
       if f.level == "error" and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP") then
         causes[#causes + 1] = "here: " .. f.text
       end
@@ -171,10 +193,13 @@ function M.blame(ctx, want, v, waited)
   local after = waited and string.format(" after %.1f s", waited) or ""
   if not why and v.verdict == "config-fault" then
     local cf = v.config_fault or {}
-    return M.CONFIG_FAULT_OUTCOME, one_line(string.format("this node %s: configuration fault%s, not a peer "
+    local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
       .. "fault: READY and connected to %d peers that show UNAVAILABLE (node status travels over the command "
       .. "port, IMEX_CMD_PORT); likely causes: %s (domain %s)", me, after, #(cf.peers or {}),
-      table.concat(M.config_fault_causes(want.cfg, want.config_path), "; "), tostring(v.status)))
+      table.concat(M.config_fault_causes(want.cfg, want.config_path, want.addrs), "; "), tostring(v.status)))
+    -- loud also when on_config_fault = "warn" makes the outcome exit 0
+    ctx.host.log("err", msg)
+    return M.CONFIG_FAULT_OUTCOME, msg
   end
   if why then
     return "domain-unhealthy", one_line(string.format("this node %s is not healthy%s: %s", me, after, why))
@@ -214,7 +239,8 @@ function M.wait(ctx, want, first)
   while true do
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
-      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)))
+      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
+        want.config_path)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)
@@ -269,12 +295,33 @@ local function diagnoses(v)
   return diag
 end
 
+-- "this node: ID 1 (10.0.0.2, n2) in the daemon's node map; ID 1 in the node list FILE".
+local function self_line(v, opts)
+  local names = opts.names or {}
+  local me = label(opts.self, names)
+  local id = v and v.self_id
+  local line = id and string.format("this node %s: ID %d in the daemon's node map", me, id)
+    or string.format("this node %s: not in the daemon's node map", me)
+  local job_id = v and v.order and v.order.job_self_id
+  if opts.node_list then
+    line = line .. (job_id and string.format("; ID %d in the node list %s", job_id, opts.node_list)
+      or ("; not in the node list " .. opts.node_list))
+  else
+    line = line .. "; node list unknown (compared with the daemon's own order)"
+  end
+  if opts.config then line = line .. "; config " .. opts.config end
+  return line
+end
+
 --- Render the domain for a person (or as JSON).
 -- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
 -- @param domain table parsed domain
 -- @param v table verdict (ctl.health)
--- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message}
--- @return string report (newline-terminated); JSON adds `verdict`, `self_id`, `order` (compare_map's
+-- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
+--   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
+--   ordered list the map was compared with}
+-- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
+--   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
 --   kind and summary) and per node `map` ("ok" or the node-map finding)
 function M.report(domain, v, opts)
   local names = opts.names or {}
@@ -296,7 +343,8 @@ function M.report(domain, v, opts)
   if opts.json then
     local order = v and v.order
     return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
-      self_id = v and v.self_id, verdict = v and v.verdict,
+      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
+      config_findings = opts.findings,
       order = order and { kind = order.kind, summary = order.summary },
       outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
   end
@@ -319,7 +367,9 @@ function M.report(domain, v, opts)
     end
     out[#out + 1] = table.concat(parts, "  ")
   end
+  out[#out + 1] = self_line(v, opts)
   if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
+  for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
   if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
   return table.concat(out, "\n") .. "\n"
 end

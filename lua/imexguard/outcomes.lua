@@ -22,6 +22,8 @@ M.list = {
   { "write-failed", 11 },
   -- 12 is peers-unhealthy with on_peer_fault = "fail" (PEERS_UNHEALTHY_FAIL below)
   { "channel-failed", 13 },
+  { "config-fault", 14 },
+  { "config-mismatch", 15 },
 }
 
 --- Outcome name -> exit code.
@@ -34,13 +36,28 @@ M.PEERS_UNHEALTHY_FAIL = 12
 --- Exit code of a command line that cannot run or an internal error (not an outcome).
 M.USAGE_EXIT = 1
 
+--- A setting the settings table may not have (reading an unknown key of the read-only view raises).
+local function setting(settings, name)
+  local ok, v = pcall(function() return settings[name] end)
+  return ok and v or nil
+end
+
 --- Exit code for an outcome name.
+-- `config-fault` (C22: this node READY and connected, its peers UNAVAILABLE because the command
+-- port cannot be reached) exits 13 by default: a job on a domain whose nodes cannot see each
+-- other fails anyway, and Slurm's drain (with drain_reason: "imexguard: config-fault: ...") tells
+-- the admin to fix config.cfg once and resume the nodes. With on_config_fault = "warn" it exits 0
+-- (the run logs the fault at level err). `config-mismatch` (C28: a setting names another config
+-- or node list than the one the unit's daemon reads) always exits 14.
 -- @param name string outcome name
--- @param settings table|nil validated settings (on_peer_fault)
+-- @param settings table|nil validated settings (on_peer_fault, on_config_fault)
 -- @return integer exit code, or nil when the name is not an outcome
 function M.exit_code(name, settings)
   if name == "peers-unhealthy" and settings and settings.on_peer_fault == "fail" then
     return M.PEERS_UNHEALTHY_FAIL
+  end
+  if name == "config-fault" and settings and setting(settings, "on_config_fault") == "warn" then
+    return 0
   end
   return M.codes[name]
 end
@@ -55,6 +72,8 @@ function M.usage(indent, width)
     local item = o[1] .. " " .. o[2]
     if o[1] == "peers-unhealthy" then
       item = item .. ' (' .. M.PEERS_UNHEALTHY_FAIL .. ' with on_peer_fault = "fail")'
+    elseif o[1] == "config-fault" then
+      item = item .. ' (0 with on_config_fault = "warn")'
     end
     items[#items + 1] = item .. (i < #M.list and "," or ";")
   end

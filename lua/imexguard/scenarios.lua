@@ -3,6 +3,9 @@
 -- prolog (or epilog) one or more times in a scripted world and judges what it returned and what
 -- it did (writes, systemd jobs) — never how it did it.
 --
+-- "config-fault" (C22) lints nothing itself: it gives the policy a config.cfg whose command port is
+-- bound to loopback and the domain such a config produces, and judges the outcome.
+--
 -- The world is the kit's default (design.md, docs/policy-api.md "The test kit"): job 101 on
 -- n[1-2], this node n1 = 10.0.0.1, n2 = 10.0.0.2, unit nvidia-imex.service loaded, enabled and
 -- active, /etc/nvidia-imex/nodes_config.cfg already listing the job's nodes, the ctl answering UP.
@@ -366,6 +369,29 @@ M.list = {
       if r.code == 0 then return "ended in " .. said(r) .. " (exit 0) although the node list is wrong" end
       return nil, said(r), unreached(r, "write the node list " .. testing.NODES,
         calls(r, "write_atomic", testing.NODES) > 0)
+    end,
+  },
+  {
+    name = "config-fault",
+    title = "a configuration fault (command port bound to loopback: this node READY and connected, its "
+      .. "peer UNAVAILABLE): never ok, never blames the peer, never restarts",
+    run = function(policy, settings)
+      local cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*",
+        "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
+      local answer = { domain = { status = "DEGRADED", nodes = {
+        { host = "10.0.0.1", connections = { ["10.0.0.1"] = "CONNECTED", ["10.0.0.2"] = "CONNECTED" } },
+        { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
+      local r = M.call(policy, { settings = settings, host = { files = { [testing.CONFIG] = cfg },
+        ctl = { answer } } })
+      local why = known(r) or no_restart(r)
+      if why then return why end
+      if r.outcome == "ok" then
+        return "ended in " .. said(r) .. " on a domain whose nodes cannot see each other"
+      end
+      if r.outcome == "peers-unhealthy" then
+        return "ended in " .. said(r) .. ": blamed the peer for this node's configuration fault"
+      end
+      return nil, said(r), unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
     end,
   },
 }

@@ -88,6 +88,10 @@ M.schema = {
   { name = "memory_limit", default = 256, kind = "number", min = 16, unit = "MiB",
     doc = "MiB: memory limit of the Lua state (policy and library); past it the run ends in "
       .. "policy-error \"memory limit of N MiB reached\" (the settings file runs under the default)" },
+  { name = "on_config_fault", default = "fail", kind = "enum", values = { "fail", "warn" },
+    doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
+      .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 14, drains "
+      .. "the node) or \"warn\" (exit 0, logged at level err)" },
 }
 
 --- name -> schema entry.

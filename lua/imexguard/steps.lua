@@ -9,6 +9,7 @@ local slurmenv = require "imexguard.slurmenv"
 local addresses = require "imexguard.addresses"
 local state = require "imexguard.state"
 local health = require "imexguard.health"
+local ctl = require "imexguard.ctl"
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
@@ -100,9 +101,69 @@ function M.query_unit(ctx)
   return props
 end
 
+--- The config.cfg the daemon reads (C28): the `-c PATH` of the unit's ExecStart (systemd's
+-- ExecStart property, host.unit's exec_start: the first entry's argv), else NVIDIA's default
+-- /etc/nvidia-imex/config.cfg when the ExecStart runs nvidia-imex without `-c` (another program
+-- without `-c`, a wrapper, is not known to read it: the setting imex_config stands), and when the
+-- host gives no ExecStart. A setting that names another config than the unit's (an
+-- imex_config other than its default) is a disagreement: imexguard would read, and write the node
+-- list named by, a file the daemon does not read.
+-- @param ctx table policy context
+-- @param props table the unit's properties (host.unit)
+-- @return path string, source string ("unit ExecStart" | "unit ExecStart (no -c: NVIDIA's default)"
+--   | "setting imex_config"), or nil, "config-mismatch"|"bad-input", message naming both paths
+function M.daemon_config(ctx, props)
+  local s = ctx.settings
+  local exec = type(props) == "table" and props.exec_start
+  local first = type(exec) == "table" and exec[1]
+  if type(first) ~= "table" then return s.imex_config, "setting imex_config" end
+  local argv = type(first.argv) == "table" and #first.argv > 0 and first.argv or { first.path }
+  local ok, path, from_c = pcall(imexcfg.config_path, argv)
+  if not ok or not path then
+    return fail("bad-input", "node %s: %s: cannot tell which config.cfg the daemon reads: %s; nothing "
+      .. "changed", M.node_name(ctx), s.unit, tostring(ok and from_c or path))
+  end
+  -- without -c, only nvidia-imex itself is known to read NVIDIA's default; a wrapper (a script, the
+  -- simulator) may pass its own config: the setting then stands
+  local prog = tostring(argv[1] or first.path or ""):match("([^/]*)$")
+  if not from_c and prog ~= "nvidia-imex" then
+    return s.imex_config, "setting imex_config (" .. prog .. " in ExecStart has no -c)"
+  end
+  if s.imex_config ~= path and s.imex_config ~= imexcfg.DEFAULT_PATH then
+    return fail("config-mismatch", "node %s: setting imex_config=%s, but %s's ExecStart makes the daemon "
+      .. "read %s; nothing changed (remove the setting, or point the unit at that file)", M.node_name(ctx),
+      s.imex_config, s.unit, path)
+  end
+  return path, from_c and "unit ExecStart" or "unit ExecStart (no -c: NVIDIA's default)"
+end
+
+--- The node list the daemon reads: IMEX_NODE_CONFIG_FILE of its config.cfg (else NVIDIA's default).
+-- A nodes_file setting naming another file is a disagreement (C28): the daemon would never read
+-- the list imexguard writes.
+-- @return path, or nil, "config-mismatch"|"bad-input", message
+local function daemon_nodes_file(ctx, cfg, config)
+  local s = ctx.settings
+  local v = imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE")
+  local nodes_file = (v and v ~= "") and v or M.DEFAULT_NODES_FILE
+  -- the daemon's working directory is not ours: a relative path would name another file
+  if nodes_file:sub(1, 1) ~= "/" then
+    return fail("bad-input", "IMEX config %s: IMEX_NODE_CONFIG_FILE=%s is not an absolute path; nothing "
+      .. "changed", config, nodes_file)
+  end
+  if s.nodes_file and s.nodes_file ~= nodes_file then
+    return fail("config-mismatch", "node %s: setting nodes_file=%s, but the daemon reads the node list %s "
+      .. "(IMEX_NODE_CONFIG_FILE of %s); nothing changed (remove the setting, or change config.cfg)",
+      M.node_name(ctx), s.nodes_file, nodes_file, config)
+  end
+  return nodes_file
+end
+
 --- Step 1: does IMEX apply to this node?
--- @return info {unit = props, cfg = {KEY = value}, nodes_file = path}, or nil, outcome, message
---   ("skipped" when IMEX does not apply: unit not installed, not enabled, no config.cfg)
+-- @return info {unit = props, cfg = {KEY = value}, config = path of the daemon's config.cfg,
+--   config_source = where that path came from, nodes_file = path, bind = BIND_INTERFACE_IP or nil},
+--   or nil, outcome, message ("skipped" when IMEX does not apply: unit not installed, not enabled,
+--   no config.cfg; "config-mismatch" when a setting names another config or node list than the
+--   daemon's: see daemon_config)
 function M.applies(ctx)
   local s, host = ctx.settings, ctx.host
   local props, o, m = M.query_unit(ctx)
@@ -117,26 +178,21 @@ function M.applies(ctx)
     if o2 then return nil, o2, m2 end
     managed_disabled = true
   end
-  local text, err, code = host.read(s.imex_config, M.MAX_FILE)
+  local config, source, cm = M.daemon_config(ctx, props)
+  if not config then return nil, source, cm end
+  local text, err, code = host.read(config, M.MAX_FILE)
   if not text then
-    if code == "ENOENT" then return fail("skipped", "not an IMEX node: %s does not exist", s.imex_config) end
-    return fail(by_code(code, "bad-input"), "IMEX config %s unreadable: %s", s.imex_config, tostring(err))
+    if code == "ENOENT" then return fail("skipped", "not an IMEX node: %s does not exist", config) end
+    return fail(by_code(code, "bad-input"), "IMEX config %s unreadable: %s", config, tostring(err))
   end
   local cfg, perr = imexcfg.parse(text)
-  if not cfg then return fail("bad-input", "IMEX config %s: %s", s.imex_config, tostring(perr)) end
-  local nodes_file = s.nodes_file
-  if not nodes_file then
-    local v = imexcfg.get and imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE") or cfg.IMEX_NODE_CONFIG_FILE
-    nodes_file = (v and v ~= "") and v or M.DEFAULT_NODES_FILE
-    -- the daemon's working directory is not ours: a relative path would name another file
-    if nodes_file:sub(1, 1) ~= "/" then
-      return fail("bad-input", "IMEX config %s: IMEX_NODE_CONFIG_FILE=%s is not an absolute path; nothing "
-        .. "changed", s.imex_config, nodes_file)
-    end
-  end
+  if not cfg then return fail("bad-input", "IMEX config %s: %s", config, tostring(perr)) end
+  local nodes_file
+  nodes_file, o, m = daemon_nodes_file(ctx, cfg, config)
+  if not nodes_file then return nil, o, m end
   local bind = cfg.BIND_INTERFACE_IP
-  return { unit = props, cfg = cfg, nodes_file = nodes_file, bind = (bind ~= "" and bind) or nil,
-    managed_disabled = managed_disabled }
+  return { unit = props, cfg = cfg, config = config, config_source = source, nodes_file = nodes_file,
+    bind = (bind ~= "" and bind) or nil, managed_disabled = managed_disabled }
 end
 
 --- A unit that is installed but not enabled (C23: some node images ship it disabled on purpose, for
@@ -157,10 +213,11 @@ function M.disabled_unit(ctx, props)
     return nil
   end
   local msg = "IMEX not enabled on this node: " .. what
-  if host.stat(s.imex_config) then
+  local config = M.daemon_config(ctx, props) or s.imex_config
+  if host.stat(config) then
     msg = string.format("node %s: IMEX is configured (%s exists) but %s: skipped, jobs here run without "
       .. "IMEX; set manage_disabled_unit = true to start the unit per job, or enable it", M.node_name(ctx),
-      s.imex_config, what)
+      config, what)
     host.log("warning", M.one_line(msg))
   end
   return "skipped", M.one_line(msg)
@@ -365,7 +422,8 @@ end
 -- @return string reason why the daemon is stale, or nil
 local function stage_started_with(ctx, info, want, st, props)
   local s, host = ctx.settings, ctx.host
-  local cfg_now = type(st.running_config) == "string" and host.read(s.imex_config, M.MAX_FILE) or nil
+  local config = info.config or s.imex_config
+  local cfg_now = type(st.running_config) == "string" and host.read(config, M.MAX_FILE) or nil
   local same_invocation = type(st.invocation_id) == "string" and st.invocation_id ~= ""
     and st.invocation_id == props.invocation_id
   if same_invocation and type(st.running_nodes) == "string" and st.running_nodes ~= want.bytes then
@@ -373,14 +431,14 @@ local function stage_started_with(ctx, info, want, st, props)
   end
   if same_invocation and type(st.running_nodes) == "string" and cfg_now then
     if cfg_now ~= st.running_config then
-      return string.format("%s differs from the one daemon invocation %s was started with", s.imex_config,
+      return string.format("%s differs from the one daemon invocation %s was started with", config,
         props.invocation_id)
     end
     return nil
   end
   local started = tonumber(props.exec_main_start_us) or 0
   if started <= 0 then return nil end
-  for _, path in ipairs({ info.nodes_file, s.imex_config }) do
+  for _, path in ipairs({ info.nodes_file, config }) do
     local fst = host.stat(path)
     if fst and fst.mtime_us and fst.mtime_us >= started then
       return string.format("%s changed after the daemon started", path)
@@ -389,32 +447,30 @@ local function stage_started_with(ctx, info, want, st, props)
   return nil
 end
 
---- Stage "ctl" of assess: the ctl proves another list; an unusable answer proves nothing (C06). A
--- running daemon's list always holds this node (else it refuses to start), so an answer that lacks
--- this node describes no running daemon: it proves nothing (the health wait judges it).
--- Sets v.action ("restart" stays, or "none"), v.reason and v.answer (kept for the first health poll).
+--- Stage "ctl" of assess: the ctl proves another node map; an unusable answer proves nothing (C06).
+-- The daemon's identity of the domain is its ordered ID -> host map (a node's ID is its line in
+-- the list the daemon started with): "same nodes, another order" is stale (C21), a host set never
+-- decides. A running daemon's list always holds this node (else it refuses to start), so an answer
+-- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
+-- Sets v.action ("restart" stays, or "none"), v.reason, v.order (ctl.compare_map's kind) and
+-- v.answer (kept for the first health poll).
 local function stage_ctl(ctx, want, v)
-  local ans = health.probe(ctx)
+  local ans = health.probe(ctx, nil, want.config_path)
   v.answer = ans
-  local have, n = {}, 0
-  if ans.domain then have, n = health.host_set(ans.domain) end
-  if ans.domain and have[want.self] then
-    local same = n == #want.addrs
-    for _, addr in ipairs(want.addrs) do same = same and have[addr] == true end
-    if not same then
-      local hosts = {}
-      for _, node in ipairs(ans.domain.nodes) do hosts[#hosts + 1] = tostring(node.host) end
-      v.reason = string.format("the ctl shows the daemon running hosts {%s}, the job wants {%s}",
-        table.concat(hosts, " "), table.concat(want.addrs, " "))
-      v.answer = nil
-      return
-    end
-    v.action, v.reason = "none", "daemon current"
-  elseif ans.domain then
+  if not ans.domain then
+    v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
+    return
+  end
+  local cmp = ctl.compare_map(ans.domain, want.addrs, want.self)
+  v.order = cmp.kind
+  if cmp.kind == "self-absent" then
     v.action = "none"
     v.reason = "daemon current by its start time; the ctl does not list this node " .. want.self
+  elseif cmp.kind == "same" then
+    v.action, v.reason = "none", "daemon current"
   else
-    v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
+    v.reason = "the ctl shows the daemon running another node map than the job's: " .. cmp.summary
+    v.answer = nil
   end
 end
 
@@ -801,7 +857,7 @@ function M.restart(ctx, want, v, st, info)
     if not ok then host.log("warning", M.one_line("reset-failed of " .. s.unit .. ": " .. tostring(err))) end
   end
   local verb = v.action == "restart" and "restart" or "start"
-  local cfg_text = host.read(s.imex_config, M.MAX_FILE)
+  local cfg_text = host.read(want.config_path or s.imex_config, M.MAX_FILE)
   local jok, jo, jm = M.unit_start_job(ctx, verb)
   if not jok then return nil, jo, jm end
   local props = host.unit(s.unit)

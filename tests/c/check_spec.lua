@@ -26,7 +26,7 @@ local function verdicts(r)
 end
 
 local SCENARIOS = { "healthy-job", "epilog", "no-nodelist", "bad-hostlist", "systemd-unknown", "ctl-garbage",
-  "ctl-hangs", "whole-list", "write-fails" }
+  "ctl-hangs", "whole-list", "write-fails", "config-fault" }
 
 describe("imexguard check", function()
   local dir, conf
@@ -71,12 +71,12 @@ describe("imexguard check", function()
       for _, name in ipairs(SCENARIOS) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
       assert.matches("^policy " .. p:gsub("%p", "%%%0")
         .. ": entry points prolog, epilog, status, plan, health\n", r.stdout)
-      assert.matches("\ncheck: all 9 scenarios passed\n$", r.stdout)
+      assert.matches("\ncheck: all 10 scenarios passed\n$", r.stdout)
       local f = final(r)
       assert.equal("ok", f.outcome)
       assert.equal("check", f.command)
       assert.equal("policy " .. p .. " is valid: prolog, epilog, status, plan, health; "
-        .. "all 9 scenarios passed", f.message)
+        .. "all 10 scenarios passed", f.message)
     end)
 
     it("a small verify-only site policy written from the API passes", function()
@@ -105,7 +105,7 @@ return P
       local r = check(policy("return (require 'policies.default')\n"), { "--json" })
       assert.equal(0, r.code)
       local obj = cjson.decode(r.stdout)
-      assert.equal(9, obj.passed)
+      assert.equal(10, obj.passed)
       assert.equal(0, obj.failed)
       assert.equal(0, obj.not_run)
       assert.same({ "prolog", "epilog", "status", "plan", "health" }, obj.entry_points)
@@ -123,7 +123,8 @@ return P
     -- The static-domain policy ends in its own bad-input when the node list on disk (another
     -- job's) does not hold the job's nodes: before systemd's second answer and before any write.
     local VACUOUS = { "systemd-unknown", "whole-list", "write-fails" }
-    local EXERCISED = { "healthy-job", "epilog", "no-nodelist", "bad-hostlist", "ctl-garbage", "ctl-hangs" }
+    local EXERCISED = { "healthy-job", "epilog", "no-nodelist", "bad-hostlist", "ctl-garbage", "ctl-hangs",
+      "config-fault" }
 
     it("reports those scenarios as not applicable, counted apart, and names the ones that exercised it",
       function()
@@ -136,20 +137,20 @@ return P
           assert.matches("not applicable: the policy never got to .* %(it ended in bad%-input", lines[name])
         end
         for _, name in ipairs(EXERCISED) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
-        assert.matches("\ncheck: 6 of 9 scenarios passed; 3 not applicable %(the policy never reached what "
+        assert.matches("\ncheck: 7 of 10 scenarios passed; 3 not applicable %(the policy never reached what "
           .. "they test%): systemd%-unknown, whole%-list, write%-fails; exercised the policy: "
           .. table.concat(EXERCISED, ", "):gsub("%p", "%%%0") .. "\n$", r.stdout)
         local f = final(r)
         assert.equal("ok", f.outcome)
-        assert.matches("; 6 of 9 scenarios passed; 3 not applicable", f.message, 1, true)
-        assert.not_matches("all 9 scenarios passed", r.stdout .. f.message, 1, true)
+        assert.matches("; 7 of 10 scenarios passed; 3 not applicable", f.message, 1, true)
+        assert.not_matches("all 10 scenarios passed", r.stdout .. f.message, 1, true)
       end)
 
     it("--json counts them apart and lists the scenarios that exercised the policy", function()
       local r = check(policy(H.read("policies/static_domain.lua")), { "--json" })
       assert.equal(0, r.code, r.stdout .. r.stderr)
       local obj = cjson.decode(r.stdout)
-      assert.equal(6, obj.passed)
+      assert.equal(7, obj.passed)
       assert.equal(3, obj.not_applicable)
       assert.equal(0, obj.failed)
       assert.same(EXERCISED, obj.exercised)
@@ -196,7 +197,7 @@ end]])
       local f = final(r)
       assert.equal("policy-error", f.outcome)
       assert.equal("err", f.level)
-      assert.matches("^policy " .. p:gsub("%p", "%%%0") .. ": %d of 9 scenarios failed: .*systemd%-unknown, "
+      assert.matches("^policy " .. p:gsub("%p", "%%%0") .. ": %d of 10 scenarios failed: .*systemd%-unknown, "
         .. "ctl%-garbage", f.message)
     end)
 
@@ -298,7 +299,7 @@ end]]))
       for i = 2, #SCENARIOS do assert.equal("SKIP", v[SCENARIOS[i]]) end
       local f = final(r)
       assert.equal("policy-error", f.outcome)
-      assert.matches("1 of 9 scenarios failed: healthy%-job; 8 not run", f.message)
+      assert.matches("1 of 10 scenarios failed: healthy%-job; 9 not run", f.message)
     end)
 
     it("each scenario has its own time limit: scenarios before a looping one pass", function()
@@ -413,7 +414,7 @@ return P
       assert.matches("rc=0\n$", out)
       local r = check(ex .. "/site.lua")
       assert.equal(0, r.code, r.stdout .. r.stderr)
-      assert.matches("check: all 9 scenarios passed", r.stdout, 1, true)
+      assert.matches("check: all 10 scenarios passed", r.stdout, 1, true)
     end)
   end)
 
@@ -433,8 +434,8 @@ return P
         prolog = function(ctx) ctx.host.unit_job("nvidia-imex.service", "restart", 5) return "ok" end }
       local rep = scenarios.run_all(P)
       assert.is_false(rep.ok)
-      assert.same({ "no-nodelist", "bad-hostlist", "systemd-unknown", "ctl-garbage", "write-fails" },
-        rep.failed)
+      assert.same({ "no-nodelist", "bad-hostlist", "systemd-unknown", "ctl-garbage", "write-fails",
+        "config-fault" }, rep.failed)
       assert.matches("FAIL ctl%-garbage: .*: acted on the service: restart nvidia%-imex%.service", rep.text)
     end)
   end)

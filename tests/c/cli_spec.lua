@@ -387,6 +387,8 @@ return P
           .. "  - 127.0.0.3\n"
           .. "  + 127.0.0.2\n"
           .. "unit " .. unit .. ": inactive/dead\n"
+          .. "config: " .. node .. "/imex/config.cfg (from the setting imex_config (sleep in ExecStart has "
+          .. "no -c))\n"
           .. "start: yes, " .. unit .. " is inactive\n", o:match("^(.-)registered jobs") or o)
         assert.matches("outcome=ok: would rewrite " .. nf:gsub("%p", "%%%0") .. " and start", e)
         assert.matches("ActiveState=inactive", H.read(out .. "/after-inactive.unit"))
@@ -428,7 +430,7 @@ return P
           .. "return { prolog = D.prolog, epilog = D.epilog, status = D.status }")
         local r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
         assert.equal(0, r.code)
-        assert.equal("policy " .. p .. " is valid: prolog, epilog, status; all 9 scenarios passed",
+        assert.equal("policy " .. p .. " is valid: prolog, epilog, status; all 10 scenarios passed",
           final(r).message)
         assert.matches("\nPASS healthy%-job: ", r.stdout)
         -- entry points that do nothing are valid entry points, but fail the scenarios

@@ -77,14 +77,16 @@ describe("health.blame of a configuration fault", function()
     local o, msg = health.blame(ctx, { self = H[1], names = { [H[1]] = "n1" }, cfg = cfg,
       config_path = "/opt/site/imex.cfg" }, v, 2.5)
     assert.equal(health.CONFIG_FAULT_OUTCOME, o)
-    assert.equal("domain-unhealthy", o)
+    assert.equal("config-fault", o)
     assert.is_nil(msg:find("\n"))
     assert.truthy(find(msg, "this node 10.0.0.1 (n1): configuration fault after 2.5 s, not a peer fault"))
     assert.truthy(find(msg, "likely causes: here: /opt/site/imex.cfg: IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1"))
     assert.truthy(find(msg, "firewalled"), msg)
     assert.is_false(find(msg, "peers are not"))
     assert.is_false(find(msg, "status UNAVAILABLE"))
-    assert.same({}, h.logs)
+    -- logged at level err (loud also with on_config_fault = "warn"), never a warning about peers
+    assert.equal(1, #h.logs)
+    assert.same({ "err", msg }, { h.logs[1][1], h.logs[1][2] })
   end)
 
   it("without a config, the generic causes", function()
@@ -117,7 +119,7 @@ describe("health.wait", function()
     local h = testing.host{ ctl = { { domain = cmd_unreachable(H) } } }
     local ctx = testing.ctx{ host = h }
     local o, msg, polls = health.wait(ctx, want(H))
-    assert.equal("domain-unhealthy", o)
+    assert.equal("config-fault", o)
     assert.equal(health.CONFIG_FAULT_POLLS, polls)
     assert.equal(health.CONFIG_FAULT_POLLS, #h.runs)
     assert.truthy(find(msg, "configuration fault"), msg)
@@ -129,7 +131,7 @@ describe("health.wait", function()
     for i = 1, 18 do hosts[i] = "10.0.2." .. i end
     local h = testing.host{ ctl = { { domain = cmd_unreachable(hosts) } } }
     local o, msg, polls = health.wait(testing.ctx{ host = h }, want(hosts))
-    assert.equal("domain-unhealthy", o)
+    assert.equal("config-fault", o)
     assert.equal(3, polls)
     assert.truthy(find(msg, "connected to 17 peers"), msg)
   end)

@@ -7,6 +7,7 @@
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 local cjson = require "cjson"
+local CONFIG_FAULT = require("imexguard.outcomes").exit_code("config-fault") -- one source of exit codes
 
 -- Fast reconnects, so that the mesh settles within a second or two.
 local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
@@ -70,7 +71,7 @@ describe("ordered identity, the unit's config, configuration faults under system
       for _, name in ipairs(names) do
         local r = res[name]
         assert.are.equal("config-fault", r.outcome, name .. ": " .. r.output)
-        assert.are.equal(13, r.status, name)
+        assert.are.equal(CONFIG_FAULT, r.status, name)
         assert.truthy(r.output:find("not a peer fault", 1, true), r.output)
         assert.is_nil(r.output:find("peers are not", 1, true), r.output)
         assert.is_nil(r.output:find("peers-unhealthy", 1, true), r.output)
@@ -90,7 +91,7 @@ describe("ordered identity, the unit's config, configuration faults under system
       settled_fault(d, 3)
       local plan = on(d, "n1", "plan", 40, "n[1-3]")
       assert.are.equal("config-fault", plan.outcome, plan.output)
-      assert.are.equal(13, plan.status)
+      assert.are.equal(CONFIG_FAULT, plan.status)
       assert.truthy(plan.output:find("config fault: [^\n]*IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1"), plan.output)
       local t0 = now()
       local res = d:prologs { job = 41, nodelist = "n[1-3]" }

@@ -32,9 +32,11 @@
 #define TCP_LISTEN	  0x0A
 
 struct owner {
+	const char *only; /* NULL, or the local address (text) a listener must be bound to */
 	unsigned long inodes[PROC_MAX_INODES];
+	char addresses[PROC_MAX_INODES][64]; /* the local address of each listener */
 	int n_inodes;
-	char address[64]; /* the first listener's local address */
+	int held; /* the index of the listener the process holds */
 	long pid;
 	char comm[64];
 	char cmdline[4096];
@@ -59,6 +61,17 @@ static void format_addr(const char *hex, char *out, size_t size)
 	}
 	if (!inet_ntop(n == 1 ? AF_INET : AF_INET6, bytes, out, (socklen_t)size))
 		snprintf(out, size, "%s", hex);
+}
+
+/* Whether a listener bound to `addr` takes connections to o->only: the same address, an IPv4
+ * address mapped into IPv6 (::ffff:a.b.c.d), or a wildcard (0.0.0.0, ::: every address). */
+static int serves(const struct owner *o, const char *addr)
+{
+	if (!o->only || strcmp(addr, "0.0.0.0") == 0 || strcmp(addr, "::") == 0)
+		return 1;
+	if (strncmp(addr, "::ffff:", 7) == 0)
+		addr += 7;
+	return strcmp(addr, o->only) == 0;
 }
 
 /* Add the inodes of sockets listening on `port` in `path` (/proc/net/tcp or tcp6) to o.
@@ -92,8 +105,9 @@ static int scan_net(const char *path, unsigned port, struct owner *o, long *line
 		if (lport != port || state != TCP_LISTEN || inode == 0 ||
 		    o->n_inodes == PROC_MAX_INODES)
 			continue;
-		if (o->n_inodes == 0)
-			format_addr(local, o->address, sizeof o->address);
+		format_addr(local, o->addresses[o->n_inodes], sizeof o->addresses[0]);
+		if (!serves(o, o->addresses[o->n_inodes]))
+			continue;
 		o->inodes[o->n_inodes++] = inode;
 	}
 	fclose(f);
@@ -122,9 +136,10 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
 	return len;
 }
 
-/* Whether one of process `pid`'s descriptors is a socket of o->inodes: 1 yes, 0 no (or not
- * readable: another user's process, or it exited); *fds counts the descriptors read. */
-static int pid_holds(long pid, const struct owner *o, long *fds)
+/* Whether one of process `pid`'s descriptors is a socket of o->inodes: 1 yes (o->held names which),
+ * 0 no (or not readable: another user's process, or it exited); *fds counts the descriptors read.
+ */
+static int pid_holds(long pid, struct owner *o, long *fds)
 {
 	char dir[64], target[64];
 	struct dirent *de;
@@ -149,7 +164,10 @@ static int pid_holds(long pid, const struct owner *o, long *fds)
 		if (sscanf(target, "socket:[%lu]", &inode) != 1)
 			continue;
 		for (int i = 0; i < o->n_inodes && !found; i++)
-			found = o->inodes[i] == inode;
+			if (o->inodes[i] == inode) {
+				found = 1;
+				o->held = i;
+			}
 	}
 	closedir(d);
 	return found;
@@ -200,8 +218,12 @@ static int find_pid(struct owner *o, double end)
 }
 
 /*
- * host.port_owner(port [, timeout]) -> {pid, comm, cmdline, address, inode} | nil, msg, code
- *   port: TCP port (integer 1..65535); timeout: seconds (default 5), bounded by the run's budget.
+ * host.port_owner(port [, timeout [, address]]) -> {pid, comm, cmdline, address, inode} | nil, msg,
+ * code
+ *   port: TCP port (integer 1..65535); timeout: seconds (default 5), bounded by the run's budget;
+ *   address: an IPv4 address in text: only listeners that take connections to it count (bound to
+ *   it, to it mapped into IPv6, or to a wildcard 0.0.0.0 / ::), so on a host with several daemons
+ *   on one port (the simulator: one per loopback address) the one answering `address` is found.
  *   Finds a socket in state LISTEN on that port in /proc/net/tcp or /proc/net/tcp6 (this network
  *   namespace; a v6 socket bound to :: also takes IPv4) and the process holding it through
  *   /proc/PID/fd (proc(5)).  Result: pid (number), comm (string, the kernel's short name),
@@ -226,9 +248,10 @@ static int l_port_owner(lua_State *L)
 
 	luaL_argcheck(L, port >= 1 && port <= 65535, 1, "port must be a TCP port 1..65535");
 	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
+	memset(&o, 0, sizeof o);
+	o.only = luaL_optstring(L, 3, NULL);
 	bound = ig_bound(timeout, &by_deadline);
 	end = ig_now() + bound;
-	memset(&o, 0, sizeof o);
 	r = scan_net("/proc/net/tcp", (unsigned)port, &o, &lines);
 	if (r >= 0 || r == -ENOENT)
 		r = scan_net("/proc/net/tcp6", (unsigned)port, &o, &lines);
@@ -241,14 +264,15 @@ static int l_port_owner(lua_State *L)
 		return ig_push_error(L, ig_code(r), "port %d: reading /proc/net/tcp: %s", (int)port,
 				     strerror(-r));
 	if (o.n_inodes == 0)
-		return ig_push_error(L, "none", "port %d: no listener on TCP port %d", (int)port,
-				     (int)port);
+		return ig_push_error(L, "none", "port %d: no listener on TCP port %d%s%s",
+				     (int)port, (int)port, o.only ? " for " : "",
+				     o.only ? o.only : "");
 	r = find_pid(&o, end);
 	if (r == -ESRCH)
 		return ig_push_error(L, "unknown",
 				     "port %d: socket inode %lu listens on %s but no process "
 				     "visible here holds it",
-				     (int)port, o.inodes[0], o.address);
+				     (int)port, o.inodes[0], o.addresses[0]);
 	if (r == -E2BIG || r == -ETIMEDOUT)
 		return ig_push_error(L,
 				     r == -E2BIG   ? "limit"
@@ -266,9 +290,9 @@ static int l_port_owner(lua_State *L)
 	lua_setfield(L, -2, "comm");
 	lua_pushstring(L, o.cmdline);
 	lua_setfield(L, -2, "cmdline");
-	lua_pushstring(L, o.address);
+	lua_pushstring(L, o.addresses[o.held]);
 	lua_setfield(L, -2, "address");
-	lua_pushinteger(L, (lua_Integer)o.inodes[0]);
+	lua_pushinteger(L, (lua_Integer)o.inodes[o.held]);
 	lua_setfield(L, -2, "inode");
 	return 1;
 }

@@ -756,9 +756,13 @@ function M.check_port(ctx, info, props)
   if type(host.port_owner) ~= "function" then return true end
   local port = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
   if not port then return true end
-  local owner, err = host.port_owner(port)
+  -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
+  -- simulator runs one daemon per loopback address on the same port; a node runs one)
+  local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
+  if cmd_ip == "" then cmd_ip = nil end
+  local owner, err, code = host.port_owner(port, nil, cmd_ip or info.bind)
   if not owner then
-    if err ~= "no listener" then
+    if code ~= "none" then
       host.log("debug", M.one_line("command port owner unknown: " .. tostring(err)))
     end
     return true

@@ -96,6 +96,28 @@ describe("host.port_owner", function()
     assert.equal("::", o.address)
   end)
 
+  it("with an address, names the listener that takes connections to it (one port, several daemons)",
+    function()
+      -- the simulator's case: one daemon per loopback address, all on the same command port
+      local a = listener("4", "127.0.0.2", STRAY_PORT, "ig-on-2")
+      local b = listener("4", "127.0.0.3", STRAY_PORT, "ig-on-3")
+      finally(function() stop(a); stop(b) end)
+      for _, want in ipairs({ { "127.0.0.2", a }, { "127.0.0.3", b } }) do
+        local o = wait_for(want[1], 10, function() return host.port_owner(STRAY_PORT, nil, want[1]) end)
+        assert.equal(want[2], o.pid)
+        assert.equal(want[1], o.address)
+      end
+      local o, err, code = host.port_owner(STRAY_PORT, nil, "127.0.0.4")
+      assert.is_nil(o)
+      assert.equal("none", code)
+      assert.matches("for 127%.0%.0%.4", err)
+      -- a wildcard listener takes connections to every address
+      local w = listener("6", "::", V6_PORT, "ig-any")
+      finally(function() stop(w) end)
+      o = wait_for("the wildcard", 10, function() return host.port_owner(V6_PORT, nil, "127.0.0.9") end)
+      assert.equal(w, o.pid)
+    end)
+
   it("answers none when nothing listens, naming the port", function()
     local o, err, code = host.port_owner(47399)
     assert.is_nil(o)

@@ -1130,6 +1130,14 @@ void ig_register_unit(lua_State *L)
 	    {NULL, NULL},
 	};
 	luaL_setfuncs(L, fns, 0);
+	/* One sentinel per state: the module opened again (busted restores package.loaded between
+	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
+	 * at an arbitrary later collection. */
+	if (lua_getfield(L, LUA_REGISTRYINDEX, "imexguard.unit.bus") != LUA_TNIL) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pop(L, 1);
 	lua_newuserdatauv(L, 0, 0);
 	lua_createtable(L, 0, 1);
 	lua_pushcfunction(L, l_unit_gc);

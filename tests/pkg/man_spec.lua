@@ -67,7 +67,7 @@ describe("man pages", function()
       assert(body, "setting " .. e.name .. " is not in imexguard.conf(5)")
       local default, unit = body:match("Default: (.-)%. Unit: (%a+)%.")
       assert.equal(lit(e.default), default, e.name)
-      assert.equal(e.kind == "number" and "seconds" or "none", unit, e.name)
+      assert.equal(e.unit or (e.kind == "number" and "seconds" or "none"), unit, e.name)
       for _, v in ipairs(e.values or {}) do
         assert.matches('"' .. v .. '"', body, 1, true)
       end

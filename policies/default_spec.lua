@@ -1889,6 +1889,19 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       end
     end)
 
+    it("BREAK: a shell wrapper (sh -c 'nvidia-imex -c PATH') is bad-input naming the unit, never "
+      .. "skipped as 'not an IMEX node'", function()
+      -- the shell's -c is a command line, not the daemon's config: read as a path it named no file,
+      -- and the prolog ended "skipped" (exit 0): every job on the node ran without IMEX
+      local h = testing.host{ unit = unit_with({ "/bin/sh", "-c", IMEX .. " -c " .. SITE }),
+        files = { [SITE] = site_cfg } }
+      local o, m = run(h)
+      assert.equal("bad-input", o, m)
+      assert.truthy(m:find("cannot tell which config.cfg", 1, true), m)
+      assert.same({}, list_writes(h))
+      assert.same({}, h.jobs)
+    end)
+
     it("-cPATH in one argument, and no -c at all (NVIDIA's default path)", function()
       local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c" .. SITE }),
         files = { [SITE] = site_cfg } }

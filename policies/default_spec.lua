@@ -1428,6 +1428,16 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     assert.equal(0, s2.host.count("unit_reset_failed"))
   end)
 
+  it("BREAK: a failed unit reset before its start that hits the start limit again gets no second "
+    .. "reset-failed: at most one reset-failed and one retry per run", function()
+    local s = given{ unit = { state = "failed", result = "start-limit-hit" }, restart = { HIT, {} } }
+    local outcome, message = s:prolog{ job = 107, nodelist = "n[1-2]" }
+    assert.equal(1, s.host.count("unit_reset_failed"))
+    assert.same({ "start" }, verbs(s))
+    assert.equal("service-failed", outcome, message)
+    assert.matches("start%-limit%-hit", message)
+  end)
+
   it("a current daemon is never restarted, whatever its last Result says", function()
     local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = { result = "start-limit-hit" },
       restart = { HIT } }

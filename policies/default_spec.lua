@@ -1596,6 +1596,18 @@ describe("default policy: a late epilog (C24)", function()
     assert.is_true(released)
   end)
 
+  it("BREAK: with the default settings, job 300's epilog behind job 301's prolog in its longest "
+    .. "legitimate critical section (a start, then the health wait: 75 s) is not a lock-timeout", function()
+    -- lock_timeout (60 s) is shorter than start_timeout + health_timeout (90 s) that a prolog may
+    -- hold the node lock for; an epilog that fails drains the node in Slurm, a healthy node here
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+      jobs = { { id = 300, nodes = { "n1", "n3" } } },
+      lock = { pid = 4321, owner = "job=301", since = testing.WALL0, release_at = 1075 } }
+    local outcome, message = s:epilog{ job = 300 }
+    assert.equal("ok", outcome, message)
+    assert.same({}, s:registered())
+  end)
+
   it("a job that stays registered: conflict after conflict_wait, named with how to clear it", function()
     local s = given{ settings = { conflict_wait = 3 } }
     local outcome, message = s:prolog{ job = 302, nodelist = "n[1-2]" }

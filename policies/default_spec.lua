@@ -2034,6 +2034,27 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       end
     end)
 
+    it("BREAK: IMEX_CMD_ENABLED=0 (the ctl cannot reach this node's daemon): the prolog ends config-fault "
+      .. "naming it, not domain-unhealthy after the full health_timeout", function()
+      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
+      local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
+      local t0 = h.now()
+      local o, m = run(h)
+      assert.equal("config-fault", o, m) -- what `plan` says the prolog would end in
+      assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
+      assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
+    end)
+
+    it("BREAK: status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",
+      function()
+      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
+      local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
+      local so, sm, srep = run(h, { command = "status" })
+      assert.are_not.equal("ok", so)
+      assert.truthy(sm:find("IMEX_CMD_ENABLED=0", 1, true), sm)
+      assert.truthy(srep:find("IMEX_CMD_ENABLED=0", 1, true), srep)
+    end)
+
     it("a one-node job with a loopback command bind has no peer to miss: plan is ok", function()
       local h = testing.host{ files = { [CONFIG] = loop_cfg, [NODES] = "10.0.0.1\n" } }
       local o, m = run(h, { command = "plan", dry_run = true, env = env("n1") })

@@ -2043,6 +2043,14 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal("config-fault", o, m) -- what `plan` says the prolog would end in
       assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
       assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
+      -- the same when the ctl prints its placeholder document (only host 0.0.0.0, DOWN) instead
+      h = testing.host{ files = { [CONFIG] = off_cfg },
+        ctl = { { domain = { status = "DOWN", nodes = { { host = "0.0.0.0", status = "UNAVAILABLE" } } } } } }
+      t0 = h.now()
+      o, m = run(h)
+      assert.equal("config-fault", o, m)
+      assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
+      assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
     end)
 
     it("BREAK: status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",

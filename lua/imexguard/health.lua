@@ -117,6 +117,20 @@ local function command_service_off(want)
   return false
 end
 
+--- Did the ctl fail to reach the local daemon? "unreachable", or the placeholder document it
+-- prints instead (tests/fixtures/ctl/down-unconfigured.json: only host 0.0.0.0, DOWN).
+-- @param answer table from probe
+-- @return boolean
+local function no_local_daemon(answer)
+  if answer.kind == "unreachable" then return true end
+  local d = answer.domain
+  if not d or d.status ~= "DOWN" or #d.nodes == 0 then return false end
+  for _, n in ipairs(d.nodes) do
+    if n.host ~= "0.0.0.0" then return false end
+  end
+  return true
+end
+
 --- Reason this node is at fault, or nil when it is not.
 local function local_reason(v, self)
   for _, f in ipairs(v.faulty or {}) do
@@ -260,9 +274,10 @@ function M.wait(ctx, want, first)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)
-    if answer.kind == "unreachable" and command_service_off(want) then
+    if no_local_daemon(answer) and command_service_off(want) then
       -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
-      v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {}, summary = answer.err,
+      v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
+        summary = answer.err or "no local daemon in its answer: only host 0.0.0.0",
         config_fault = { peers = {}, command_off = true } }
     end
     if v and v.healthy then

@@ -445,7 +445,11 @@ function Policy:run_status(ctx)
   local ans = health.probe(ctx, nil, info and info.config)
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
-    local msg = text.one_line("node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err))
+    local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)
+    -- config.cfg's findings are the likely cause (IMEX_CMD_ENABLED=0: the ctl cannot reach the daemon, C22)
+    local findings = report.config_findings(info, ordered_node_list(ctx, info) or {})
+    if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
+    msg = text.one_line(msg)
     return outcome, msg, report.status_plain(outcome, msg, ctx.json)
   end
   local domain = ans.domain

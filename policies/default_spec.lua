@@ -1428,6 +1428,16 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     assert.equal(0, s2.host.count("unit_reset_failed"))
   end)
 
+  it("BREAK: a failed unit reset before its start that hits the start limit again gets no second "
+    .. "reset-failed: at most one reset-failed and one retry per run", function()
+    local s = given{ unit = { state = "failed", result = "start-limit-hit" }, restart = { HIT, {} } }
+    local outcome, message = s:prolog{ job = 107, nodelist = "n[1-2]" }
+    assert.equal(1, s.host.count("unit_reset_failed"))
+    assert.same({ "start" }, verbs(s))
+    assert.equal("service-failed", outcome, message)
+    assert.matches("start%-limit%-hit", message)
+  end)
+
   it("a current daemon is never restarted, whatever its last Result says", function()
     local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = { result = "start-limit-hit" },
       restart = { HIT } }
@@ -1584,6 +1594,18 @@ describe("default policy: a late epilog (C24)", function()
     local n, released = s:locks()
     assert.equal(3, n) -- prolog, epilog, prolog again
     assert.is_true(released)
+  end)
+
+  it("BREAK: with the default settings, job 300's epilog behind job 301's prolog in its longest "
+    .. "legitimate critical section (a start, then the health wait: 75 s) is not a lock-timeout", function()
+    -- lock_timeout (60 s) is shorter than start_timeout + health_timeout (90 s) that a prolog may
+    -- hold the node lock for; an epilog that fails drains the node in Slurm, a healthy node here
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+      jobs = { { id = 300, nodes = { "n1", "n3" } } },
+      lock = { pid = 4321, owner = "job=301", since = testing.WALL0, release_at = 1075 } }
+    local outcome, message = s:epilog{ job = 300 }
+    assert.equal("ok", outcome, message)
+    assert.same({}, s:registered())
   end)
 
   it("a job that stays registered: conflict after conflict_wait, named with how to clear it", function()
@@ -1889,6 +1911,19 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       end
     end)
 
+    it("BREAK: a shell wrapper (sh -c 'nvidia-imex -c PATH') is bad-input naming the unit, never "
+      .. "skipped as 'not an IMEX node'", function()
+      -- the shell's -c is a command line, not the daemon's config: read as a path it named no file,
+      -- and the prolog ended "skipped" (exit 0): every job on the node ran without IMEX
+      local h = testing.host{ unit = unit_with({ "/bin/sh", "-c", IMEX .. " -c " .. SITE }),
+        files = { [SITE] = site_cfg } }
+      local o, m = run(h)
+      assert.equal("bad-input", o, m)
+      assert.truthy(m:find("cannot tell which config.cfg", 1, true), m)
+      assert.same({}, list_writes(h))
+      assert.same({}, h.jobs)
+    end)
+
     it("-cPATH in one argument, and no -c at all (NVIDIA's default path)", function()
       local h = testing.host{ unit = unit_with({ "/usr/bin/nvidia-imex", "-c" .. SITE }),
         files = { [SITE] = site_cfg } }
@@ -1997,6 +2032,35 @@ describe("default policy: ordered identity, the unit's config, configuration fau
         assert.truthy(sm:find(key, 1, true), sm)
         assert.truthy(srep:find("config fault: " .. CONFIG, 1, true), srep)
       end
+    end)
+
+    it("BREAK: IMEX_CMD_ENABLED=0 (the ctl cannot reach this node's daemon): the prolog ends config-fault "
+      .. "naming it, not domain-unhealthy after the full health_timeout", function()
+      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
+      local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
+      local t0 = h.now()
+      local o, m = run(h)
+      assert.equal("config-fault", o, m) -- what `plan` says the prolog would end in
+      assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
+      assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
+      -- the same when the ctl prints its placeholder document (only host 0.0.0.0, DOWN) instead
+      h = testing.host{ files = { [CONFIG] = off_cfg },
+        ctl = { { domain = { status = "DOWN", nodes = { { host = "0.0.0.0", status = "UNAVAILABLE" } } } } } }
+      t0 = h.now()
+      o, m = run(h)
+      assert.equal("config-fault", o, m)
+      assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
+      assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
+    end)
+
+    it("BREAK: status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",
+      function()
+      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
+      local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
+      local so, sm, srep = run(h, { command = "status" })
+      assert.are_not.equal("ok", so)
+      assert.truthy(sm:find("IMEX_CMD_ENABLED=0", 1, true), sm)
+      assert.truthy(srep:find("IMEX_CMD_ENABLED=0", 1, true), srep)
     end)
 
     it("a one-node job with a loopback command bind has no peer to miss: plan is ok", function()

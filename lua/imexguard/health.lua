@@ -105,6 +105,32 @@ function M.verdict(answer, expected, self, opts)
   return nil
 end
 
+--- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
+-- Then the ctl can never reach the local daemon: an "unreachable" answer is a configuration fault.
+-- @param want table {cfg = parsed config.cfg or nil, config_path, addrs}
+-- @return boolean
+local function command_service_off(want)
+  if type(want.cfg) ~= "table" or #(want.addrs or {}) < 2 then return false end
+  for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.addrs)) do
+    if f.level == "error" and f.key == "IMEX_CMD_ENABLED" then return true end
+  end
+  return false
+end
+
+--- Did the ctl fail to reach the local daemon? "unreachable", or the placeholder document it
+-- prints instead (tests/fixtures/ctl/down-unconfigured.json: only host 0.0.0.0, DOWN).
+-- @param answer table from probe
+-- @return boolean
+local function no_local_daemon(answer)
+  if answer.kind == "unreachable" then return true end
+  local d = answer.domain
+  if not d or d.status ~= "DOWN" or #d.nodes == 0 then return false end
+  for _, n in ipairs(d.nodes) do
+    if n.host ~= "0.0.0.0" then return false end
+  end
+  return true
+end
+
 --- Reason this node is at fault, or nil when it is not.
 local function local_reason(v, self)
   for _, f in ipairs(v.faulty or {}) do
@@ -193,9 +219,12 @@ function M.blame(ctx, want, v, waited)
   local after = waited and string.format(" after %.1f s", waited) or ""
   if not why and v.verdict == "config-fault" then
     local cf = v.config_fault or {}
+    local seen = cf.command_off
+      and ("the ctl cannot reach this node's daemon (" .. tostring(v.summary) .. ")")
+      or string.format("READY and connected to %d peers that show UNAVAILABLE (node status travels over the "
+        .. "command port, IMEX_CMD_PORT)", #(cf.peers or {}))
     local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
-      .. "fault: READY and connected to %d peers that show UNAVAILABLE (node status travels over the command "
-      .. "port, IMEX_CMD_PORT); likely causes: %s (domain %s)", me, after, #(cf.peers or {}),
+      .. "fault: %s; likely causes: %s (domain %s)", me, after, seen,
       table.concat(M.config_fault_causes(want.cfg, want.config_path, want.addrs), "; "), tostring(v.status)))
     -- loud also when on_config_fault = "warn" makes the outcome exit 0
     ctx.host.log("err", msg)
@@ -223,7 +252,8 @@ end
 --- Wait for the domain to be healthy (step 8): poll the ctl every poll_interval until healthy or
 -- health_timeout (bounded by the run's budget minus MARGIN) passes, or a configuration fault is
 -- established (`config_fault_established` over want.config_fault_polls, default
--- CONFIG_FAULT_POLLS, consecutive polls: C22).
+-- CONFIG_FAULT_POLLS, consecutive polls: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of
+-- several nodes, an answer "local daemon unreachable" counts as that signature).
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
 --   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
@@ -244,6 +274,12 @@ function M.wait(ctx, want, first)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)
+    if no_local_daemon(answer) and command_service_off(want) then
+      -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
+      v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
+        summary = answer.err or "no local daemon in its answer: only host 0.0.0.0",
+        config_fault = { peers = {}, command_off = true } }
+    end
     if v and v.healthy then
       return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
     end

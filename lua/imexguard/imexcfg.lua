@@ -191,7 +191,8 @@ end
 -- @treturn[1] boolean true when it came from `-c`, false for the default
 -- @treturn[2] nil
 -- @treturn[2] string one-line error naming the ExecStart argument: `-c` without a value (last, or
---   followed by an option or an empty string), `-c` given twice, or a relative path
+--   followed by an option or an empty string), `-c` given twice, a relative path, or a value with
+--   white space (a shell wrapper's `-c` command line)
 -- @raise when argv is not a list of strings
 function M.config_path(argv)
   if type(argv) ~= "table" then
@@ -219,6 +220,10 @@ function M.config_path(argv)
       end
       if value:sub(1, 1) ~= "/" then
         return nil, string.format("ExecStart: -c %s is not an absolute path", value)
+      end
+      -- a shell's -c takes a command line (`sh -c "nvidia-imex -c /x"`): not a config path
+      if value:find("%s") then
+        return nil, string.format("ExecStart: -c '%s' is a command line, not a config path", value)
       end
       found = value
     end

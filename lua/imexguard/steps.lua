@@ -810,9 +810,12 @@ end
 
 --- Run one start/restart job; a failed job names the unit's Result. After start-limit-hit, with
 -- reset_failed_retry (default true), one reset-failed and one more job "start" (never "restart":
--- a daemon that became current meanwhile is left alone), within the run's deadline.
+-- a daemon that became current meanwhile is left alone), within the run's deadline; not when this
+-- run has already reset the unit (at most one reset-failed and one retry per run, C26).
+-- @param verb string "start" or "restart"
+-- @param reset_done boolean|nil true: this run already reset-failed the unit before the job
 -- @return true, or nil, outcome, message
-function M.unit_start_job(ctx, verb)
+function M.unit_start_job(ctx, verb, reset_done)
   local s, host = ctx.settings, ctx.host
   local res, err, code = host.unit_job(s.unit, verb, s.start_timeout)
   if res == "done" then return true end
@@ -821,7 +824,7 @@ function M.unit_start_job(ctx, verb)
       tostring(err))
   end
   local result, text = M.unit_result(ctx)
-  if result == "start-limit-hit" and M.setting(ctx, "reset_failed_retry", false) then
+  if result == "start-limit-hit" and not reset_done and M.setting(ctx, "reset_failed_retry", false) then
     local ok, rerr = host.unit_reset_failed(s.unit)
     if ok then
       host.log("warning", M.one_line(string.format("node %s: %s of %s hit the unit's start limit; "
@@ -856,13 +859,15 @@ function M.restart(ctx, want, v, st, info)
     local ok, o, m = M.check_port(ctx, info, v.unit)
     if not ok then return nil, o, m end
   end
+  local reset_done = false
   if v.reset_failed and M.setting(ctx, "reset_failed_retry", false) then
     local ok, err = host.unit_reset_failed(s.unit)
+    reset_done = true
     if not ok then host.log("warning", M.one_line("reset-failed of " .. s.unit .. ": " .. tostring(err))) end
   end
   local verb = v.action == "restart" and "restart" or "start"
   local cfg_text = host.read(want.config_path or s.imex_config, M.MAX_FILE)
-  local jok, jo, jm = M.unit_start_job(ctx, verb)
+  local jok, jo, jm = M.unit_start_job(ctx, verb, reset_done)
   if not jok then return nil, jo, jm end
   local props = host.unit(s.unit)
   if props and props.active_state ~= "active" and props.active_state ~= "activating"

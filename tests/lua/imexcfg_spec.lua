@@ -222,6 +222,11 @@ describe("imexcfg.config_path (C28: the unit's own config)", function()
     p, err = imexcfg.config_path({ "nvidia-imex", "-c", "site.cfg" })
     assert.is_nil(p)
     assert.equal("ExecStart: -c site.cfg is not an absolute path", err)
+    -- a shell wrapper's -c is a command line, never a config path
+    p, err = imexcfg.config_path({ "/bin/sh", "-c", "/usr/bin/nvidia-imex -c /opt/site/imex.cfg" })
+    assert.is_nil(p)
+    assert.equal("ExecStart: -c '/usr/bin/nvidia-imex -c /opt/site/imex.cfg' is a command line, not a "
+      .. "config path", err)
   end)
 
   it("raises on misuse", function()

@@ -1428,7 +1428,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     assert.equal(0, s2.host.count("unit_reset_failed"))
   end)
 
-  it("BREAK: a failed unit reset before its start that hits the start limit again gets no second "
+  it("a failed unit reset before its start that hits the start limit again gets no second "
     .. "reset-failed: at most one reset-failed and one retry per run", function()
     local s = given{ unit = { state = "failed", result = "start-limit-hit" }, restart = { HIT, {} } }
     local outcome, message = s:prolog{ job = 107, nodelist = "n[1-2]" }
@@ -1596,7 +1596,7 @@ describe("default policy: a late epilog (C24)", function()
     assert.is_true(released)
   end)
 
-  it("BREAK: with the default settings, job 300's epilog behind job 301's prolog in its longest "
+  it("with the default settings, job 300's epilog behind job 301's prolog in its longest "
     .. "legitimate critical section (a start, then the health wait: 75 s) is not a lock-timeout", function()
     -- lock_timeout (60 s) is shorter than start_timeout + health_timeout (90 s) that a prolog may
     -- hold the node lock for; an epilog that fails drains the node in Slurm, a healthy node here
@@ -1911,7 +1911,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       end
     end)
 
-    it("BREAK: a shell wrapper (sh -c 'nvidia-imex -c PATH') is bad-input naming the unit, never "
+    it("a shell wrapper (sh -c 'nvidia-imex -c PATH') is bad-input naming the unit, never "
       .. "skipped as 'not an IMEX node'", function()
       -- the shell's -c is a command line, not the daemon's config: read as a path it named no file,
       -- and the prolog ended "skipped" (exit 0): every job on the node ran without IMEX
@@ -2034,7 +2034,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       end
     end)
 
-    it("BREAK: IMEX_CMD_ENABLED=0 (the ctl cannot reach this node's daemon): the prolog ends config-fault "
+    it("IMEX_CMD_ENABLED=0 (the ctl cannot reach this node's daemon): the prolog ends config-fault "
       .. "naming it, not domain-unhealthy after the full health_timeout", function()
       local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
       local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
@@ -2053,7 +2053,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
     end)
 
-    it("BREAK: status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",
+    it("status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",
       function()
       local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
       local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }

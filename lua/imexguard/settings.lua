@@ -39,7 +39,8 @@ M.schema = {
   { name = "allow_loopback", default = false, kind = "boolean",
     doc = "accept 127.0.0.0/8 addresses in the node list (tests and the simulator only)" },
   { name = "lock_timeout", default = 60, kind = "number",
-    doc = "seconds: how long to wait for the node lock held by another run" },
+    doc = "seconds: how long a prolog waits for the node lock held by another run (the epilog waits "
+      .. "up to its whole deadline when that is longer)" },
   { name = "start_timeout", default = 30, kind = "number",
     doc = "seconds: how long to wait for systemd's start/restart job of the unit" },
   { name = "health_timeout", default = 60, kind = "number",

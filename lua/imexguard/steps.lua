@@ -308,6 +308,24 @@ function M.ensure_dir(host, path, mode)
   return nil, err, code
 end
 
+--- Seconds the epilog keeps of its budget for its own work after waiting for the node lock.
+M.EPILOG_RESERVE = 2
+
+--- How long a run waits for the node lock: the setting lock_timeout; the epilog waits up to its
+-- whole budget less EPILOG_RESERVE when that is longer. The holder is a run that started earlier
+-- and ends by its own deadline, and a failed epilog drains a healthy node in Slurm (field case
+-- C24 of docs/design.md: a prolog may hold the lock for start_timeout + health_timeout, longer
+-- than lock_timeout).
+-- @tparam table ctx the run's context
+-- @treturn number seconds
+function M.lock_wait(ctx)
+  local t = ctx.settings.lock_timeout
+  if ctx.command == "epilog" then
+    t = math.max(t, ctx.host.remaining() - M.EPILOG_RESERVE)
+  end
+  return t
+end
+
 --- Step 3: take the node lock (state_dir/lock), creating state_dir first (host.mkdir, 0755).
 -- @return guard (use `local g <close> = guard`), or nil, outcome, message: "lock-timeout" only when
 --   another run held the lock too long (the message names its pid and job); "deadline-exceeded"
@@ -321,13 +339,14 @@ function M.lock(ctx)
     return fail(by_code(dcode, "write-failed"), "node %s: cannot create the state directory %s for node lock "
       .. "%s: %s; nothing changed", M.node_name(ctx), s.state_dir, path, tostring(derr))
   end
-  local lk, err, code, holder = ctx.host.lock(path, s.lock_timeout, "job=" .. M.job_id(ctx))
+  local timeout = M.lock_wait(ctx)
+  local lk, err, code, holder = ctx.host.lock(path, timeout, "job=" .. M.job_id(ctx))
   if not lk then
     local who = holder and string.format("pid %s (%s)", tostring(holder.pid), tostring(holder.owner))
       or "an unknown process"
     if code == "timeout" then
       return fail("lock-timeout", "node %s: node lock %s held by %s for more than %g s", M.node_name(ctx),
-        path, who, s.lock_timeout)
+        path, who, timeout)
     elseif code == "deadline" then
       return fail("deadline-exceeded",
         "node %s: the run's deadline passed waiting for node lock %s held by %s", M.node_name(ctx), path, who)

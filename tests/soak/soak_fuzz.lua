@@ -42,8 +42,6 @@ end
 -- whose reason matches is counted as pending (a "# TODO" in the line, the input printed), and
 -- IMEXGUARD_SOAK_STRICT=1 makes it a failure again. Remove an entry once the bug is fixed.
 local KNOWN = {
-  { "validate error spans lines",
-    "settings.validate quotes a string value with %q, which keeps its newlines" },
 }
 
 local function known(why)

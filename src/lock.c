@@ -14,10 +14,10 @@
  *    file while the lock is held; readers parse the first complete line only.  The record is NOT
  *    cleared at unlock: the next holder overwrites it, so during a hand-over the file names the
  *    previous holder instead of nobody.  A waiter that times out checks the record against the
- *    holder's pid listed in /proc/locks (the kernel's table of flock(2) locks: "FLOCK ... <pid>
- *    <major>:<minor>:<inode>") and re-reads for up to HOLDER_SETTLE_MS while they differ (the new
- *    holder has not written yet), so a holder is named whenever one exists: by its record, or by
- * its pid alone when it wrote none in time.
+ *    holder's pid in /proc/locks (the kernel's table of flock(2) locks, "FLOCK ... <pid>
+ *    <major>:<minor>:<inode>") and re-reads it for up to HOLDER_SETTLE_MS while they differ
+ *    (the new holder has not written yet): a holder is named whenever one exists, by its
+ *    record, or by its pid alone when it wrote none in time.
  *  - The timed wait: flock(LOCK_EX) blocks in the kernel; a POSIX timer (timer_create on
  *    CLOCK_MONOTONIC, SIGEV_THREAD_ID to this thread) fires at the end instant and then every
  *    10 ms, and its signal handler is installed WITHOUT SA_RESTART, so flock returns EINTR.  The
@@ -206,10 +206,9 @@ static long flock_pid(dev_t dev, ino_t ino)
 	while (pid == 0 && fgets(line, sizeof line, f)) {
 		if (strstr(line, "->"))
 			continue;
-		if (sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", kind, &p, &maj, &min, &i) ==
-			5 &&
-		    strcmp(kind, "FLOCK") == 0 && maj == major(dev) && min == minor(dev) &&
-		    i == (unsigned long long)ino)
+		int n = sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", kind, &p, &maj, &min, &i);
+		if (n == 5 && strcmp(kind, "FLOCK") == 0 && maj == major(dev) &&
+		    min == minor(dev) && i == (unsigned long long)ino)
 			pid = p;
 	}
 	fclose(f);

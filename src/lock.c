@@ -215,17 +215,20 @@ static long flock_pid(dev_t dev, ino_t ino)
 	return pid;
 }
 
-/* After a timeout: the holder of the lock on fd (identity st), see the top comment.  Re-reads
- * the record every 1 ms for at most HOLDER_SETTLE_MS while it is missing or names another pid
- * than /proc/locks; then falls back to that pid alone (since = -1), else to what was read. */
+/* After a timeout: the holder of the lock on fd (identity st), see the top comment.  Reads the
+ * holder's pid in /proc/locks, then the record, every 1 ms for at most HOLDER_SETTLE_MS until
+ * the record names that pid (a record read while nobody is listed, or another pid, may be a
+ * previous holder's); then falls back to the listed pid alone (since = -1), else to the record
+ * last read (nobody listed: the lock was let go meanwhile, or /proc/locks names another device,
+ * e.g. on overlayfs). */
 static void settle_holder(int fd, const struct stat *st, struct holder *h)
 {
 	const struct timespec tick = {0, 1000000L};
 	long lp = 0;
 	for (int ms = 0;; ms++) {
-		read_holder(fd, h);
 		lp = flock_pid(st->st_dev, st->st_ino);
-		if (h->known && (lp == 0 || h->pid == lp))
+		read_holder(fd, h);
+		if (h->known && lp > 0 && h->pid == lp)
 			return;
 		if (ms >= HOLDER_SETTLE_MS)
 			break;

@@ -14,7 +14,7 @@ local M = {}
 local EXPECTED = {
   ["config.cfg"] = true, ["imex.log"] = true, ["imexguard.conf"] = true, ["nodes_config.cfg"] = true,
   ["state"] = true, ["last-prolog.out"] = true, ["last-epilog.out"] = true, ["lock"] = true,
-  ["state.json"] = true,
+  ["state.json"] = true, ["imex.pid"] = true, -- the simulated daemon's (simdomain: IMEXSIM_PID_FILE)
 }
 
 local function leftovers(d)

@@ -303,7 +303,8 @@ end
 
 --- Parse the text form of `nvidia-imex-ctl -N` (for the status display and simulator tests).
 -- Accepts both legends (6 lines on 570.00, 8 on 580), node lines with or without
--- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`.
+-- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`. A node, matrix row or column id
+-- of more than 9 digits (the JSON form's limit) is malformed, never an error.
 -- @tparam string stdout the output of a successful run
 -- @treturn[1] table domain shaped like `parse_domain`'s (connections from the matrix, spelled as in
 --   `LETTERS`) plus `matrix = {[from_id] = {[to_id] = letter}}`

@@ -88,6 +88,16 @@ void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...
     __attribute__((format(printf, 3, 4)));
 /* Turn journald output on or off (default on); stderr lines at or above `min_level` only. */
 void ig_log_setup(int journal, enum ig_level min_level);
+/* Prepare, outside any handler, the journald entry of a run ended by a signal or the watchdog:
+ * writes into buf (size bytes) one datagram of systemd's native journal protocol with MESSAGE,
+ * PRIORITY (level), SYSLOG_IDENTIFIER=imexguard and the "KEY=value" fields (NULL-terminated, may
+ * be NULL), sets *len (0 when the journal is off: IMEXGUARD_NO_JOURNAL=1 or ig_log_setup(0)),
+ * and opens the datagram socket once.  Returns 0, -ENOSPC (buf too small, *len 0) or -errno. */
+int ig_journal_prepare(char *buf, size_t size, size_t *len, enum ig_level level,
+		       const char *message, const char *const *fields);
+/* Send a prepared datagram to /run/systemd/journal/socket with sendto(2), unless len is 0 or the
+ * journal was turned off since; errors ignored.  Async-signal-safe (POSIX: sendto). */
+void ig_journal_send_prepared(const char *buf, size_t len);
 
 /* ---- unit.c: bus address used by unit primitives --------------------------------------- */
 /* "system" (default: /run/systemd/private when root, else the system bus), "user"

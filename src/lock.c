@@ -11,7 +11,13 @@
  *  - The holder writes "pid=<pid> owner=<owner> since=<epoch seconds>\n" into the file so a waiter
  *    that times out can name it.  The record is written with pwrite at offset 0 and then the file
  *    is truncated to the record's length (not truncate-then-write), so a reader never sees an empty
- *    file while the lock is held; readers parse the first complete line only.
+ *    file while the lock is held; readers parse the first complete line only.  The record is NOT
+ *    cleared at unlock: the next holder overwrites it, so during a hand-over the file names the
+ *    previous holder instead of nobody.  A waiter that times out checks the record against the
+ *    holder's pid in /proc/locks (the kernel's table of flock(2) locks, "FLOCK ... <pid>
+ *    <major>:<minor>:<inode>") and re-reads it for up to HOLDER_SETTLE_MS while they differ
+ *    (the new holder has not written yet): a holder is named whenever one exists, by its
+ *    record, or by its pid alone when it wrote none in time.
  *  - The timed wait: flock(LOCK_EX) blocks in the kernel; a POSIX timer (timer_create on
  *    CLOCK_MONOTONIC, SIGEV_THREAD_ID to this thread) fires at the end instant and then every
  *    10 ms, and its signal handler is installed WITHOUT SA_RESTART, so flock returns EINTR.  The
@@ -32,6 +38,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,11 +46,12 @@
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
 
-#define LOCK_MT	      "imexguard.lock"
-#define RETICK_NS     10000000L /* 10 ms: re-fire interval of the wake-up timer */
-#define HOLDER_MAX    512	/* bytes of the holder record we read */
-#define OWNER_MAX     200	/* bytes of `owner` we record */
-#define IG_LOCK_SIGNO (SIGRTMIN + 2)
+#define LOCK_MT		 "imexguard.lock"
+#define RETICK_NS	 10000000L /* 10 ms: re-fire interval of the wake-up timer */
+#define HOLDER_MAX	 512	   /* bytes of the holder record we read */
+#define OWNER_MAX	 200	   /* bytes of `owner` we record */
+#define IG_LOCK_SIGNO	 (SIGRTMIN + 2)
+#define HOLDER_SETTLE_MS 50 /* ms a timed-out waiter re-reads a record that is not the holder's */
 
 struct ig_lock {
 	int fd; /* -1 once released */
@@ -52,10 +60,10 @@ struct ig_lock {
 };
 
 struct holder {
-	int known; /* the record parsed */
+	int known; /* the record parsed, or the pid found in /proc/locks (then since < 0) */
 	long pid;
 	char owner[OWNER_MAX + 1];
-	long long since;
+	long long since; /* epoch seconds; -1: no record, pid from /proc/locks only */
 };
 
 static void on_wakeup(int signo)
@@ -184,6 +192,56 @@ static void read_holder(int fd, struct holder *h)
 	parse_holder(buf, h);
 }
 
+/* The pid holding a flock(2) on (dev, ino) per /proc/locks (the kernel's lock table; blocked
+ * waiters, marked "->", are skipped), or 0 when none is listed or the table cannot be read. */
+static long flock_pid(dev_t dev, ino_t ino)
+{
+	FILE *f = fopen("/proc/locks", "re");
+	if (!f)
+		return 0;
+	char line[256], kind[16];
+	long pid = 0, p;
+	unsigned maj, min;
+	unsigned long long i;
+	while (pid == 0 && fgets(line, sizeof line, f)) {
+		if (strstr(line, "->"))
+			continue;
+		int n = sscanf(line, "%*d: %15s %*s %*s %ld %x:%x:%llu", kind, &p, &maj, &min, &i);
+		if (n == 5 && strcmp(kind, "FLOCK") == 0 && maj == major(dev) &&
+		    min == minor(dev) && i == (unsigned long long)ino)
+			pid = p;
+	}
+	fclose(f);
+	return pid;
+}
+
+/* After a timeout: the holder of the lock on fd (identity st), see the top comment.  Reads the
+ * holder's pid in /proc/locks, then the record, every 1 ms for at most HOLDER_SETTLE_MS until
+ * the record names that pid (a record read while nobody is listed, or another pid, may be a
+ * previous holder's); then falls back to the listed pid alone (since = -1), else to the record
+ * last read (nobody listed: the lock was let go meanwhile, or /proc/locks names another device,
+ * e.g. on overlayfs). */
+static void settle_holder(int fd, const struct stat *st, struct holder *h)
+{
+	const struct timespec tick = {0, 1000000L};
+	long lp = 0;
+	for (int ms = 0;; ms++) {
+		lp = flock_pid(st->st_dev, st->st_ino);
+		read_holder(fd, h);
+		if (h->known && lp > 0 && h->pid == lp)
+			return;
+		if (ms >= HOLDER_SETTLE_MS)
+			break;
+		nanosleep(&tick, NULL);
+	}
+	if (lp > 0) {
+		memset(h, 0, sizeof *h);
+		h->known = 1;
+		h->pid = lp;
+		h->since = -1;
+	}
+}
+
 /* Write our holder record: pwrite at 0, then truncate to its length (see top comment). */
 static int write_holder(int fd, const char *owner)
 {
@@ -254,7 +312,7 @@ static int lock_take(const char *path, double timeout, const char *owner, int *f
 		if (rc < 0) {
 			*waited = ig_now() - start;
 			if (rc == -ETIMEDOUT) {
-				read_holder(fd, holder);
+				settle_holder(fd, st, holder);
 				if (by_deadline)
 					rc = -ETIME;
 			}
@@ -289,11 +347,9 @@ static void release(struct ig_lock *lk)
 {
 	if (lk->fd < 0)
 		return;
-	/* Clear the record while still holding the lock, then drop the lock explicitly: LOCK_UN
-	 * releases it even if a forked child still shares the descriptor (before its exec). */
-	if (ftruncate(lk->fd, 0) < 0) {
-		/* best effort: a stale record is harmless, lock_holder checks the lock first */
-	}
+	/* The record stays for the next holder to overwrite (see the top comment); drop the lock
+	 * explicitly: LOCK_UN releases it even if a forked child still shares the descriptor
+	 * (before its exec). */
 	flock(lk->fd, LOCK_UN);
 	close(lk->fd);
 	lk->fd = -1;
@@ -306,6 +362,8 @@ static void push_holder(lua_State *L, const struct holder *h)
 		return;
 	lua_pushinteger(L, h->pid);
 	lua_setfield(L, -2, "pid");
+	if (h->since < 0)
+		return; /* pid from /proc/locks only */
 	lua_pushstring(L, h->owner);
 	lua_setfield(L, -2, "owner");
 	lua_pushinteger(L, h->since);
@@ -316,6 +374,10 @@ static void describe_holder(char *buf, size_t len, const struct holder *h)
 {
 	if (!h->known) {
 		snprintf(buf, len, "held by an unknown process");
+		return;
+	}
+	if (h->since < 0) {
+		snprintf(buf, len, "held by pid %ld (no holder record)", h->pid);
 		return;
 	}
 	long long age = (long long)ig_wallclock() - h->since;
@@ -329,10 +391,11 @@ static void describe_holder(char *buf, size_t len, const struct holder *h)
  * long as the budget allows); owner: string recorded with our pid (e.g. "job=101"), default "".
  * code: "timeout" (own timeout), "deadline" (the budget ran out first), or an errno name from
  * open(2)/flock(2) ("EACCES", "ENOENT" for a missing directory, "EINVAL" for a non-regular file).
- * holder (on timeout): {pid = integer, owner = string, since = epoch seconds}, {} when the record
- * could not be read.  The lock object: lock:unlock() -> true (idempotent; also on __gc, __close
- * and process exit, the kernel releasing flock(2) with the last descriptor); lock:inode() ->
- * dev, ino (integers) of the locked file. */
+ * holder (on timeout): {pid = integer, owner = string, since = epoch seconds}; {pid = integer}
+ * when the holder listed in /proc/locks wrote no record within HOLDER_SETTLE_MS (50 ms) of the
+ * timeout; {} when neither is known.  The lock object: lock:unlock() -> true (idempotent; also on
+ * __gc, __close and process exit, the kernel releasing flock(2) with the last descriptor);
+ * lock:inode() -> dev, ino (integers) of the locked file. */
 static int l_lock(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
@@ -376,8 +439,9 @@ static int l_lock(lua_State *L)
 /* host.lock_holder(path) -> holder table, nil (nobody holds the lock, or the file does not exist),
  * or nil, msg, code.  Does not wait and does not take the lock for longer than a non-blocking
  * probe: flock(LOCK_EX|LOCK_NB) on a separate open file description succeeds only when nobody
- * holds it, and is released at once.  holder: {pid, owner, since}, or {} while the holder has not
- * yet written its record. */
+ * holds it, and is released at once.  holder: {pid, owner, since}, or {} while the first holder of
+ * a new file has not yet written its record; during a hand-over (between the next holder's flock
+ * and its record) the record read is the previous holder's, which no unlock clears. */
 static int l_lock_holder(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);

@@ -8,19 +8,34 @@
  * off when the environment has IMEXGUARD_NO_JOURNAL=1 (read at each event) or after
  * ig_log_setup(0, ...).  A journald failure (no socket, e.g. in a container) is ignored: the stderr
  * line is the record of last resort.
+ *
+ * For the end of a run by a signal or by the watchdog (watchdog.c), where only async-signal-safe
+ * calls are allowed, ig_journal_prepare builds the entry ahead of time as one datagram of
+ * systemd's native journal protocol (the format sd_journal_sendv writes: "KEY=value\n" per field,
+ * or "KEY\n", the value's length as 64-bit little endian, the value and "\n" when the value holds a
+ * newline) and opens an unconnected AF_UNIX datagram socket; ig_journal_send_prepared then needs
+ * sendto(2) only.
  */
 #include "imexguard.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <systemd/sd-journal.h>
 #include <unistd.h>
 
-static int g_journal = 1;
+#define JOURNAL_SOCKET "/run/systemd/journal/socket" /* systemd-journald.socket(8) */
+
+static volatile sig_atomic_t g_journal = 1; /* read by ig_journal_send_prepared in a handler */
+static int g_jfd = -1;			    /* the socket of ig_journal_send_prepared */
 static enum ig_level g_min_level = IG_INFO;
 
 static const char *const level_names[] = {"emerg",   "alert",  "crit", "err",
@@ -106,6 +121,76 @@ static void emit(enum ig_level level, const char *message, const char *const *fi
 out:
 	free(iov);
 	free(msg);
+}
+
+/* Append one native-protocol field "KEY=value" (a complete field string) to buf at *off; 0, or
+ * -ENOSPC when it does not fit (buf unchanged past *off). */
+static int put_field(char *buf, size_t size, size_t *off, const char *field)
+{
+	const char *eq = strchr(field, '=');
+	size_t flen = strlen(field);
+	if (!eq || !strchr(eq, '\n')) {
+		if (*off + flen + 1 > size)
+			return -ENOSPC;
+		memcpy(buf + *off, field, flen);
+		buf[*off + flen] = '\n';
+		*off += flen + 1;
+		return 0;
+	}
+	size_t klen = (size_t)(eq - field), vlen = flen - klen - 1;
+	if (*off + klen + 1 + 8 + vlen + 1 > size)
+		return -ENOSPC;
+	char *p = buf + *off;
+	memcpy(p, field, klen);
+	p += klen;
+	*p++ = '\n';
+	for (int i = 0; i < 8; i++)
+		*p++ = (char)(((uint64_t)vlen >> (8 * i)) & 0xff);
+	memcpy(p, eq + 1, vlen);
+	p += vlen;
+	*p++ = '\n';
+	*off = (size_t)(p - buf);
+	return 0;
+}
+
+/* Build the journal entry of a run's end by a signal or the watchdog (see imexguard.h). */
+int ig_journal_prepare(char *buf, size_t size, size_t *len, enum ig_level level,
+		       const char *message, const char *const *fields)
+{
+	char prio[16], *msg = NULL;
+	size_t off = 0;
+	int rc = 0;
+	*len = 0;
+	if (!journal_enabled())
+		return 0; /* IMEXGUARD_NO_JOURNAL=1 or turned off: an empty datagram is never sent
+			   */
+	if (g_jfd < 0)
+		g_jfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (g_jfd < 0)
+		return -errno;
+	if (asprintf(&msg, "MESSAGE=%s", message) < 0)
+		return -ENOMEM;
+	snprintf(prio, sizeof prio, "PRIORITY=%d", (int)level);
+	const char *head[] = {msg, prio, "SYSLOG_IDENTIFIER=imexguard"};
+	for (size_t i = 0; i < 3 && rc == 0; i++)
+		rc = put_field(buf, size, &off, head[i]);
+	for (size_t i = 0; fields && fields[i] && rc == 0; i++)
+		rc = put_field(buf, size, &off, fields[i]);
+	free(msg);
+	if (rc == 0)
+		*len = off;
+	return rc;
+}
+
+/* Send a datagram of ig_journal_prepare (see imexguard.h): async-signal-safe. */
+void ig_journal_send_prepared(const char *buf, size_t len)
+{
+	static const struct sockaddr_un addr = {.sun_family = AF_UNIX, .sun_path = JOURNAL_SOCKET};
+	if (len == 0 || g_jfd < 0 || !g_journal)
+		return;
+	(void)sendto(g_jfd, buf, len, MSG_NOSIGNAL, (const struct sockaddr *)&addr,
+		     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof JOURNAL_SOCKET));
+	/* failures ignored (see top): the stderr line remains */
 }
 
 /* Log one event (see imexguard.h).  level: IG_ERR..IG_DEBUG; fields: NULL-terminated array of

@@ -10,6 +10,12 @@
  * already bounded by the deadline in run.c.
  * The run also ends at once, with the same kind of final line and exit code, on SIGTERM or SIGINT
  * (an admin, or slurmd giving up on the prolog): on_terminate, installed with the watchdog.
+ * Both ends also send the run's one journal entry (MESSAGE "<command> job=N
+ * outcome=deadline-exceeded: ...", PRIORITY, IMEXGUARD_OUTCOME, IMEXGUARD_JOB_ID,
+ * IMEXGUARD_COMMAND, as the final entry of log.c), so a prolog that slurmd stops with SIGTERM
+ * when PrologEpilogTimeout runs out is in the journal too: the datagram is built and the socket
+ * opened by ig_watchdog_label (ig_journal_prepare), and the handler only calls sendto(2)
+ * (ig_journal_send_prepared), which POSIX lists as async-signal-safe.
  * Nothing is torn by such an end: the node list and the state file are replaced by rename(2) or
  * not at all, and the node lock is released by the kernel when the process exits.
  */
@@ -27,7 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LINE_MAX_BYTES 512
+#define LINE_MAX_BYTES	512
+#define DGRAM_MAX_BYTES 1024 /* a journal entry: the line plus its fields */
 
 /* The two last lines are double-buffered: ig_watchdog_label writes the buffer not in use, then
  * switches `cur`, so the timer thread or the signal handler never reads a half-written line. */
@@ -38,7 +45,10 @@ static struct {
 	char wd_line[2][LINE_MAX_BYTES];      /* the watchdog's last line */
 	char term_line[2][LINE_MAX_BYTES];    /* the last line on SIGTERM/SIGINT */
 	atomic_size_t wd_len[2], term_len[2]; /* their lengths */
-	atomic_int cur;			      /* index of the lines in use */
+	char wd_entry[2][DGRAM_MAX_BYTES];    /* their journal entries (0 bytes: journal off) */
+	char term_entry[2][DGRAM_MAX_BYTES];
+	atomic_size_t wd_elen[2], term_elen[2];
+	atomic_int cur; /* index of the lines in use */
 } g_wd;
 
 /* Write the line in use (watchdog or signal) and end the process: async-signal-safe only. */
@@ -50,6 +60,8 @@ static void end_now(int term)
 	if (write(STDERR_FILENO, line, len) < 0) {
 		/* nothing left to do: the exit code still says deadline-exceeded */
 	}
+	ig_journal_send_prepared(term ? g_wd.term_entry[cur] : g_wd.wd_entry[cur],
+				 atomic_load(term ? &g_wd.term_elen[cur] : &g_wd.wd_elen[cur]));
 	_exit(g_wd.exit_code);
 }
 
@@ -83,19 +95,41 @@ static size_t final_line(char *buf, const char *command, const char *job, const 
 	return (size_t)n;
 }
 
+/* Prepare into buf (DGRAM_MAX_BYTES) the journal entry of the final line of final_line;
+ * returns its length, 0 when the journal is off or the entry cannot be built. */
+static size_t final_entry(char *buf, const char *command, const char *job, const char *what)
+{
+	char msg[LINE_MAX_BYTES], f_job[LINE_MAX_BYTES / 2], f_cmd[64];
+	command = command ? command : "-";
+	job = job && *job ? job : "-";
+	snprintf(msg, sizeof msg, "%s job=%s outcome=deadline-exceeded: %s", command, job, what);
+	snprintf(f_job, sizeof f_job, "IMEXGUARD_JOB_ID=%s", job);
+	snprintf(f_cmd, sizeof f_cmd, "IMEXGUARD_COMMAND=%s", command);
+	const char *fields[] = {"IMEXGUARD_OUTCOME=deadline-exceeded", f_job, f_cmd, NULL};
+	size_t len = 0;
+	int code = ig_outcome_code("deadline-exceeded");
+	if (ig_journal_prepare(buf, DGRAM_MAX_BYTES, &len, code == 0 ? IG_NOTICE : IG_ERR, msg,
+			       fields) < 0)
+		return 0;
+	return len;
+}
+
 void ig_watchdog_label(const char *command, const char *job)
 {
+	static const char term_what[] = "terminated by a signal (SIGTERM or SIGINT) before the run "
+					"ended; the node list on disk is the old or the new one, "
+					"never torn";
 	char what[160];
 	int next = 1 - atomic_load(&g_wd.cur);
-	atomic_store(
-	    &g_wd.term_len[next],
-	    final_line(g_wd.term_line[next], command, job,
-		       "terminated by a signal (SIGTERM or SIGINT) before the run ended; the "
-		       "node list on disk is the old or the new one, never torn"));
+	atomic_store(&g_wd.term_len[next],
+		     final_line(g_wd.term_line[next], command, job, term_what));
+	atomic_store(&g_wd.term_elen[next],
+		     final_entry(g_wd.term_entry[next], command, job, term_what));
 	snprintf(what, sizeof what,
 		 "watchdog: still running %.0f s after the deadline (stuck in a C call), exiting",
 		 IG_WATCHDOG_GRACE);
 	atomic_store(&g_wd.wd_len[next], final_line(g_wd.wd_line[next], command, job, what));
+	atomic_store(&g_wd.wd_elen[next], final_entry(g_wd.wd_entry[next], command, job, what));
 	atomic_store(&g_wd.cur, next);
 }
 

@@ -16,6 +16,7 @@
 -- * `"malformed"`: exit 0 but the output is not what the format promises (never guessed at).
 -- @module imexguard.ctl
 local cjson = require "cjson"
+local text = require "imexguard.text"
 
 local M = {}
 
@@ -94,6 +95,15 @@ end
 
 local function is_id(k)
   return type(k) == "string" and k:match("^%d+$") and #k <= 9
+end
+
+-- A node id of the text form as an integer, or nil when it is not 1 to 9 decimal digits (the JSON
+-- form's limit, `is_id`; a longer run of digits is no node id and overflows an integer).
+local function text_id(s)
+  if s and is_id(s) then
+    return math.tointeger(tonumber(s))
+  end
+  return nil
 end
 
 -- Validate one decoded node; returns the result node or nil, reason. A host named under two ids
@@ -196,8 +206,8 @@ function M.parse_domain(stdout, status)
   if not ok then
     return nil, err, kind
   end
-  local function malformed(why)
-    return nil, string.format("%s: malformed output: %s", what, why), "malformed"
+  local function malformed(why) -- `why` may quote a raw field: made one line
+    return nil, text.one_line(string.format("%s: malformed output: %s", what, why)), "malformed"
   end
   if not out:find("%S") then
     return malformed("no output")
@@ -246,7 +256,11 @@ end
 
 -- One row of the text matrix: from id, {[to id] = letter}; or nil, reason.
 local function matrix_row(line, columns)
-  local from = math.tointeger(tonumber(line:match("^%s*(%d+)")))
+  local digits = line:match("^%s*(%d+)")
+  local from = text_id(digits)
+  if not from then
+    return nil, "matrix row id " .. digits .. " is not a node id"
+  end
   local cells = {}
   for c in line:gsub("^%s*%d+", ""):gmatch("%S+") do
     if not M.LETTERS[c] then
@@ -289,7 +303,8 @@ end
 
 --- Parse the text form of `nvidia-imex-ctl -N` (for the status display and simulator tests).
 -- Accepts both legends (6 lines on 570.00, 8 on 580), node lines with or without
--- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`.
+-- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`. A node, matrix row or column id
+-- of more than 9 digits (the JSON form's limit) is malformed, never an error.
 -- @tparam string stdout the output of a successful run
 -- @treturn[1] table domain shaped like `parse_domain`'s (connections from the matrix, spelled as in
 --   `LETTERS`) plus `matrix = {[from_id] = {[to_id] = letter}}`
@@ -310,7 +325,10 @@ function M.parse_text(stdout)
     line = line:gsub("%s+$", "")
     local id, host, state, rest = line:match("^Node #(%d+)%s+%-%s+(%S+)%s+%-%s+(%S+)(.*)$")
     if id then
-      local node = { id = math.tointeger(tonumber(id)), host = host, status = state, connections = {} }
+      local node = { id = text_id(id), host = host, status = state, connections = {} }
+      if not node.id then
+        return malformed("node #" .. id .. " is not a node id")
+      end
       if rest ~= "" then
         node.version = rest:match("^%s+%-%s+Version:%s*(%S*)$")
         if not node.version then
@@ -325,7 +343,7 @@ function M.parse_text(stdout)
     elseif line:match("^%s*Nodes From\\To") then
       columns = {}
       for c in line:gsub("^%s*Nodes From\\To", ""):gmatch("%S+") do
-        columns[#columns + 1] = math.tointeger(tonumber(c))
+        columns[#columns + 1] = text_id(c:match("^%d+$"))
         if not columns[#columns] then
           return malformed("bad matrix header '" .. line .. "'")
         end

@@ -19,8 +19,11 @@
 --
 -- Stricter than Slurm (Slurm silently repairs or ignores these; imexguard never guesses a node
 -- list): empty input, empty groups (`a,,b`, trailing comma), unbalanced or nested brackets,
--- whitespace or control characters, an open range `n[1-]`, values longer than 18 digits, and
--- more than `MAX_NAMES` names in total.
+-- whitespace or control characters, an open range `n[1-]`, values longer than 18 digits, a name
+-- ending in more than 18 digits (Slurm reads such a suffix as an unsigned 64-bit number and
+-- overflows it: `n99999999999999999999` becomes `n18446744073709551615`, another node; a node
+-- list must name the job's nodes as Slurm does, so the name is refused, not kept), and more than
+-- `MAX_NAMES` names in total.
 -- @module imexguard.hostlist
 local M = {}
 
@@ -101,6 +104,9 @@ local function parse_group(group)
   end
   if #brackets > 0 and texts[#brackets] ~= "" then
     return nil, string.format("text '%s' after the last bracket", texts[#brackets])
+  end
+  if #brackets == 0 and #(group:match("%d*$")) > MAX_DIGITS then
+    return nil, string.format("name '%s' ends in more than %d digits", group, MAX_DIGITS)
   end
   return texts, brackets
 end
@@ -215,11 +221,11 @@ function M.compress(names)
     if type(name) ~= "string" then
       error("hostlist.compress: entry " .. i .. " is a " .. type(name), 2)
     end
-    if name == "" or name:find("[%[%],%s%c]") then
+    if name == "" or name:find("[%[%],%s%c]") or #(name:match("%d*$")) > MAX_DIGITS then
       return nil, string.format("name %d '%s' cannot be written in a hostlist", i, name)
     end
     local prefix, digits = name:match("^(.-)(%d+)$")
-    if not digits or #digits > MAX_DIGITS then
+    if not digits then
       groups[#groups + 1] = { literal = name }
     else
       local v = math.tointeger(tonumber(digits))

@@ -4,6 +4,8 @@
 -- EMPTY environment: no functions, no library, and reading a name that was not assigned above is
 -- an error (so `unit = nvidia` is caught instead of silently meaning nil).
 -- The host (src/main.c) runs: t = load(text, "@path"); t = apply_overrides(t, sets); t = validate(t).
+local textlib = require "imexguard.text"
+
 local M = {}
 
 local LEVELS = { "debug", "info", "notice", "warning", "err" }
@@ -101,11 +103,12 @@ for _, e in ipairs(M.schema) do
   M.by_name[e.name] = e
 end
 
+-- The value of a refused setting, for a one-line message.
 local function describe(v)
   if type(v) == "string" then
-    return string.format("string %q", v)
+    return "string " .. textlib.quote(v, 200)
   end
-  return type(v) .. " " .. tostring(v)
+  return textlib.one_line(type(v) .. " " .. tostring(v), 200)
 end
 
 local function is_in(list, v)

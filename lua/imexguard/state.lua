@@ -42,6 +42,19 @@ function M.path(settings)
   return settings.state_dir .. "/state.json"
 end
 
+-- A stored time as an integer number of microseconds, or nil when `M.encode` could not write it
+-- back: a decimal string or a JSON number, >= 0 and below 2^63 (a longer run of digits reads as a
+-- float, 1e999 as infinity). A fraction is dropped, as `M.encode` does.
+local function time_us(v)
+  local n
+  if type(v) == "string" then
+    n = v:match("^%d+$") and math.tointeger(tonumber(v))
+  elseif type(v) == "number" then
+    n = math.tointeger(math.floor(v)) -- nil for NaN, +-Inf and beyond the integers
+  end
+  return n and n >= 0 and n or nil
+end
+
 -- Scalar fields of a decoded object, checked (microsecond fields back to numbers).
 -- @return table, or nil, message naming the field
 local function scalars(t, where)
@@ -50,13 +63,17 @@ local function scalars(t, where)
     if type(k) ~= "string" then return nil, where .. " has a non-string key" end
     if k ~= "jobs" or where ~= "the file" then
       if US_FIELDS[k] then
-        local n = (type(v) == "string" and v:match("^%d+$")) and tonumber(v) or (math.type(v) and v)
-        if not n then return nil, string.format("%s: %s is not a decimal time", where, k) end
+        local n = time_us(v)
+        if not n then
+          return nil, string.format("%s: %s is not a decimal time in microseconds below 2^63", where, k)
+        end
         v = n
       elseif STRING_FIELDS[k] and type(v) ~= "string" then
         return nil, string.format("%s: %s is a %s, not a string", where, k, type(v))
       elseif not scalar(v) then
         return nil, string.format("%s: %s is not a scalar", where, k)
+      elseif type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+        return nil, string.format("%s: %s is not a finite number", where, k) -- cjson cannot write it
       end
       out[k] = v
     end
@@ -76,7 +93,8 @@ end
 -- @param settings table validated settings
 -- @return table state ({} when the file does not exist: ENOENT), or nil, message (one line naming
 --   the file and what is wrong with it) when it cannot be read or is not a valid state file
---   (not JSON, not an object, a field of the wrong type, a registry that is not a list of
+--   (not JSON, not an object, a field of the wrong type, a time that is not an integer number of
+--   microseconds in 0 .. 2^63 - 1, a number that is NaN or infinite, a registry that is not a list of
 --   {id = non-empty string, nodes = string, ...} entries): the registry is unknown
 function M.load(host, settings)
   local path = M.path(settings)

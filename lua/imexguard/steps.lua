@@ -342,8 +342,8 @@ function M.lock(ctx)
   local timeout = M.lock_wait(ctx)
   local lk, err, code, holder = ctx.host.lock(path, timeout, "job=" .. M.job_id(ctx))
   if not lk then
-    local who = holder and string.format("pid %s (%s)", tostring(holder.pid), tostring(holder.owner))
-      or "an unknown process"
+    local who = holder and holder.pid and string.format("pid %s (%s)", tostring(holder.pid),
+      tostring(holder.owner or "no holder record")) or "an unknown process"
     if code == "timeout" then
       return fail("lock-timeout", "node %s: node lock %s held by %s for more than %g s", M.node_name(ctx),
         path, who, timeout)

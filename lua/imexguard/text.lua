@@ -18,4 +18,14 @@ function M.one_line(s, max)
   return t
 end
 
+--- A string quoted for a one-line message: Lua's `%q` (control characters as `\ddd`, quotes and
+-- backslashes escaped) except that a newline is written `\n` instead of a backslash and a line
+-- break, then made one line by `one_line` (so cut at `max` bytes).
+-- @param s string the value to quote
+-- @param max integer|nil longest result in bytes before the "..." (default M.MAX_LINE)
+-- @return string
+function M.quote(s, max)
+  return M.one_line((string.format("%q", s):gsub("\\\n", "\\n")), max)
+end
+
 return M

@@ -80,6 +80,61 @@ local function assert_no_overlap(recs)
   return sections
 end
 
+-- A holder in a hand-over: takes the lock, leaves a record naming another process (the previous
+-- holder's, which unlock keeps), writes "<pid>\n" to ready, then after `delay` seconds writes its
+-- own record and holds the lock until killed. arg: lockpath ready delay
+local HANDOVER = [[
+local h = require "imexguard.host"
+local path, ready, delay = arg[1], arg[2], tonumber(arg[3])
+local f = io.open("/proc/self/stat"); local pid = tonumber(f:read("a"):match("^(%d+)")); f:close()
+local l = assert(h.lock(path, 10, "ignored"))
+local function put(s) local o = assert(io.open(path, "r+")); o:write(s); o:close() end
+put("pid=1 owner=previous since=1\n")
+local r = assert(io.open(ready .. ".new", "w")); r:write(pid, "\n"); r:close()
+assert(os.rename(ready .. ".new", ready))
+h.sleep(delay)
+put(string.format("pid=%d owner=job=9 since=%d\n", pid, math.floor(h.wallclock())))
+h.sleep(60)
+l:unlock()
+]]
+
+describe("host.lock during a hand-over (the record is not yet the holder's)", function()
+  local dir, pids
+  before_each(function() dir, pids = H.tmpdir(), {} end)
+  after_each(function() H.cleanup(dir, pids) end)
+
+  -- Start a HANDOVER holder; returns its pid once it holds the lock.
+  local function holder(delay)
+    local ready = dir .. "/ready"
+    pids[#pids + 1] = H.spawn(H.lua_cmd(dir, "handover", HANDOVER, dir .. "/l", ready, delay),
+      dir .. "/worker.log")
+    assert.truthy(H.wait_until(function() return H.read(ready) end, 10, 0.001), H.read(dir .. "/worker.log"))
+    return tonumber(H.read(ready):match("%d+"))
+  end
+
+  it("a timeout names the holder once its record is written, never the previous holder", function()
+    local pid = holder(0.03)
+    local l, msg, code, who = host.lock(dir .. "/l", 0, "job=2")
+    assert.is_nil(l)
+    assert.equal("timeout", code)
+    -- normally the record (owner job=9); under heavy load past 50 ms the pid alone
+    assert.equal(pid, who.pid, msg)
+    assert.matches("pid " .. pid, msg, 1, true)
+    assert.is_nil(msg:find("previous", 1, true))
+  end)
+
+  it("a holder that writes no record is named by its pid from /proc/locks", function()
+    local pid = holder(60)
+    local t0 = host.now()
+    local l, msg, code, who = host.lock(dir .. "/l", 0, "job=2")
+    assert.is_nil(l)
+    assert.equal("timeout", code)
+    assert.same({ pid = pid }, who)
+    assert.matches("held by pid " .. pid .. " (no holder record)", msg, 1, true)
+    assert.is_true(host.now() - t0 < 1, "took " .. (host.now() - t0)) -- 50 ms of re-reading
+  end)
+end)
+
 describe("host.lock between processes", function()
   local dir, pids
   before_each(function() dir, pids = H.tmpdir(), {} end)
@@ -200,6 +255,7 @@ describe("host.lock in one process", function()
     assert.is_true(l:unlock())
     assert.is_true(l:unlock())
     assert.is_nil(host.lock_holder(path))
+    assert.equal(rec, H.read(path)) -- kept for the next holder to overwrite (no empty hand-over)
     assert.equal(ino, host.stat(path).ino) -- still there, same inode
   end)
 

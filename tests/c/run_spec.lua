@@ -91,7 +91,10 @@ describe("host.run", function()
     local took = host.now() - t0
     gc = tonumber(r.stdout:match("^(%d+)"))
     strays[#strays + 1] = gc
-    assert.is_true(took < 1, "took " .. took)
+    -- run.c drains for EXIT_DRAIN (0.2 s) after the exit, never for the grandchild's 30 s; the
+    -- command itself (three shells and a 10 ms poll) took up to 0.9 s under ASan beside two CPU
+    -- hogs on 2 cores (issue 8): 3 s keeps a margin and still fails a wait for the grandchild
+    assert.is_true(took < 3, "took " .. took)
     assert.equal(0, r.status)
     assert.matches("bye\n$", r.stdout)
     assert.is_true(H.alive(gc)) -- not ours to kill: it left the group

@@ -9,6 +9,34 @@ local function run(dir, args, env)
   return H.run_imexguard(args, { dir = dir, env = env, inherit_env = true })
 end
 
+-- A number #defined in a header of src/ (the bounds below follow the code's own constants).
+local function define(header, name)
+  local v = (H.read("src/" .. header) or ""):match("#define%s+" .. name .. "%s+([%d.]+)")
+  return assert(tonumber(v), name .. " not found in src/" .. header)
+end
+
+-- Timing bounds (issue 8): from what the code guarantees, counted from the start of the run: the
+-- count hook ends a busy policy IG_DEADLINE_GRACE s after the deadline, the watchdog ends code
+-- stuck in C IG_WATCHDOG_GRACE s after it, and SIGTERM ends it at once. A policy logs host.now() as
+-- its first line (after the start of the run) and the bound runs from there to the return of the
+-- harness, plus EXIT_MARGIN for the end of the process and the harness's shell (measured up to
+-- 0.85 s under ASan beside two CPU hogs on 2 cores, so 1.5 s). A run that never reaches a policy
+-- (a loop in a settings file) is bounded from the harness's start: START_MARGIN more for exec,
+-- dynamic loading and ASan's set-up (measured up to 1.9 s in the same conditions, so 3 s). Which
+-- layer ended the run is checked by its message, not by the clock.
+local DEADLINE_GRACE = define("sandbox.h", "IG_DEADLINE_GRACE")
+local WATCHDOG_GRACE = define("watchdog.h", "IG_WATCHDOG_GRACE")
+local EXIT_MARGIN, START_MARGIN = 1.5, 3
+
+-- The Lua line a policy starts with to log its start on the monotonic clock.
+local LOG_START = "ctx.host.log('notice', string.format('start %.6f', ctx.host.now()))"
+
+-- Seconds from the policy's logged start to `t_end` (monotonic), or nil when it did not log one.
+local function since_start(r, t_end)
+  local start = tonumber(r.stderr:match("start (%d+%.%d+)"))
+  return start and t_end - start
+end
+
 -- The final line "imexguard: LEVEL: COMMAND job=ID outcome=NAME: MESSAGE" of stderr: outcome, message.
 local function final(r)
   local f = H.final(r)
@@ -26,16 +54,19 @@ describe("imexguard sandbox", function()
 
   teardown(function() H.rmdir(dir) end)
 
-  -- Write a policy whose prolog body is `body` and run `imexguard prolog` on it.
+  -- Write a policy whose prolog body is `body` and run `imexguard prolog` on it; the prolog logs
+  -- its start first (on line 2: `body` starts on line 3). Also returns the monotonic time at which
+  -- the run returned.
   local function policy(body, extra_args, env)
     n = n + 1
     local path = string.format("%s/p%d.lua", dir, n)
-    H.write(path, "local P = {}\nfunction P.prolog(ctx)\n" .. body
+    H.write(path, "local P = {}\nfunction P.prolog(ctx) " .. LOG_START .. "\n" .. body
       .. "\nend\nfunction P.epilog() return 'ok' end\nreturn P\n")
     local args = { "--config", dir .. "/none.conf", "--policy", path }
     for _, a in ipairs(extra_args or {}) do args[#args + 1] = a end
     args[#args + 1] = "prolog"
-    return run(dir, args, env), path
+    local r = run(dir, args, env)
+    return r, path, H.host().now()
   end
 
   setup(function()
@@ -45,12 +76,19 @@ describe("imexguard sandbox", function()
   describe("deadline", function()
     local DEADLINE = 0.5
 
-    local function expect_deadline(r)
+    -- A run ended by the count hook (not the watchdog) within its bound (see the top); t_end: the
+    -- monotonic time it returned.
+    local function expect_deadline(r, t_end)
       local outcome, msg = final(r)
       assert.equal("deadline-exceeded", outcome, r.stderr)
       assert.equal(10, r.code)
+      assert.not_matches("^watchdog:", msg)
       assert.is_true(r.elapsed >= DEADLINE, "ended before the deadline: " .. r.elapsed)
-      assert.is_true(r.elapsed < DEADLINE + 1, "took " .. r.elapsed .. " s")
+      local took, bound = since_start(r, t_end), DEADLINE + DEADLINE_GRACE + EXIT_MARGIN
+      if not took then -- no policy ran: from the harness's start
+        took, bound = r.elapsed, bound + START_MARGIN
+      end
+      assert.is_true(took < bound, string.format("took %.2f s, bound %.2f s", took, bound))
       return msg
     end
 
@@ -69,45 +107,46 @@ describe("imexguard sandbox", function()
       assert.truthy(child, "the imexguard process")
       local t0 = H.host().now()
       H.kill(child, "TERM")
+      -- the handler writes, sends and exits at once: the bound is the shell's exit and the poll
       assert.truthy(H.wait_until(function() return H.read(rc) end, 5), "imexguard did not end")
-      assert.is_true(H.host().now() - t0 < 1)
+      assert.is_true(H.host().now() - t0 < EXIT_MARGIN, "took " .. (H.host().now() - t0))
       assert.equal("10", (H.read(rc):gsub("%s", "")))
       local last = H.read(log):match("([^\n]*)\n?$")
       assert.matches("^imexguard: err: prolog job=%S+ outcome=deadline%-exceeded: terminated by a signal",
         last)
     end)
 
-    it("stops `while true do end` within a second of the deadline", function()
-      local r, path = policy("while true do end", { "--deadline", tostring(DEADLINE) })
-      local msg = expect_deadline(r)
+    it("stops `while true do end` within the hook's grace of the deadline", function()
+      local r, path, t_end = policy("while true do end", { "--deadline", tostring(DEADLINE) })
+      local msg = expect_deadline(r, t_end)
       assert.matches(path:gsub("%p", "%%%0") .. ":3", msg)
     end)
 
     it("is not swallowed by pcall", function()
-      local r = policy("while true do pcall(function() while true do end end) end",
+      local r, _, t_end = policy("while true do pcall(function() while true do end end) end",
         { "--deadline", tostring(DEADLINE) })
-      expect_deadline(r)
+      expect_deadline(r, t_end)
     end)
 
     it("is not swallowed by xpcall, even with a handler that loops", function()
-      local r = policy([[
+      local r, _, t_end = policy([[
         while true do
           xpcall(function() while true do end end, function(e) while true do end return e end)
         end]], { "--deadline", tostring(DEADLINE) })
-      expect_deadline(r)
+      expect_deadline(r, t_end)
     end)
 
     it("is not swallowed by error-catching loops around erroring code", function()
-      local r = policy([[
+      local r, _, t_end = policy([[
         while true do pcall(error, "x") end]], { "--deadline", tostring(DEADLINE) })
-      expect_deadline(r)
+      expect_deadline(r, t_end)
     end)
 
     it("stops a loop in a module's code and in a settings file", function()
       H.write(dir .. "/loop.conf", "local x = 0 while true do x = x + 1 end")
       local r = run(dir, { "--config", dir .. "/loop.conf", "--deadline", tostring(DEADLINE),
         "--policy", dir .. "/none.conf", "prolog" })
-      expect_deadline(r)
+      expect_deadline(r, H.host().now())
     end)
 
     it("refuses __gc finalizers (they run with hooks disabled)", function()
@@ -121,13 +160,14 @@ describe("imexguard sandbox", function()
 
     it("the watchdog ends code stuck inside one C call", function()
       -- Lua's matcher backtracks in C: O(n^3) steps, no VM instruction, so no count hook.
-      local r = policy([[
+      local r, _, t_end = policy([[
         local s = string.rep("a", 200000)
         s:find(".-.-.-b")
         return "ok", "finished?"]], { "--deadline", "0.3" })
       assert.equal(10, r.code)
       assert.matches("outcome=deadline%-exceeded: watchdog:", r.stderr)
-      assert.is_true(r.elapsed < 0.3 + 2 + 1, "took " .. r.elapsed .. " s")
+      local took, bound = since_start(r, t_end), 0.3 + WATCHDOG_GRACE + EXIT_MARGIN
+      assert.is_true(took < bound, string.format("took %.2f s, bound %.2f s", took, bound))
     end)
 
     it("lets a policy that returns in time keep its own outcome", function()

@@ -199,6 +199,72 @@ describe("the journal (a private systemd-journald)", function()
     assert.same({}, imexguard_fields(got[3]))
   end)
 
+  -- Start `imexguard prolog` on a policy whose prolog logs "ready" and then runs `body`; returns
+  -- the shell's pid, the stderr log and the file that gets the exit status, once "ready" is logged.
+  local function start_prolog(body, args, no_journal)
+    local path, log, rc = dir .. "/slow.lua", dir .. "/slow.log", dir .. "/slow.rc"
+    os.remove(log)
+    os.remove(rc)
+    H.write(path, "local P = {}\nfunction P.prolog(ctx) ctx.host.log('notice', 'ready') " .. body
+      .. " end\nfunction P.epilog() return 'ok' end\nreturn P\n")
+    local sh = H.spawn(string.format("sh -c '%s %s --config %s --policy %s %s prolog 2>%s; echo $? >%s'",
+      "env IMEXGUARD_NO_JOURNAL=" .. (no_journal or "0") .. " SLURM_JOB_ID=4245 SLURMD_NODENAME=n1 "
+        .. "SLURM_JOB_NODELIST=n1",
+      H.imexguard_bin(), conf, path, args or "", log, rc))
+    assert.truthy(H.wait_until(function() return (H.read(log) or ""):find("ready", 1, true) end, 10),
+      H.read(log))
+    return sh, log, rc
+  end
+
+  -- The run's entries: "ready", then exactly one with an outcome, deadline-exceeded, matching the
+  -- last stderr line.
+  local function ended_by(got, log, what)
+    local last = H.read(log):match("([^\n]*)\n?$")
+    assert.matches("^imexguard: err: prolog job=4245 outcome=deadline%-exceeded: " .. what, last)
+    assert.equal(2, #got, "entries of the run: " .. cjson.encode(got))
+    assert.same({ "ready" }, got[1].MESSAGE)
+    final_entry({ stderr = last }, { got[2] }, "prolog", "deadline-exceeded", "4245", "3")
+  end
+
+  -- Start a prolog that sleeps 30 s, stop it with SIGTERM; returns its entries, log and rc file.
+  local function terminated(no_journal)
+    local sh, log, rc
+    local got = journal_of(function()
+      sh, log, rc = start_prolog("ctx.host.sleep(30) return 'ok', 'slept'", nil, no_journal)
+      -- the shell's child (read from /proc: procps tools hang under the ASan tier's LD_PRELOAD)
+      local child = tonumber((H.read(string.format("/proc/%d/task/%d/children", sh, sh)) or ""):match("%d+"))
+      assert.truthy(child, "the imexguard process")
+      H.kill(child, "TERM")
+      assert.truthy(H.wait_until(function() return H.read(rc) end, 10), "imexguard did not end")
+    end)
+    H.kill_wait(sh)
+    assert.equal("10", (H.read(rc):gsub("%s", "")))
+    return got, log
+  end
+
+  it("a prolog stopped by SIGTERM (Slurm's PrologEpilogTimeout): one entry, deadline-exceeded", function()
+    local got, log = terminated()
+    ended_by(got, log, "terminated by a signal")
+  end)
+
+  it("a prolog stopped by SIGTERM with IMEXGUARD_NO_JOURNAL=1 sends nothing", function()
+    local got, log = terminated("1")
+    assert.same({}, got)
+    assert.matches("outcome=deadline%-exceeded: terminated by a signal", H.read(log))
+  end)
+
+  it("a prolog ended by the watchdog (stuck in a C call): one entry, deadline-exceeded", function()
+    local sh, log, rc
+    local got = journal_of(function()
+      sh, log, rc = start_prolog("string.rep('a', 200000):find('.-.-.-b') return 'ok', 'finished?'",
+        "--deadline 0.3")
+      assert.truthy(H.wait_until(function() return H.read(rc) end, 20), "imexguard did not end")
+    end)
+    H.kill_wait(sh)
+    assert.equal("10", (H.read(rc):gsub("%s", "")))
+    ended_by(got, log, "watchdog:")
+  end)
+
   it("IMEXGUARD_NO_JOURNAL=1 and log_journal = false send nothing", function()
     local env = { SLURM_JOB_ID = "4244", SLURMD_NODENAME = "n1", SLURM_JOB_NODELIST = "n1" }
     local r, got = run({ "--config", conf, "--set", "log_journal=false", "epilog" }, env)

@@ -241,6 +241,14 @@ describe("ctl.parse_domain (C06)", function()
     fails("unreachable", ctl.parse_domain("", nil))
   end)
 
+  it("keeps a malformed message one line when it quotes a raw field", function()
+    for _, status in ipairs({ "\n\n", "UP\r\nDOWN", "a\nb" }) do
+      local d, err, kind = ctl.parse_domain(cjson.encode({ status = status, nodes = {} }), 0)
+      fails("malformed", d, err, kind)
+      assert.is_nil(err:find("[\r\n]"), err)
+    end
+  end)
+
   it("raises on misuse", function()
     assert.has_error(function() ctl.parse_domain({}, 0) end)
   end)
@@ -295,6 +303,23 @@ describe("ctl.parse_text", function()
       (full:gsub("Node #1[^\n]*\n", "")),
     }) do
       fails("malformed", ctl.parse_text(text))
+    end
+  end)
+
+  it("calls a node, matrix row or column id of more than 9 digits malformed, never raising", function()
+    local big = "99999999999999999999" -- beyond 2^63: no integer
+    local full = read("up-2node-570-00-text.txt")
+    for _, text in ipairs({
+      "Nodes:\nNode #" .. big .. " - 10.0.0.1 - READY\nDomain State: UP\n",
+      (full:gsub("Node #1 ", "Node #" .. big .. " ")),
+      (full:gsub("       1        C  C\n", "       " .. big .. "        C  C\n")),
+      (full:gsub("       1        C  C\n", "       " .. big .. "        C\n")),
+      (full:gsub("(Nodes From\\To%s+0%s+)1", "%1" .. big)),
+      (full:gsub("Node #1 ", "Node #1234567890 ")),
+    }) do
+      local ok, d, err, kind = pcall(ctl.parse_text, text)
+      assert.is_true(ok, tostring(d))
+      fails("malformed", d, err, kind)
     end
   end)
 end)

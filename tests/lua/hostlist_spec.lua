@@ -40,6 +40,8 @@ describe("hostlist.expand", function()
     "", "node[1-", "node[3-1]", "node[]", "node[a-b]", "node]", "node[1-2", "n[[1]]", "a,,b", "n[1-2],",
     ",a", "n[1,,2]", "n[-1]", "n[1-]", "n[1--2]", "n[1-3]x", "n[1-2].dom", "a b", " a", "n[ 1-2]",
     "n[+1]", "n[0-65536]", "n[99999999999999999999]", "n[1:2]", "a]b", "a[1]b]",
+    -- a name ending in more than 18 digits: Slurm overflows the number (n18446744073709551615)
+    "n99999999999999999999", "n1234567890123456789", "a,99999999999999999999", "x-0000000000000000001",
   }
   for _, expr in ipairs(bad) do
     it("rejects '" .. expr .. "' with an error naming it", function()
@@ -96,6 +98,17 @@ describe("hostlist.compress", function()
     local s, err = hostlist.compress({ "ok1", "bad,name" })
     assert.is_nil(s)
     assert.truthy(err:find("bad,name", 1, true))
+    s, err = hostlist.compress({ "ok1", "n1234567890123456789" })
+    assert.is_nil(s)
+    assert.truthy(err:find("n1234567890123456789", 1, true))
+  end)
+
+  it("keeps a name ending in 18 digits, and digits before a bracket or inside the name", function()
+    assert.same({ "n123456789012345678" }, hostlist.expand("n123456789012345678"))
+    assert.same({ "n12345678901234567890x" }, hostlist.expand("n12345678901234567890x"))
+    assert.same({ "n12345678901234567891", "n12345678901234567892" },
+      hostlist.expand("n1234567890123456789[1-2]"))
+    assert.equal("n123456789012345678", hostlist.compress({ "n123456789012345678" }))
   end)
 end)
 

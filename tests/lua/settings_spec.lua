@@ -80,6 +80,16 @@ describe("imexguard.settings", function()
       end)
     end
 
+    it("names a refused multi-line value on one line, its newlines escaped", function()
+      for _, v in ipairs({ "a\nb", "\n\n", "x\r\ny\n" }) do
+        local t, err = S.validate({ bus = v })
+        assert.is_nil(t)
+        assert.is_nil(err:find("[\r\n]"), err)
+        assert.matches("^setting 'bus' must be ", err)
+      end
+      assert.truthy(select(2, S.validate({ bus = "a\nb" })):find([[got string "a\nb"]], 1, true))
+    end)
+
     it("refuses a non-table", function()
       assert.equal("settings must be a table, got string", select(2, S.validate("x")))
     end)

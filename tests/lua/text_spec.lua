@@ -22,3 +22,16 @@ describe("text.one_line", function()
     assert.equal(text.one_line, steps.one_line)
   end)
 end)
+
+describe("text.quote", function()
+  it("quotes like %q but writes a newline as \\n, so the result is one line", function()
+    assert.equal([["a\nb"]], text.quote("a\nb"))
+    assert.equal([["\n\n"]], text.quote("\n\n"))
+    assert.equal([["a\\\n"]], text.quote("a\\\n")) -- a backslash, then a newline
+    assert.equal([["x\13\0\"y"]], text.quote("x\r\0\"y"))
+  end)
+
+  it("caps the length like one_line", function()
+    assert.equal('"abc...', text.quote("abcdef", 4))
+  end)
+end)

@@ -42,18 +42,6 @@ end
 -- whose reason matches is counted as pending (a "# TODO" in the line, the input printed), and
 -- IMEXGUARD_SOAK_STRICT=1 makes it a failure again. Remove an entry once the bug is fixed.
 local KNOWN = {
-  { "ctl%.lua:%d+: table index is nil",
-    "ctl.parse_text raises on a node or matrix row id of more than 19 digits" },
-  { "ctl%.lua:%d+: bad argument #2 to 'format' %(number expected, got nil%)",
-    "ctl.parse_text raises on a short matrix row whose id has more than 19 digits" },
-  { "^ctl error message spans lines: nvidia%-imex%-ctl %-N %-j: malformed output: ",
-    "ctl.parse_domain quotes a raw field (newlines kept) in its one-line message" },
-  { "validate error spans lines",
-    "settings.validate quotes a string value with %q, which keeps its newlines" },
-  { "state%.lua:%d+: bad argument #2 to 'format' %(number has no integer representation%)",
-    "state.load accepts a decimal time beyond 2^63, state.encode then raises" },
-  { "state%.lua:%d+: Cannot serialise number: must not be NaN or Inf",
-    "state.load accepts an infinite time (1e999), state.encode then raises" },
 }
 
 local function known(why)

@@ -21,7 +21,7 @@ RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
 DEMO="$BUILD systemd dbus util-linux procps iproute2"
 PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
 TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format
-munge slurmctld slurmd slurm-client python3-prometheus-client"
+munge slurmctld slurmd slurm-client python3-prometheus-client time"
 # Services that Debian's test packages enable on install.
 SERVICES="munge slurmctld slurmd"
 

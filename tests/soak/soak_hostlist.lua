@@ -99,16 +99,18 @@ local function slurm_expand(exprs, dir)
   end
   util.write(dir .. "/in", table.concat(input, "\n") .. "\nquit\n")
   util.write(dir .. "/slurm.conf", "ClusterName=soak\nSlurmctldHost=localhost\n")
-  local out = util.sh(string.format("SLURM_CONF=%s timeout 300 stdbuf -oL -eL scontrol <%s 2>&1",
+  -- scontrol echoes each input line as "scontrol: LINE" through readline; with TERM=dumb or unset
+  -- (cron, CI) readline scrolls a long line horizontally ("scontrol: <...]"): fix TERM, and take
+  -- every "scontrol: " line that is not an error for an echo
+  local out = util.sh(string.format("TERM=xterm SLURM_CONF=%s timeout 300 stdbuf -oL -eL scontrol <%s 2>&1",
     util.q(dir .. "/slurm.conf"), util.q(dir .. "/in")))
   local res, block, k = {}, {}, 1
   for line in out:gmatch("[^\n]*") do
     if line == "soakmark" .. k then
       local names, refused = {}, false
       for _, l in ipairs(block) do
-        if l:match("^scontrol: error") or l:match("^Invalid hostlist")
-          or l:match("^scontrol: show hostnames ") then
-          refused = refused or not l:match("^scontrol: show hostnames ")
+        if l:match("^scontrol: ") or l:match("^Invalid hostlist") then
+          refused = refused or l:match("^scontrol: error") ~= nil or l:match("^Invalid hostlist") ~= nil
         elseif l ~= "" then
           names[#names + 1] = l
         end

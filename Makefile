@@ -189,6 +189,6 @@ clean:
 # and faults of the environment with the full counts; under 20 minutes on 2 cores. `make check`
 # runs its short form (tests/run soak). IMEXGUARD_SOAK_SEED=N replays a run.
 .PHONY: soak
-soak: deps
+soak: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/with-systemd lua5.4 tests/soak/run.lua --long

@@ -19,6 +19,7 @@
 -- malformed registry entry) is an error, never "no jobs": the registry is then unknown, and
 -- overwriting it would erase the registrations of running jobs.
 local cjson = require "cjson"
+local T = require "imexguard.text"
 
 local M = {}
 
@@ -69,11 +70,12 @@ local function scalars(t, where)
         end
         v = n
       elseif STRING_FIELDS[k] and type(v) ~= "string" then
-        return nil, string.format("%s: %s is a %s, not a string", where, k, type(v))
+        return nil, string.format("%s: %s is a %s, not a string", where, T.quote(k, 80), type(v))
       elseif not scalar(v) then
-        return nil, string.format("%s: %s is not a scalar", where, k)
+        return nil, string.format("%s: %s is not a scalar", where, T.quote(k, 80))
       elseif type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
-        return nil, string.format("%s: %s is not a finite number", where, k) -- cjson cannot write it
+        -- cjson cannot write it back
+        return nil, string.format("%s: %s is not a finite number", where, T.quote(k, 80))
       end
       out[k] = v
     end

@@ -44,6 +44,14 @@ describe("state.load", function()
     end
   end)
 
+  it("names a bad field of the file on one line, whatever its key holds", function()
+    -- a key with a newline and a control character (found by the soak tier's fuzzing)
+    local st, err = state.load(host_with('{"nodes0.0.0.2\\n\\u0008":[1],"jobs":[]}'), SETTINGS)
+    assert.is_nil(st)
+    assert.not_matches("[\n\r\8]", err)
+    assert.matches("is not a scalar", err)
+  end)
+
   it("keeps the largest time below 2^63", function()
     local st = assert(state.load(host_with('{"written_us":"9223372036854775807"}'), SETTINGS))
     assert.equal(math.maxinteger, st.written_us)

@@ -236,6 +236,17 @@ static int sb_pcall(lua_State *L)
 	return pcall_results(L, lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0), 0);
 }
 
+/* Call the wrapped original (upvalue 1 of the running C function) with the first `nargs`
+ * arguments and leave its one result on the stack; returns 1 (a lua_CFunction's result count). */
+static int call_original(lua_State *L, int nargs)
+{
+	lua_settop(L, nargs);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, nargs, 1);
+	return 1;
+}
+
 /* The message handler installed by xpcall: the deadline interrupt passes through untouched and
  * the policy's handler (upvalue 1) is not called for it.  This matters: Lua calls a message
  * handler at the point of the error, i.e. still inside the count hook, where hooks are disabled
@@ -245,10 +256,7 @@ static int sb_xpcall_handler(lua_State *L)
 {
 	if (is_interrupt(L, 1))
 		return 1;
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, lua_gettop(L) - 1, 1);
-	return 1;
+	return call_original(L, lua_gettop(L));
 }
 
 /* xpcall(f, msgh, ...) -> true, results | false, msgh(err).  The deadline interrupt is re-raised
@@ -365,11 +373,7 @@ static int sb_setmetatable(lua_State *L)
 	lua_pushliteral(L, "__gc");
 	if (lua_istable(L, 2) && lua_rawget(L, 2) != LUA_TNIL)
 		return luaL_error(L, "__gc metamethods are not allowed in the sandbox");
-	lua_settop(L, 2);
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, 2, 1);
-	return 1;
+	return call_original(L, 2);
 }
 
 /* getmetatable(v): as Lua's (upvalue 1), but the metatable of a full userdata (every one is a
@@ -384,11 +388,7 @@ static int sb_getmetatable(lua_State *L)
 			lua_pushliteral(L, "the metatable of a host object is protected");
 		return 1;
 	}
-	lua_settop(L, 1);
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, 1, 1);
-	return 1;
+	return call_original(L, 1);
 }
 
 /* hidden.__index of the env: reading an undefined global raises, naming it (position of the

@@ -970,25 +970,16 @@ static int l_unit(lua_State *L)
 
 	if (unit_query(name, timeout, &p, &e) < 0)
 		return ig_push_error(L, e.code, "%s", e.msg);
-	lua_createtable(L, 0, 9);
-	lua_pushstring(L, p.load_state);
-	lua_setfield(L, -2, "load_state");
-	lua_pushstring(L, p.unit_file_state);
-	lua_setfield(L, -2, "unit_file_state");
-	lua_pushstring(L, p.active_state);
-	lua_setfield(L, -2, "active_state");
-	lua_pushstring(L, p.sub_state);
-	lua_setfield(L, -2, "sub_state");
-	lua_pushstring(L, p.result);
-	lua_setfield(L, -2, "result");
-	lua_pushinteger(L, (lua_Integer)p.main_pid);
-	lua_setfield(L, -2, "main_pid");
-	lua_pushstring(L, p.invocation_id);
-	lua_setfield(L, -2, "invocation_id");
-	lua_pushinteger(L, (lua_Integer)p.exec_main_start_us);
-	lua_setfield(L, -2, "exec_main_start_us");
-	lua_pushinteger(L, (lua_Integer)p.active_enter_us);
-	lua_setfield(L, -2, "active_enter_us");
+	lua_createtable(L, 0, 10);
+	ig_set_string(L, "load_state", p.load_state);
+	ig_set_string(L, "unit_file_state", p.unit_file_state);
+	ig_set_string(L, "active_state", p.active_state);
+	ig_set_string(L, "sub_state", p.sub_state);
+	ig_set_string(L, "result", p.result);
+	ig_set_integer(L, "main_pid", (lua_Integer)p.main_pid);
+	ig_set_string(L, "invocation_id", p.invocation_id);
+	ig_set_integer(L, "exec_main_start_us", (lua_Integer)p.exec_main_start_us);
+	ig_set_integer(L, "active_enter_us", (lua_Integer)p.active_enter_us);
 	push_exec_start(L, &p);
 	lua_setfield(L, -2, "exec_start");
 	return 1;
@@ -1027,12 +1018,9 @@ static int l_unit_job(lua_State *L)
 		if (!e.job_result[0])
 			return 3;
 		lua_createtable(L, 0, 3);
-		lua_pushstring(L, e.job_result);
-		lua_setfield(L, -2, "job_result");
-		lua_pushstring(L, e.unit_result);
-		lua_setfield(L, -2, "unit_result");
-		lua_pushstring(L, e.active_state);
-		lua_setfield(L, -2, "active_state");
+		ig_set_string(L, "job_result", e.job_result);
+		ig_set_string(L, "unit_result", e.unit_result);
+		ig_set_string(L, "active_state", e.active_state);
 		return 4;
 	}
 	lua_pushliteral(L, "done");

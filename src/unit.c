@@ -105,28 +105,41 @@ static void bus_drop(void)
 	bus_subscribed = 0;
 }
 
+/* One round of driving a connection: dispatch one pending message, or when none is pending wait
+ * for one, at most until `end` (seconds, monotonic).  Returns 0 (the caller checks its condition
+ * and calls again), -ETIMEDOUT when nothing was pending and `end` has passed, or the negative
+ * errno of sd_bus_process/sd_bus_wait (sd-bus(3)); EINTR is not an error. */
+static int bus_step(sd_bus *b, double end)
+{
+	int r = sd_bus_process(b, NULL);
+	uint64_t left;
+
+	if (r < 0)
+		return r;
+	if (r > 0)
+		return 0;
+	left = usec_left(end);
+	if (left == 0)
+		return -ETIMEDOUT;
+	r = sd_bus_wait(b, left);
+	if (r < 0 && r != -EINTR)
+		return r;
+	return 0;
+}
+
 /* Drive the connection until it is ready (authenticated; for a bus client, Hello answered) or
  * `end` passes.  Returns 0, -ETIMEDOUT, or the negative errno of the failure. */
 static int bus_wait_ready(sd_bus *b, double end)
 {
 	for (;;) {
 		int r = sd_bus_is_ready(b);
-		uint64_t left;
 
 		if (r < 0)
 			return r;
 		if (r > 0)
 			return 0;
-		r = sd_bus_process(b, NULL);
+		r = bus_step(b, end);
 		if (r < 0)
-			return r;
-		if (r > 0)
-			continue;
-		left = usec_left(end);
-		if (left == 0)
-			return -ETIMEDOUT;
-		r = sd_bus_wait(b, left);
-		if (r < 0 && r != -EINTR)
 			return r;
 	}
 }
@@ -769,18 +782,9 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 static int job_wait_removed(sd_bus *b, double end, struct job_wait *w)
 {
 	while (!w->result[0]) {
-		uint64_t left;
-		int r = sd_bus_process(b, NULL);
+		int r = bus_step(b, end);
 
 		if (r < 0)
-			return r;
-		if (r > 0)
-			continue;
-		left = usec_left(end);
-		if (left == 0)
-			return -ETIMEDOUT;
-		r = sd_bus_wait(b, left);
-		if (r < 0 && r != -EINTR)
 			return r;
 	}
 	return 0;

@@ -4,6 +4,7 @@
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"
+local one_line = require("imexguard.text").one_line
 
 local M = {}
 
@@ -16,10 +17,6 @@ M.CONFIG_FAULT_POLLS = 3
 --- Outcome of an established configuration fault (C22): exit 14, or 0 with on_config_fault =
 -- "warn" (imexguard.outcomes).
 M.CONFIG_FAULT_OUTCOME = "config-fault"
-
-local function one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
-end
 
 --- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
 -- @param settings table (ctl: string or list of strings; imex_config)

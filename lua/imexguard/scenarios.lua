@@ -24,6 +24,7 @@
 -- The binary (`imexguard check`) calls run_one per scenario with a wall-clock limit of its own.
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
+local one_line = require("imexguard.text").one_line
 
 local M = {}
 
@@ -45,10 +46,6 @@ local function copy(t)
   local r = {}
   for k, v in pairs(t or {}) do r[k] = v end
   return r
-end
-
-local function one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
 end
 
 -- The host that `require "imexguard.host"` gives while a scenario runs (see host_proxy).

@@ -1,6 +1,6 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (the staleness probe and the health wait; cases C06, C13, C20, C21, C22), and render the status
--- table.
+-- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md),
+-- and render the status table.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"

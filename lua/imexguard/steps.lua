@@ -1,7 +1,8 @@
 --- The steps the default policy is built from (docs/design.md, "Decision model of the default
 -- policy"; case ids: its "Field cases"). Each step returns its result, or nil, outcome, message
--- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired, read_nodes, assess) have no side effects, so `plan` and
--- `prolog` share them; the acting steps (lock, write_nodes, restart) change the node.
+-- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired,
+-- read_nodes, assess) have no side effects, so `plan` and `prolog` share them; the acting steps
+-- (lock, write_nodes, restart) change the node.
 local hostlist = require "imexguard.hostlist"
 local nodelist = require "imexguard.nodelist"
 local imexcfg = require "imexguard.imexcfg"

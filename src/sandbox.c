@@ -33,7 +33,7 @@
  *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
  *    no package.path and no C module is ever loaded from disk.
  *
- * The deadline (the run's budget, docs/design.md) is enforced in three layers:
+ * The deadline (the run's budget, docs/design.md "The deadline") is enforced in three layers:
  *  1. Primitives: every blocking primitive is bounded by ig_remaining() and returns
  *     nil, msg, "deadline" once the budget is gone, so a policy normally ends by itself.  It gets
  *     IG_DEADLINE_GRACE seconds after the deadline to return its own outcome naming the step.
@@ -45,6 +45,7 @@
  *     sentinel into the outcome deadline-exceeded.
  *  3. Watchdog (watchdog.c): a timer at deadline + IG_WATCHDOG_GRACE seconds ends a run stuck
  *     inside one C call (a string pattern that backtracks in C is not capped: this ends it).
+ * Outside the layers, SIGTERM and SIGINT end a run the same way (watchdog.c).
  * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"

@@ -5,6 +5,7 @@ local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"
 local one_line = require("imexguard.text").one_line
+local settings_schema = require "imexguard.settings"
 
 local M = {}
 
@@ -24,14 +25,7 @@ M.CONFIG_FAULT_OUTCOME = "config-fault"
 --   ExecStart, C28); default settings.imex_config
 -- @return list of strings
 function M.ctl_argv(settings, config)
-  local argv = {}
-  if type(settings.ctl) == "table" then
-    for _, a in ipairs(settings.ctl) do argv[#argv + 1] = a end
-  else
-    argv[1] = settings.ctl
-  end
-  for _, a in ipairs({ "-c", config or settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
-  return argv
+  return settings_schema.command_argv(settings.ctl, { "-c", config or settings.imex_config, "-N", "-j" })
 end
 
 --- Run the ctl once and parse its answer.

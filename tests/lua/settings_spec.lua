@@ -279,4 +279,15 @@ describe("imexguard.settings", function()
       assert.matches("reset_failed_retry", err)
     end)
   end)
+
+  describe("command_argv (the ctl and scontrol settings)", function()
+    it("puts a path first and a list as the argv prefix, then the arguments, in a new list", function()
+      assert.same({ "/usr/bin/nvidia-imex-ctl", "-N", "-j" },
+        S.command_argv("/usr/bin/nvidia-imex-ctl", { "-N", "-j" }))
+      local prefix = { "/usr/bin/timeout", "3", "/usr/bin/scontrol" }
+      local argv = S.command_argv(prefix, { "update", "State=DRAIN" })
+      assert.same({ "/usr/bin/timeout", "3", "/usr/bin/scontrol", "update", "State=DRAIN" }, argv)
+      assert.equal(3, #prefix)
+    end)
+  end)
 end)

@@ -18,6 +18,44 @@ local now = okhost and host.now or os.time
 
 local function say(fmt, ...) io.write(string.format(fmt, ...), "\n") io.flush() end
 
+--- One job: its prolog on `names` at once, a table of what each node did, then its epilog.
+-- @tparam table d the simulated domain (simdomain.new)
+-- @tparam integer id Slurm job ID
+-- @tparam string expr the job's hostlist expression (SLURM_JOB_NODELIST)
+-- @tparam {string,...} names the nodes the prolog and epilog run on
+-- @treturn integer how many daemons restarted
+-- @treturn integer how many prologs and epilogs failed
+local function job(d, id, expr, names)
+  local before = {}
+  for _, n in ipairs(names) do before[n] = d:invocation(n) end
+  local t0 = now()
+  local res = d:prologs { job = id, nodelist = expr, names = names }
+  local took = now() - t0
+  say("")
+  say("job %d on %s: imexguard prolog on %d node(s) at once (%.2f s)", id, expr, #names, took)
+  say("  %-4s %-4s %-17s %-9s %s", "node", "exit", "outcome", "restarted", "log line")
+  local restarts, failed = 0, 0
+  for _, n in ipairs(names) do
+    local r = res[n]
+    local restarted = d:invocation(n) ~= before[n]
+    if restarted then restarts = restarts + 1 end
+    if r.status ~= 0 then failed = failed + 1 end
+    local line = r.output:match("[^\n]*outcome=[^\n]*") or r.output:gsub("\n", " ")
+    say("  %-4s %-4s %-17s %-9s %s", n, tostring(r.status), tostring(r.outcome),
+      restarted and "yes" or "no", line:gsub("^imexguard: %w+: ", ""))
+  end
+  say("  restarts: %d of %d node(s); failures: %d", restarts, #names, failed)
+  -- The job ends: Slurm runs the epilog on each node, which unregisters the job (IMEX keeps running).
+  local ep = d:epilogs { job = id, nodelist = expr, names = names }
+  local eps = {}
+  for _, n in ipairs(names) do
+    eps[#eps + 1] = n .. "=" .. tostring(ep[n].outcome)
+    if ep[n].status ~= 0 then failed = failed + 1 end
+  end
+  say("  epilog: %s", table.concat(eps, " "))
+  return restarts, failed
+end
+
 local d = simdomain.new { nodes = nodes }
 local ok, err = xpcall(function()
   say("imexguard demo: a simulated %d-node IMEX domain under a private systemd user manager", nodes)
@@ -32,40 +70,9 @@ local ok, err = xpcall(function()
   assert(d:start())
   say("  before: every daemon runs a stale list (pairs of nodes, from earlier jobs)")
 
-  local function job(id, expr, names)
-    local before = {}
-    for _, n in ipairs(names) do before[n] = d:invocation(n) end
-    local t0 = now()
-    local res = d:prologs { job = id, nodelist = expr, names = names }
-    local took = now() - t0
-    say("")
-    say("job %d on %s: imexguard prolog on %d node(s) at once (%.2f s)", id, expr, #names, took)
-    say("  %-4s %-4s %-17s %-9s %s", "node", "exit", "outcome", "restarted", "log line")
-    local restarts, failed = 0, 0
-    for _, n in ipairs(names) do
-      local r = res[n]
-      local restarted = d:invocation(n) ~= before[n]
-      if restarted then restarts = restarts + 1 end
-      if r.status ~= 0 then failed = failed + 1 end
-      local line = r.output:match("[^\n]*outcome=[^\n]*") or r.output:gsub("\n", " ")
-      say("  %-4s %-4s %-17s %-9s %s", n, tostring(r.status), tostring(r.outcome),
-        restarted and "yes" or "no", line:gsub("^imexguard: %w+: ", ""))
-    end
-    say("  restarts: %d of %d node(s); failures: %d", restarts, #names, failed)
-    -- The job ends: Slurm runs the epilog on each node, which unregisters the job (IMEX keeps running).
-    local ep = d:epilogs { job = id, nodelist = expr, names = names }
-    local eps = {}
-    for _, n in ipairs(names) do
-      eps[#eps + 1] = n .. "=" .. tostring(ep[n].outcome)
-      if ep[n].status ~= 0 then failed = failed + 1 end
-    end
-    say("  epilog: %s", table.concat(eps, " "))
-    return restarts, failed
-  end
-
   local all = {}
   for i = 1, nodes do all[i] = "n" .. i end
-  local r1, f1 = job(1, "n[1-" .. nodes .. "]", all)
+  local r1, f1 = job(d, 1, "n[1-" .. nodes .. "]", all)
 
   say("")
   say("domain status (imexguard status on n1):")
@@ -73,8 +80,8 @@ local ok, err = xpcall(function()
     .. " --config " .. simdomain.quote(d:config("n1")) .. " status")
   io.write((status:gsub("[^\n]*outcome=[^\n]*\n?", "")))
 
-  local r2, f2 = job(2, "n[1-2]", { "n1", "n2" })
-  local r3, f3 = job(3, "n[1-2]", { "n1", "n2" })
+  local r2, f2 = job(d, 2, "n[1-2]", { "n1", "n2" })
+  local r3, f3 = job(d, 3, "n[1-2]", { "n1", "n2" })
   say("")
   say("summary: job 1 restarted %d/%d stale daemons; job 2 restarted %d (its list changed);"
     .. " job 3 restarted %d (daemons current)", r1, nodes, r2, r3)

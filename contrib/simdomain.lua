@@ -114,46 +114,58 @@ function M.new(opts)
   end
   write_file(self.root .. "/addresses", table.concat(map, "\n") .. "\n")
   for _, name in ipairs(self.names) do
-    local dir = self.root .. "/" .. name
-    os.execute("mkdir -p " .. sh_quote(dir .. "/state"))
-    local cfg = {
-      "# imexsim node " .. name,
-      "SERVER_PORT=" .. (opts.server_port or 50000),
-      "IMEX_CMD_PORT=" .. (opts.cmd_port or 50005),
-      "IMEX_CMD_ENABLED=1",
-      "BIND_INTERFACE_IP=" .. self.addr[name],
-      "IMEX_CMD_BIND_INTERFACE_IP=" .. self.addr[name],
-      "IMEX_NODE_CONFIG_FILE=" .. dir .. "/nodes_config.cfg",
-      "IMEX_WAIT_FOR_QUORUM=RECOVERY",
-      "DAEMONIZE=1",
-      "LOG_FILE_NAME=" .. dir .. "/imex.log",
-      -- Where a daemon started by hand (M:start_stray) is found; the unit's daemon writes it too.
-      "IMEXSIM_PID_FILE=" .. dir .. "/imex.pid",
-    }
-    for _, l in ipairs(opts.extra_cfg or {}) do cfg[#cfg + 1] = l end
-    write_file(dir .. "/config.cfg", table.concat(cfg, "\n") .. "\n")
-    local settings = {
-      string.format("unit = %q", self:unit(name)),
-      string.format("bus = %q", self.bus),
-      string.format("imex_config = %q", dir .. "/config.cfg"),
-      string.format("ctl = %q", self.build .. "/nvidia-imex-ctl"),
-      string.format("state_dir = %q", dir .. "/state"),
-      'address_source = "map"',
-      string.format("address_map = %q", self.root .. "/addresses"),
-      "allow_loopback = true",
-      "log_journal = false",
-      "poll_interval = 0.1",
-    }
-    for _, l in ipairs(opts.settings or {}) do settings[#settings + 1] = l end
-    write_file(dir .. "/imexguard.conf", table.concat(settings, "\n") .. "\n")
+    self:write_node_files(name, opts)
   end
-  -- The template unit, one instance per node (contrib/imexsim/imexsim@.service.in).
+  self:install_unit()
+  return self
+end
+
+--- Stage of `M.new`: write one node's directory: state/, config.cfg and imexguard.conf.
+-- @tparam string name node name ("n1")
+-- @tparam table opts `M.new`'s options (`server_port`, `cmd_port`, `extra_cfg`, `settings`)
+function M:write_node_files(name, opts)
+  local dir = self.root .. "/" .. name
+  os.execute("mkdir -p " .. sh_quote(dir .. "/state"))
+  local cfg = {
+    "# imexsim node " .. name,
+    "SERVER_PORT=" .. (opts.server_port or 50000),
+    "IMEX_CMD_PORT=" .. (opts.cmd_port or 50005),
+    "IMEX_CMD_ENABLED=1",
+    "BIND_INTERFACE_IP=" .. self.addr[name],
+    "IMEX_CMD_BIND_INTERFACE_IP=" .. self.addr[name],
+    "IMEX_NODE_CONFIG_FILE=" .. dir .. "/nodes_config.cfg",
+    "IMEX_WAIT_FOR_QUORUM=RECOVERY",
+    "DAEMONIZE=1",
+    "LOG_FILE_NAME=" .. dir .. "/imex.log",
+    -- Where a daemon started by hand (M:start_stray) is found; the unit's daemon writes it too.
+    "IMEXSIM_PID_FILE=" .. dir .. "/imex.pid",
+  }
+  for _, l in ipairs(opts.extra_cfg or {}) do cfg[#cfg + 1] = l end
+  write_file(dir .. "/config.cfg", table.concat(cfg, "\n") .. "\n")
+  local settings = {
+    string.format("unit = %q", self:unit(name)),
+    string.format("bus = %q", self.bus),
+    string.format("imex_config = %q", dir .. "/config.cfg"),
+    string.format("ctl = %q", self.build .. "/nvidia-imex-ctl"),
+    string.format("state_dir = %q", dir .. "/state"),
+    'address_source = "map"',
+    string.format("address_map = %q", self.root .. "/addresses"),
+    "allow_loopback = true",
+    "log_journal = false",
+    "poll_interval = 0.1",
+  }
+  for _, l in ipairs(opts.settings or {}) do settings[#settings + 1] = l end
+  write_file(dir .. "/imexguard.conf", table.concat(settings, "\n") .. "\n")
+end
+
+--- Stage of `M.new`: install the template unit (contrib/imexsim/imexsim@.service.in; one instance
+-- per node) in the manager's unit directory and reload the manager.
+function M:install_unit()
   local tmpl = assert(read_file(self.src_dir() .. "/imexsim/imexsim@.service.in"))
   tmpl = tmpl:gsub("@IMEXSIM@", self.build .. "/imexsim"):gsub("@SIMROOT@", self.root)
   os.execute("mkdir -p " .. sh_quote(self.unit_dir))
   write_file(self.unit_dir .. "/" .. self.prefix .. "@.service", tmpl)
   assert(self:systemctl("daemon-reload"))
-  return self
 end
 
 --- Directory of contrib/ (this file's directory).

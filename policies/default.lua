@@ -1,5 +1,6 @@
 --- The default imexguard policy: a policy table whose methods are the steps of its decision model
--- (docs/policy-api.md "The built-in policy"), in this order:
+-- (docs/policy-api.md "The built-in policy"; docs/design.md "Decision model of the default
+-- policy", case ids Cnn: its "Field cases"), in this order:
 --   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
 --                                                            manage_disabled_unit), config.cfg
 --   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit

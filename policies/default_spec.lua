@@ -1,4 +1,5 @@
--- Specs of the default policy (design.md "Decision model") against the fake host.
+-- Specs of the default policy (docs/design.md, "Decision model of the default policy"; Cnn:
+-- its "Field cases") against the fake host.
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
@@ -1352,7 +1353,7 @@ describe("default policy: a table of methods in the order of its decision model"
   end)
 end)
 
--- Issue 8, kind 4: unit lifecycle faults are named when they happen (C26 start limit, C27 a stray
+-- Unit lifecycle faults are named when they happen (C26 start limit, C27 a stray
 -- daemon on the command port).
 describe("default policy: unit lifecycle faults (C26, C27)", function()
   local HIT = { result = "failed", unit_result = "start-limit-hit" }
@@ -1512,7 +1513,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
   end)
 end)
 
--- Issue 8, kind 6: sites that ship the unit disabled (C23).
+-- Sites that ship the unit disabled (C23).
 describe("default policy: a disabled unit (C23)", function()
   it("skipped by default, with a warning naming manage_disabled_unit when config.cfg exists", function()
     local s = testing.scenario{ policy = P, unit = "disabled" }
@@ -1567,7 +1568,7 @@ describe("default policy: a disabled unit (C23)", function()
   end)
 end)
 
--- Issue 8, kind 7: a late epilog is waited for, not punished (C24).
+-- A late epilog is waited for, not punished (C24).
 describe("default policy: a late epilog (C24)", function()
   local function given(o)
     o = o or {}
@@ -1780,8 +1781,8 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
   end)
 end)
 
--- Issue 8 kinds 1-3 (C21, C22, C28): ordered identity, the unit's own config, configuration faults.
-describe("default policy: ordered identity, the unit's config, configuration faults (issue 8)", function()
+-- C21, C22, C28: ordered identity, the unit's own config, configuration faults.
+describe("default policy: ordered identity, the unit's config, configuration faults", function()
   local T3 = "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
 
   -- A domain as the ctl shows it: hosts in id order, READY and connected.

@@ -52,6 +52,20 @@ const char *ig_code(int neg_errno);
 int ig_push_error(lua_State *L, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Set t[key] = value on the table on top of the stack (value NULL: nil, so nothing is set);
+ * the stack is left as it was.  For the result tables of the primitives. */
+static inline void ig_set_string(lua_State *L, const char *key, const char *value)
+{
+	lua_pushstring(L, value);
+	lua_setfield(L, -2, key);
+}
+/* Set t[key] = value (a Lua integer) on the table on top of the stack. */
+static inline void ig_set_integer(lua_State *L, const char *key, lua_Integer value)
+{
+	lua_pushinteger(L, value);
+	lua_setfield(L, -2, key);
+}
+
 /* Copy src into dst (size bytes) as one line: every run of CR/LF becomes one space and a text
  * longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
 char *ig_one_line(char *dst, size_t size, const char *src);

@@ -284,16 +284,11 @@ static int l_port_owner(lua_State *L)
 		return ig_push_error(L, ig_code(r), "port %d: reading /proc: %s", (int)port,
 				     strerror(-r));
 	lua_createtable(L, 0, 5);
-	lua_pushinteger(L, o.pid);
-	lua_setfield(L, -2, "pid");
-	lua_pushstring(L, o.comm);
-	lua_setfield(L, -2, "comm");
-	lua_pushstring(L, o.cmdline);
-	lua_setfield(L, -2, "cmdline");
-	lua_pushstring(L, o.addresses[o.held]);
-	lua_setfield(L, -2, "address");
-	lua_pushinteger(L, (lua_Integer)o.inodes[o.held]);
-	lua_setfield(L, -2, "inode");
+	ig_set_integer(L, "pid", o.pid);
+	ig_set_string(L, "comm", o.comm);
+	ig_set_string(L, "cmdline", o.cmdline);
+	ig_set_string(L, "address", o.addresses[o.held]);
+	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
 	return 1;
 }
 

@@ -33,7 +33,7 @@
  *    With --lua-dir DIR (absolute), "a.b" is read from DIR/a/b.lua first (development).  There is
  *    no package.path and no C module is ever loaded from disk.
  *
- * The deadline (the run's budget, docs/design.md) is enforced in three layers:
+ * The deadline (the run's budget, docs/design.md "The deadline") is enforced in three layers:
  *  1. Primitives: every blocking primitive is bounded by ig_remaining() and returns
  *     nil, msg, "deadline" once the budget is gone, so a policy normally ends by itself.  It gets
  *     IG_DEADLINE_GRACE seconds after the deadline to return its own outcome naming the step.
@@ -45,6 +45,7 @@
  *     sentinel into the outcome deadline-exceeded.
  *  3. Watchdog (watchdog.c): a timer at deadline + IG_WATCHDOG_GRACE seconds ends a run stuck
  *     inside one C call (a string pattern that backtracks in C is not capped: this ends it).
+ * Outside the layers, SIGTERM and SIGINT end a run the same way (watchdog.c).
  * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"
@@ -236,6 +237,17 @@ static int sb_pcall(lua_State *L)
 	return pcall_results(L, lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0), 0);
 }
 
+/* Call the wrapped original (upvalue 1 of the running C function) with the first `nargs`
+ * arguments and leave its one result on the stack; returns 1 (a lua_CFunction's result count). */
+static int call_original(lua_State *L, int nargs)
+{
+	lua_settop(L, nargs);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, nargs, 1);
+	return 1;
+}
+
 /* The message handler installed by xpcall: the deadline interrupt passes through untouched and
  * the policy's handler (upvalue 1) is not called for it.  This matters: Lua calls a message
  * handler at the point of the error, i.e. still inside the count hook, where hooks are disabled
@@ -245,10 +257,7 @@ static int sb_xpcall_handler(lua_State *L)
 {
 	if (is_interrupt(L, 1))
 		return 1;
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, lua_gettop(L) - 1, 1);
-	return 1;
+	return call_original(L, lua_gettop(L));
 }
 
 /* xpcall(f, msgh, ...) -> true, results | false, msgh(err).  The deadline interrupt is re-raised
@@ -365,11 +374,7 @@ static int sb_setmetatable(lua_State *L)
 	lua_pushliteral(L, "__gc");
 	if (lua_istable(L, 2) && lua_rawget(L, 2) != LUA_TNIL)
 		return luaL_error(L, "__gc metamethods are not allowed in the sandbox");
-	lua_settop(L, 2);
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, 2, 1);
-	return 1;
+	return call_original(L, 2);
 }
 
 /* getmetatable(v): as Lua's (upvalue 1), but the metatable of a full userdata (every one is a
@@ -384,11 +389,7 @@ static int sb_getmetatable(lua_State *L)
 			lua_pushliteral(L, "the metatable of a host object is protected");
 		return 1;
 	}
-	lua_settop(L, 1);
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_insert(L, 1);
-	lua_call(L, 1, 1);
-	return 1;
+	return call_original(L, 1);
 }
 
 /* hidden.__index of the env: reading an undefined global raises, naming it (position of the

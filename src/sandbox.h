@@ -1,6 +1,6 @@
 /*
  * sandbox.h: the Lua host of the imexguard binary (sandbox.c): the restricted Lua state in which
- * settings files and policies run, the embedded module loader and layers 1-2 of the deadline
+ * settings files and policies run, the embedded module loader and layer 2 of the deadline
  * (the count hook and its uncatchable interrupt); also the tables that the build generates from
  * the Lua library (src/embed.lua: build/embedded.c).
  * Only the binary uses it; the Lua C module (host.so) for busted does not contain it.

@@ -105,28 +105,41 @@ static void bus_drop(void)
 	bus_subscribed = 0;
 }
 
+/* One round of driving a connection: dispatch one pending message, or when none is pending wait
+ * for one, at most until `end` (seconds, monotonic).  Returns 0 (the caller checks its condition
+ * and calls again), -ETIMEDOUT when nothing was pending and `end` has passed, or the negative
+ * errno of sd_bus_process/sd_bus_wait (sd-bus(3)); EINTR is not an error. */
+static int bus_step(sd_bus *b, double end)
+{
+	int r = sd_bus_process(b, NULL);
+	uint64_t left;
+
+	if (r < 0)
+		return r;
+	if (r > 0)
+		return 0;
+	left = usec_left(end);
+	if (left == 0)
+		return -ETIMEDOUT;
+	r = sd_bus_wait(b, left);
+	if (r < 0 && r != -EINTR)
+		return r;
+	return 0;
+}
+
 /* Drive the connection until it is ready (authenticated; for a bus client, Hello answered) or
  * `end` passes.  Returns 0, -ETIMEDOUT, or the negative errno of the failure. */
 static int bus_wait_ready(sd_bus *b, double end)
 {
 	for (;;) {
 		int r = sd_bus_is_ready(b);
-		uint64_t left;
 
 		if (r < 0)
 			return r;
 		if (r > 0)
 			return 0;
-		r = sd_bus_process(b, NULL);
+		r = bus_step(b, end);
 		if (r < 0)
-			return r;
-		if (r > 0)
-			continue;
-		left = usec_left(end);
-		if (left == 0)
-			return -ETIMEDOUT;
-		r = sd_bus_wait(b, left);
-		if (r < 0 && r != -EINTR)
 			return r;
 	}
 }
@@ -769,18 +782,9 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 static int job_wait_removed(sd_bus *b, double end, struct job_wait *w)
 {
 	while (!w->result[0]) {
-		uint64_t left;
-		int r = sd_bus_process(b, NULL);
+		int r = bus_step(b, end);
 
 		if (r < 0)
-			return r;
-		if (r > 0)
-			continue;
-		left = usec_left(end);
-		if (left == 0)
-			return -ETIMEDOUT;
-		r = sd_bus_wait(b, left);
-		if (r < 0 && r != -EINTR)
 			return r;
 	}
 	return 0;
@@ -970,25 +974,16 @@ static int l_unit(lua_State *L)
 
 	if (unit_query(name, timeout, &p, &e) < 0)
 		return ig_push_error(L, e.code, "%s", e.msg);
-	lua_createtable(L, 0, 9);
-	lua_pushstring(L, p.load_state);
-	lua_setfield(L, -2, "load_state");
-	lua_pushstring(L, p.unit_file_state);
-	lua_setfield(L, -2, "unit_file_state");
-	lua_pushstring(L, p.active_state);
-	lua_setfield(L, -2, "active_state");
-	lua_pushstring(L, p.sub_state);
-	lua_setfield(L, -2, "sub_state");
-	lua_pushstring(L, p.result);
-	lua_setfield(L, -2, "result");
-	lua_pushinteger(L, (lua_Integer)p.main_pid);
-	lua_setfield(L, -2, "main_pid");
-	lua_pushstring(L, p.invocation_id);
-	lua_setfield(L, -2, "invocation_id");
-	lua_pushinteger(L, (lua_Integer)p.exec_main_start_us);
-	lua_setfield(L, -2, "exec_main_start_us");
-	lua_pushinteger(L, (lua_Integer)p.active_enter_us);
-	lua_setfield(L, -2, "active_enter_us");
+	lua_createtable(L, 0, 10);
+	ig_set_string(L, "load_state", p.load_state);
+	ig_set_string(L, "unit_file_state", p.unit_file_state);
+	ig_set_string(L, "active_state", p.active_state);
+	ig_set_string(L, "sub_state", p.sub_state);
+	ig_set_string(L, "result", p.result);
+	ig_set_integer(L, "main_pid", (lua_Integer)p.main_pid);
+	ig_set_string(L, "invocation_id", p.invocation_id);
+	ig_set_integer(L, "exec_main_start_us", (lua_Integer)p.exec_main_start_us);
+	ig_set_integer(L, "active_enter_us", (lua_Integer)p.active_enter_us);
 	push_exec_start(L, &p);
 	lua_setfield(L, -2, "exec_start");
 	return 1;
@@ -1027,12 +1022,9 @@ static int l_unit_job(lua_State *L)
 		if (!e.job_result[0])
 			return 3;
 		lua_createtable(L, 0, 3);
-		lua_pushstring(L, e.job_result);
-		lua_setfield(L, -2, "job_result");
-		lua_pushstring(L, e.unit_result);
-		lua_setfield(L, -2, "unit_result");
-		lua_pushstring(L, e.active_state);
-		lua_setfield(L, -2, "active_state");
+		ig_set_string(L, "job_result", e.job_result);
+		ig_set_string(L, "unit_result", e.unit_result);
+		ig_set_string(L, "active_state", e.active_state);
 		return 4;
 	}
 	lua_pushliteral(L, "done");

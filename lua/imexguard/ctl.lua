@@ -1,12 +1,12 @@
 --- `nvidia-imex-ctl` output: parse `-q`, `-N -j` and the text form of `-N`; judge domain health.
 --
 -- Pure Lua plus cjson, no side effects: the caller runs the ctl (host.run) and passes stdout
--- (stdout and stderr joined is fine) and the exit status. Sources: NVIDIA IMEX guide (local
--- states, `-q`/`-N`/`-j`, node IDs), the real outputs in tests/fixtures/ctl/ and the field cases
--- C06 (a real JSON parser, state from the top-level `status`, every malformed answer is
--- "malformed", never a mismatch), C20 (not configured, not running, degraded peers and UP are four
--- different answers), C21 (a domain's identity is its ordered ID -> host map, never a host set
--- alone) and C22 (a configuration fault is not a peer fault).
+-- (stdout and stderr joined is fine) and the exit status. Sources: NVIDIA IMEX guide (local states,
+-- `-q`/`-N`/`-j`, node IDs), the real outputs in tests/fixtures/ctl/ and the field cases of
+-- docs/design.md ("Field cases"): C06 (a real JSON parser, state from the top-level `status`, every
+-- malformed answer is "malformed", never a mismatch), C20 (not configured, not running, degraded
+-- peers and UP are four different answers), C21 (a domain's identity is its ordered ID -> host map,
+-- never a host set alone) and C22 (a configuration fault is not a peer fault).
 --
 -- Errors are `nil, message, kind` where kind is:
 --

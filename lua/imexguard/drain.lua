@@ -10,6 +10,8 @@
 -- DOWN, DRAIN or FAIL). The call is bounded by its own short timeout within the run's deadline, runs
 -- no shell, and a Slurm that does not answer is skipped with a log line: the outcome never changes.
 -- @module imexguard.drain
+local settings_schema = require "imexguard.settings"
+
 local M = {}
 
 --- Bytes of the reason at most. slurmctld stores any length, but `sinfo -R`, `scontrol show node`
@@ -39,16 +41,8 @@ end
 -- @tparam string reason from M.reason
 -- @treturn table list of strings
 function M.argv(settings, node, reason)
-  local argv = {}
-  if type(settings.scontrol) == "table" then
-    for _, a in ipairs(settings.scontrol) do argv[#argv + 1] = a end
-  else
-    argv[1] = settings.scontrol
-  end
-  for _, a in ipairs({ "update", "NodeName=" .. node, "State=DRAIN", "Reason=" .. reason }) do
-    argv[#argv + 1] = a
-  end
-  return argv
+  return settings_schema.command_argv(settings.scontrol,
+    { "update", "NodeName=" .. node, "State=DRAIN", "Reason=" .. reason })
 end
 
 --- Drain this node with the reason of a non-zero prolog outcome (setting drain_reason).

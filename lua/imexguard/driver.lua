@@ -27,6 +27,7 @@
 -- outcome: each failure is a log line.
 local S = require 'imexguard.settings'
 local outcomes = require 'imexguard.outcomes'
+local one_line = require('imexguard.text').one_line -- at most text.MAX_LINE bytes: the final line carries it
 
 local D = {}
 
@@ -43,13 +44,6 @@ D.DRY_RUN = { plan = true, health = true }
 
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = { prolog = true, epilog = true, status = true, health = true }
-
--- one line, at most 1000 bytes (the final line carries it)
-local function one_line(s)
-  s = tostring(s):gsub('[\r\n]+', ' ')
-  if #s > 1000 then s = s:sub(1, 1000) .. '...' end
-  return s
-end
 
 -- The answer that ends the run with `outcome`.
 local function ends(run, outcome, message, output)

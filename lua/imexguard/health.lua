@@ -1,9 +1,11 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (the staleness probe and the health wait; cases C06, C13, C20, C21, C22), and render the status
--- table.
+-- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md),
+-- and render the status table.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"
+local one_line = require("imexguard.text").one_line
+local settings_schema = require "imexguard.settings"
 
 local M = {}
 
@@ -17,24 +19,13 @@ M.CONFIG_FAULT_POLLS = 3
 -- "warn" (imexguard.outcomes).
 M.CONFIG_FAULT_OUTCOME = "config-fault"
 
-local function one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
-end
-
 --- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
 -- @param settings table (ctl: string or list of strings; imex_config)
 -- @param config string|nil the daemon's config.cfg (steps.daemon_config: from the unit's
 --   ExecStart, C28); default settings.imex_config
 -- @return list of strings
 function M.ctl_argv(settings, config)
-  local argv = {}
-  if type(settings.ctl) == "table" then
-    for _, a in ipairs(settings.ctl) do argv[#argv + 1] = a end
-  else
-    argv[1] = settings.ctl
-  end
-  for _, a in ipairs({ "-c", config or settings.imex_config, "-N", "-j" }) do argv[#argv + 1] = a end
-  return argv
+  return settings_schema.command_argv(settings.ctl, { "-c", config or settings.imex_config, "-N", "-j" })
 end
 
 --- Run the ctl once and parse its answer.

@@ -149,8 +149,8 @@ local function lint_ports(cfg, add)
   end
 end
 
---- Lint a parsed config.cfg before any job runs (case C22: a configuration fault shows as peers
--- UNAVAILABLE, and must be named before it is mistaken for faulty peers).
+--- Lint a parsed config.cfg before any job runs (field case C22 of docs/design.md: a configuration
+-- fault shows as peers UNAVAILABLE, and must be named before it is mistaken for faulty peers).
 -- Errors: `IMEX_CMD_BIND_INTERFACE_IP` or `BIND_INTERFACE_IP` a loopback address (127.0.0.0/8,
 -- ::1, localhost); `IMEX_CMD_ENABLED=0` or neither 0 nor 1; `SERVER_PORT` or `IMEX_CMD_PORT` not a
 -- port number, or both the same; `IMEX_NODE_CONFIG_FILE` not an absolute path (the daemon's

@@ -54,12 +54,13 @@ local function setting(settings, name)
 end
 
 --- Exit code for an outcome name.
--- `config-fault` (C22: this node READY and connected, its peers UNAVAILABLE because the command
--- port cannot be reached) exits 14 by default: a job on a domain whose nodes cannot see each
--- other fails anyway, and Slurm's drain (with drain_reason: "imexguard: config-fault: ...") tells
--- the admin to fix config.cfg once and resume the nodes. With on_config_fault = "warn" it exits 0
--- (the run logs the fault at level err). `config-mismatch` (C28: a setting names another config
--- or node list than the one the unit's daemon reads) always exits 15.
+-- `config-fault` (field case C22 of docs/design.md: this node READY and connected, its peers
+-- UNAVAILABLE because the command port cannot be reached) exits 14 by default: a job on a domain
+-- whose nodes cannot see each other fails anyway, and Slurm's drain (with drain_reason: "imexguard:
+-- config-fault: ...") tells the admin to fix config.cfg once and resume the nodes. With
+-- on_config_fault = "warn" it exits 0 (the run logs the fault at level err). `config-mismatch`
+-- (C28: a setting names another config or node list than the one the unit's daemon reads) always
+-- exits 15.
 -- @param name string outcome name
 -- @param settings table|nil validated settings (on_peer_fault, on_config_fault)
 -- @return integer exit code, or nil when the name is not an outcome

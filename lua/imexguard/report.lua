@@ -22,9 +22,9 @@ function M.diff(old, new)
   return removed, added
 end
 
---- The errors of the daemon's config.cfg (imexguard.imexcfg.lint) that `plan`, `status` and
--- `check` flag before any job runs (C22: a command port bound to loopback, IMEX_CMD_ENABLED=0,
--- bad or equal ports, a relative node list path).
+--- The errors of the daemon's config.cfg (imexguard.imexcfg.lint) that `plan`, `status` and `check`
+-- flag before any job runs (field case C22 of docs/design.md: a command port bound to loopback,
+-- IMEX_CMD_ENABLED=0, bad or equal ports, a relative node list path).
 -- @param info table|nil steps.applies' result (cfg, config)
 -- @param addrs list|nil the domain's addresses (a bind to one of them is not a finding: see
 --   imexguard.health.config_lint)

@@ -3,10 +3,11 @@
 -- prolog (or epilog) one or more times in a scripted world and judges what it returned and what
 -- it did (writes, systemd jobs) — never how it did it.
 --
--- "config-fault" (C22) lints nothing itself: it gives the policy a config.cfg whose command port is
--- bound to loopback and the domain such a config produces, and judges the outcome.
+-- "config-fault" (field case C22 of docs/design.md) lints nothing itself: it gives the policy a
+-- config.cfg whose command port is bound to loopback and the domain such a config produces, and
+-- judges the outcome.
 --
--- The world is the kit's default (design.md, docs/policy-api.md "The test kit"): job 101 on
+-- The world is the kit's default (docs/policy-api.md "The test kit: imexguard.testing"): job 101 on
 -- n[1-2], this node n1 = 10.0.0.1, n2 = 10.0.0.2, unit nvidia-imex.service loaded, enabled and
 -- active, /etc/nvidia-imex/nodes_config.cfg already listing the job's nodes, the ctl answering UP.
 -- The site's settings are used for everything that is behaviour or timing (deadline, timeouts,
@@ -24,6 +25,7 @@
 -- The binary (`imexguard check`) calls run_one per scenario with a wall-clock limit of its own.
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
+local one_line = require("imexguard.text").one_line
 
 local M = {}
 
@@ -45,10 +47,6 @@ local function copy(t)
   local r = {}
   for k, v in pairs(t or {}) do r[k] = v end
   return r
-end
-
-local function one_line(s)
-  return (tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", ""))
 end
 
 -- The host that `require "imexguard.host"` gives while a scenario runs (see host_proxy).

@@ -364,4 +364,20 @@ function M.readonly(t, what, known)
   })
 end
 
+--- The argv of a command setting (`ctl`, `scontrol`): the setting is a path, or a list of strings
+-- used as the argv prefix (e.g. a wrapper and its arguments); `args` follow it.
+-- @param value string|table the setting's value
+-- @param args table list of strings appended
+-- @return table a new list of strings
+function M.command_argv(value, args)
+  local argv = {}
+  if type(value) == "table" then
+    for _, a in ipairs(value) do argv[#argv + 1] = a end
+  else
+    argv[1] = value
+  end
+  for _, a in ipairs(args) do argv[#argv + 1] = a end
+  return argv
+end
+
 return M

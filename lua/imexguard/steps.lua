@@ -1,7 +1,8 @@
---- The steps the default policy is built from (design.md "Decision model"). Each step returns its
--- result, or nil, outcome, message (one line naming the node, file, unit or host at fault). The
--- decision steps (applies, desired, read_nodes, assess) have no side effects, so `plan` and
--- `prolog` share them; the acting steps (lock, write_nodes, restart) change the node.
+--- The steps the default policy is built from (docs/design.md, "Decision model of the default
+-- policy"; case ids: its "Field cases"). Each step returns its result, or nil, outcome, message
+-- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired,
+-- read_nodes, assess) have no side effects, so `plan` and `prolog` share them; the acting steps
+-- (lock, write_nodes, restart) change the node.
 local hostlist = require "imexguard.hostlist"
 local nodelist = require "imexguard.nodelist"
 local imexcfg = require "imexguard.imexcfg"
@@ -524,13 +525,14 @@ function M.assess(ctx, info, want, st, opts)
 end
 
 --- Step 6: may the daemon be (re)started, or the node list rewritten, under the other jobs that use
--- IMEX on this node? The default rule (design.md step 6, case C08), two parts:
+-- IMEX on this node? The default rule (docs/design.md, step 6, case C08), two parts:
 --   1. another registered job with a DIFFERENT node list blocks any change (a rewrite, a restart,
 --      a start): its peers would drop its imports, or its daemon would come back with a list it
 --      cannot use;
 --   2. an ACTIVE daemon is never restarted while any other job is registered, whatever its list:
---      a restart drops every import of the running daemon (imex-facts.md). Starting an inactive or
---      failed daemon under jobs with the same list is allowed (there is nothing to break).
+--      a restart drops every import of the running daemon (docs/design.md, "IMEX facts").
+--      Starting an inactive or failed daemon under jobs with the same list is allowed (there is
+--      nothing to break).
 -- The setting restart_under_jobs = true allows both anyway (a warning names the jobs). Call it
 -- BEFORE writing the node list: on refusal the file and the unit stay as they are.
 -- With the setting registration_max_age (seconds, when the schema has it), older registrations are

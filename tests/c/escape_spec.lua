@@ -1,4 +1,4 @@
--- The sandbox's soft spots (issue 11), each tried through the BUILT binary ($IMEXGUARD_BUILD/imexguard)
+-- The sandbox's soft spots, each tried through the BUILT binary ($IMEXGUARD_BUILD/imexguard)
 -- on a policy or settings file in a private temp dir: bytecode, load with a foreign environment,
 -- require of a standard library, setmetatable(_G), collectgarbage, finalizers, coroutines,
 -- host metatables, changes to the shared libraries, C-side pattern backtracking and the memory

@@ -1,9 +1,9 @@
--- Integration (issue 8, kinds 1-3): the prolog, plan and status under a real systemd user manager
--- (tests/with-systemd) on the simulator (contrib/simdomain.lua): a command port bound to loopback
--- or refused for remote clients (C22: every prolog ends config-fault within a few polls, no peer
--- blamed), a daemon started with the same nodes in another order (C21: stale, restarted, named),
--- and a unit whose ExecStart names another config (C28). Every wait polls a condition with a
--- deadline; every domain is destroyed in after_each.
+-- Integration (field cases C21, C22, C28 of docs/design.md): the prolog, plan and status under a
+-- real systemd user manager (tests/with-systemd) on the simulator (contrib/simdomain.lua): a
+-- command port bound to loopback or refused for remote clients (C22: every prolog ends config-fault
+-- within a few polls, no peer blamed), a daemon started with the same nodes in another order (C21:
+-- stale, restarted, named), and a unit whose ExecStart names another config (C28). Every wait polls
+-- a condition with a deadline; every domain is destroyed in after_each.
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 local cjson = require "cjson"
@@ -56,7 +56,7 @@ local function settled_fault(d, n)
   end
 end
 
-describe("ordered identity, the unit's config, configuration faults under systemd (issue 8)", function()
+describe("ordered identity, the unit's config, configuration faults under systemd", function()
   local d
 
   after_each(function()

@@ -1,4 +1,4 @@
--- Integration (issue 9) through the real binary under a real systemd user manager
+-- Integration of channels, health and metrics through the real binary under a real systemd user manager
 -- (tests/with-systemd) with the simulator (contrib/simdomain.lua): the IMEX channel created by
 -- `imexguard prolog` on a tmpfs device directory in a private mount namespace (checked with stat),
 -- `imexguard health` (healthy, a daemon that never becomes READY, a unit that is not installed), and
@@ -56,7 +56,7 @@ local function parse_metrics(path)
   return t
 end
 
-describe("issue 9 through the binary", function()
+describe("channels, health and metrics through the binary", function()
   local d
   after_each(function()
     if d then d:destroy() end

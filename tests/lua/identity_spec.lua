@@ -1,7 +1,7 @@
--- Issue 8 kinds 1-3 below the policy: the daemon's config from the unit (steps.daemon_config,
--- C28), the ordered node map in staleness (steps.assess, C21), config-fault's exit code and
--- setting (C22), config.cfg findings for plan/status (report.config_findings) and check's
--- "config-fault" scenario.
+-- Field cases C21, C22 and C28 of docs/design.md below the policy: the daemon's config from the
+-- unit (steps.daemon_config, C28), the ordered node map in staleness (steps.assess, C21),
+-- config-fault's exit code and setting (C22), config.cfg findings for plan/status
+-- (report.config_findings) and check's "config-fault" scenario.
 local testing = require "imexguard.testing"
 local steps = require "imexguard.steps"
 local outcomes = require "imexguard.outcomes"

@@ -1,4 +1,5 @@
--- Specs of the steps the default policy is built from (steps, state, addresses, health).
+-- Specs of the steps the default policy is built from (steps, state, addresses, health); case ids
+-- are the field cases of docs/design.md.
 local testing = require "imexguard.testing"
 local steps = require "imexguard.steps"
 local state = require "imexguard.state"
@@ -368,7 +369,7 @@ describe("conflict_message", function()
   end)
 end)
 
-describe("steps: unit lifecycle (issue 8)", function()
+describe("steps: unit lifecycle (start limit, disabled unit, late epilog)", function()
   it("unit_result names every Result with its recovery; an unknown one is named as it is", function()
     for result, hint in pairs({ ["start-limit-hit"] = "systemctl reset%-failed nvidia%-imex.service",
       ["exit-code"] = "journalctl", ["core-dump"] = "coredumpctl", ["watchdog"] = "watchdog",

@@ -2,7 +2,8 @@
  * lock.c: the node lock.  An exclusive flock(2) on a dedicated lock file, waited for in the kernel
  * and bounded by min(timeout, the run's budget).
  *
- * Rules (case C01 of the field reports; flock(2) belongs to the open file description of an inode):
+ * Rules (field case C01 of docs/design.md, "Field cases"; flock(2) belongs to the open file
+ * description of an inode):
  *  - The lock file is created 0644 if missing and NEVER unlinked or renamed by us: a "recovery"
  * that deletes it lets two holders run at once, because the new file is a new inode.
  *  - After flock succeeds, fstat(fd) must equal stat(path) (st_dev, st_ino); if someone replaced or

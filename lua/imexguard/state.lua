@@ -1,5 +1,5 @@
 --- The node's state file (state_dir/state.json): what imexguard wrote, what the daemon runs, and
--- the job registry (design.md steps 4, 5, 6 and 9).
+-- the job registry (docs/design.md, steps 4, 5, 6 and 9, and "The state file and the job registry").
 -- Fields (all optional):
 --   nodes (string, the node-list bytes last written), written_us (when), job (the job id of the run
 --   that wrote the entry);

@@ -11,7 +11,7 @@ local function define(header, name)
   return assert(tonumber(v), name .. " not found in src/" .. header)
 end
 
--- Timing bounds of a run that the deadline ends (issue 8). The code guarantees that the count hook
+-- Timing bounds of a run that the deadline ends. The code guarantees that the count hook
 -- ends a busy policy IG_DEADLINE_GRACE s after the deadline, counted from the start of the run,
 -- which precedes the policy's first line. The bound is taken from that first line (the policy logs
 -- host.now()) to the return of the harness, so the start of the process (exec, dynamic loading,

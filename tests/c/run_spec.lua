@@ -93,7 +93,7 @@ describe("host.run", function()
     strays[#strays + 1] = gc
     -- run.c drains for EXIT_DRAIN (0.2 s) after the exit, never for the grandchild's 30 s; the
     -- command itself (three shells and a 10 ms poll) took up to 0.9 s under ASan beside two CPU
-    -- hogs on 2 cores (issue 8): 3 s keeps a margin and still fails a wait for the grandchild
+    -- hogs on 2 cores: 3 s keeps a margin and still fails a wait for the grandchild
     assert.is_true(took < 3, "took " .. took)
     assert.equal(0, r.status)
     assert.matches("bye\n$", r.stdout)

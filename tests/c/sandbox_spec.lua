@@ -15,7 +15,7 @@ local function define(header, name)
   return assert(tonumber(v), name .. " not found in src/" .. header)
 end
 
--- Timing bounds (issue 8): from what the code guarantees, counted from the start of the run: the
+-- Timing bounds: from what the code guarantees, counted from the start of the run: the
 -- count hook ends a busy policy IG_DEADLINE_GRACE s after the deadline, the watchdog ends code
 -- stuck in C IG_WATCHDOG_GRACE s after it, and SIGTERM ends it at once. A policy logs host.now() as
 -- its first line (after the start of the run) and the bound runs from there to the return of the

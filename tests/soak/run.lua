@@ -4,8 +4,8 @@
 --
 -- Each check prints one TAP line with what it counted, e.g.
 -- "ok - torn reads: 10000 rewrites, 53211 reads, 0 torn". The short form (the default, run by
--- `make check` through `tests/run soak`) uses small counts; `--long` (`make soak`) the counts of
--- issue 11. Randomness comes from one seeded PRNG: the seed is printed ("# seed N") and
+-- `make check` through `tests/run soak`) uses small counts; `--long` (`make soak`) the full
+-- counts. Randomness comes from one seeded PRNG: the seed is printed ("# seed N") and
 -- IMEXGUARD_SOAK_SEED=N replays a run; a failing input is printed as a "#" line.
 -- The build is found through IMEXGUARD_BUILD (default "build"). Ends with "N passed, N failed".
 package.path = "tests/soak/?.lua;lua/?.lua;lua/?/init.lua;tests/?.lua;contrib/?.lua;" .. package.path

@@ -819,7 +819,7 @@ static void job_failed(sd_bus *b, double end, const char *what, const char *name
 
 /* Queue job `method` (StartUnit, StopUnit, RestartUnit, TryRestartUnit) for `name` with mode
  * "replace" and wait for its JobRemoved within `timeout` seconds (bounded by the budget), the
- * pattern of systemctl (systemd src/shared/bus-wait-for-jobs.c): Subscribe, install the match
+ * pattern of systemctl (bus-wait-for-jobs.c in systemd): Subscribe, install the match
  * for JobRemoved, then call the method, remember the returned job path and dispatch signals
  * until that job is removed.  Up to BUS_RETRIES lost connections (daemon-reexec,
  * daemon-reload) are survived with job_recover, which queues the job again at most once.  Returns 0

@@ -9,16 +9,8 @@ local simdomain = require "simdomain"
 local cjson = require "cjson"
 local CONFIG_FAULT = require("imexguard.outcomes").exit_code("config-fault") -- one source of exit codes
 
--- Fast reconnects, so that the mesh settles within a second or two.
-local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
-
-
 -- A new domain of n nodes whose node files all list every node in order (not started).
-local function domain(n)
-  local d = simdomain.new { nodes = n, extra_cfg = FAST }
-  for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
-  return d
-end
+local domain = simdomain.in_order
 
 -- Wall-clock seconds with a fraction (date +%s.%N).
 local function now()

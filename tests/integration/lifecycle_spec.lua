@@ -7,16 +7,8 @@
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 
--- Fast reconnects, so that the mesh settles within a second or two.
-local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
-
-
 -- A new domain of n nodes whose node files all list every node in order (not started).
-local function domain(n)
-  local d = simdomain.new { nodes = n, extra_cfg = FAST }
-  for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
-  return d
-end
+local domain = simdomain.in_order
 
 -- Run one command for a job on node n1 only; returns {status, output, outcome}.
 local function on_n1(d, command, job, nodelist, args)

@@ -8,15 +8,8 @@
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require("simdomain")
 
--- Fast reconnects, so that the mesh settles within a second or two.
-local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
-
 -- A new domain of n nodes whose node files all list every node in order (not started).
-local function domain(n)
-  local d = simdomain.new { nodes = n, extra_cfg = FAST }
-  for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
-  return d
-end
+local domain = simdomain.in_order
 
 -- Status of the pair from -> to (0-based IDs) in a decoded -N -j, or nil.
 local function pair(t, from, to)

@@ -56,6 +56,11 @@ local function time_us(v)
   return n and n >= 0 and n or nil
 end
 
+-- A field's name for a message: as it is when it is a plain name, else quoted on one line.
+local function field(k)
+  return k:match("^[%w_]+$") and k or T.quote(k, 80)
+end
+
 -- Scalar fields of a decoded object, checked (microsecond fields back to numbers).
 -- @return table, or nil, message naming the field
 local function scalars(t, where)
@@ -70,12 +75,12 @@ local function scalars(t, where)
         end
         v = n
       elseif STRING_FIELDS[k] and type(v) ~= "string" then
-        return nil, string.format("%s: %s is a %s, not a string", where, T.quote(k, 80), type(v))
+        return nil, string.format("%s: %s is a %s, not a string", where, field(k), type(v))
       elseif not scalar(v) then
-        return nil, string.format("%s: %s is not a scalar", where, T.quote(k, 80))
+        return nil, string.format("%s: %s is not a scalar", where, field(k))
       elseif type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
         -- cjson cannot write it back
-        return nil, string.format("%s: %s is not a finite number", where, T.quote(k, 80))
+        return nil, string.format("%s: %s is not a finite number", where, field(k))
       end
       out[k] = v
     end

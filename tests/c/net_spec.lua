@@ -47,11 +47,15 @@ describe("host network primitives", function()
 
   it("a resolver that never answers costs the timeout (or the deadline), not more", function()
     local ns = dir .. "/ns"
+    -- a silent name server on a loopback address of its own (Lua 5.4 seeds math.random per
+    -- process), so concurrent runs of this spec on one machine never share it
+    local addr = string.format("127.%d.%d.%d", math.random(100, 199), math.random(1, 254),
+      math.random(1, 254))
     pid = H.spawn("perl -e 'use Socket; socket(S, PF_INET, SOCK_DGRAM, 0) or die; " ..
-      "bind(S, pack_sockaddr_in(53, inet_aton(\"127.0.0.53\"))) or die \"bind: $!\"; " ..
+      "bind(S, pack_sockaddr_in(53, inet_aton(\"" .. addr .. "\"))) or die \"bind: $!\"; " ..
       "open(F, \">" .. ns .. "\"); close(F); sleep 60'", dir .. "/ns.log")
     assert.truthy(H.wait_until(function() return H.read(ns) end, 10), H.read(dir .. "/ns.log"))
-    H.write(dir .. "/resolv.conf", "nameserver 127.0.0.53\noptions timeout:30 attempts:1\n")
+    H.write(dir .. "/resolv.conf", "nameserver " .. addr .. "\noptions timeout:30 attempts:1\n")
     H.write(dir .. "/nsswitch.conf", "hosts: dns\n")
     local probe = H.lua_cmd(dir, "probe", [[
       local h = require "imexguard.host"

@@ -765,8 +765,10 @@ end
 --- C27: something answering on this node's command port (IMEX_CMD_PORT of config.cfg) that is not
 -- the unit's process (a daemon started by hand, a leftover of a crashed unit): the ctl would show
 -- ITS state, so nothing may be called healthy, and a start of the unit would fail or run a second
--- daemon. Uses host.port_owner(port) -> {pid, comm, cmdline} | nil, "no listener" | nil, msg, code;
--- a host without it, or an owner it cannot find, proves nothing (logged at debug).
+-- daemon. Uses host.port_owner(port, nil, address, main_pid) -> {pid, comm, cmdline} | nil, msg, code,
+-- with the unit's main PID as the hint (its descriptors are read first: every process only when it
+-- does not hold the port); a host without it, or an owner it cannot find, proves nothing (logged at
+-- debug).
 -- @param ctx table policy context
 -- @param info table from applies (cfg)
 -- @param props table|nil the unit's properties (main_pid, active_state)
@@ -781,7 +783,8 @@ function M.check_port(ctx, info, props)
   -- simulator runs one daemon per loopback address on the same port; a node runs one)
   local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
   if cmd_ip == "" then cmd_ip = nil end
-  local owner, err, code = host.port_owner(port, nil, cmd_ip or info.bind)
+  local main = props and tonumber(props.main_pid)
+  local owner, err, code = host.port_owner(port, nil, cmd_ip or info.bind, main and main > 0 and main or nil)
   if not owner then
     if code ~= "none" then
       host.log("debug", M.one_line("command port owner unknown: " .. tostring(err)))

@@ -16,8 +16,9 @@ end
 -- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
 --   function(name)}, local_addresses, hostname, port_owner = {pid, comm, cmdline} (a process
 --   other than the unit listening on every port: a stray daemon, field case C27 of
---   docs/design.md) | function(port) | "none" (nothing listens); default: the unit's main process
---   while it is active, else nothing)
+--   docs/design.md) | function(port, timeout, address, pid) | "none" (nothing listens); default:
+--   the unit's main process while it is active, else nothing; each call is recorded as
+--   {"port_owner", port, timeout, address, pid}, the pid being the caller's hint)
 function M.install(h, w, opts)
   local resolve = default_resolve()
   for k, v in pairs(opts.resolve or {}) do resolve[k] = v end
@@ -41,10 +42,10 @@ function M.install(h, w, opts)
     return base.copy(r)
   end
   function h.hostname() return opts.hostname or "n1" end
-  function h.port_owner(port)
-    w.rec("port_owner", port)
+  function h.port_owner(port, timeout, address, pid)
+    w.rec("port_owner", port, timeout, address, pid)
     local o = opts.port_owner
-    if type(o) == "function" then return o(port) end
+    if type(o) == "function" then return o(port, timeout, address, pid) end
     if type(o) == "table" then return base.copy(o) end
     local unit = w.unit
     if o == nil and unit and unit.active_state == "active" and (unit.main_pid or 0) > 0 then

@@ -400,7 +400,12 @@ describe("steps: unit lifecycle (start limit, disabled unit, late epilog)", func
       assert.is_nil(ok)
       assert.equal("service-failed", o)
       assert.matches("pid 78 %(imex %-c /x\\010%) listens on the IMEX command port 50123", m)
-      assert.same({ "port_owner", 50123 }, h.calls[#h.calls - 1])
+      -- the unit's main pid is the hint: its descriptors are read before every process's
+      assert.same({ "port_owner", 50123, nil, nil, 77 }, h.calls[#h.calls - 1])
+      h = testing.host{ port_owner = "none" }
+      local bound = { cfg = { IMEX_CMD_PORT = "50123", IMEX_CMD_BIND_INTERFACE_IP = "10.0.0.1" } }
+      steps.check_port(testing.ctx{ host = h }, bound, { active_state = "inactive", main_pid = 0 })
+      assert.same({ "port_owner", 50123, nil, "10.0.0.1" }, h.calls[#h.calls])
       h = testing.host()
       h.port_owner = nil
       assert.is_true(steps.check_port(testing.ctx{ host = h }, info, { active_state = "inactive" }))

@@ -204,8 +204,8 @@ static ssize_t diag_receive(int fd, void *buf, size_t size, double end)
 	struct timeval tv;
 	struct sockaddr_nl from;
 	struct iovec iov = {.iov_base = buf, .iov_len = size};
-	struct msghdr msg = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov,
-			     .msg_iovlen = 1};
+	struct msghdr msg = {
+	    .msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
 
 	if (left <= 0)
@@ -221,15 +221,30 @@ static ssize_t diag_receive(int fd, void *buf, size_t size, double end)
 	while (n < 0 && errno == EINTR && ig_now() < end);
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -ETIMEDOUT
-									  : -errno;
+										 : -errno;
 	if (msg.msg_flags & MSG_TRUNC)
 		return -EMSGSIZE;
 	return from.nl_pid == 0 ? n : -EPROTO; /* only the kernel answers */
 }
 
+/* The end of a dump: 0 for NLMSG_DONE (or the negative errno it carries when the dump failed),
+ * the kernel's negative errno for NLMSG_ERROR (struct nlmsgerr, netlink(7); an acknowledgement,
+ * error 0, was not asked for: -EPROTO). */
+static int diag_status(const struct nlmsghdr *h)
+{
+	const int *err = NLMSG_DATA(h); /* NLMSG_DONE's int, or nlmsgerr.error */
+
+	if (h->nlmsg_len < NLMSG_LENGTH(sizeof *err))
+		return h->nlmsg_type == NLMSG_DONE ? 0 : -EPROTO;
+	if (*err < 0)
+		return *err;
+	return h->nlmsg_type == NLMSG_DONE ? 0 : -EPROTO;
+}
+
 /* Read the answers to request `seq` into o until NLMSG_DONE, before `end`; *count counts the
- * sockets.  Returns 0, -E2BIG over PROC_MAX_LINES sockets, -ETIMEDOUT, the kernel's error for
- * the request (NLMSG_ERROR: -EPROTONOSUPPORT, -EACCES, -ENOENT, ...) or negative errno. */
+ * messages (one per socket).  Returns 0, -E2BIG over PROC_MAX_LINES messages, -ETIMEDOUT, the
+ * kernel's error for the request (NLMSG_ERROR: -EPROTONOSUPPORT, -EACCES, -ENOENT, ...) or negative
+ * errno. */
 static int diag_answers(int fd, unsigned seq, unsigned port, struct owner *o, long *count,
 			double end)
 {
@@ -245,20 +260,15 @@ static int diag_answers(int fd, unsigned seq, unsigned port, struct owner *o, lo
 		if (n < 0)
 			return (int)n;
 		for (struct nlmsghdr *h = &buf.h; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+			if (++*count > PROC_MAX_LINES)
+				return -E2BIG;
 			if (h->nlmsg_seq != seq)
 				continue;
-			if (h->nlmsg_type == NLMSG_DONE)
-				return 0;
-			if (h->nlmsg_type == NLMSG_ERROR) {
-				const struct nlmsgerr *e = NLMSG_DATA(h);
-				int err = h->nlmsg_len >= NLMSG_LENGTH(sizeof *e) ? e->error : -EPROTO;
-				return err < 0 ? err : -EPROTO;
-			}
+			if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR)
+				return diag_status(h);
 			if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
 			    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg)))
 				continue;
-			if (++*count > PROC_MAX_LINES)
-				return -E2BIG;
 			diag_add(NLMSG_DATA(h), port, o);
 		}
 	}

@@ -212,6 +212,8 @@ static ssize_t diag_receive(int fd, void *buf, size_t size, double end)
 		return -ETIMEDOUT;
 	if (left < 0.001)
 		left = 0.001; /* a zero SO_RCVTIMEO would wait for ever */
+	if (left > 86400)
+		left = 86400; /* timeout math.huge: a day is for ever for the kernel's answer */
 	tv.tv_sec = (time_t)left;
 	tv.tv_usec = (suseconds_t)((left - (double)tv.tv_sec) * 1e6);
 	if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)

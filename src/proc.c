@@ -12,6 +12,7 @@
  * checked between processes.
  */
 #include "imexguard.h"
+#include "timing.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -299,5 +300,5 @@ void ig_register_proc(lua_State *L)
 	    {"port_owner", l_port_owner},
 	    {NULL, NULL},
 	};
-	luaL_setfuncs(L, fns, 0);
+	ig_setfuncs(L, fns, "host");
 }

@@ -26,6 +26,9 @@
 
 /* One embedded Lua source: module name ("imexguard.x", "policies.x"), chunkname ("@path"), the
  * bytes and their length.  The table ends with a NULL name. */
+/* A module compiled into the binary (src/embed.lua): its name ("imexguard.x", "policies.p"), its
+ * chunk name ("@lua/imexguard/x.lua") and its precompiled chunk (Lua 5.4 bytecode with debug
+ * information), len bytes. */
 struct ig_embedded {
 	const char *name;
 	const char *chunkname;

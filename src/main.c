@@ -298,6 +298,9 @@ static int run(struct ig_opts *o)
 	ig_sandbox_close(r.L);
 	ig_timing_phase("close");
 	ig_timing_report(stderr);
+	if (ig_timing_enabled())
+		fprintf(stderr, "timing: lua-heap-peak %zu KiB\n",
+			(ig_sandbox_heap_peak() + 1023) / 1024);
 	return code;
 }
 

@@ -77,6 +77,7 @@ int luaopen_cjson(lua_State *L);
 
 struct ig_mem {
 	size_t used;  /* bytes in use */
+	size_t peak;  /* bytes: the most ever in use */
 	size_t limit; /* bytes: the limit in force (base, or base + reserve for the host) */
 	size_t base;  /* bytes: the setting memory_limit (default IG_SANDBOX_MEM_LIMIT) */
 	int refused;  /* the allocator refused an allocation since the last ig_sandbox_call */
@@ -116,6 +117,8 @@ static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	if (p == NULL)
 		return NULL;
 	m->used = m->used - osize + nsize;
+	if (m->used > m->peak)
+		m->peak = m->used;
 	return p;
 }
 
@@ -863,6 +866,7 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 		}
 	}
 	g_sb.mem.used = 0;
+	g_sb.mem.peak = 0;
 	g_sb.mem.base = IG_SANDBOX_MEM_LIMIT;
 	g_sb.mem.limit = IG_SANDBOX_MEM_LIMIT;
 	lua_State *L = lua_newstate(ig_alloc, &g_sb.mem);
@@ -879,6 +883,11 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 	}
 	lua_sethook(L, ig_hook, LUA_MASKCOUNT, IG_HOOK_COUNT);
 	return L;
+}
+
+size_t ig_sandbox_heap_peak(void)
+{
+	return g_sb.mem.peak;
 }
 
 void ig_sandbox_close(lua_State *L)

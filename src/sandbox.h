@@ -61,6 +61,10 @@ enum ig_call {
  * Returns the state, or NULL with a one-line message in err (errlen bytes). */
 lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen);
 
+/* Bytes: the most the Lua heap of the state held at any time (what the allocator counts against
+ * memory_limit). */
+size_t ig_sandbox_heap_peak(void);
+
 /* Close the state (runs pending finalizers, e.g. lock objects unlock). NULL is accepted. */
 void ig_sandbox_close(lua_State *L);
 

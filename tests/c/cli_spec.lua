@@ -145,6 +145,8 @@ describe("imexguard command line", function()
       assert.equal(1, calls["cjson.decode"])
       assert.is_true(calls.load >= 2, r.stderr) -- the driver's modules and the policy
       assert.is_number(t["in-lua"])
+      local heap = tonumber(r.stderr:match("timing: lua%-heap%-peak (%d+) KiB"))
+      assert.is_true(heap and heap > 50 and heap < 256 * 1024, r.stderr)
       -- the final line comes before the timing lines, and a run without --timing prints none
       assert.matches("outcome=ok: timed\n.*timing: ", r.stderr)
       r = run(dir, { "--config", conf, "--policy", timed_policy(), "prolog" })

@@ -637,6 +637,8 @@ static int query_send_all(sd_bus *b, double end, const char *path, size_t n, str
 	}
 	for (size_t i = 0; i < n && r >= 0; i++) {
 		r = q[i].r;
+		if (r < 0 && sd_bus_is_open(b) <= 0)
+			return -ECONNRESET; /* sd-bus answered NoReply for the closed connection */
 		if (r < 0)
 			sd_bus_error_copy(error, &q[i].error);
 		else

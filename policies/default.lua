@@ -52,10 +52,16 @@ local health = require "imexguard.health"
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
 local outcomes = require "imexguard.outcomes"
-local report = require "imexguard.report"
 local text = require "imexguard.text"
 local channels = require "imexguard.channels"
-local drain = require "imexguard.drain"
+
+--- A module loaded when first used: imexguard.report renders plan and status, imexguard.drain
+-- serves the health command; the prolog and the epilog never pay for loading them.
+local function lazy(name)
+  return setmetatable({}, { __index = function(_, k) return require(name)[k] end })
+end
+local report = lazy "imexguard.report"
+local drain = lazy "imexguard.drain"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }

@@ -3,6 +3,7 @@
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
+local pace = require "imexguard.pace"
 local P = require "default"
 
 local NODES, CONFIG, STATE = testing.NODES, testing.CONFIG, testing.STATE
@@ -507,7 +508,7 @@ describe("default policy prolog", function()
       assert.matches("wait%-timeout", message)
     end)
 
-    it("returns within one poll interval of the domain becoming UP", function()
+    it("polls soon after the restart, then no sooner than the bucket allows (imexguard.pace)", function()
       local down = { domain = { nodes = { { host = "10.0.0.1" },
         { host = "10.0.0.3", status = "UNAVAILABLE" } } } }
       local h = testing.host{ ctl = { testing.UNREACHABLE, down, testing.up({ "10.0.0.1", "10.0.0.3" }) } }
@@ -515,7 +516,12 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.matches("restarted", message)
       assert.equal(3, h.count("run"))
-      assert.same({ 0.25, 0.25 }, h.sleeps)
+      -- the first poll at once after the restart (the bucket's one token), then one whenever the
+      -- bucket has a token again: every poll_interval + one ctl call (0.01 s here), as fixed
+      -- polling every poll_interval did, although each answer was new
+      assert.equal(2, #h.sleeps)
+      assert.near(0.25, h.sleeps[1], 1e-3)
+      assert.near(0.25, h.sleeps[2], 1e-3)
     end)
   end)
 
@@ -532,7 +538,11 @@ describe("default policy prolog", function()
       assert.matches("UNAVAILABLE", message)
       assert.same({}, h.jobs)
       assert.is_true(h.now() - t0 >= 60 and h.now() - t0 < 61)
-      for _, s in ipairs(h.sleeps) do assert.is_true(s <= 0.25) end
+      -- an answer that stays the same is polled at most every 2 poll_intervals, and never more
+      -- often on average than every poll_interval (imexguard.pace)
+      for _, s in ipairs(h.sleeps) do assert.is_true(s <= 0.5 + 1e-9) end
+      assert.is_true(h.count("run") <= 1 + 60 / 0.25 + pace.BURST)
+      assert.is_true(h.count("run") >= 60 / 0.5)
     end)
 
     it("local daemon unreachable is a local fault", function()

@@ -45,6 +45,8 @@ static void usage(FILE *f)
 	    "  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 	    "                      development; also IMEXGUARD_LUA_DIR)\n"
 	    "  --json              machine-readable output (status, plan, check)\n"
+	    "  --timing            at the end, where the run's time went on stderr\n"
+	    "                      (phases, primitive calls; milliseconds)\n"
 	    "  -h, --help          this help\n"
 	    "  -V, --version       print the version\n"
 	    "\n"
@@ -67,7 +69,7 @@ static int usage_error(const char *fmt, const char *arg)
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-enum { OPT_CONFIG = 256, OPT_POLICY, OPT_DEADLINE, OPT_SET, OPT_LUA_DIR, OPT_JSON };
+enum { OPT_CONFIG = 256, OPT_POLICY, OPT_DEADLINE, OPT_SET, OPT_LUA_DIR, OPT_JSON, OPT_TIMING };
 
 /* Take one option c (getopt_long's value) with its argument optarg.  Returns -1 to go on, or the
  * exit code (0 after --help/--version, IG_EXIT_USAGE after a usage error on stderr). */
@@ -100,6 +102,9 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		return -1;
 	case OPT_JSON:
 		o->json = 1;
+		return -1;
+	case OPT_TIMING:
+		o->timing = 1;
 		return -1;
 	case 'h':
 		usage(stdout);
@@ -148,6 +153,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"set", required_argument, NULL, OPT_SET},
 	    {"lua-dir", required_argument, NULL, OPT_LUA_DIR},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"timing", no_argument, NULL, OPT_TIMING},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},

@@ -20,6 +20,7 @@ struct ig_opts {
 	int nsets;
 	const char *lua_dir; /* --lua-dir or IMEXGUARD_LUA_DIR, or NULL */
 	int json;	     /* --json */
+	int timing;	     /* --timing */
 };
 
 /* Parse the arguments into o (GNU getopt_long permutes, so options may follow the command:

@@ -8,6 +8,7 @@
  * is single-threaded.
  */
 #include "imexguard.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -221,5 +222,5 @@ void ig_register_clock(lua_State *L)
 	static const luaL_Reg fns[] = {
 	    {"now", l_now},	{"wallclock", l_wallclock},	  {"remaining", l_remaining},
 	    {"sleep", l_sleep}, {"set_deadline", l_set_deadline}, {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
+	ig_setfuncs(L, fns, "host");
 }

@@ -27,6 +27,7 @@
  * followed.
  */
 #include "imexguard.h"
+#include "timing.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -562,5 +563,5 @@ void ig_register_file(lua_State *L)
 				       {"mknod_char", l_mknod_char},
 				       {"mkdir", l_mkdir},
 				       {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
+	ig_setfuncs(L, fns, "host");
 }

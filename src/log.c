@@ -17,6 +17,7 @@
  * sendto(2) only.
  */
 #include "imexguard.h"
+#include "timing.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -264,6 +265,6 @@ static int l_log(lua_State *L)
 /* Add log to the table on top of the stack. */
 void ig_register_log(lua_State *L)
 {
-	lua_pushcfunction(L, l_log);
+	ig_timing_wrap(L, l_log, "host.log");
 	lua_setfield(L, -2, "log");
 }

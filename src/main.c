@@ -18,6 +18,7 @@
 #include "driver.h"
 #include "imexguard.h"
 #include "sandbox.h"
+#include "timing.h"
 #include "watchdog.h"
 
 #include <stdio.h>
@@ -109,6 +110,7 @@ static int answer(struct ig_run *r)
 static int step(struct ig_run *r, const char *name, int hook)
 {
 	enum ig_call st = ig_driver_call(r, name, hook);
+	ig_timing_phase(name);
 	if (st != IG_CALL_OK)
 		return finish_call(r, st, NULL);
 	return answer(r);
@@ -165,6 +167,7 @@ static int apply_settings(struct ig_run *r)
 static int load_settings(struct ig_run *r)
 {
 	enum ig_call st = ig_driver_call(r, "settings", 1);
+	ig_timing_phase("settings");
 	if (st != IG_CALL_OK)
 		return finish_call(r, st, "settings: ");
 	if (lua_getfield(r->L, -1, "outcome") != LUA_TNIL) {
@@ -276,12 +279,14 @@ static int run(struct ig_opts *o)
 
 	char err[1024];
 	r.L = ig_sandbox_new(o->lua_dir, err, sizeof err);
+	ig_timing_phase("lua-state");
 	if (r.L == NULL) {
 		ig_log(IG_ERR, NULL, "%s job=%s outcome=policy-error: %s", o->command, r.job, err);
 		return IG_EXIT_USAGE;
 	}
 	int code;
 	enum ig_call st = ig_sandbox_require(r.L, "imexguard.driver");
+	ig_timing_phase("load-driver");
 	if (st != IG_CALL_OK) {
 		code = finish_call(&r, st, "imexguard's Lua library: ");
 	} else {
@@ -291,6 +296,11 @@ static int run(struct ig_opts *o)
 	}
 	/* lua_close runs pending finalizers (lock objects unlock); the hook stays on. */
 	ig_sandbox_close(r.L);
+	ig_timing_phase("close");
+	ig_timing_report(stderr);
+	if (ig_timing_enabled())
+		fprintf(stderr, "timing: lua-heap-peak %zu KiB\n",
+			(ig_sandbox_heap_peak() + 1023) / 1024);
 	return code;
 }
 
@@ -301,6 +311,8 @@ int main(int argc, char **argv)
 {
 	struct ig_opts o;
 	int rc = ig_parse_args(argc, argv, &o);
+	if (rc < 0 && o.timing)
+		ig_timing_enable();
 	if (rc < 0)
 		rc = run(&o);
 	ig_opts_free(&o);

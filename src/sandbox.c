@@ -49,6 +49,7 @@
  * Files read from disk (--lua-dir modules) pass the trust check of trust.c.
  */
 #include "sandbox.h"
+#include "timing.h"
 
 #include "imexguard.h"
 #include "trust.h"
@@ -76,6 +77,7 @@ int luaopen_cjson(lua_State *L);
 
 struct ig_mem {
 	size_t used;  /* bytes in use */
+	size_t peak;  /* bytes: the most ever in use */
 	size_t limit; /* bytes: the limit in force (base, or base + reserve for the host) */
 	size_t base;  /* bytes: the setting memory_limit (default IG_SANDBOX_MEM_LIMIT) */
 	int refused;  /* the allocator refused an allocation since the last ig_sandbox_call */
@@ -115,6 +117,8 @@ static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	if (p == NULL)
 		return NULL;
 	m->used = m->used - osize + nsize;
+	if (m->used > m->peak)
+		m->peak = m->used;
 	return p;
 }
 
@@ -525,11 +529,16 @@ static void push_env(lua_State *L)
 	lua_getfield(L, LUA_REGISTRYINDEX, ENV_KEY);
 }
 
-/* Compile text as a chunk whose _ENV is the sandbox env; text mode only, chunkname "@path".
- * Pushes the function, or returns -EINVAL with the syntax error ("path:line: msg") pushed. */
-static int sandbox_load(lua_State *L, const char *text, size_t len, const char *chunkname)
+/* Load a chunk whose _ENV is the sandbox env, chunkname "@path"; mode "t" (source: every file
+ * read at run time) or "b" (the embedded library's own precompiled chunks, never anything else).
+ * Pushes the function, or returns -EINVAL with the error ("path:line: msg") pushed. */
+static int sandbox_load(lua_State *L, const char *text, size_t len, const char *chunkname,
+			const char *mode)
 {
-	if (luaL_loadbufferx(L, text, len, chunkname, "t") != LUA_OK)
+	double t0 = ig_now();
+	int rc = luaL_loadbufferx(L, text, len, chunkname, mode);
+	ig_timing_add("load", ig_now() - t0);
+	if (rc != LUA_OK)
 		return -EINVAL;
 	push_env(L);
 	if (lua_setupvalue(L, -2, 1) == NULL)
@@ -604,7 +613,7 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		int rc = ig_read_trusted(path, "module", &data, &len, err, sizeof err);
 		if (rc == 0) {
 			snprintf(chunkname, sizeof chunkname, "@%s", path);
-			rc = sandbox_load(L, data, len, chunkname);
+			rc = sandbox_load(L, data, len, chunkname, "t");
 			free(data);
 			if (rc != 0)
 				lua_error(L);
@@ -620,7 +629,7 @@ static void push_lib_chunk(lua_State *L, const char *name)
 		    "module '%s' not found (the sandbox provides only imexguard.*, policies.* "
 		    "and cjson)",
 		    name);
-	if (sandbox_load(L, e->data, e->len, e->chunkname) != 0)
+	if (sandbox_load(L, e->data, e->len, e->chunkname, "b") != 0)
 		lua_error(L);
 }
 
@@ -649,6 +658,17 @@ static void strip_cjson_config(lua_State *L)
 		lua_rawset(L, t);
 	}
 	lua_settop(L, t);
+}
+
+/* With --timing, cjson.decode (the module table on top) is timed in slot "cjson.decode": the
+ * parse of every ctl answer and state file. */
+static void time_cjson_decode(lua_State *L)
+{
+	if (!ig_timing_enabled() || !lua_istable(L, -1))
+		return;
+	lua_getfield(L, -1, "decode");
+	ig_timing_wrap_value(L, "cjson.decode");
+	lua_setfield(L, -2, "decode");
 }
 
 /* require(name) -> module value.  Only the embedded library, imexguard.host and cjson (see the
@@ -684,6 +704,7 @@ static int sb_require(lua_State *L)
 		lua_pushvalue(L, 1);
 		lua_call(L, 1, 1);
 		strip_cjson_config(L);
+		time_cjson_decode(L);
 	} else if (valid_lib_name(name)) {
 		push_lib_chunk(L, name);
 		lua_pushvalue(L, 1);
@@ -845,6 +866,7 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 		}
 	}
 	g_sb.mem.used = 0;
+	g_sb.mem.peak = 0;
 	g_sb.mem.base = IG_SANDBOX_MEM_LIMIT;
 	g_sb.mem.limit = IG_SANDBOX_MEM_LIMIT;
 	lua_State *L = lua_newstate(ig_alloc, &g_sb.mem);
@@ -861,6 +883,11 @@ lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen)
 	}
 	lua_sethook(L, ig_hook, LUA_MASKCOUNT, IG_HOOK_COUNT);
 	return L;
+}
+
+size_t ig_sandbox_heap_peak(void)
+{
+	return g_sb.mem.peak;
 }
 
 void ig_sandbox_close(lua_State *L)

@@ -26,6 +26,9 @@
 
 /* One embedded Lua source: module name ("imexguard.x", "policies.x"), chunkname ("@path"), the
  * bytes and their length.  The table ends with a NULL name. */
+/* A module compiled into the binary (src/embed.lua): its name ("imexguard.x", "policies.p"), its
+ * chunk name ("@lua/imexguard/x.lua") and its precompiled chunk (Lua 5.4 bytecode with debug
+ * information), len bytes. */
 struct ig_embedded {
 	const char *name;
 	const char *chunkname;
@@ -57,6 +60,10 @@ enum ig_call {
  * missing file falls back to the embedded module).  Installs the count hook (deadline).
  * Returns the state, or NULL with a one-line message in err (errlen bytes). */
 lua_State *ig_sandbox_new(const char *lua_dir, char *err, size_t errlen);
+
+/* Bytes: the most the Lua heap of the state held at any time (what the allocator counts against
+ * memory_limit). */
+size_t ig_sandbox_heap_peak(void);
 
 /* Close the state (runs pending finalizers, e.g. lock objects unlock). NULL is accepted. */
 void ig_sandbox_close(lua_State *L);

@@ -22,6 +22,7 @@
  * longjmps) can never leak a message, slot or error.
  */
 #include "imexguard.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -46,6 +47,12 @@
 #define ENOENT_GRACE	     1.0  /* seconds: a first connection waits for a missing socket */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
+
+/* For _cleanup_(freep): free(*p). */
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
 
 /* ---- connection ------------------------------------------------------------------------- */
 
@@ -532,31 +539,6 @@ static int read_prop(sd_bus_message *m, const char *key, struct unit_props *p)
 	return sd_bus_message_skip(m, "v");
 }
 
-/* Parse a GetAll reply (a{sv}) into p. */
-static int read_props(sd_bus_message *m, struct unit_props *p)
-{
-	int r = sd_bus_message_enter_container(m, 'a', "{sv}");
-
-	if (r < 0)
-		return r;
-	while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-		const char *key;
-
-		r = sd_bus_message_read(m, "s", &key);
-		if (r < 0)
-			return r;
-		r = read_prop(m, key, p);
-		if (r < 0)
-			return r;
-		r = sd_bus_message_exit_container(m);
-		if (r < 0)
-			return r;
-	}
-	if (r < 0)
-		return r;
-	return sd_bus_message_exit_container(m);
-}
-
 static int ends_with(const char *s, const char *suffix)
 {
 	size_t a = strlen(s), b = strlen(suffix);
@@ -564,37 +546,135 @@ static int ends_with(const char *s, const char *suffix)
 	return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* Properties of unit `name` on connection `b` before `end`: LoadUnit gives the object path even
- * for a unit that is not loaded (load_state "not-found" when no unit file exists; GetUnit would
- * fail for it), then Properties.GetAll of org.freedesktop.systemd1.Unit and, for a service, of
- * org.freedesktop.systemd1.Service.  Returns 0 or negative errno with *error possibly set. */
+/* The properties a query reads (struct unit_props; org.freedesktop.systemd1(5)), each with
+ * Properties.Get: GetAll would make systemd compute every property of the interface, among them
+ * the cgroup's accounting (MemoryCurrent, CPUUsageNSec, IO and IP counters read from the kernel),
+ * several times the cost of these. */
+static const struct {
+	int service; /* 1: org.freedesktop.systemd1.Service, 0: org.freedesktop.systemd1.Unit */
+	const char *key;
+} QUERY[] = {
+    {0, "Id"},
+    {0, "LoadState"},
+    {0, "UnitFileState"},
+    {0, "ActiveState"},
+    {0, "SubState"},
+    {0, "ActiveEnterTimestamp"},
+    {0, "StateChangeTimestamp"},
+    {0, "InvocationID"},
+    {0, "Job"},
+    {1, "Result"},
+    {1, "MainPID"},
+    {1, "ExecMainStartTimestamp"},
+    {1, "ExecStart"},
+};
+#define NQUERY (sizeof QUERY / sizeof QUERY[0])
+
+/* A Properties.Get sent without waiting (get_send), and its answer once it came. */
+struct pending {
+	sd_bus_slot *slot;
+	sd_bus_message *reply; /* the method return, or NULL */
+	sd_bus_error error;    /* the method error (set when the call failed) */
+	int r;		       /* 0, or the call's negative errno */
+	int done;
+};
+
+/* sd_bus_call_async(3) callback: keep the reply, or the error it carries. */
+static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
+{
+	struct pending *q = userdata;
+
+	(void)ret_error;
+	q->done = 1;
+	if (sd_bus_message_is_method_error(m, NULL)) {
+		q->r = -sd_bus_message_get_errno(m);
+		if (q->r == 0)
+			q->r = -EIO;
+		sd_bus_error_copy(&q->error, sd_bus_message_get_error(m));
+	} else {
+		q->reply = sd_bus_message_ref(m);
+	}
+	return 1;
+}
+
+/* Send Properties.Get(iface, key) to `path` without waiting; on_reply fills q.  Returns 0 or
+ * negative errno. */
+static int get_send(sd_bus *b, double end, const char *path, const char *iface, const char *key,
+		    struct pending *q)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	uint64_t left = usec_left(end);
+	int r;
+
+	if (left == 0)
+		return -ETIMEDOUT;
+	r = sd_bus_message_new_method_call(b, &m, SD_DEST, path, DBUS_PROPS, "Get");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "ss", iface, key);
+	if (r >= 0)
+		r = sd_bus_call_async(b, &q->slot, m, on_reply, q,
+				      left == UINT64_MAX ? UINT64_MAX - 1 : left);
+	return r < 0 ? r : 0;
+}
+
+/* Send every Get of QUERY (n of them), wait for all the answers and read them into p.  Returns 0
+ * or negative errno with *error possibly set. */
+static int query_send_all(sd_bus *b, double end, const char *path, size_t n, struct pending *q,
+			  struct unit_props *p, sd_bus_error *error)
+{
+	size_t got = 0;
+	int r = 0;
+
+	for (size_t i = 0; i < n && r >= 0; i++)
+		r = get_send(b, end, path,
+			     QUERY[i].service ? "org.freedesktop.systemd1.Service"
+					      : "org.freedesktop.systemd1.Unit",
+			     QUERY[i].key, &q[i]);
+	while (r >= 0 && got < n) {
+		r = bus_step(b, end);
+		for (got = 0; got < n && q[got].done; got++)
+			;
+	}
+	for (size_t i = 0; i < n && r >= 0; i++) {
+		r = q[i].r;
+		if (r < 0 && sd_bus_is_open(b) <= 0)
+			return -ECONNRESET; /* sd-bus answered NoReply for the closed connection */
+		if (r < 0)
+			sd_bus_error_copy(error, &q[i].error);
+		else
+			r = read_prop(q[i].reply, QUERY[i].key, p);
+	}
+	return r;
+}
+
+/* Properties of unit `name` on connection `b` before `end`, in one round trip: the unit's object
+ * path is the name encoded under /org/freedesktop/systemd1/unit (sd_bus_path_encode(3); systemd
+ * names its unit objects so, and systemctl show finds them so), and systemd loads a unit that is
+ * not loaded when its object is looked up (load_state "not-found" when no unit file exists), as
+ * Manager.LoadUnit would.  Every Properties.Get of QUERY (the .Service ones only for a service)
+ * is sent before any answer is awaited.  Returns 0 or negative errno with *error possibly set. */
 static int query_on(sd_bus *b, double end, const char *name, struct unit_props *p,
 		    sd_bus_error *error)
 {
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-	char path[512];
-	const char *obj;
+	_cleanup_(freep) char *path = NULL;
+	struct pending q[NQUERY];
+	size_t n = 0;
 	int r;
 
 	memset(p, 0, sizeof *p);
-	r = call(b, end, SD_PATH, SD_MANAGER, "LoadUnit", error, &reply, "s", name);
+	memset(q, 0, sizeof q);
+	for (size_t i = 0; i < NQUERY; i++)
+		if (!QUERY[i].service || ends_with(name, ".service"))
+			n = i + 1;
+	r = sd_bus_path_encode(SD_PATH "/unit", name, &path);
 	if (r >= 0)
-		r = sd_bus_message_read(reply, "o", &obj);
-	if (r < 0)
-		return r;
-	snprintf(path, sizeof path, "%s", obj);
-	reply = sd_bus_message_unref(reply);
-
-	r = call(b, end, path, DBUS_PROPS, "GetAll", error, &reply, "s",
-		 "org.freedesktop.systemd1.Unit");
-	if (r >= 0)
-		r = read_props(reply, p);
-	if (r < 0 || !ends_with(p->id[0] ? p->id : name, ".service"))
-		return r;
-	reply = sd_bus_message_unref(reply);
-	r = call(b, end, path, DBUS_PROPS, "GetAll", error, &reply, "s",
-		 "org.freedesktop.systemd1.Service");
-	return r < 0 ? r : read_props(reply, p);
+		r = query_send_all(b, end, path, n, q, p, error);
+	for (size_t i = 0; i < NQUERY; i++) {
+		q[i].slot = sd_bus_slot_unref(q[i].slot);
+		q[i].reply = sd_bus_message_unref(q[i].reply);
+		sd_bus_error_free(&q[i].error);
+	}
+	return r;
 }
 
 /* Properties of unit `name` within `timeout` seconds (bounded by the budget), with query_on.  A
@@ -1121,7 +1201,7 @@ void ig_register_unit(lua_State *L)
 	    {"unit_set_bus", l_unit_set_bus},
 	    {NULL, NULL},
 	};
-	luaL_setfuncs(L, fns, 0);
+	ig_setfuncs(L, fns, "host");
 	/* One sentinel per state: the module opened again (busted restores package.loaded between
 	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
 	 * at an arbitrary later collection. */

@@ -6,6 +6,7 @@ local ctl = require "imexguard.ctl"
 local imexcfg = require "imexguard.imexcfg"
 local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
+local pace = require "imexguard.pace"
 
 local M = {}
 
@@ -240,11 +241,14 @@ function M.blame(ctx, want, v, waited)
     tostring(v.summary or v.status)))
 end
 
---- Wait for the domain to be healthy (step 8): poll the ctl every poll_interval until healthy or
--- health_timeout (bounded by the run's budget minus MARGIN) passes, or a configuration fault is
--- established (`config_fault_established` over want.config_fault_polls, default
--- CONFIG_FAULT_POLLS, consecutive polls: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of
--- several nodes, an answer "local daemon unreachable" counts as that signature).
+--- Wait for the domain to be healthy (step 8): poll the ctl, paced by imexguard.pace (soon after
+-- an answer changed, less often while it stays the same, never more often on average than every
+-- poll_interval), until healthy or health_timeout (bounded by the run's budget minus MARGIN)
+-- passes, or a configuration fault is established (`config_fault_established` over
+-- want.config_fault_polls, default CONFIG_FAULT_POLLS, consecutive polls spanning at least that
+-- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
+-- nodes, an answer "local daemon unreachable" counts as that signature). Each poll is logged at
+-- debug level with its time since the start of the wait.
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
 --   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
@@ -255,9 +259,11 @@ function M.wait(ctx, want, first)
   local start = h.now()
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
-  local history = {}
+  local history, fault_since = {}, nil
   local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
+  local p = pace.new(s.poll_interval, start)
   while true do
+    local asked = not answer and h.now()
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
       answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
@@ -265,6 +271,9 @@ function M.wait(ctx, want, first)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)
+    local seen = tostring(v and (v.summary or v.status) or answer.err)
+    if asked then p:polled(asked, h.now(), seen) end
+    h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, one_line(seen)))
     if no_local_daemon(answer) and command_service_off(want) then
       -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
       v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
@@ -276,13 +285,18 @@ function M.wait(ctx, want, first)
     end
     if v then last_v = v else last_err = answer.err end
     history[polls] = v or false
-    if answer.kind == "deadline" or M.config_fault_established(history, want.config_fault_polls, polls) then
+    -- C22: the same configuration fault over config_fault_polls polls spanning at least that many
+    -- poll intervals (polls come quicker after a change: a fresh start looks the same for a moment)
+    if v and v.verdict == "config-fault" then fault_since = fault_since or h.now() else fault_since = nil end
+    local fault_polls = want.config_fault_polls or M.CONFIG_FAULT_POLLS
+    if answer.kind == "deadline" or (M.config_fault_established(history, fault_polls, polls)
+        and h.now() - fault_since >= (fault_polls - 1) * s.poll_interval) then
       break
     end
     answer = nil
     local left = window - (h.now() - start)
     if left <= 0 then break end
-    if not h.sleep(math.min(s.poll_interval, left)) then break end
+    if not h.sleep(math.min(p:delay(h.now()), left)) then break end
   end
   local waited = h.now() - start
   if last_v then

@@ -48,7 +48,8 @@ M.schema = {
   { name = "health_timeout", default = 60, kind = "number",
     doc = "seconds: how long to poll the domain for health after a (re)start" },
   { name = "poll_interval", default = 0.25, kind = "number",
-    doc = "seconds: interval between two health polls" },
+    doc = "seconds: the health polls' average spacing (sooner after a change, up to twice as far "
+      .. "apart while nothing changes)" },
   { name = "on_peer_fault", default = "warn", kind = "enum", values = { "warn", "fail" },
     doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
   { name = "restart_under_jobs", default = false, kind = "boolean",

@@ -85,7 +85,7 @@ describe("imexguard command line", function()
       assert.equal(0, r.code)
       for _, word in ipairs({ "prolog", "epilog", "status", "plan", "check POLICY", "version",
         "--config FILE", "--policy FILE", "--deadline SECONDS", "--set KEY=VALUE", "--lua-dir DIR",
-        "--json", "policy-error 3", "deadline-exceeded 10", "exits 1" }) do
+        "--json", "--timing", "policy-error 3", "deadline-exceeded 10", "exits 1" }) do
         assert.matches(word, r.stdout, 1, true)
       end
     end)
@@ -111,6 +111,48 @@ describe("imexguard command line", function()
         assert.matches("Try 'imexguard --help'.", r.stderr, 1, true)
       end)
     end
+  end)
+
+  describe("--timing", function()
+    -- A policy that sleeps 0.05 s (host.sleep), reads a file twice and decodes JSON once.
+    local function timed_policy()
+      return file("local cjson = require 'cjson'\nlocal P = {}\nfunction P.prolog(ctx)\n"
+        .. "  ctx.host.sleep(0.05)\n  ctx.host.read('/proc/self/stat', 4096)\n"
+        .. "  ctx.host.read('/proc/self/stat', 4096)\n  cjson.decode('{}')\n  return 'ok', 'timed'\nend\n"
+        .. "P.epilog = P.prolog\nreturn P\n")
+    end
+
+    it("prints disjoint phases that add up to the total, and each primitive's time and calls", function()
+      local conf = dir .. "/empty.conf"
+      local r = run(dir, { "--timing", "--config", conf, "--policy", timed_policy(), "prolog" })
+      assert.equal(0, r.code, r.stderr)
+      local t, calls = {}, {}
+      for name, ms, rest in r.stderr:gmatch("timing: (%S+) ([%d.]+) ms([^\n]*)") do
+        t[name] = tonumber(ms)
+        calls[name] = tonumber(rest:match("(%d+) calls?"))
+      end
+      local sum = 0
+      local phases = { "lua-state", "load-driver", "settings", "prepare", "invoke", "finish", "close" }
+      for _, phase in ipairs(phases) do
+        assert.is_number(t[phase], phase .. " missing in:\n" .. r.stderr)
+        sum = sum + t[phase]
+      end
+      assert.near(t.total, sum, 0.01)
+      assert.is_true(t["host.sleep"] >= 50, r.stderr)
+      assert.is_true(t.invoke >= t["host.sleep"], r.stderr)
+      assert.equal(1, calls["host.sleep"])
+      assert.equal(2, calls["host.read"])
+      assert.equal(1, calls["cjson.decode"])
+      assert.is_true(calls.load >= 2, r.stderr) -- the driver's modules and the policy
+      assert.is_number(t["in-lua"])
+      local heap = tonumber(r.stderr:match("timing: lua%-heap%-peak (%d+) KiB"))
+      assert.is_true(heap and heap > 50 and heap < 256 * 1024, r.stderr)
+      -- the final line comes before the timing lines, and a run without --timing prints none
+      assert.matches("outcome=ok: timed\n.*timing: ", r.stderr)
+      r = run(dir, { "--config", conf, "--policy", timed_policy(), "prolog" })
+      assert.equal(0, r.code, r.stderr)
+      assert.not_matches("timing:", r.stderr)
+    end)
   end)
 
   describe("settings", function()

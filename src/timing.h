@@ -1,0 +1,33 @@
+/*
+ * timing.h: where a run's time goes (--timing; timing.c).  Every function is a no-op (and
+ * ig_setfuncs a plain luaL_setfuncs) until ig_timing_enable is called.
+ */
+#ifndef IMEXGUARD_TIMING_H
+#define IMEXGUARD_TIMING_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <stdio.h>
+
+/* Turn timing on; the first phase starts now (ig_now, CLOCK_MONOTONIC). */
+void ig_timing_enable(void);
+/* 1 when timing is on, else 0. */
+int ig_timing_enabled(void);
+/* End the current phase: the seconds since the previous phase ended go to phase `name` (phases
+ * are disjoint; a name given twice adds up). */
+void ig_timing_phase(const char *name);
+/* Add `seconds` and one call to slot `slot` (a timed activity inside the phases). */
+void ig_timing_add(const char *slot, double seconds);
+/* Push fn as a Lua function: with timing on, a wrapper that times every call in slot `slot`. */
+void ig_timing_wrap(lua_State *L, lua_CFunction fn, const char *slot);
+/* Replace the function on top (any Lua function, upvalues kept) by a wrapper that times every
+ * call in slot `slot`; with timing off it stays as it is. */
+void ig_timing_wrap_value(lua_State *L, const char *slot);
+/* luaL_setfuncs(L, fns, 0) for the table on top, each function timed in slot PREFIX.NAME
+ * (ig_timing_wrap).  The primitives of imexguard.host are registered with it ("host"). */
+void ig_setfuncs(lua_State *L, const luaL_Reg *fns, const char *prefix);
+/* Print the phases, the slots with their calls, "in-lua" and "total" on f, in milliseconds, one
+ * "timing: NAME MS ms[ N calls]" line each (nothing when timing is off). */
+void ig_timing_report(FILE *f);
+
+#endif

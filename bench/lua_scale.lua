@@ -48,7 +48,8 @@ local function ctl_json(order, down)
   local b = { "{\n \"nodes\": {\n" }
   for i = 0, n - 1 do
     local h = order[i + 1]
-    b[#b + 1] = string.format("  \"%d\": {\n   \"status\": \"%s\",\n   \"host\": \"%s\",\n   \"connections\": {\n",
+    b[#b + 1] = string.format("  \"%d\": {\n   \"status\": \"%s\",\n   \"host\": \"%s\",\n"
+      .. "   \"connections\": {\n",
       i, h == down and "UNAVAILABLE" or "READY", h)
     for j = 0, n - 1 do
       local p = order[j + 1]
@@ -67,7 +68,8 @@ end
 -- The text form of `nvidia-imex-ctl -N` (580 legend, versions, the matrix).
 local function ctl_text(order, down)
   local n = #order
-  local b = { "Connectivity Table Legend:\nI - Invalid - Node wasn't reachable, no connection status available\n"
+  local b = { "Connectivity Table Legend:\n"
+    .. "I - Invalid - Node wasn't reachable, no connection status available\n"
     .. "N - Never Connected\nR - Recovering - Connection was lost, but clean up has not yet been triggered.\n"
     .. "D - Disconnected - Connection was lost, and clean up has been triggreed.\n"
     .. "A - Authenticating - If GSSAPI enabled, client has initiated mutual authentication.\n"
@@ -95,7 +97,8 @@ end
 -- A state file holding `jobs` registrations of node lists of n nodes.
 local function state_text(jobs, bytes)
   local st = { nodes = bytes, written_us = 1754667482641000, job = "1", running_nodes = bytes,
-    running_config = "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n", invocation_id = string.rep("a", 32),
+    running_config = "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg\n",
+    invocation_id = string.rep("a", 32),
     started_us = 1754667482641000, jobs = {} }
   for j = 1, jobs do
     st.jobs[j] = { id = tostring(1000 + j), nodes = bytes, registered_us = 1754667482641000 + j,
@@ -164,7 +167,8 @@ local CASES = {
   { "ctl.parse_domain down", "conn", function(x) return function() ctl.parse_domain(x.json_down, 0) end end },
   { "ctl.parse_text up", "conn", function(x) return function() ctl.parse_text(x.text_up) end end },
   { "ctl.parse_text down", "conn", function(x) return function() ctl.parse_text(x.text_down) end end },
-  { "ctl.compare_map same", "node", function(x) return function() ctl.compare_map(x.up, x.addrs, x.self) end end },
+  { "ctl.compare_map same", "node",
+    function(x) return function() ctl.compare_map(x.up, x.addrs, x.self) end end },
   { "ctl.compare_map reordered", "node",
     function(x) return function() ctl.compare_map(x.reordered, x.addrs, x.self) end end },
   { "ctl.map_faults up", "conn", function(x) return function() ctl.map_faults(x.up) end end },
@@ -188,7 +192,8 @@ local CASES = {
   end },
   { "hostlist.expand", "node", function(x) return function() hostlist.expand(x.expr) end end },
   { "hostlist.compress", "node", function(x) return function() hostlist.compress(x.names) end end },
-  { "addresses.parse_map", "node", function(x) return function() addresses.parse_map(x.map_text, "/m") end end },
+  { "addresses.parse_map", "node",
+    function(x) return function() addresses.parse_map(x.map_text, "/m") end end },
   { "addresses.lookup map", "node", function(x)
     local h = fake_host({ ["/m"] = x.map_text })
     local s = { address_source = "map", address_map = "/m" }
@@ -199,7 +204,8 @@ local CASES = {
     h.local_addresses = function() return { "192.168.0.1", x.addrs[#x.addrs] } end
     return function() addresses.self(h, nil, x.addrs) end
   end },
-  { "nodelist.check", "node", function(x) return function() nodelist.check(x.addrs, { self = x.self }) end end },
+  { "nodelist.check", "node",
+    function(x) return function() nodelist.check(x.addrs, { self = x.self }) end end },
   { "nodelist.format", "node", function(x) return function() nodelist.format(x.addrs) end end },
   { "nodelist.parse", "node", function(x) return function() nodelist.parse(x.bytes) end end },
   { "nodelist.equal", "node", function(x) return function() nodelist.equal(x.addrs, x.addrs) end end },
@@ -263,4 +269,5 @@ for ci, c in ipairs(CASES) do
       c[2], prev and string.format("%.2f", r.sec / prev.sec) or "-"))
   end
 end
-print("ratio: time at n over time at the previous n; linear is 2 per node or per job, 4 per connection or byte.")
+print("ratio: time at n over time at the previous n; linear is 2 per node or per job, 4 per connection "
+  .. "or byte.")

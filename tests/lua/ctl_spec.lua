@@ -911,8 +911,11 @@ describe("ctl ordering by id", function()
     local nodes = {}
     for _, i in ipairs(ids) do
       local conns = {}
-      for _, j in ipairs(ids) do conns[tostring(j)] = { host = "10.1." .. j // 250 .. "." .. j % 250, status = "CONNECTED" } end
-      nodes[tostring(i)] = { status = "READY", host = "10.1." .. i // 250 .. "." .. i % 250, connections = conns }
+      for _, j in ipairs(ids) do
+        conns[tostring(j)] = { host = "10.1." .. j // 250 .. "." .. j % 250, status = "CONNECTED" }
+      end
+      nodes[tostring(i)] = { status = "READY", host = "10.1." .. i // 250 .. "." .. i % 250,
+        connections = conns }
     end
     return cjson.encode({ status = "UP", nodes = nodes })
   end
@@ -933,13 +936,14 @@ describe("ctl ordering by id", function()
     end
   end)
 
-  it("calls a node id or a connection id given twice (\"1\" and \"01\") malformed, naming the lowest", function()
+  it("calls a node or connection id given twice (\"1\" and \"01\") malformed, naming the lowest", function()
     local text = [[{"status":"UP","nodes":{
       "0":{"status":"READY","host":"10.0.0.1","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
       "3":{"status":"READY","host":"10.0.0.4","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
       "03":{"status":"READY","host":"10.0.0.5","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
       "1":{"status":"READY","host":"10.0.0.2","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
-      "01":{"status":"READY","host":"10.0.0.3","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}}}}]]
+      "01":{"status":"READY","host":"10.0.0.3","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}}
+    }}]]
     local ok, err, kind = ctl.parse_domain(text, 0)
     fails("malformed", ok, err, kind)
     assert.truthy(err:find("node id 1 appears twice", 1, true), err)
@@ -961,7 +965,8 @@ describe("ctl ordering by id", function()
   end)
 
   it("orders the ids above the node list of a hand-made domain", function()
-    local d = { status = "UP", nodes = { { id = 9, host = "h9" }, { id = 0, host = "h0" }, { id = 5, host = "h5" },
+    local d = { status = "UP", nodes = { { id = 9, host = "h9" }, { id = 0, host = "h0" },
+      { id = 5, host = "h5" },
       { id = 9, host = "h9" } }, by_host = {} }
     for _, n in ipairs(d.nodes) do d.by_host[n.host] = n end
     local r = ctl.compare_map(d, { "h0", "h1" }, "h0")
@@ -969,7 +974,8 @@ describe("ctl ordering by id", function()
   end)
 
   it("reads a text answer with a long run of blanks inside a line in linear time", function()
-    local text = read("up-2node-570-00-text.txt"):gsub("Nodes:", "Nodes:\nnote" .. string.rep(" ", 200000) .. "x", 1)
+    local note = "Nodes:\nnote" .. string.rep(" ", 200000) .. "x"
+    local text = read("up-2node-570-00-text.txt"):gsub("Nodes:", note, 1)
     local t0 = os.clock()
     local d = assert(ctl.parse_text(text))
     assert.is_true(os.clock() - t0 < 0.5, "parse_text took " .. os.clock() - t0 .. " s")

@@ -129,7 +129,9 @@ local function time_per_call(f)
   return t / reps
 end
 
--- The inputs of one domain size.
+-- The inputs of one domain size: texts, lists and (through x.get) parsed domains and verdicts, made
+-- for the case that needs them and dropped after it, so that no case runs beside another's heap (the
+-- garbage collector's work grows with the live heap: a 576-node domain holds a million tables).
 local function inputs(n)
   local addrs, names, lines = {}, {}, {}
   for i = 0, n - 1 do
@@ -144,19 +146,27 @@ local function inputs(n)
     json_up = ctl_json(addrs), json_down = ctl_json(addrs, down), json_rev = ctl_json(rev),
     text_up = ctl_text(addrs), text_down = ctl_text(addrs, down),
     expr = hostlist.compress(names), bytes = nodelist.format(addrs),
-    map_text = table.concat(lines, "\n") .. "\n" }
-  x.up = assert(ctl.parse_domain(x.json_up, 0))
-  x.down = assert(ctl.parse_domain(x.json_down, 0))
-  x.reordered = assert(ctl.parse_domain(x.json_rev, 0))
-  x.v_up = ctl.health(x.up, addrs, self)
-  x.v_down = ctl.health(x.down, addrs, self)
+    map_text = table.concat(lines, "\n") .. "\n", cache = {} }
   local namemap = {}
   for i = 1, n do namemap[addrs[i]] = names[i] end
   x.namemap = namemap
   -- registries: 4n jobs (several jobs per node list), the prolog's job the last
   x.jobs = 4 * n
   x.state = state_text(x.jobs, x.bytes)
-  x.st = assert(state.load(fake_host({ ["/s/state.json"] = x.state }), { state_dir = "/s" }))
+  local make = {
+    up = function() return assert(ctl.parse_domain(x.json_up, 0)) end,
+    down = function() return assert(ctl.parse_domain(x.json_down, 0)) end,
+    reordered = function() return assert(ctl.parse_domain(x.json_rev, 0)) end,
+    v_up = function() return ctl.health(x.get("up"), addrs, self) end,
+    v_down = function() return ctl.health(x.get("down"), addrs, self) end,
+    st = function()
+      return assert(state.load(fake_host({ ["/s/state.json"] = x.state }), { state_dir = "/s" }))
+    end,
+  }
+  function x.get(key)
+    if x.cache[key] == nil then x.cache[key] = make[key]() end
+    return x.cache[key]
+  end
   return x
 end
 
@@ -168,27 +178,45 @@ local CASES = {
   { "ctl.parse_text up", "conn", function(x) return function() ctl.parse_text(x.text_up) end end },
   { "ctl.parse_text down", "conn", function(x) return function() ctl.parse_text(x.text_down) end end },
   { "ctl.compare_map same", "node",
-    function(x) return function() ctl.compare_map(x.up, x.addrs, x.self) end end },
+    function(x)
+      local d_up = x.get("up")
+      return function() ctl.compare_map(d_up, x.addrs, x.self) end
+    end },
   { "ctl.compare_map reordered", "node",
-    function(x) return function() ctl.compare_map(x.reordered, x.addrs, x.self) end end },
-  { "ctl.map_faults up", "conn", function(x) return function() ctl.map_faults(x.up) end end },
-  { "ctl.health up", "conn", function(x) return function() ctl.health(x.up, x.addrs, x.self) end end },
-  { "ctl.health down", "conn", function(x) return function() ctl.health(x.down, x.addrs, x.self) end end },
+    function(x)
+      local d_reordered = x.get("reordered")
+      return function() ctl.compare_map(d_reordered, x.addrs, x.self) end
+    end },
+  { "ctl.map_faults up", "conn", function(x)
+    local d_up = x.get("up")
+    return function() ctl.map_faults(d_up) end end },
+  { "ctl.health up", "conn", function(x)
+    local d_up = x.get("up")
+    return function() ctl.health(d_up, x.addrs, x.self) end end },
+  { "ctl.health down", "conn", function(x)
+    local d_down = x.get("down")
+    return function() ctl.health(d_down, x.addrs, x.self) end end },
   { "ctl.health reordered", "conn",
-    function(x) return function() ctl.health(x.reordered, x.addrs, x.self) end end },
+    function(x)
+      local d_reordered = x.get("reordered")
+      return function() ctl.health(d_reordered, x.addrs, x.self) end
+    end },
   { "health.verdict+blame down", "conn", function(x)
+    local d_down = x.get("down")
     local ctx = { host = { log = function() end }, settings = { on_peer_fault = "warn" } }
     local want = { self = x.self, names = x.namemap, addrs = x.addrs }
     return function()
-      local v = health.verdict({ domain = x.down }, x.addrs, x.self)
+      local v = health.verdict({ domain = d_down }, x.addrs, x.self)
       health.blame(ctx, want, v, 1.0)
     end
   end },
   { "report.status up (text)", "conn", function(x)
-    return function() report.status(x.up, x.v_up, { self = x.self, names = x.namemap, node_list = "/n" }) end
+    local d_up, d_v_up = x.get("up"), x.get("v_up")
+    return function() report.status(d_up, d_v_up, { self = x.self, names = x.namemap, node_list = "/n" }) end
   end },
   { "report.status down (json)", "conn", function(x)
-    return function() report.status(x.down, x.v_down, { self = x.self, names = x.namemap, json = true }) end
+    local d_down, d_v_down = x.get("down"), x.get("v_down")
+    return function() report.status(d_down, d_v_down, { self = x.self, names = x.namemap, json = true }) end
   end },
   { "hostlist.expand", "node", function(x) return function() hostlist.expand(x.expr) end end },
   { "hostlist.compress", "node", function(x) return function() hostlist.compress(x.names) end end },
@@ -213,25 +241,30 @@ local CASES = {
     local h = fake_host({ ["/s/state.json"] = x.state })
     return function() state.load(h, { state_dir = "/s" }) end
   end },
-  { "state.encode (4n jobs)", "byte", function(x) return function() state.encode(x.st) end end },
+  { "state.encode (4n jobs)", "byte", function(x)
+    local d_st = x.get("st")
+    return function() state.encode(d_st) end end },
   { "registry register+conflicting", "job", function(x)
+    local d_st = x.get("st")
     return function()
-      registry.register(x.st, "1", x.bytes, 1754667482641000, { invocation_id = "" })
-      registry.conflicting(x.st, "1", x.bytes)
+      registry.register(d_st, "1", x.bytes, 1754667482641000, { invocation_id = "" })
+      registry.conflicting(d_st, "1", x.bytes)
     end
   end },
   { "registry.find+unregister+register", "job", function(x)
+    local d_st = x.get("st")
     local mid = tostring(1000 + x.jobs // 2)
     return function()
-      local e = registry.find(x.st, mid)
-      registry.unregister(x.st, mid)
-      registry.register(x.st, mid, e.nodes, e.registered_us)
+      local e = registry.find(d_st, mid)
+      registry.unregister(d_st, mid)
+      registry.register(d_st, mid, e.nodes, e.registered_us)
     end
   end },
   { "registry.ids+prune", "job", function(x)
+    local d_st = x.get("st")
     return function()
-      registry.ids(registry.jobs(x.st))
-      registry.prune(x.st, 1754667482641000, 3600)
+      registry.ids(registry.jobs(d_st))
+      registry.prune(d_st, 1754667482641000, 3600)
     end
   end },
 }
@@ -253,7 +286,9 @@ for _, n in ipairs(sizes) do
   io.stderr:write(string.format("n = %d: ctl -N -j %d bytes, text %d bytes, state file %d bytes\n", n,
     #x.json_up, #x.text_up, #x.state))
   for ci, c in ipairs(CASES) do
+    collectgarbage()
     local sec = time_per_call(c[3](x))
+    x.cache = {}
     results[ci] = results[ci] or {}
     table.insert(results[ci], { n = n, sec = sec, per = sec * 1e6 / units(x, c[2]) })
   end

@@ -105,8 +105,10 @@ function M.parse_query(stdout, status)
   return word
 end
 
+local find, tointeger = string.find, math.tointeger
+
 local function is_id(k)
-  return type(k) == "string" and k:match("^%d+$") and #k <= 9
+  return type(k) == "string" and #k <= 9 and find(k, "^%d+$") ~= nil
 end
 
 -- A node id of the text form as an integer, or nil when it is not 1 to 9 decimal digits (the JSON
@@ -191,11 +193,13 @@ local function build_node(key, n)
     if not is_id(ck) then
       return nil, "connections of node " .. key .. " are not keyed by node ids"
     end
-    if type(c) ~= "table" or type(c.host) ~= "string" or c.host == "" or type(c.status) ~= "string" then
+    local host, status
+    if type(c) == "table" then host, status = c.host, c.status end
+    if type(host) ~= "string" or host == "" or type(status) ~= "string" then
       return nil, "connection " .. ck .. " of node " .. key .. " lacks host or status"
     end
     count = count + 1
-    links[count] = { id = math.tointeger(tonumber(ck)), host = c.host, status = c.status }
+    links[count] = { id = tointeger(tonumber(ck)), host = host, status = status }
   end
   local twice
   links, twice = order_by_id(links)

@@ -1,8 +1,9 @@
 --- bench/lua_scale.lua: how imexguard's own Lua cost grows with the size of the domain.
 --
--- Usage, from the top of the tree: `lua5.4 bench/lua_scale.lua [MAX_N] [MIN_SECONDS]`
+-- Usage, from the top of the tree: `lua5.4 bench/lua_scale.lua [MAX_N] [MIN_SECONDS] [PATTERN]`
 -- (MAX_N: largest domain, default 576 nodes; MIN_SECONDS: CPU seconds each measurement repeats for,
--- default 0.2). No systemd, no simulator, no primitive: pure functions on synthetic inputs.
+-- default 0.2; PATTERN: a Lua pattern, only the functions whose name matches it are measured).
+-- No systemd, no simulator, no primitive: pure functions on synthetic inputs.
 --
 -- The inputs follow the real outputs in tests/fixtures/ctl/: `nvidia-imex-ctl -N -j` as the daemon
 -- prints it (one space of indent per level; every node lists its connection to every node, itself
@@ -29,6 +30,7 @@ local report = require "imexguard.report"
 
 local MAX_N = tonumber(arg[1]) or 576
 local MIN_SECONDS = tonumber(arg[2]) or 0.2
+local PATTERN = arg[3] or ""
 local SIZES = { 18, 36, 72, 144, 288, 576 }
 
 -- The address of node i (0-based): 10.<rack>.<i / 250>.<i % 250 + 1>, a rack of 18 nodes.
@@ -275,6 +277,12 @@ local function units(x, unit)
   if unit == "byte" then return #x.state end
   return x.n
 end
+
+local chosen = {}
+for _, c in ipairs(CASES) do
+  if c[1]:find(PATTERN) then chosen[#chosen + 1] = c end
+end
+CASES = chosen
 
 local results = {} -- [case index] = { {n, sec, per_unit_us}... }
 local sizes = {}

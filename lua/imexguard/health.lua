@@ -173,9 +173,9 @@ function M.config_fault_causes(cfg, path, addrs)
   return causes
 end
 
--- The sorted peers of a configuration fault as one string, computed once per verdict: each poll
--- looks back over the last polls, and sorting the same verdict's peers again each time would make
--- the wait's cost grow with the number of polls times n log n.
+-- The sorted peers of a configuration fault as one string, computed once per verdict (keyed by its
+-- config_fault table, which a verdict never changes): each poll looks back over the last `polls`
+-- verdicts, so without this every verdict's peers would be sorted again at each of those polls.
 local peer_keys = setmetatable({}, { __mode = "k" })
 local function peers_key(cf)
   local k = peer_keys[cf]

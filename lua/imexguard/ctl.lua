@@ -517,25 +517,25 @@ local function compare_summary(r, self_host)
   return "the daemon runs other nodes than the node list: " .. table.concat(parts, "; ")
 end
 
--- The ids where an answer's map and a node list of `count` entries can differ, ascending: 0 ..
--- count-1, then the answer's ids above (an id that neither holds matches). Linear in the ids listed:
--- never a loop up to the largest id, which an answer may give as 999999999.
-local function compared_ids(nodes, count)
-  local ids, above = {}, {}
-  for id = 0, count - 1 do ids[id + 1] = id end
+-- The answer's ids of `count` and above, ascending and each once: with 0 .. count-1, the ids where
+-- the answer's map and a node list of `count` entries can differ (an id that neither holds matches).
+-- Linear in the ids listed: never a loop up to the largest id, which an answer may give as 999999999.
+local function ids_above(nodes, count)
+  local above = {}
   for _, n in ipairs(nodes) do
     if n.id >= count then above[#above + 1] = n.id end
   end
   for i = 2, #above do
-    if above[i] < above[i - 1] then -- not from parse_domain (its nodes are ordered by id)
+    if above[i] <= above[i - 1] then -- not from parse_domain (its nodes are ordered by id, each once)
       table.sort(above)
-      break
+      local once = {}
+      for j, id in ipairs(above) do
+        if id ~= above[j - 1] then once[#once + 1] = id end
+      end
+      return once
     end
   end
-  for i, id in ipairs(above) do
-    if id ~= above[i - 1] then ids[#ids + 1] = id end -- a hand-made domain may list an id twice
-  end
-  return ids
+  return above
 end
 
 --- Compare the answer's ordered node map with the job's ordered node list.
@@ -580,13 +580,15 @@ function M.compare_map(domain, expected, self_host)
     if not domain.by_host[h] then r.missing[#r.missing + 1] = h end
   end
   local gaps = false
-  for _, id in ipairs(compared_ids(domain.nodes, #expected)) do
+  local function compare(id)
     local d, j = map[id], expected[id + 1]
     if d ~= j then
       r.moved[#r.moved + 1] = { id = id, daemon = d, job = j }
       gaps = gaps or d == nil or j == nil
     end
   end
+  for id = 0, #expected - 1 do compare(id) end
+  for _, id in ipairs(ids_above(domain.nodes, #expected)) do compare(id) end
   if r.self_id == nil then
     r.kind = "self-absent"
   elseif #r.moved == 0 and #r.duplicates == 0 then

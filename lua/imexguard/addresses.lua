@@ -27,7 +27,7 @@ function M.parse_map(text, path)
   local n = 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
-    line = line:gsub("#.*$", ""):gsub("^%s+", ""):gsub("%s+$", "")
+    line = nodelist.trim((line:gsub("#.*$", "")))
     if line ~= "" then
       local name, addr, rest = line:match("^(%S+)%s+(%S+)%s*(.*)$")
       if not name or rest ~= "" then

@@ -39,6 +39,18 @@ M.LETTERS = {
 
 local UNCONFIGURED_TEXT = "Failed to read node configuration file"
 
+-- s without its trailing white space (the bytes of %s in the C locale). One pass from the end: the
+-- pattern "%s+$" rescans each run of blanks inside a line from every position in it.
+local function rtrim(s)
+  local e = #s
+  local b = s:byte(e)
+  while b == 32 or (b and b >= 9 and b <= 13) do
+    e = e - 1
+    b = s:byte(e)
+  end
+  return e == #s and s or s:sub(1, e)
+end
+
 -- A short, one-line rendering of some output for messages.
 local function excerpt(s)
   s = s:gsub("%s+", " "):match("^ ?(.-) ?$")
@@ -93,8 +105,10 @@ function M.parse_query(stdout, status)
   return word
 end
 
+local find, tointeger = string.find, math.tointeger
+
 local function is_id(k)
-  return type(k) == "string" and k:match("^%d+$") and #k <= 9
+  return type(k) == "string" and #k <= 9 and find(k, "^%d+$") ~= nil
 end
 
 -- A node id of the text form as an integer, or nil when it is not 1 to 9 decimal digits (the JSON
@@ -104,6 +118,52 @@ local function text_id(s)
     return math.tointeger(tonumber(s))
   end
   return nil
+end
+
+local function id_less(a, b)
+  return a.id < b.id
+end
+
+-- A list of tables with integer `id`s ordered by id, and the lowest id that appears twice (nil when
+-- none; the order of equal ids is then unspecified). Linear when the ids are dense (a ctl answer's
+-- ids are 0 .. n-1: every node's n connections are bucketed, so an answer of n nodes costs n^2,
+-- not n^2 log n); a comparison sort for sparse ids. May return a new list.
+local function order_by_id(list)
+  local n = #list
+  if n < 2 then
+    return list
+  end
+  local lo, hi = list[1].id, list[1].id
+  for i = 2, n do
+    local id = list[i].id
+    if id < lo then lo = id elseif id > hi then hi = id end
+  end
+  if hi - lo >= 2 * n then
+    table.sort(list, id_less)
+    for i = 2, n do
+      if list[i - 1].id == list[i].id then return list, list[i].id end
+    end
+    return list
+  end
+  local slot, twice = {}, nil
+  for i = 1, n do
+    local e = list[i]
+    local k = e.id - lo + 1
+    if slot[k] == nil then
+      slot[k] = e
+    elseif twice == nil or e.id < twice then
+      twice = e.id
+    end
+  end
+  local out, m = {}, 0
+  for k = 1, hi - lo + 1 do
+    local e = slot[k]
+    if e ~= nil then
+      m = m + 1
+      out[m] = e
+    end
+  end
+  return out, twice
 end
 
 -- Validate one decoded node; returns the result node or nil, reason. A host named under two ids
@@ -128,22 +188,26 @@ local function build_node(key, n)
   if type(n.connections) ~= "table" then
     return nil, "node " .. key .. " has no connections object"
   end
-  local links = {}
+  local links, count = {}, 0
   for ck, c in pairs(n.connections) do
     if not is_id(ck) then
       return nil, "connections of node " .. key .. " are not keyed by node ids"
     end
-    if type(c) ~= "table" or type(c.host) ~= "string" or c.host == "" or type(c.status) ~= "string" then
+    local host, status
+    if type(c) == "table" then host, status = c.host, c.status end
+    if type(host) ~= "string" or host == "" or type(status) ~= "string" then
       return nil, "connection " .. ck .. " of node " .. key .. " lacks host or status"
     end
-    links[#links + 1] = { id = math.tointeger(tonumber(ck)), host = c.host, status = c.status }
+    count = count + 1
+    links[count] = { id = tointeger(tonumber(ck)), host = host, status = status }
   end
-  table.sort(links, function(a, b) return a.id < b.id end)
+  local twice
+  links, twice = order_by_id(links)
+  if twice then
+    return nil, "connections of node " .. key .. " list id " .. twice .. " twice"
+  end
   local conns = {}
-  for i, l in ipairs(links) do
-    if i > 1 and links[i - 1].id == l.id then
-      return nil, "connections of node " .. key .. " list id " .. l.id .. " twice"
-    end
+  for _, l in ipairs(links) do
     conns[l.host] = conns[l.host] or l.status
   end
   return {
@@ -157,15 +221,11 @@ local function build_node(key, n)
   }
 end
 
--- Sort nodes by id and index them by host (a host under two ids: the lower id, and the host is
--- listed in `duplicates`); nil, reason on a duplicate id.
+-- Index nodes (ordered by id) by host: a host under two ids gets the lower id, and the host is
+-- listed in `duplicates`.
 local function index(nodes)
-  table.sort(nodes, function(a, b) return a.id < b.id end)
   local by_host, dups = {}, {}
-  for i, n in ipairs(nodes) do
-    if i > 1 and nodes[i - 1].id == n.id then
-      return nil, "node id " .. n.id .. " appears twice"
-    end
+  for _, n in ipairs(nodes) do
     local first = by_host[n.host]
     if first then
       if not dups[n.host] then
@@ -246,10 +306,12 @@ function M.parse_domain(stdout, status)
   if #nodes == 0 then
     return malformed("no nodes")
   end
-  local by_host, dups = index(nodes)
-  if not by_host then
-    return malformed(dups)
+  local twice
+  nodes, twice = order_by_id(nodes)
+  if twice then
+    return malformed("node id " .. twice .. " appears twice")
   end
+  local by_host, dups = index(nodes)
   return { status = doc.status, timestamp = doc.timestamp, nodes = nodes, by_host = by_host,
     duplicates = dups }
 end
@@ -286,14 +348,15 @@ local function link_rows(nodes, by_id, matrix)
     if not row then
       return nil, "no matrix row for node #" .. n.id
     end
-    n.links = {}
+    local links, count = {}, 0
     for to, letter in pairs(row) do
       if not by_id[to] then
         return nil, "matrix column " .. to .. " is not a node"
       end
-      n.links[#n.links + 1] = { id = to, host = by_id[to].host, status = M.LETTERS[letter] }
+      count = count + 1
+      links[count] = { id = to, host = by_id[to].host, status = M.LETTERS[letter] }
     end
-    table.sort(n.links, function(a, b) return a.id < b.id end)
+    n.links = order_by_id(links) -- a row has each column once
     for _, l in ipairs(n.links) do
       n.connections[l.host] = n.connections[l.host] or l.status
     end
@@ -322,7 +385,7 @@ function M.parse_text(stdout)
   local nodes, by_id, matrix, columns = {}, {}, {}, nil
   local result = { nodes = nodes, matrix = matrix }
   for line in (stdout .. "\n"):gmatch("([^\n]*)\n") do
-    line = line:gsub("%s+$", "")
+    line = rtrim(line)
     local id, host, state, rest = line:match("^Node #(%d+)%s+%-%s+(%S+)%s+%-%s+(%S+)(.*)$")
     if id then
       local node = { id = text_id(id), host = host, status = state, connections = {} }
@@ -373,10 +436,9 @@ function M.parse_text(stdout)
   if not linked then
     return malformed(why)
   end
+  nodes = order_by_id(nodes) -- no id twice: refused at its node line
+  result.nodes = nodes
   local by_host, dups = index(nodes)
-  if not by_host then
-    return malformed(dups)
-  end
   result.by_host, result.duplicates = by_host, dups
   return result
 end
@@ -455,6 +517,27 @@ local function compare_summary(r, self_host)
   return "the daemon runs other nodes than the node list: " .. table.concat(parts, "; ")
 end
 
+-- The answer's ids of `count` and above, ascending and each once: with 0 .. count-1, the ids where
+-- the answer's map and a node list of `count` entries can differ (an id that neither holds matches).
+-- Linear in the ids listed: never a loop up to the largest id, which an answer may give as 999999999.
+local function ids_above(nodes, count)
+  local above = {}
+  for _, n in ipairs(nodes) do
+    if n.id >= count then above[#above + 1] = n.id end
+  end
+  for i = 2, #above do
+    if above[i] <= above[i - 1] then -- not from parse_domain (its nodes are ordered by id, each once)
+      table.sort(above)
+      local once = {}
+      for j, id in ipairs(above) do
+        if id ~= above[j - 1] then once[#once + 1] = id end
+      end
+      return once
+    end
+  end
+  return above
+end
+
 --- Compare the answer's ordered node map with the job's ordered node list.
 -- ID i of the job's list is its (i+1)-th entry: the line the node list file gives it. Kinds, in
 -- this order of precedence:
@@ -490,22 +573,22 @@ function M.compare_map(domain, expected, self_host)
   local r = { count = count, job_self_id = job_id[self_host], moved = {}, missing = {}, extra = {},
     duplicates = domain.duplicates or {} }
   r.self_id = domain.by_host[self_host] and domain.by_host[self_host].id
-  local top = #expected - 1
   for _, n in ipairs(domain.nodes) do
-    top = math.max(top, n.id)
     if job_id[n.host] == nil then r.extra[#r.extra + 1] = n.host end
   end
   for _, h in ipairs(expected) do
     if not domain.by_host[h] then r.missing[#r.missing + 1] = h end
   end
   local gaps = false
-  for id = 0, top do
+  local function compare(id)
     local d, j = map[id], expected[id + 1]
     if d ~= j then
       r.moved[#r.moved + 1] = { id = id, daemon = d, job = j }
       gaps = gaps or d == nil or j == nil
     end
   end
+  for id = 0, #expected - 1 do compare(id) end
+  for _, id in ipairs(ids_above(domain.nodes, #expected)) do compare(id) end
   if r.self_id == nil then
     r.kind = "self-absent"
   elseif #r.moved == 0 and #r.duplicates == 0 then

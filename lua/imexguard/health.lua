@@ -10,8 +10,11 @@ local pace = require "imexguard.pace"
 
 local M = {}
 
---- Largest ctl output kept (bytes per stream).
-M.MAX_OUTPUT = 1024 * 1024
+--- Largest ctl output kept (bytes per stream). `-N -j` grows as n^2: every node lists its connection
+-- to every node, about 100 bytes each as the daemon indents it (tests/fixtures/ctl/up-2node-570.json),
+-- so 1 MiB ends at about 100 nodes and 576 nodes print 33 MB. A longer answer is cut, hence not JSON,
+-- hence "malformed". The buffer grows with what the ctl prints (run.c), not to this cap.
+M.MAX_OUTPUT = 64 * 1024 * 1024
 --- Seconds kept back from the run's budget so that a timed-out wait still ends in a named outcome.
 M.MARGIN = 0.5
 --- Consecutive polls with the same configuration-fault verdict after which `wait` stops early.
@@ -171,6 +174,21 @@ function M.config_fault_causes(cfg, path, addrs)
   return causes
 end
 
+-- The sorted peers of a configuration fault as one string, computed once per verdict (keyed by its
+-- config_fault table, which a verdict never changes): each poll looks back over the last `polls`
+-- verdicts, so without this every verdict's peers would be sorted again at each of those polls.
+local peer_keys = setmetatable({}, { __mode = "k" })
+local function peers_key(cf)
+  local k = peer_keys[cf]
+  if k then return k end
+  local peers = {}
+  for j, h in ipairs(cf.peers or {}) do peers[j] = h end
+  table.sort(peers)
+  k = table.concat(peers, " ")
+  peer_keys[cf] = k
+  return k
+end
+
 --- Is a configuration fault established? True when the last `polls` verdicts are all
 -- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
 -- timeout; one inconsistent or unusable poll restarts the count).
@@ -187,10 +205,7 @@ function M.config_fault_established(history, polls, n)
   for i = n - polls + 1, n do
     local v = history[i]
     if type(v) ~= "table" or v.verdict ~= "config-fault" or not v.config_fault then return false end
-    local peers = {}
-    for j, h in ipairs(v.config_fault.peers or {}) do peers[j] = h end
-    table.sort(peers)
-    local k = table.concat(peers, " ")
+    local k = peers_key(v.config_fault)
     if key and k ~= key then return false end
     key = k
   end
@@ -307,13 +322,44 @@ function M.wait(ctx, want, first)
     waited, polls, tostring(last_err))), polls
 end
 
---- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
-local function conn_summary(node)
-  local total, up, bad = 0, 0, {}
-  local hosts = {}
-  for host in pairs(node.connections or {}) do hosts[#hosts + 1] = host end
+-- Every host named in a connection of the domain, sorted, and the count of each node's connections:
+-- sorted once for the whole table, so the summaries cost n^2, not n^2 log n.
+local function connection_hosts(domain)
+  local seen, hosts, counts = {}, {}, {}
+  for _, node in ipairs(domain.nodes) do
+    local k = 0
+    for host in pairs(node.connections or {}) do
+      k = k + 1
+      if not seen[host] then
+        seen[host] = true
+        hosts[#hosts + 1] = host
+      end
+    end
+    counts[node] = k
+  end
   table.sort(hosts)
-  for _, host in ipairs(hosts) do
+  return { hosts = hosts, counts = counts }
+end
+
+-- The hosts of one node's connections, sorted: picked from the domain's sorted hosts when the node
+-- names at least a quarter of them (the usual case: every node names every node), else sorted alone.
+local function sorted_connections(node, all)
+  local conns, hosts = node.connections or {}, {}
+  if all.counts[node] * 4 >= #all.hosts then
+    for _, host in ipairs(all.hosts) do
+      if conns[host] ~= nil then hosts[#hosts + 1] = host end
+    end
+    return hosts
+  end
+  for host in pairs(conns) do hosts[#hosts + 1] = host end
+  table.sort(hosts)
+  return hosts
+end
+
+--- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
+local function conn_summary(node, all)
+  local total, up, bad = 0, 0, {}
+  for _, host in ipairs(sorted_connections(node, all)) do
     local st = node.connections[host]
     total = total + 1
     if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
@@ -369,12 +415,12 @@ function M.report(domain, v, opts)
   local diag = diagnoses(v)
   local map_of = {}
   for _, m in ipairs(v and v.map_faults or ctl.map_faults(domain)) do map_of[m.id] = m.text end
-  local rows = {}
+  local rows, all = {}, connection_hosts(domain)
   for _, node in ipairs(domain.nodes) do
     rows[#rows + 1] = {
       id = node.id, host = node.host, name = names[node.host] or "",
       status = tostring(node.status), version = node.version,
-      connections = conn_summary(node), self = node.host == opts.self, map = map_of[node.id] or "ok",
+      connections = conn_summary(node, all), self = node.host == opts.self, map = map_of[node.id] or "ok",
       -- the verdict blames expected hosts; any other node that is not READY says so itself
       diagnosis = diag[node.host] or map_of[node.id]
         or (node.status ~= "READY" and ("status " .. tostring(node.status)))

@@ -39,6 +39,12 @@ local function bad(expr, why)
   return nil, string.format("invalid hostlist '%s': %s", expr, why)
 end
 
+-- The number of decimal digits that end s. Anchored on the reversed string: the unanchored
+-- "%d*$" retries from each digit of a long run, which is quadratic in the run's length.
+local function trailing_digits(s)
+  return #s:reverse():match("^%d*")
+end
+
 -- Parse the inside of one bracket into a list of {lo, hi, width}.
 local function parse_ranges(body)
   if body == "" then
@@ -105,7 +111,7 @@ local function parse_group(group)
   if #brackets > 0 and texts[#brackets] ~= "" then
     return nil, string.format("text '%s' after the last bracket", texts[#brackets])
   end
-  if #brackets == 0 and #(group:match("%d*$")) > MAX_DIGITS then
+  if #brackets == 0 and trailing_digits(group) > MAX_DIGITS then
     return nil, string.format("name '%s' ends in more than %d digits", group, MAX_DIGITS)
   end
   return texts, brackets
@@ -161,7 +167,10 @@ function M.expand(expr)
   end
   -- Split at top-level commas, checking bracket balance on the way.
   local groups, depth, start = {}, 0, 1
-  for i = 1, #expr do
+  local i = 0
+  while true do
+    i = expr:find("[%[%],]", i + 1)
+    if not i then break end
     local c = expr:sub(i, i)
     if c == "[" then
       if depth > 0 then
@@ -221,11 +230,12 @@ function M.compress(names)
     if type(name) ~= "string" then
       error("hostlist.compress: entry " .. i .. " is a " .. type(name), 2)
     end
-    if name == "" or name:find("[%[%],%s%c]") or #(name:match("%d*$")) > MAX_DIGITS then
+    local d = name ~= "" and trailing_digits(name) or 0
+    if name == "" or name:find("[%[%],%s%c]") or d > MAX_DIGITS then
       return nil, string.format("name %d '%s' cannot be written in a hostlist", i, name)
     end
-    local prefix, digits = name:match("^(.-)(%d+)$")
-    if not digits then
+    local prefix, digits = name:sub(1, #name - d), name:sub(#name - d + 1)
+    if d == 0 then
       groups[#groups + 1] = { literal = name }
     else
       local v = math.tointeger(tonumber(digits))

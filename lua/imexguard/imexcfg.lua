@@ -5,6 +5,8 @@
 -- nvidia-imex package (`KEY=VALUE` lines, `#` comments), and the unit NVIDIA recommends
 -- (`ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg`).
 -- @module imexguard.imexcfg
+local trim = require("imexguard.nodelist").trim
+
 local M = {}
 
 -- NVIDIA's package defaults (NVIDIA IMEX guide, the config.cfg of the nvidia-imex package).
@@ -39,20 +41,20 @@ function M.parse(text)
   local cfg, where, lineno = {}, {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
-    local body = line:match("^%s*(.-)%s*$")
+    local body = trim(line)
     if body ~= "" and body:sub(1, 1) ~= "#" then
       local key, value = body:match("^([^=]*)=(.*)$")
       if not key then
         return nil, string.format("config.cfg line %d: no '=' in '%s'", lineno, body)
       end
-      key = key:match("^%s*(.-)%s*$")
+      key = trim(key)
       if not key:match("^[%a_][%w_]*$") then
         return nil, string.format("config.cfg line %d: bad key '%s'", lineno, key)
       end
       if where[key] then
         return nil, string.format("config.cfg line %d: %s is already set on line %d", lineno, key, where[key])
       end
-      cfg[key], where[key] = value:match("^%s*(.-)%s*$"), lineno
+      cfg[key], where[key] = trim(value), lineno
     end
   end
   return cfg

@@ -94,3 +94,13 @@ describe("address map (address_source = \"map\")", function()
     assert.matches("gpu5%.example", message)
   end)
 end)
+
+describe("addresses.parse_map of long lines (bench/lua_scale.lua)", function()
+  it("reads a line with a long run of blanks inside in linear time", function()
+    local t0 = os.clock()
+    local line = "  gpu1" .. string.rep(" ", 200000) .. "10.0.0.1 \t# rack 1\n"
+    local map = assert(addresses.parse_map(line, "/m"))
+    assert.is_true(os.clock() - t0 < 0.5, "parse_map took " .. os.clock() - t0 .. " s")
+    assert.same({ gpu1 = "10.0.0.1" }, map)
+  end)
+end)

@@ -903,3 +903,82 @@ describe("ctl.health: ordered identity and configuration faults", function()
     assert.equal("unhealthy", ctl.health(up, { A, B, "10.0.0.99" }, A).verdict)
   end)
 end)
+
+-- Scale (bench/lua_scale.lua): the ordering by id and the id comparison stay linear, whatever the ids.
+describe("ctl ordering by id", function()
+  -- A domain of the given node ids (each connected to every one), as JSON with the ids in `order`.
+  local function answer(ids)
+    local nodes = {}
+    for _, i in ipairs(ids) do
+      local conns = {}
+      for _, j in ipairs(ids) do
+        conns[tostring(j)] = { host = "10.1." .. j // 250 .. "." .. j % 250, status = "CONNECTED" }
+      end
+      nodes[tostring(i)] = { status = "READY", host = "10.1." .. i // 250 .. "." .. i % 250,
+        connections = conns }
+    end
+    return cjson.encode({ status = "UP", nodes = nodes })
+  end
+
+  local function ids_of(list)
+    local out = {}
+    for i, x in ipairs(list) do out[i] = x.id end
+    return out
+  end
+
+  it("orders dense and sparse ids, nodes and links", function()
+    for _, ids in ipairs({ { 3, 0, 2, 1 }, { 5, 900000000, 7, 0 }, { 1, 3, 5, 7, 9 } }) do
+      local d = assert(ctl.parse_domain(answer(ids), 0))
+      local sorted = { table.unpack(ids) }
+      table.sort(sorted)
+      assert.same(sorted, ids_of(d.nodes))
+      for _, n in ipairs(d.nodes) do assert.same(sorted, ids_of(n.links)) end
+    end
+  end)
+
+  it("calls a node or connection id given twice (\"1\" and \"01\") malformed, naming the lowest", function()
+    local text = [[{"status":"UP","nodes":{
+      "0":{"status":"READY","host":"10.0.0.1","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
+      "3":{"status":"READY","host":"10.0.0.4","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
+      "03":{"status":"READY","host":"10.0.0.5","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
+      "1":{"status":"READY","host":"10.0.0.2","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
+      "01":{"status":"READY","host":"10.0.0.3","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}}
+    }}]]
+    local ok, err, kind = ctl.parse_domain(text, 0)
+    fails("malformed", ok, err, kind)
+    assert.truthy(err:find("node id 1 appears twice", 1, true), err)
+    text = [[{"status":"UP","nodes":{"0":{"status":"READY","host":"10.0.0.1","connections":{
+      "2":{"host":"10.0.0.3","status":"CONNECTED"},"002":{"host":"10.0.0.3","status":"CONNECTED"},
+      "0":{"host":"10.0.0.1","status":"CONNECTED"},"00":{"host":"10.0.0.1","status":"CONNECTED"}}}}}]]
+    ok, err, kind = ctl.parse_domain(text, 0)
+    fails("malformed", ok, err, kind)
+    assert.truthy(err:find("connections of node 0 list id 0 twice", 1, true), err)
+  end)
+
+  it("compares a map holding id 999999999 without counting up to it", function()
+    local d = assert(ctl.parse_domain(answer({ 0, 1, 999999999 }), 0))
+    local t0 = os.clock()
+    local r = ctl.compare_map(d, { "10.1.0.0", "10.1.0.1", "10.1.0.2" }, "10.1.0.0")
+    assert.is_true(os.clock() - t0 < 0.5, "compare_map took " .. os.clock() - t0 .. " s")
+    assert.equal("different", r.kind)
+    assert.same({ { id = 2, job = "10.1.0.2" }, { id = 999999999, daemon = d.nodes[3].host } }, r.moved)
+  end)
+
+  it("orders the ids above the node list of a hand-made domain", function()
+    local d = { status = "UP", nodes = { { id = 9, host = "h9" }, { id = 0, host = "h0" },
+      { id = 5, host = "h5" },
+      { id = 9, host = "h9" } }, by_host = {} }
+    for _, n in ipairs(d.nodes) do d.by_host[n.host] = n end
+    local r = ctl.compare_map(d, { "h0", "h1" }, "h0")
+    assert.same({ 1, 5, 9 }, ids_of(r.moved))
+  end)
+
+  it("reads a text answer with a long run of blanks inside a line in linear time", function()
+    local note = "Nodes:\nnote" .. string.rep(" ", 200000) .. "x"
+    local text = read("up-2node-570-00-text.txt"):gsub("Nodes:", note, 1)
+    local t0 = os.clock()
+    local d = assert(ctl.parse_text(text))
+    assert.is_true(os.clock() - t0 < 0.5, "parse_text took " .. os.clock() - t0 .. " s")
+    assert.equal(2, #d.nodes)
+  end)
+end)

@@ -207,3 +207,58 @@ describe("health.verdict", function()
     assert.equal("local-fault", health.verdict({ kind = "unreachable", err = "down" }, H, H[1]).verdict)
   end)
 end)
+
+describe("health.probe of a large domain", function()
+  -- n nodes, every one READY and CONNECTED to every one, as the daemon prints it (one space of indent
+  -- per level, as in tests/fixtures/ctl/up-2node-570.json).
+  local function indented(n)
+    local b = { "{\n \"nodes\": {\n" }
+    for i = 0, n - 1 do
+      b[#b + 1] = string.format("  \"%d\": {\n   \"status\": \"READY\",\n   \"host\": \"10.2.%d.%d\",\n"
+        .. "   \"connections\": {\n", i, i // 250, i % 250 + 1)
+      for j = 0, n - 1 do
+        b[#b + 1] = string.format("    \"%d\": {\n     \"host\": \"10.2.%d.%d\",\n"
+          .. "     \"status\": \"CONNECTED\",\n"
+          .. "     \"changed\": false\n    }%s\n", j, j // 250, j % 250 + 1, j < n - 1 and "," or "")
+      end
+      b[#b + 1] = string.format("   },\n   \"changed\": false,\n   \"version\": \"570.172.08\"\n  }%s\n",
+        i < n - 1 and "," or "")
+    end
+    b[#b + 1] = " },\n \"timestamp\": \"8/8/2025 17:38:02.641\",\n \"status\": \"UP\"\n}\n"
+    return table.concat(b)
+  end
+
+  it("keeps the whole answer of a 144-node domain (2 MB) and finds it healthy", function()
+    local out = indented(144)
+    assert.is_true(#out > 2 * 1024 * 1024 - 200000)
+    local ctx = { settings = { ctl = "nvidia-imex-ctl", imex_config = "/etc/nvidia-imex/config.cfg",
+      ctl_timeout = 5 },
+      host = { run = function(_, opts) -- the primitive's cap (run.c): a longer stream is cut
+        return { stdout = out:sub(1, opts.max_output), status = 0, truncated = #out > opts.max_output }
+      end } }
+    local answer = health.probe(ctx)
+    assert.is_nil(answer.err)
+    assert.equal(144, #answer.domain.nodes)
+    local hosts = {}
+    for i, n in ipairs(answer.domain.nodes) do hosts[i] = n.host end
+    assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
+  end)
+end)
+
+describe("health.report connections", function()
+  it("lists each node's broken connections by host, whether it names every host or a few", function()
+    local conns = {}
+    for i = 9, 1, -1 do
+      conns[tostring(i)] = { host = "10.0.0." .. i, status = i % 3 == 0 and "INVALID" or "CONNECTED" }
+    end
+    local few = { ["2"] = { host = "10.0.0.9", status = "DISCONNECTED" },
+      ["3"] = { host = "10.0.0.10", status = "N" } }
+    local d = assert(ctl.parse_domain(cjson.encode({ status = "DEGRADED", nodes = {
+      ["1"] = { status = "READY", host = "10.0.0.1", connections = conns },
+      ["2"] = { status = "READY", host = "10.0.0.2", connections = few } } }), 0))
+    local out = health.report(d, nil, { self = "10.0.0.1", json = true })
+    local rows = cjson.decode(out).nodes
+    assert.equal("6/9 connected; 10.0.0.3 INVALID, 10.0.0.6 INVALID, 10.0.0.9 INVALID", rows[1].connections)
+    assert.equal("0/2 connected; 10.0.0.10 N, 10.0.0.9 DISCONNECTED", rows[2].connections)
+  end)
+end)

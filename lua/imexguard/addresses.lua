@@ -10,6 +10,7 @@
 -- addresses), so "the first answer" differs between nodes and no per-node choice is safe. Such a
 -- name is bad input; the site lists the IMEX address of each node in an address map instead.
 local nodelist = require "imexguard.nodelist"
+local trim = require("imexguard.text").trim
 
 local M = {}
 
@@ -27,7 +28,7 @@ function M.parse_map(text, path)
   local n = 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
-    line = nodelist.trim((line:gsub("#.*$", "")))
+    line = trim((line:gsub("#.*$", "")))
     if line ~= "" then
       local name, addr, rest = line:match("^(%S+)%s+(%S+)%s*(.*)$")
       if not name or rest ~= "" then

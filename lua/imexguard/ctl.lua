@@ -39,18 +39,6 @@ M.LETTERS = {
 
 local UNCONFIGURED_TEXT = "Failed to read node configuration file"
 
--- s without its trailing white space (the bytes of %s in the C locale). One pass from the end: the
--- pattern "%s+$" rescans each run of blanks inside a line from every position in it.
-local function rtrim(s)
-  local e = #s
-  local b = s:byte(e)
-  while b == 32 or (b and b >= 9 and b <= 13) do
-    e = e - 1
-    b = s:byte(e)
-  end
-  return e == #s and s or s:sub(1, e)
-end
-
 -- A short, one-line rendering of some output for messages.
 local function excerpt(s)
   s = s:gsub("%s+", " "):match("^ ?(.-) ?$")
@@ -385,7 +373,7 @@ function M.parse_text(stdout)
   local nodes, by_id, matrix, columns = {}, {}, {}, nil
   local result = { nodes = nodes, matrix = matrix }
   for line in (stdout .. "\n"):gmatch("([^\n]*)\n") do
-    line = rtrim(line)
+    line = text.rtrim(line)
     local id, host, state, rest = line:match("^Node #(%d+)%s+%-%s+(%S+)%s+%-%s+(%S+)(.*)$")
     if id then
       local node = { id = text_id(id), host = host, status = state, connections = {} }

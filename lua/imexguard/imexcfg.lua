@@ -5,7 +5,7 @@
 -- nvidia-imex package (`KEY=VALUE` lines, `#` comments), and the unit NVIDIA recommends
 -- (`ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg`).
 -- @module imexguard.imexcfg
-local trim = require("imexguard.nodelist").trim
+local trim = require("imexguard.text").trim
 
 local M = {}
 

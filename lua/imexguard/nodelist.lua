@@ -6,6 +6,8 @@
 -- on every node: the given order, LF, final newline, no blank lines; never sorted, so no locale can
 -- change it) and C05 (IPv4 literals only, no loopback, no duplicates, this node present).
 -- @module imexguard.nodelist
+local trim = require("imexguard.text").trim
+
 local M = {}
 
 local function check_list(addrs, fname)
@@ -39,22 +41,6 @@ function M.format(addrs)
   return table.concat(addrs, "\n") .. "\n"
 end
 
---- A string without its leading and trailing white space (the bytes of `%s` in the C locale), in
--- one pass: the pattern `^%s*(.-)%s*$` rescans a run of blanks inside the string from each of its
--- positions, which is quadratic in the run's length.
--- @tparam string s
--- @treturn string
-function M.trim(s)
-  local b = s:match("^%s*()")
-  local e = #s
-  local c = s:byte(e)
-  while e >= b and (c == 32 or (c >= 9 and c <= 13)) do
-    e = e - 1
-    c = s:byte(e)
-  end
-  return (b == 1 and e == #s) and s or s:sub(b, e)
-end
-
 --- Parse a node list file.
 -- Blank lines and lines starting with `#` (after leading spaces) are ignored; surrounding
 -- whitespace (including a CR of CRLF files) is trimmed.
@@ -70,7 +56,7 @@ function M.parse(text)
   local list, lineno = {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
-    local entry = M.trim(line)
+    local entry = trim(line)
     if entry ~= "" and entry:sub(1, 1) ~= "#" then
       if entry:find("[%s%c]") then
         return nil, string.format("node list line %d: '%s' is not a single entry", lineno, entry)

@@ -6,13 +6,38 @@ local M = {}
 -- written by the driver is capped at the same length.
 M.MAX_LINE = 1000
 
+--- A string without its trailing white space (the bytes of `%s` in the C locale), in one pass
+-- from the end: the pattern `%s+$` rescans a run of blanks inside the string from each of its
+-- positions, which is quadratic in the run's length.
+-- @tparam string s
+-- @treturn string
+function M.rtrim(s)
+  local e = #s
+  local c = s:byte(e)
+  while c == 32 or (c and c >= 9 and c <= 13) do
+    e = e - 1
+    c = s:byte(e)
+  end
+  return e == #s and s or s:sub(1, e)
+end
+
+--- A string without its leading and trailing white space (as rtrim; `^%s*(.-)%s*$` is quadratic
+-- in the length of a run of blanks inside the string).
+-- @tparam string s
+-- @treturn string
+function M.trim(s)
+  local b = s:match("^%s*()")
+  local t = M.rtrim(s)
+  return b == 1 and t or t:sub(b)
+end
+
 --- A message made one line: each run of CR/LF becomes one space, trailing white space is dropped,
 -- and a message longer than `max` bytes is cut and ends in "...".
 -- @param s any message (tostring is applied)
 -- @param max integer|nil longest result in bytes before the "..." (default M.MAX_LINE)
 -- @return string
 function M.one_line(s, max)
-  local t = tostring(s):gsub("[\r\n]+", " "):gsub("%s+$", "")
+  local t = M.rtrim((tostring(s):gsub("[\r\n]+", " ")))
   max = max or M.MAX_LINE
   if #t > max then t = t:sub(1, max) .. "..." end
   return t

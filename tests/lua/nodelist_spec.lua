@@ -1,5 +1,6 @@
 -- Specs for imexguard.nodelist (field cases C04, C05 of docs/design.md, "Field cases").
 local nodelist = require "imexguard.nodelist"
+local text = require "imexguard.text"
 
 describe("nodelist.format (C04)", function()
   it("writes one entry per line, LF, final newline, in the given order", function()
@@ -152,14 +153,14 @@ describe("nodelist.equal", function()
   end)
 end)
 
-describe("nodelist.trim and long lines (bench/lua_scale.lua)", function()
+describe("text.trim and long lines (bench/lua_scale.lua)", function()
   it("drops leading and trailing white space, keeps the inside", function()
-    assert.equal("", nodelist.trim(""))
-    assert.equal("", nodelist.trim(" \t\r\n\v\f"))
-    assert.equal("a b", nodelist.trim("\t a b \r"))
-    assert.equal("10.0.0.1", nodelist.trim("10.0.0.1"))
-    assert.equal("x", nodelist.trim("x  "))
-    assert.equal("x", nodelist.trim("  x"))
+    assert.equal("", text.trim(""))
+    assert.equal("", text.trim(" \t\r\n\v\f"))
+    assert.equal("a b", text.trim("\t a b \r"))
+    assert.equal("10.0.0.1", text.trim("10.0.0.1"))
+    assert.equal("x", text.trim("x  "))
+    assert.equal("x", text.trim("  x"))
   end)
 
   it("refuses a line with a long run of blanks inside in linear time", function()

@@ -34,7 +34,7 @@ end
 -- @tparam function quote shell quoting of one word
 -- @treturn boolean
 function M.available(exe, quote)
-  local p = io.popen(quote(exe) .. " --timing version 2>&1", "r")
+  local p = io.popen(quote(exe) .. " --timing version 2>&1 >/dev/null", "r")
   if not p then return false end
   local out = p:read("a")
   p:close()

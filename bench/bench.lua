@@ -63,7 +63,9 @@ local CFG = {
   poll = os.getenv("BENCH_POLL_INTERVAL"),           -- imexguard poll_interval (nil: simdomain's)
   always = num_env("BENCH_ALWAYS_RESTART", 1) ~= 0,  -- c) also the restart-every-job baseline
   only = os.getenv("BENCH_ONLY") or "abcd",          -- the scenarios to run
+  profile = os.getenv("BENCH_PROFILE"),              -- a) command prefix of the breakdown runs
 }
+if CFG.profile == "" then CFG.profile = nil end
 -- a) and b) use 127.0.NET.x, c) NET+1, d) NET+2, NET+3, ... (one per size).
 if CFG.net + 1 + #CFG.sizes > 255 then
   io.stderr:write(string.format("bench: BENCH_NET=%d: 127.0.%d.x is beyond 255 with %d sizes\n", CFG.net,
@@ -99,12 +101,14 @@ local function assign(env)
 end
 
 --- Shell command of imexguard's prolog on node `name` for job `job` (output to `out`); with
--- `with_timing`, `--timing` when this imexguard has it (its lines go to `out` too).
-local function imexguard_cmd(d, name, job, nodelist, nnodes, out, with_timing)
+-- `with_timing`, `--timing` when this imexguard has it (its lines go to `out` too); `prefix`: a
+-- command that runs imexguard (BENCH_PROFILE, e.g. strace -c), a shell string.
+local function imexguard_cmd(d, name, job, nodelist, nnodes, out, with_timing, prefix)
   local env = simdomain.prolog_env(job, nodelist, name, nnodes)
   env.IMEXGUARD_NO_JOURNAL = "1"
-  return string.format("env -i %s %s%s --config %s %s prolog >%s 2>&1", assign(env),
-    quote(d.build .. "/imexguard"), (with_timing and TIMING) and " --timing" or "", quote(d:config(name)),
+  return string.format("env -i %s %s%s%s --config %s %s prolog >%s 2>&1", assign(env),
+    prefix and (prefix .. " ") or "", quote(d.build .. "/imexguard"),
+    (with_timing and TIMING) and " --timing" or "", quote(d:config(name)),
     CFG.poll and ("--set poll_interval=" .. quote(CFG.poll)) or "", quote(out))
 end
 
@@ -431,12 +435,13 @@ local function warm_up(d, job)
     d.n))
 end
 
---- The breakdown of the fast path: `runs` more imexguard prologs on `name` with --timing.
+--- The breakdown of the fast path: `runs` more imexguard prologs on `name` with --timing (and
+-- under BENCH_PROFILE when set).
 local function breakdown(d, name, runs, job0)
   local out = d:dir(name) .. "/bench-fast-timing.out"
   local parsed = {}
   for i = 1, runs do
-    local res = run_timed(imexguard_cmd(d, name, job0 + i, "n[1-" .. d.n .. "]", d.n, out, true))
+    local res = run_timed(imexguard_cmd(d, name, job0 + i, "n[1-" .. d.n .. "]", d.n, out, true, CFG.profile))
     local run = timing.parse(simdomain.read_file(out))
     if res.status == 0 and run.total then parsed[#parsed + 1] = run end
   end
@@ -482,7 +487,7 @@ local function fast_path(d, opts)
       break
     end
   end
-  if opts.full and TIMING and not failed then
+  if opts.full and (TIMING or CFG.profile) and not failed then
     r.breakdown, r.breakdown_runs = breakdown(d, name, opts.runs, opts.job + opts.runs)
   end
   r.igout = outcome_of(igout)
@@ -710,6 +715,9 @@ end
 
 local function report_breakdown(a)
   say("")
+  if CFG.profile and a and a.breakdown_runs then
+    say("BENCH_PROFILE: %d more fast-path prologs ran under: %s", CFG.runs, CFG.profile)
+  end
   if not TIMING then
     say("phase breakdown: not available (this imexguard has no --timing)")
     return

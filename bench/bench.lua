@@ -226,7 +226,9 @@ local function run_job(d, tool, procs, nodelist, nnodes, watch_names, with_timin
     os.remove(p.done)
     local cmd = tool == "imexguard" and imexguard_cmd(d, p.name, p.job, nodelist, nnodes, p.out, with_timing)
       or TOOLS[tool](d, p.name, p.job, nodelist, nnodes, p.out)
-    p.handle = spawn(cmd, p.done)
+    -- GNU time: the CPU seconds of the prolog and of every process it waited for (the ctl, ...).
+    p.timef = p.out:gsub("%.out$", ".cpu")
+    p.handle = spawn(string.format("/usr/bin/time -f '%%U %%S' -o %s %s", quote(p.timef), cmd), p.done)
   end
   -- Watch until UP, or until every prolog has ended and GRACE more seconds passed without UP.
   -- t_up: end of the first ctl call that showed UP; t_down: start of the last one that did not.
@@ -254,6 +256,8 @@ local function run_job(d, tool, procs, nodelist, nnodes, watch_names, with_timin
     p.handle = nil
     p.start, p.stop, p.took, p.status = r.start, r.stop, r.took, r.status
     p.outcome = tool == "imexguard" and outcome_of(p.out) or (p.status == 0 and "exit-0" or "failed")
+    local u, sy = (simdomain.read_file(p.timef) or ""):match("([%d.]+) ([%d.]+)%s*$")
+    p.cpu = u and (tonumber(u) + tonumber(sy)) or nil
     if p.status ~= 0 and tool == "imexguard" then imexguard_failures = imexguard_failures + 1 end
     if p.status ~= 0 and not first_failure then
       first_failure = true
@@ -529,7 +533,8 @@ local function whole_domain(d)
   local r = { n = d.n }
   local nodelist = "n[1-" .. d.n .. "]"
   for _, tool in ipairs { "imexguard", "baseline" } do
-    r[tool] = { wall = {}, ok = {}, one_restart = {}, early = {}, up_end = 0, lag = {}, lagmax = {} }
+    r[tool] = { wall = {}, ok = {}, one_restart = {}, early = {}, up_end = 0, lag = {}, lagmax = {},
+      cpu = {} }
   end
   local job = 500
   for round = 1, CFG.nvl_rounds do
@@ -541,6 +546,7 @@ local function whole_domain(d)
       for _, p in ipairs(res.procs) do
         if p.status == 0 then ok = ok + 1 end
         if d:starts(p.name) - before[p.name] == 1 then one = one + 1 end
+        t.cpu[#t.cpu + 1] = p.cpu
       end
       local l, early = lags(res)
       for _, x in ipairs(l) do t.lag[#t.lag + 1] = x end
@@ -660,6 +666,8 @@ local function report_size(r)
   local per_node = function(list) return stats.scaled(list, 1000 / r.n) end
   metric(p .. "cold_wall", "s", ig.wall, bl.wall)
   metric(p .. "cold_wall_per_node", "ms/node", per_node(ig.wall), per_node(bl.wall))
+  metric(p .. "cold_cpu_per_prolog", "ms", ms(ig.cpu), ms(bl.cpu))
+  metric(p .. "cold_cpu_per_prolog_per_node", "ms/node", per_node(ig.cpu), per_node(bl.cpu))
   metric(p .. "prologs_ok", "count", ig.ok, bl.ok)
   metric(p .. "one_start", "count", ig.one_restart, bl.one_restart)
   metric(p .. "returned_before_up", "count", ig.early, bl.early)
@@ -677,6 +685,8 @@ local function report_size(r)
     table.concat(ig.one_restart, ",") .. " (" .. table.concat(bl.one_restart, ",") .. ")",
     string.format("%.0f / %.0f", (median(ig.lag) or 0 / 0) * 1000, (select(3, mmm(ig.lag)) or 0 / 0) * 1000),
     pair(median(ig.wall) * 1000 / r.n, median(bl.wall) * 1000 / r.n, "%.1f"),
+    pair((median(ig.cpu) or 0 / 0) * 1000, (median(bl.cpu) or 0 / 0) * 1000, "%.0f"),
+    pair((median(ig.cpu) or 0 / 0) * 1000 / r.n, (median(bl.cpu) or 0 / 0) * 1000 / r.n, "%.1f"),
     string.format("%.1f", ctl_med * 1000),
     pair(median(f.imexguard.took) * 1000, median(f.baseline.took) * 1000, "%.1f"),
     pair(median(ig_extra) * 1000, median(bl_extra) * 1000, "%.1f"),
@@ -707,10 +717,12 @@ local function report_scale(list)
   say("")
   say("d) scale: each size cold (%d rounds per tool), then the fast path on n1 (%d runs); medians, "
     .. "the baseline's in ( )", CFG.nvl_rounds, CFG.scale_runs)
-  say("   cost per run grows at most linearly with nodes when the /node columns do not grow with nodes")
+  say("   cost per run grows at most linearly with nodes when the /node columns do not grow with nodes;")
+  say("   CPU/prolog: user + system CPU of one cold prolog and the processes it waited for (GNU time)")
   say("")
   print_table({ "nodes", "cold wall s", "prologs ok", "one start", "return-UP ms med / max",
-    "cold wall/node ms", "ctl alone ms", "fast wall ms", "beyond ctl ms", "beyond ctl/node ms" }, lines)
+    "cold wall/node ms", "CPU/prolog ms", "CPU/prolog/node ms", "ctl alone ms", "fast wall ms",
+    "beyond ctl ms", "beyond ctl/node ms" }, lines)
 end
 
 local function report_breakdown(a)

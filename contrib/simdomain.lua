@@ -264,9 +264,9 @@ function M:stop()
   if not self:each_unit("disable", "--now") then
     for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
   end
-  if not self:each_unit("reset-failed") then
-    for _, name in ipairs(self.names) do self:systemctl("reset-failed", self:unit(name)) end
-  end
+  -- systemctl resets each unit it can and fails for the others (a stopped unit that systemd
+  -- already unloaded is "not loaded"): nothing to do about those.
+  self:each_unit("reset-failed")
   self:stop_strays()
 end
 

@@ -616,7 +616,9 @@ local function report_restart(b)
   row(string.format("b restart path wall, s (%d nodes x %d)", CFG.restart_nodes, CFG.rounds),
     fmt_mmm(ig.took, 1, "%.2f"), fmt_mmm(bl.took, 1, "%.2f"), ratio(median(ig.took), median(bl.took)))
   row("b   return - domain UP, ms", fmt_mmm(ig.lag, 1000), fmt_mmm(bl.lag, 1000), "")
-  local function max_ms(list) return #list > 0 and string.format("%.0f", select(3, mmm(list)) * 1000) or "n/a" end
+  local function max_ms(list)
+    return #list > 0 and string.format("%.0f", select(3, mmm(list)) * 1000) or "n/a"
+  end
   row("b   return - domain UP, max over rounds, ms", max_ms(ig.lagmax), max_ms(bl.lagmax), "")
   row("b   returned before UP / failed", string.format("%d / %d", ig.early, ig.fail),
     string.format("%d / %d", bl.early, bl.fail), "")

@@ -133,9 +133,10 @@ demo: deps-demo
 	@$(MAKE) --no-print-directory all
 	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES))
 
+# The bench uses the build of this make (B), unless IMEXGUARD_BUILD names another; bench/README.md.
 bench: deps-demo
 	@$(MAKE) --no-print-directory all
-	@bench/run
+	@IMEXGUARD_BUILD="$${IMEXGUARD_BUILD:-$(B)}" bench/run
 
 # Man pages: scdoc sources in man/, with the settings and outcomes sections generated from
 # lua/imexguard/settings.lua and lua/imexguard/outcomes.lua (man/gen.lua).

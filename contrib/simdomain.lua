@@ -259,9 +259,29 @@ end
 -- daemon started by hand (M:start_stray).
 -- @return nothing
 function M:stop()
-  for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
-  for _, name in ipairs(self.names) do self:systemctl("reset-failed", self:unit(name)) end
+  -- One systemctl call for all units (a 72-node domain: one call instead of 144, each a few
+  -- hundred ms on a loaded machine); unit by unit when the call fails (e.g. a unit file removed).
+  if not self:each_unit("disable", "--now") then
+    for _, name in ipairs(self.names) do self:systemctl("disable", "--now", self:unit(name)) end
+  end
+  -- systemctl resets each unit it can and fails for the others (a stopped unit that systemd
+  -- already unloaded is "not loaded"): nothing to do about those.
+  self:each_unit("reset-failed")
   self:stop_strays()
+end
+
+--- systemctl --user VERB [OPTIONS...] on the units of `names` (default every node) in one call:
+-- systemd runs the jobs in parallel.
+-- @tparam string verb e.g. "start", "disable", "reset-failed"
+-- @tparam[opt] string option e.g. "--now"
+-- @tparam[opt] {string,...} names node names
+-- @treturn boolean whether systemctl exited 0
+-- @treturn string its output
+function M:each_unit(verb, option, names)
+  local args = { verb }
+  if option then args[#args + 1] = option end
+  for _, n in ipairs(names or self.names) do args[#args + 1] = self:unit(n) end
+  return self:systemctl(table.unpack(args))
 end
 
 --- Stop the domain, then remove its directory, unit file and drop-ins.

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -395,13 +396,18 @@ static void accept_all(int lfd, enum client_kind kind)
 			close(fd);
 			continue;
 		}
-		struct client *c = calloc(1, sizeof *c);
+		/* Not calloc: zeroing the two 32 KiB buffers of every command-port client was most
+		 * of a daemon's CPU time in a big domain (every prolog's ctl asks every node,
+		 * several times a second); only the header fields need values. */
+		struct client *c = malloc(sizeof *c);
 		if (!c) {
 			close(fd);
 			return;
 		}
 		c->fd = fd;
 		c->kind = kind;
+		c->closing = 0;
+		c->in.len = c->out.len = 0;
 		c->peer_id = -1;
 		c->hang = kind == C_CMD && (d.cfg.hang_cmd == SIM_WHO_ALL ||
 					    (d.cfg.hang_cmd == SIM_WHO_REMOTE && remote));
@@ -730,6 +736,23 @@ static void report_started(int fd)
 	}
 }
 
+/* Make room for the mesh: two descriptors per peer (our connection to it and its connection to
+ * us), the command-port clients (every node's ctl may ask at once) and a margin.  A daemon of a
+ * 256-node list needs more than the usual soft limit of 1024 (systemd's default LimitNOFILE=1024
+ * soft), so raise the soft limit towards the hard one; the real daemon's needs are unknown. */
+static void raise_fd_limit(int nodes)
+{
+	rlim_t want = (rlim_t)nodes * 4 + 64;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < want)
+		logmsg("WARN",
+		       "Open file limit %llu is below the %llu descriptors %d nodes may need",
+		       (unsigned long long)rl.rlim_cur, (unsigned long long)want, nodes);
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: nvidia-imex [-c CONFIG]   (imexsim: simulated IMEX daemon)\n");
@@ -786,6 +809,7 @@ int sim_daemon_main(int argc, char **argv)
 		return 1;
 	}
 	d.addr = d.nodes.addr[d.self];
+	raise_fd_limit(d.nodes.count);
 	d.map_hash = sim_nodes_hash(&d.nodes);
 	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
 		d.instance = ((uint64_t)getpid() << 32) ^ (uint64_t)sim_now_ms();

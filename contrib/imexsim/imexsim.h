@@ -20,6 +20,11 @@
 #define SIM_DEFAULT_CFG	  "/etc/nvidia-imex/config.cfg"
 #define SIM_DEFAULT_VERS  "570.172.08-sim"
 #define SIM_PROTO_VERSION 1
+/* listen(2) backlog of the peer and command ports: when a whole domain starts at once, every
+ * other node connects to a new daemon within a few milliseconds (71 peers in a 72-node domain),
+ * plus the ctls of the prologs polling it; a full accept queue drops SYNs, which the peers' kernels
+ * retry after 1 s and more, delaying the mesh for nothing.  The kernel caps it at somaxconn. */
+#define SIM_LISTEN_BACKLOG 1024
 
 /* ---- cfg.c: config.cfg and the node file ----------------------------------------------------- */
 
@@ -107,7 +112,8 @@ struct sim_buf {
 	char data[SIM_BUF_SIZE];
 };
 
-/* Create a non-blocking TCP socket listening on IPv4 `ip`:`port` (SO_REUSEADDR, backlog 64).
+/* Create a non-blocking TCP socket listening on IPv4 `ip`:`port` (SO_REUSEADDR, backlog
+ * SIM_LISTEN_BACKLOG).
  * Returns the fd, or -EINVAL for a non-literal `ip`, or the negative errno of socket/bind/listen.
  */
 int sim_listen(const char *ip, int port);

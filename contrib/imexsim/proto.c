@@ -38,7 +38,7 @@ int sim_listen(const char *ip, int port)
 		return -errno;
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, SIM_LISTEN_BACKLOG) < 0) {
 		int e = errno;
 		close(fd);
 		return -e;

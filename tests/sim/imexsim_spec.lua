@@ -388,4 +388,18 @@ describe("imexsim", function()
     end
     assert.are.equal(2, n)
   end)
+
+  it("raises its soft open-file limit to what its node list needs (4 per node + 64)", function()
+    d = h.domain(1)
+    local list = { d.addrs[1] }
+    for i = 2, 100 do list[i] = d.net .. i end -- 99 peers that never answer: the size is what counts
+    d:set_nodes(1, list)
+    local out, rc = h.run("(ulimit -S -n 200 && exec " .. h.q(h.imex) .. " -c "
+      .. h.q(d:path(1, "config.cfg")) .. ")", true)
+    assert.are.equal(0, rc, out)
+    d.pids[1] = tonumber(h.read(d:path(1, "imex.pid")))
+    d.all_pids[#d.all_pids + 1] = d.pids[1]
+    local soft = h.read("/proc/" .. d.pids[1] .. "/limits"):match("Max open files%s+(%d+)")
+    assert.are.equal(4 * 100 + 64, tonumber(soft))
+  end)
 end)

@@ -29,16 +29,16 @@ function M.parse(text)
   return t
 end
 
---- Does `exe` understand `--timing`? Runs `exe --timing version` once and looks for the total.
+--- Does `exe` understand `--timing`? Its `--help` (on stdout, exit 0) lists the option.
 -- @tparam string exe path of imexguard
 -- @tparam function quote shell quoting of one word
 -- @treturn boolean
 function M.available(exe, quote)
-  local p = io.popen(quote(exe) .. " --timing version 2>&1 >/dev/null", "r")
+  local p = io.popen(quote(exe) .. " --help 2>/dev/null", "r")
   if not p then return false end
   local out = p:read("a")
-  p:close()
-  return M.parse(out).total ~= nil
+  local ok = p:close()
+  return ok == true and out:find("\n%s*%-%-timing%s") ~= nil
 end
 
 local function median(list)

@@ -76,17 +76,23 @@ describe("bench timing.available", function()
     return path
   end
 
-  it("is true for a binary that prints the total on stderr with --timing", function()
-    local exe = fake([[[ "$1" = --timing ] || exit 2
-echo 'imexguard 0.1.0'
-echo 'timing: total 3.5 ms' >&2]])
+  it("is true for a binary whose --help lists --timing", function()
+    local exe = fake([[[ "$1" = --help ] || exit 2
+echo 'Options:'
+echo '  --json              machine-readable output'
+echo '  --timing            at the end, where the run'"'"'s time went on stderr']])
     assert.is_true(timing.available(exe, q))
   end)
 
-  it("is false for a binary without the flag, or printing its lines on stdout", function()
-    assert.is_false(timing.available(fake("echo 'imexguard: unknown option --timing' >&2; exit 2"), q))
-    assert.is_false(timing.available(fake("echo 'timing: total 3.5 ms'"), q))
+  it("is false for a binary without the flag, or whose --help fails", function()
+    assert.is_false(timing.available(fake("echo '  --json   machine-readable output'"), q))
+    assert.is_false(timing.available(fake("echo '  --timing   x'; exit 1"), q))
     assert.is_false(timing.available(dir .. "/missing", q))
+  end)
+
+  it("is true for the built imexguard", function()
+    local exe = (os.getenv("IMEXGUARD_BUILD") or "build") .. "/imexguard"
+    assert.is_true(timing.available(exe, q))
   end)
 end)
 

@@ -354,15 +354,32 @@ local PREFIX = "igbench" .. assert(simdomain.read_file("/proc/self/stat")):match
 local DROPIN = assert(os.getenv("IMEXGUARD_TEST_UNIT_DIR"), "run inside tests/with-systemd")
   .. "/" .. PREFIX .. "@.service.d"
 
+-- Each node's imexguard state directory is a tmpfs, as its default /run/imexguard is on a node
+-- (the state file's fsync then costs what it costs there); the node lists stay on disk, as
+-- /etc/nvidia-imex does. Mounted in tests/with-systemd's private mount namespace.
+local function state_tmpfs(d, verb)
+  for _, name in ipairs(d.names) do
+    local dir = quote(d:dir(name) .. "/state")
+    if verb == "mount" then
+      assert(os.execute("mount -t tmpfs -o size=4m,mode=0755 imexguard-state " .. dir),
+        "bench: cannot mount a tmpfs on " .. dir)
+    else
+      os.execute("umount " .. dir .. " 2>/dev/null")
+    end
+  end
+end
+
 local function new_domain(nodes, net)
   os.execute("mkdir -p " .. quote(DROPIN))
   simdomain.write_file(DROPIN .. "/bench.conf", "[Unit]\nStartLimitIntervalSec=0\n")
   local d = simdomain.new { nodes = nodes, net = net, build = BUILD, prefix = PREFIX }
   domains[#domains + 1] = d
+  state_tmpfs(d, "mount")
   return d
 end
 
 local function drop_domain(d)
+  state_tmpfs(d, "umount")
   d:destroy()
   for i, x in ipairs(domains) do
     if x == d then table.remove(domains, i) end
@@ -867,7 +884,10 @@ local ok, err = xpcall(function()
     end
   end
 end, debug.traceback)
-for _, d in ipairs(domains) do d:destroy() end
+for _, d in ipairs(domains) do
+  state_tmpfs(d, "umount")
+  d:destroy()
+end
 os.execute("rm -rf " .. quote(DROPIN))
 if not ok then
   io.stderr:write("bench: ", tostring(err), "\n")

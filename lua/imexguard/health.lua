@@ -256,6 +256,24 @@ function M.blame(ctx, want, v, waited)
     tostring(v.summary or v.status)))
 end
 
+--- How far a ctl answer is on the way UP, for the pace and the debug log: "[R ready, C/L
+-- connected] " (nodes READY, links CONNECTED of all the nodes' links), "" for an unusable answer.
+-- While connections come up one by one the verdict's summary often stays the same; these counts
+-- move with each of them.
+local function progress(answer)
+  local nodes = answer.domain and answer.domain.nodes
+  if not nodes then return "" end
+  local ready, connected, links = 0, 0, 0
+  for _, n in ipairs(nodes) do
+    if n.status == "READY" then ready = ready + 1 end
+    for _, l in ipairs(n.links or {}) do
+      links = links + 1
+      if l.status == "CONNECTED" then connected = connected + 1 end
+    end
+  end
+  return string.format("[%d ready, %d/%d connected] ", ready, connected, links)
+end
+
 --- Wait for the domain to be healthy (step 8): poll the ctl, paced by imexguard.pace (soon after
 -- an answer changed, less often while it stays the same, never more often on average than every
 -- poll_interval), until healthy or health_timeout (bounded by the run's budget minus MARGIN)
@@ -286,9 +304,9 @@ function M.wait(ctx, want, first)
     end
     polls = polls + 1
     local v = M.verdict(answer, want.addrs, want.self, list_opts)
-    local seen = tostring(v and (v.summary or v.status) or answer.err)
+    local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
     if asked then p:polled(asked, h.now(), seen) end
-    h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, one_line(seen)))
+    h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen))
     if no_local_daemon(answer) and command_service_off(want) then
       -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
       v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},

@@ -297,10 +297,7 @@ static int run(struct ig_opts *o)
 	/* lua_close runs pending finalizers (lock objects unlock); the hook stays on. */
 	ig_sandbox_close(r.L);
 	ig_timing_phase("close");
-	ig_timing_report(stderr);
-	if (ig_timing_enabled())
-		fprintf(stderr, "timing: lua-heap-peak %zu KiB\n",
-			(ig_sandbox_heap_peak() + 1023) / 1024);
+	ig_timing_report(stderr, ig_sandbox_heap_peak());
 	return code;
 }
 

@@ -12,6 +12,7 @@
  *     timing: NAME MS ms
  *     timing: NAME MS ms N calls
  *
+ * The Lua heap's peak (the sandbox's allocator counts it) ends the report, in KiB.
  * The time from exec(2) to main() (the dynamic loader and the libraries' constructors) is not in
  * the total: the process cannot time its own start (measure it as `imexguard --version` against
  * /bin/true, as make bench does).
@@ -147,7 +148,7 @@ void ig_setfuncs(lua_State *L, const luaL_Reg *fns, const char *prefix)
 	}
 }
 
-void ig_timing_report(FILE *f)
+void ig_timing_report(FILE *f, size_t heap_peak)
 {
 	if (!g_timing.on)
 		return;
@@ -174,4 +175,5 @@ void ig_timing_report(FILE *f)
 	double in_lua = phases - outside - slots;
 	fprintf(f, "timing: in-lua %.3f ms\n", (in_lua > 0 ? in_lua : 0) * 1e3);
 	fprintf(f, "timing: total %.3f ms\n", phases * 1e3);
+	fprintf(f, "timing: lua-heap-peak %zu KiB\n", (heap_peak + 1023) / 1024);
 }

@@ -27,7 +27,8 @@ void ig_timing_wrap_value(lua_State *L, const char *slot);
  * (ig_timing_wrap).  The primitives of imexguard.host are registered with it ("host"). */
 void ig_setfuncs(lua_State *L, const luaL_Reg *fns, const char *prefix);
 /* Print the phases, the slots with their calls, "in-lua" and "total" on f, in milliseconds, one
- * "timing: NAME MS ms[ N calls]" line each (nothing when timing is off). */
-void ig_timing_report(FILE *f);
+ * "timing: NAME MS ms[ N calls]" line each, then "timing: lua-heap-peak N KiB" from heap_peak
+ * (bytes: the most the Lua heap held); nothing when timing is off. */
+void ig_timing_report(FILE *f, size_t heap_peak);
 
 #endif

@@ -841,7 +841,7 @@ end
 local t_start = now()
 local ok, err = xpcall(function()
   TIMING = timing.available(BUILD .. "/imexguard", quote)
-  say("imexguard bench: build %s, BASELINE_SLEEP=%g s, 127.0.%d-%d.x, sizes %s, --timing %s", BUILD,
+  say("imexguard bench: build directory %s, BASELINE_SLEEP=%g s, 127.0.%d-%d.x, sizes %s, --timing %s", BUILD,
     CFG.sleep, CFG.net, CFG.net + 1 + #CFG.sizes, table.concat(CFG.sizes, " "), TIMING and "yes" or "no")
   local function want(x) return CFG.only:find(x, 1, true) ~= nil end
   local d

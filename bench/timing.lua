@@ -99,10 +99,10 @@ function M.table_lines(rows)
   for _, r in ipairs(rows) do
     if r.name == "total" then total = r.median_ms end
   end
-  local lines = { string.format("  %-16s %10s %7s %8s", "phase / slot", "median ms", "share", "calls") }
+  local lines = { string.format("  %-20s %10s %7s %8s", "phase / slot", "median ms", "share", "calls") }
   for _, r in ipairs(rows) do
     local share = total and total > 0 and string.format("%6.1f%%", 100 * r.median_ms / total) or ""
-    lines[#lines + 1] = string.format("  %-16s %10.2f %7s %8s", (r.phase and "" or "  ") .. r.name,
+    lines[#lines + 1] = string.format("  %-20s %10.2f %7s %8s", (r.phase and "" or "  ") .. r.name,
       r.median_ms, share, r.median_calls and string.format("%g", r.median_calls) or "")
   end
   return lines

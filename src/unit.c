@@ -663,6 +663,11 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 
 	memset(p, 0, sizeof *p);
 	memset(q, 0, sizeof q);
+	/* Every unit name has a type suffix; systemd reads an object path ending in "self" or in a
+	 * 128-bit id (neither has a '.') as the caller's unit or the unit of an invocation ID. */
+	if (!strchr(name, '.'))
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+					 "Unit name %s is not valid.", name);
 	for (size_t i = 0; i < NQUERY; i++)
 		if (!QUERY[i].service || ends_with(name, ".service"))
 			n = i + 1;

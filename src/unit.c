@@ -3,10 +3,10 @@
  *
  * The Lua primitives unit, unit_job, unit_reset_failed, unit_kill and unit_set_bus (see
  * docs/policy-api.md, section "systemd").  They talk to the service manager's D-Bus API,
- * org.freedesktop.systemd1(5): the Manager object /org/freedesktop/systemd1 (LoadUnit, StartUnit,
+ * org.freedesktop.systemd1(5): the Manager object /org/freedesktop/systemd1 (StartUnit,
  * StopUnit, RestartUnit, TryRestartUnit, ResetFailedUnit, KillUnit, Subscribe, the JobRemoved
  * signal) and the unit objects' org.freedesktop.systemd1.Unit and .Service properties read with
- * org.freedesktop.DBus.Properties.GetAll (D-Bus specification, "org.freedesktop.DBus.Properties").
+ * org.freedesktop.DBus.Properties.Get (D-Bus specification, "org.freedesktop.DBus.Properties").
  *
  * One connection per process, opened lazily on first use and reopened when it was closed (the
  * manager re-executed, or the process forked).  A call whose connection breaks or is refused
@@ -663,6 +663,11 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 
 	memset(p, 0, sizeof *p);
 	memset(q, 0, sizeof q);
+	/* Every unit name has a type suffix; systemd reads an object path ending in "self" or in a
+	 * 128-bit id (neither has a '.') as the caller's unit or the unit of an invocation ID. */
+	if (!strchr(name, '.'))
+		return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS,
+					 "Unit name %s is not valid.", name);
 	for (size_t i = 0; i < NQUERY; i++)
 		if (!QUERY[i].service || ends_with(name, ".service"))
 			n = i + 1;
@@ -1038,8 +1043,10 @@ static void push_exec_start(lua_State *L, const struct unit_props *p)
  *   load_state "not-found" (not an error).
  *   Errors: code "timeout" (our timeout), "deadline" (the budget), "bus" (a D-Bus error or no
  *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
- *   systemd API: Manager.LoadUnit, then Properties.GetAll on org.freedesktop.systemd1.Unit and
- *   org.freedesktop.systemd1.Service (org.freedesktop.systemd1(5)).
+ *   systemd API: Properties.Get of each property, pipelined, on the unit object whose path is
+ *   the encoded name (sd_bus_path_encode(3); query_on), org.freedesktop.systemd1.Unit and, for a
+ *   service, org.freedesktop.systemd1.Service (org.freedesktop.systemd1(5)); a name without a
+ *   type suffix is refused (code "bus", InvalidArgs) without asking systemd.
  *   exec_start: the Service's ExecStart (a(sasbttttuii)) as a list of {path = string, argv =
  *   {strings}} (argv[1] is argv[0]; {} for a non-service or a unit without a unit file); code
  *   "EOVERFLOW" when it has over EXEC_MAX commands or EXEC_BUF bytes.  A connection lost while

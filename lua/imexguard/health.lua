@@ -292,7 +292,7 @@ function M.wait(ctx, want, first)
   local start = h.now()
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
-  local history, fault_since = {}, nil
+  local history, fault_since, fault_peers = {}, nil, nil
   local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
   local p = pace.new(s.poll_interval, start)
   while true do
@@ -320,7 +320,9 @@ function M.wait(ctx, want, first)
     history[polls] = v or false
     -- C22: the same configuration fault over config_fault_polls polls spanning at least that many
     -- poll intervals (polls come quicker after a change: a fresh start looks the same for a moment)
-    if v and v.verdict == "config-fault" then fault_since = fault_since or h.now() else fault_since = nil end
+    -- (the time counts from the first poll naming the same peers, as config_fault_established's count)
+    local fault_key = v and v.verdict == "config-fault" and v.config_fault and peers_key(v.config_fault)
+    if fault_key ~= fault_peers then fault_since, fault_peers = fault_key and h.now(), fault_key end
     local fault_polls = want.config_fault_polls or M.CONFIG_FAULT_POLLS
     if answer.kind == "deadline" or (M.config_fault_established(history, fault_polls, polls)
         and h.now() - fault_since >= (fault_polls - 1) * s.poll_interval) then

@@ -153,6 +153,19 @@ describe("imexguard command line", function()
       assert.equal(0, r.code, r.stderr)
       assert.not_matches("timing:", r.stderr)
     end)
+
+    it("counts the compiling of the policy file in load, not in in-lua", function()
+      -- a function of 500000 table entries (never called) takes about 0.1 s to compile
+      local big = file("local P = {}\nlocal function _() return {" .. string.rep("0,", 500000) .. "} end\n"
+        .. "function P.prolog() return 'ok', 'timed' end\nP.epilog = P.prolog\nreturn P\n")
+      local r = run(dir, { "--timing", "--config", dir .. "/empty.conf", "--policy", big, "prolog" })
+      assert.equal(0, r.code, r.stderr)
+      local t = {}
+      for name, ms in r.stderr:gmatch("timing: (%S+) ([%d.]+) ms") do t[name] = tonumber(ms) end
+      assert.is_true(t.prepare >= 20, r.stderr)
+      assert.is_true(t.load >= 0.5 * t.prepare, r.stderr)
+      assert.is_true(t["in-lua"] < 0.5 * t.prepare, r.stderr)
+    end)
   end)
 
   describe("settings", function()

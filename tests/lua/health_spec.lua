@@ -152,6 +152,27 @@ describe("health.wait", function()
     assert.equal(3, polls)
   end)
 
+  it("C22: the same peers persist (polls - 1) x poll_interval, also after the faulty set changed", function()
+    -- a peer fault long enough to fill the pace's bucket, then a configuration fault of 2 peers (the
+    -- 4th node not yet in the map), then of all 3: the count and the time start again with the new set
+    local answers = {}
+    for i = 1, 12 do answers[i] = { domain = peer_down(H, H[2]) } end
+    answers[13] = { domain = cmd_unreachable({ H[1], H[2], H[3] }) }
+    answers[14] = { domain = cmd_unreachable({ H[1], H[2], H[3] }) }
+    answers[15] = { domain = cmd_unreachable(H) }
+    local h = testing.host{ ctl = answers }
+    local ctx = testing.ctx{ host = h, settings = { health_timeout = 120, poll_interval = 1 } }
+    local o, _, polls = health.wait(ctx, want(H))
+    assert.equal("config-fault", o)
+    local at = {}
+    for _, l in ipairs(h.logs) do
+      local n, t = l[2]:match("^health poll (%d+) at ([%d.]+) s")
+      if n then at[tonumber(n)] = tonumber(t) end
+    end
+    assert.is_true(at[polls] - at[15] >= (health.CONFIG_FAULT_POLLS - 1) * 1,
+      string.format("3 peers at %.3f s, established at %.3f s", at[15], at[polls]))
+  end)
+
   it("a real peer fault waits the whole health_timeout and names the peer", function()
     local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 5, poll_interval = 1 } }

@@ -292,6 +292,25 @@ describe("host.unit* against systemd", function()
       assert.matches("InvalidArgs", err)
     end)
 
+    -- The unit's object path is the encoded name, and systemd reads a path ending in "self" or
+    -- in a 128-bit id as "the caller's unit" or "the unit of this invocation ID": neither is a
+    -- unit name, so neither may answer with another unit's properties.
+    it("never answers for another unit when the name is an invocation ID or 'self'", function()
+      assert.is_true(sh("systemctl --user start ig-sleep.service"))
+      wait_for("ig-sleep.pid", 5, function() return pid_file("ig-sleep.pid") end)
+      local id = assert(host.unit("ig-sleep.service", 5)).invocation_id
+      assert.matches("^" .. string.rep("%x", 32) .. "$", id)
+      local uuid = id:sub(1, 8) .. "-" .. id:sub(9, 12) .. "-" .. id:sub(13, 16) .. "-" .. id:sub(17, 20)
+        .. "-" .. id:sub(21)
+      for _, name in ipairs { id, uuid, "self" } do
+        local p, err, code = host.unit(name, 5)
+        assert.is_nil(p, name .. " answered as a unit")
+        assert.equal("bus", code)
+        assert.matches("InvalidArgs", err)
+        assert.is_truthy(err:find(name, 1, true), err)
+      end
+    end)
+
     it("is bounded by the run's deadline", function()
       host.set_deadline(1e-6)
       wait_for("the deadline to pass", 1, function() return host.remaining() == 0 end)

@@ -44,6 +44,7 @@
 #define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
 #define REOPEN_PAUSE_MAX     0.2  /* seconds: longest pause between reconnection attempts */
 #define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
+#define SNAPSHOT_TRIES	     3	  /* unit queries asked again while the unit changes state */
 #define ENOENT_GRACE	     1.0  /* seconds: a first connection waits for a missing socket */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
@@ -549,18 +550,21 @@ static int ends_with(const char *s, const char *suffix)
 /* The properties a query reads (struct unit_props; org.freedesktop.systemd1(5)), each with
  * Properties.Get: GetAll would make systemd compute every property of the interface, among them
  * the cgroup's accounting (MemoryCurrent, CPUUsageNSec, IO and IP counters read from the kernel),
- * several times the cost of these. */
+ * several times the cost of these.  StateChangeTimestamp comes first and is read once more after
+ * the others (query_send_all): systemd answers a connection's calls in order but may run jobs
+ * between two of them, and every change of the unit's state moves that timestamp, so equal
+ * readings mean the properties come from one state of the unit. */
 static const struct {
 	int service; /* 1: org.freedesktop.systemd1.Service, 0: org.freedesktop.systemd1.Unit */
 	const char *key;
 } QUERY[] = {
+    {0, "StateChangeTimestamp"},
     {0, "Id"},
     {0, "LoadState"},
     {0, "UnitFileState"},
     {0, "ActiveState"},
     {0, "SubState"},
     {0, "ActiveEnterTimestamp"},
-    {0, "StateChangeTimestamp"},
     {0, "InvocationID"},
     {0, "Job"},
     {1, "Result"},
@@ -617,19 +621,23 @@ static int get_send(sd_bus *b, double end, const char *path, const char *iface, 
 	return r < 0 ? r : 0;
 }
 
-/* Send every Get of QUERY (n of them), wait for all the answers and read them into p.  Returns 0
- * or negative errno with *error possibly set. */
+/* Send every Get of QUERY (n of them) and one more of QUERY[0] (StateChangeTimestamp) into q[n],
+ * wait for all the answers and read them into p.  Returns 0, -EAGAIN when the unit changed state
+ * while they were answered (the two readings differ), or negative errno with *error possibly
+ * set. */
 static int query_send_all(sd_bus *b, double end, const char *path, size_t n, struct pending *q,
 			  struct unit_props *p, sd_bus_error *error)
 {
+	struct unit_props again;
 	size_t got = 0;
 	int r = 0;
 
-	for (size_t i = 0; i < n && r >= 0; i++)
+	for (size_t i = 0; i <= n && r >= 0; i++)
 		r = get_send(b, end, path,
-			     QUERY[i].service ? "org.freedesktop.systemd1.Service"
-					      : "org.freedesktop.systemd1.Unit",
-			     QUERY[i].key, &q[i]);
+			     QUERY[i % n].service ? "org.freedesktop.systemd1.Service"
+						  : "org.freedesktop.systemd1.Unit",
+			     QUERY[i % n].key, &q[i]);
+	n++;
 	while (r >= 0 && got < n) {
 		r = bus_step(b, end);
 		for (got = 0; got < n && q[got].done; got++)
@@ -641,10 +649,14 @@ static int query_send_all(sd_bus *b, double end, const char *path, size_t n, str
 			return -ECONNRESET; /* sd-bus answered NoReply for the closed connection */
 		if (r < 0)
 			sd_bus_error_copy(error, &q[i].error);
-		else
+		else if (i < n - 1)
 			r = read_prop(q[i].reply, QUERY[i].key, p);
 	}
-	return r;
+	if (r < 0)
+		return r;
+	memset(&again, 0, sizeof again);
+	r = read_prop(q[n - 1].reply, QUERY[0].key, &again);
+	return r < 0 ? r : again.state_change_us == p->state_change_us ? 0 : -EAGAIN;
 }
 
 /* Properties of unit `name` on connection `b` before `end`, in one round trip: the unit's object
@@ -657,12 +669,11 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 		    sd_bus_error *error)
 {
 	_cleanup_(freep) char *path = NULL;
-	struct pending q[NQUERY];
+	struct pending q[NQUERY + 1];
 	size_t n = 0;
 	int r;
 
 	memset(p, 0, sizeof *p);
-	memset(q, 0, sizeof q);
 	/* Every unit name has a type suffix; systemd reads an object path ending in "self" or in a
 	 * 128-bit id (neither has a '.') as the caller's unit or the unit of an invocation ID. */
 	if (!strchr(name, '.'))
@@ -672,12 +683,20 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 		if (!QUERY[i].service || ends_with(name, ".service"))
 			n = i + 1;
 	r = sd_bus_path_encode(SD_PATH "/unit", name, &path);
-	if (r >= 0)
+	/* a unit that changes state under the query is asked again, SNAPSHOT_TRIES times at most; a
+	 * unit that never holds still for one round trip gets its last answer */
+	for (int t = 0; r >= 0 && t < SNAPSHOT_TRIES; t++) {
+		memset(p, 0, sizeof *p);
+		memset(q, 0, sizeof q);
 		r = query_send_all(b, end, path, n, q, p, error);
-	for (size_t i = 0; i < NQUERY; i++) {
-		q[i].slot = sd_bus_slot_unref(q[i].slot);
-		q[i].reply = sd_bus_message_unref(q[i].reply);
-		sd_bus_error_free(&q[i].error);
+		for (size_t i = 0; i <= NQUERY; i++) {
+			q[i].slot = sd_bus_slot_unref(q[i].slot);
+			q[i].reply = sd_bus_message_unref(q[i].reply);
+			sd_bus_error_free(&q[i].error);
+		}
+		if (r != -EAGAIN)
+			return r;
+		r = 0;
 	}
 	return r;
 }

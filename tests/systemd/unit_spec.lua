@@ -240,6 +240,36 @@ describe("host.unit* against systemd", function()
       assert.same({}, failures)
     end)
 
+    it("answers from one state of the unit while it restarts under the query", function()
+      -- Restart ig-sleep back to back (at most 30 s, or until .stop exists) while querying it: an
+      -- answer mixing two runs shows the unit active since before its main process started. (The
+      -- properties are separate Properties.Get calls; systemd 252 was not seen to run a job between
+      -- them in 3000 tries, and the query's second reading of StateChangeTimestamp makes it sure.)
+      local flag = RUNTIME .. "/ig-restart-loop"
+      os.remove(flag .. ".stop")
+      os.remove(flag .. ".done")
+      capture("bash -c 'end=$((SECONDS + 30)); while [ $SECONDS -lt $end ] && [ ! -e " .. flag
+        .. ".stop ]; do systemctl --user restart ig-sleep.service; done; touch " .. flag
+        .. ".done' >/dev/null 2>&1 & echo $!")
+      finally(function()
+        sh("touch " .. flag .. ".stop")
+        wait_for("the restart loop to end", 30, function() return read_file(flag .. ".done") end)
+      end)
+      local mixed, active = {}, 0
+      for i = 1, 1000 do
+        local p = assert(host.unit("ig-sleep.service", 10))
+        if p.active_state == "active" then
+          active = active + 1
+          if p.exec_main_start_us > p.active_enter_us or p.main_pid == 0 or p.invocation_id == "" then
+            mixed[#mixed + 1] = string.format("%d: main pid %d started %d, active since %d", i, p.main_pid,
+              p.exec_main_start_us, p.active_enter_us)
+          end
+        end
+      end
+      assert.is_true(active > 0, "never saw the unit active")
+      assert.same({}, mixed)
+    end)
+
     it("never turns a bus failure into a state", function()
       assert.is_true(host.unit_set_bus("unix:path=" .. RUNTIME .. "/no-such-socket"))
       local p, err, code = host.unit("ig-sleep.service", 2)

@@ -6,8 +6,11 @@
 -- precompiled by this lua5.4 (string.dump, debug information kept, so errors still name file and
 -- line): the binary undumps it instead of compiling the source on every run, about 4 times
 -- faster. This interpreter and the liblua5.4 the binary links come from the same Lua release
--- (the build packages, contrib/deps.sh); luaL_loadbufferx checks the format, version and number
--- sizes in the chunk's header, so a mismatch is an error at load, never a misread. The
+-- (the build packages, contrib/deps.sh). luaL_loadbufferx checks the chunk's header: Lua 5.4, the
+-- format, the sizes of instructions and numbers; a mismatch there is an error at load. It does not
+-- check the patch release: Lua has kept one bytecode format through 5.4.x but does not promise it,
+-- so the binary must run with the liblua5.4 of the release it was built on (a distribution's
+-- stable release keeps its Lua; a build on one release run on another is not supported). The
 -- declarations are in src/sandbox.h.
 local out_path = arg[1]
 local out = {

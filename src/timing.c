@@ -12,6 +12,9 @@
  *     timing: NAME MS ms
  *     timing: NAME MS ms N calls
  *
+ * A timed call that raises (a bad argument, the memory limit, cjson on malformed JSON) is not
+ * counted: its time shows in in-lua.
+ *
  * The Lua heap's peak (the sandbox's allocator counts it) ends the report, in KiB.
  * The time from exec(2) to main() (the dynamic loader and the libraries' constructors) is not in
  * the total: the process cannot time its own start (measure it as `imexguard --version` against

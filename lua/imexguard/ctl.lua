@@ -352,6 +352,35 @@ local function link_rows(nodes, by_id, matrix)
   return true
 end
 
+-- A node line of `-N`, "Node #ID - HOST - STATE[ - Version: V]", from its captures: the node, or
+-- nil and why it is malformed.
+local function text_node(line, id, host, state, rest)
+  local node = { id = text_id(id), host = host, status = state, connections = {} }
+  if not node.id then
+    return nil, "node #" .. id .. " is not a node id"
+  end
+  if rest ~= "" then
+    node.version = rest:match("^%s+%-%s+Version:%s*(%S*)$")
+    if not node.version then
+      return nil, "bad node line '" .. line .. "'"
+    end
+  end
+  return node
+end
+
+-- The column ids of the matrix header "Nodes From\To 0 1 2 ...": a list, or nil and why it is
+-- malformed.
+local function text_columns(line)
+  local columns = {}
+  for c in line:gsub("^%s*Nodes From\\To", ""):gmatch("%S+") do
+    columns[#columns + 1] = text_id(c:match("^%d+$"))
+    if not columns[#columns] then
+      return nil, "bad matrix header '" .. line .. "'"
+    end
+  end
+  return columns
+end
+
 --- Parse the text form of `nvidia-imex-ctl -N` (for the status display and simulator tests).
 -- Accepts both legends (6 lines on 570.00, 8 on 580), node lines with or without
 -- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`. A node, matrix row or column id
@@ -376,15 +405,9 @@ function M.parse_text(stdout)
     line = text.rtrim(line)
     local id, host, state, rest = line:match("^Node #(%d+)%s+%-%s+(%S+)%s+%-%s+(%S+)(.*)$")
     if id then
-      local node = { id = text_id(id), host = host, status = state, connections = {} }
-      if not node.id then
-        return malformed("node #" .. id .. " is not a node id")
-      end
-      if rest ~= "" then
-        node.version = rest:match("^%s+%-%s+Version:%s*(%S*)$")
-        if not node.version then
-          return malformed("bad node line '" .. line .. "'")
-        end
+      local node, why = text_node(line, id, host, state, rest)
+      if not node then
+        return malformed(why)
       end
       if by_id[node.id] then
         return malformed("node #" .. id .. " appears twice")
@@ -392,12 +415,10 @@ function M.parse_text(stdout)
       by_id[node.id] = node
       nodes[#nodes + 1] = node
     elseif line:match("^%s*Nodes From\\To") then
-      columns = {}
-      for c in line:gsub("^%s*Nodes From\\To", ""):gmatch("%S+") do
-        columns[#columns + 1] = text_id(c:match("^%d+$"))
-        if not columns[#columns] then
-          return malformed("bad matrix header '" .. line .. "'")
-        end
+      local why
+      columns, why = text_columns(line)
+      if not columns then
+        return malformed(why)
       end
     elseif line:match("^Domain State:") then
       result.status = line:match("^Domain State:%s*(%S+)$")

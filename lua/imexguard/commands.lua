@@ -1,0 +1,55 @@
+--- The commands of imexguard: the one source of these facts. The build generates the C side from
+-- this file (src/embed.lua: the command table that src/cli.c accepts and the usage text's list),
+-- man/gen.lua the man page's COMMANDS section, and the driver (driver.lua) reads it for the entry
+-- points a policy has, the commands that change nothing and those that the metrics record.
+-- A command added here appears in --help, the man page and the driver without another edit.
+local M = {}
+
+--- The commands in the order --help lists them. Each entry:
+-- name: the word on the command line;
+-- arg: the one argument it takes (nil: none), as the usage text names it;
+-- json: true when --json changes its output;
+-- entry: "required" (every policy has this entry point), "optional" (a policy file without it
+--   uses the built-in policy's), or nil (the host runs the command itself: no entry point);
+-- dry_run: true when it changes nothing (the host's side effects are recorders, driver.lua);
+-- metrics: true when its runs are recorded in the metrics file (setting metrics_dir);
+-- deadline: seconds, the budget when --deadline gives none and it is below the setting
+--   `deadline` (nil: the setting);
+-- help: what it does, one or more sentences (the usage text wraps them).
+M.list = {
+  { name = "prolog", entry = "required", metrics = true,
+    help = "make this node's IMEX domain match the job (Slurm Prolog)" },
+  { name = "epilog", entry = "required", metrics = true,
+    help = "the job ended (Slurm Epilog)" },
+  { name = "status", json = true, entry = "optional", metrics = true,
+    help = "show the domain, with a diagnosis per unhealthy node" },
+  { name = "plan", json = true, entry = "optional", dry_run = true,
+    help = "what prolog would do, without doing it" },
+  -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
+  -- `check_cmd_status -t 10`
+  { name = "health", entry = "optional", dry_run = true, metrics = true, deadline = 10,
+    help = "check this node's IMEX, changing nothing (Slurm HealthCheckProgram, LBNL NHC): exit 0 "
+      .. "healthy or not applicable, else one line 'imexguard: OUTCOME: cause' on stdout" },
+  { name = "check", arg = "POLICY", json = true,
+    help = "compile a policy in the sandbox, run standard scenarios" },
+  { name = "version",
+    help = "print the version" },
+}
+
+--- Command name -> its entry of M.list.
+M.by_name = {}
+for _, c in ipairs(M.list) do M.by_name[c.name] = c end
+
+--- The names of the commands whose entry matches: `M.names("entry")` lists the policy entry
+-- points, `M.names("dry_run")` the commands that change nothing.
+-- @param field string|nil a field of the entries (nil: every command)
+-- @return table list of names, in M.list order
+function M.names(field)
+  local t = {}
+  for _, c in ipairs(M.list) do
+    if field == nil or c[field] then t[#t + 1] = c.name end
+  end
+  return t
+end
+
+return M

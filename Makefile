@@ -17,7 +17,7 @@ SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 # Primitives: every src/*.c except the binary's own files; they also build the Lua C module.
 BIN_ONLY := src/main.c src/cli.c src/driver.c src/sandbox.c src/trust.c src/watchdog.c
 PRIM_SRC := $(filter-out $(BIN_ONLY),$(wildcard src/*.c))
-LUA_LIB  := $(wildcard lua/imexguard/*.lua)
+LUA_LIB  := $(wildcard lua/imexguard/*.lua lua/imexguard/*/*.lua)
 POLICIES := $(filter-out %_spec.lua,$(wildcard policies/*.lua))
 SIM_SRC  := $(wildcard contrib/imexsim/*.c)
 

@@ -2,7 +2,8 @@
 -- write the C side of the outcomes (lua/imexguard/outcomes.lua is their one source).
 -- Usage: lua5.4 src/embed.lua OUT.c FILE.lua...
 -- Each file becomes one entry {name, chunkname, bytes, length}: lua/imexguard/x.lua is the module
--- "imexguard.x"; policies/p.lua is the built-in policy "policies.p". The bytes are the chunk
+-- "imexguard.x", lua/imexguard/d/x.lua "imexguard.d.x" and lua/imexguard/d/init.lua "imexguard.d"
+-- (package.path's "?/init.lua"); policies/p.lua is the built-in policy "policies.p". The bytes are the chunk
 -- precompiled by this lua5.4 (string.dump, debug information kept, so errors still name file and
 -- line): the binary undumps it instead of compiling the source on every run, about 4 times
 -- faster. This interpreter and the liblua5.4 the binary links come from the same Lua release
@@ -25,7 +26,7 @@ for i = 2, #arg do
   local f = assert(io.open(path, "rb"))
   local data = f:read("a")
   f:close()
-  local name = path:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/", ".")
+  local name = path:gsub("^lua/", ""):gsub("%.lua$", ""):gsub("/init$", ""):gsub("/", ".")
   if name == "imexguard.outcomes" then outcomes_path = path end
   data = string.dump(assert(load(data, "@" .. path, "t")))
   local bytes = {}

@@ -1,70 +1,20 @@
--- Specs of the default policy (docs/design.md, "Decision model of the default policy"; Cnn:
--- its "Field cases") against the fake host.
+-- Specs of the default policy: the prolog (docs/design.md, "Decision model of the default
+-- policy"; Cnn: its "Field cases") against the fake host. A field case whose tests drive
+-- several entry points has a describe of the same name in each policies/default_*_spec.lua;
+-- what these files share is tests/default_policy_helper.lua.
+
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
 local pace = require "imexguard.pace"
 local P = require "default"
+local H = require "default_policy_helper"
 
 local NODES, CONFIG, STATE = testing.NODES, testing.CONFIG, testing.STATE
-
-local function fixture(name)
-  local f = assert(io.open("tests/fixtures/" .. name, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
--- This node (10.0.0.1, n1) READY, peer 10.0.0.2 (n2) UNAVAILABLE: the domain is DEGRADED.
-local DEGRADED = { domain = { nodes = { { host = "10.0.0.1" },
-  { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
-
-local function env(nodelist, extra)
-  local e = { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = nodelist, SLURMD_NODENAME = "n1" }
-  for k, v in pairs(extra or {}) do e[k] = v end
-  return e
-end
-
-local function run(h, o)
-  o = o or {}
-  o.host = h
-  local ctx = testing.ctx(o)
-  local outcome, message, report = P[o.command or "prolog"](ctx)
-  return outcome, message, report, ctx
-end
-
-local function assert_one_line(message)
-  assert.is_string(message)
-  assert.is_nil(message:find("\n"), "message is one line: " .. message)
-end
-
--- Nothing on disk or in the service changed, and the node lock was never taken.
-local function assert_untouched(h)
-  assert.same({}, h.writes)
-  assert.same({}, h.jobs)
-  assert.equal(0, h.count("lock"))
-end
-
--- Paths written, in order.
-local function paths(h)
-  local out = {}
-  for i, w in ipairs(h.writes) do out[i] = w.path end
-  return out
-end
-
--- The writes other than the state file's, in order.
-local function list_writes(h)
-  local out = {}
-  for _, w in ipairs(h.writes) do
-    if w.path ~= STATE then out[#out + 1] = w end
-  end
-  return out
-end
-
--- Every lock taken was released.
-local function assert_released(h)
-  for _, l in ipairs(h.locks) do assert.is_true(l.released) end
-end
+local fixture, DEGRADED, env, run = H.fixture, H.DEGRADED, H.env, H.run
+local assert_one_line, assert_untouched, assert_released = H.assert_one_line, H.assert_untouched,
+  H.assert_released
+local paths, list_writes = H.paths, H.list_writes
 
 describe("default policy prolog", function()
   describe("fast path (nothing to do)", function()
@@ -710,172 +660,8 @@ describe("default policy prolog", function()
   end)
 end)
 
-describe("default policy epilog", function()
-  it("a job that is not registered: ok, says so, takes no lock and writes nothing", function()
-    local h = testing.host()
-    local outcome, message = run(h, { command = "epilog" })
-    assert.equal("ok", outcome)
-    assert.equal("job 101 was not registered on node n1: nothing to do, nvidia-imex.service left as it is",
-      message)
-    assert.same({}, h.writes)
-    assert.same({}, h.jobs)
-    assert.equal(0, h.count("lock"))
-  end)
-
-  it("unregisters the job under the lock and leaves IMEX running", function()
-    local h = testing.host()
-    assert.equal("ok", (run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })))
-    assert.equal("ok", (run(h)))
-    local outcome, message = run(h, { command = "epilog", env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })
-    assert.equal("ok", outcome)
-    assert.equal("job 100 unregistered on node n1 (still registered: job 101); "
-      .. "nvidia-imex.service left running", message)
-    local jobs = cjson.decode(h.file(STATE)).jobs
-    assert.equal(1, #jobs)
-    assert.equal("101", jobs[1].id)
-    assert.same({}, h.jobs)
-    assert.equal("active", h.unit_props.active_state)
-    assert.equal(3, #h.locks)
-    assert_released(h)
-  end)
-
-  it("needs no node list; without SLURM_JOB_ID it is bad-input", function()
-    local h = testing.host()
-    run(h, { env = env("n[1-2]", { SLURM_JOB_ID = "100" }) })
-    assert.equal("ok", (run(h, { command = "epilog", env = { SLURM_JOB_ID = "100" } })))
-    assert.is_nil(cjson.decode(h.file(STATE)).jobs)
-    local outcome, message = run(h, { command = "epilog", env = { SLURMD_NODENAME = "n1" } })
-    assert.equal("bad-input", outcome)
-    assert.matches("SLURM_JOB_ID", message)
-  end)
-
-  it("a state file that cannot be written: write-failed, the job stays registered", function()
-    local h = testing.host()
-    run(h)
-    local h2 = testing.host{ files = { [STATE] = h.file(STATE) }, fail = { [STATE] = { write = "ENOSPC" } } }
-    local outcome, message = run(h2, { command = "epilog" })
-    assert.equal("write-failed", outcome)
-    assert.matches("ENOSPC", message)
-    assert.equal("101", cjson.decode(h2.file(STATE)).jobs[1].id)
-  end)
-end)
-
-describe("default policy plan", function()
-  it("reports the diff and the restart, with no side effect at all", function()
-    local h = testing.host()
-    local outcome, message, report = run(h, { command = "plan", dry_run = true, env = env("n[1,3]") })
-    assert.equal("ok", outcome)
-    assert_one_line(message)
-    assert.matches("would rewrite", message)
-    assert.matches("restart", message)
-    assert.matches("%- 10.0.0.2", report)
-    assert.matches("%+ 10.0.0.3", report)
-    assert.matches("restart: yes", report)
-    assert.same({}, h.writes)
-    assert.same({}, h.jobs)
-    assert.equal(0, h.count("lock"))
-    assert.equal(0, h.count("sleep"))
-    assert.equal(0, h.count("unit_reset_failed"))
-  end)
-
-  it("nothing to do when the daemon is current", function()
-    local h = testing.host()
-    local outcome, message, report = run(h, { command = "plan", dry_run = true })
-    assert.equal("ok", outcome)
-    assert.matches("nothing to do", message)
-    assert.matches("restart: no", report)
-    assert.matches("domain now: UP", report)
-    assert.same({}, h.writes)
-  end)
-
-  it("inactive unit: would start; activating: would wait, without waiting", function()
-    local h = testing.host{ unit = { active_state = "inactive" } }
-    local _, message = run(h, { command = "plan", dry_run = true })
-    assert.matches("would start", message)
-    h = testing.host{ unit = { active_state = "activating" } }
-    local _, _, report = run(h, { command = "plan", dry_run = true })
-    assert.matches("would wait", report)
-    assert.equal(0, h.count("sleep"))
-  end)
-
-  it("JSON report", function()
-    local h = testing.host()
-    local _, _, report = run(h, { command = "plan", dry_run = true, json = true, env = env("n[1,3]") })
-    local j = cjson.decode(report)
-    assert.is_true(j.changed)
-    assert.equal("restart", j.action)
-    assert.same({ "10.0.0.2" }, j.removed)
-    assert.same({ "10.0.0.3" }, j.added)
-    assert.equal("n3", j.nodes[2].name)
-  end)
-
-  it("bad input is reported as in prolog", function()
-    local h = testing.host()
-    local outcome = run(h, { command = "plan", env = env("n[") })
-    assert.equal("bad-input", outcome)
-    assert_untouched(h)
-  end)
-end)
-
-describe("default policy status", function()
-  it("prints one line per node with a diagnosis, and the domain state", function()
-    local degraded = { domain = { nodes = { { host = "10.0.0.1" },
-      { host = "10.0.0.2", status = "UNAVAILABLE" }, { host = "10.0.0.3" } } } }
-    local h = testing.host{ ctl = { degraded } }
-    local outcome, message, report = run(h, { command = "status" })
-    assert.equal("peers-unhealthy", outcome)
-    assert_one_line(message)
-    local lines = {}
-    for l in report:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    assert.matches("^Domain DEGRADED", lines[1])
-    assert.matches("^ID", lines[2])
-    assert.matches("^0%*%s+10.0.0.1", lines[3])
-    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[4])
-    assert.matches("^2%s+10.0.0.3", lines[5])
-    assert.same({}, h.writes)
-    assert.same({}, h.jobs)
-  end)
-
-  it("names nodes from the address map", function()
-    local map = "/etc/imexguard/addresses"
-    local h = testing.host{ files = { [map] = "n1 10.0.0.1\nn2 10.0.0.2\n" } }
-    local outcome, _, report = run(h, { command = "status",
-      settings = { address_source = "map", address_map = map } })
-    assert.equal("ok", outcome)
-    assert.matches("10.0.0.2%s+n2", report)
-  end)
-
-  it("JSON report", function()
-    local h = testing.host()
-    local outcome, _, report = run(h, { command = "status", json = true })
-    assert.equal("ok", outcome)
-    local j = cjson.decode(report)
-    assert.equal("UP", j.status)
-    assert.equal(2, #j.nodes)
-    assert.equal("10.0.0.1", j.self)
-    assert.equal("ok", j.outcome)
-  end)
-
-  it("a disabled unit is skipped", function()
-    local h = testing.host{ unit = { unit_file_state = "disabled" }, ctl = { testing.UNCONFIGURED } }
-    local outcome, _, report = run(h, { command = "status" })
-    assert.equal("skipped", outcome)
-    assert.matches("^skipped: ", report)
-  end)
-
-  it("garbage: ctl-unusable", function()
-    local h = testing.host{ ctl = { "garbage" } }
-    local outcome = run(h, { command = "status" })
-    assert.equal("ctl-unusable", outcome)
-  end)
-end)
-
 describe("default policy job registry (C08, scenario style)", function()
-  -- Job 100 runs on {.1,.3}, IMEX UP with that list.
-  local function given()
-    return testing.scenario{ policy = P, node = "n1", file = { "n1", "n3" }, domain = "up", unit = "active",
-      jobs = { { id = 100, nodes = { "n1", "n3" } } } }
-  end
+  local given = H.registry.given
 
   it("C08: a different list is a conflict naming job 100; same list ok; 100's epilog leaves IMEX", function()
     local s = given()
@@ -955,16 +741,6 @@ describe("default policy job registry (C08, scenario style)", function()
     local s = testing.scenario{ policy = P, domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
     assert.equal("peers-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
     assert.same({ "101" }, s:registered())
-  end)
-
-  it("plan reports the conflict without any side effect", function()
-    local s = given()
-    local outcome, message, report = s:plan{ job = 101, nodelist = "n[1-2]" }
-    assert.equal("conflict", outcome)
-    assert.matches("job 100", message)
-    assert.matches("registered jobs: 100", report)
-    assert.same({}, s.host.writes)
-    assert.equal(0, s.host.count("lock"))
   end)
 
   it("after a reboot the state directory is created before the lock", function()
@@ -1168,17 +944,6 @@ describe("default policy: hardening", function()
         assert_released(h)
       end)
     end
-
-    it("the epilog and plan say the same; the epilog writes nothing", function()
-      local h = testing.host{ files = { [STATE] = "{trunc" } }
-      local outcome, message = run(h, { command = "epilog" })
-      assert.equal("conflict", outcome)
-      assert.matches(STATE, message, 1, true)
-      assert.same({}, h.writes)
-      outcome, message = run(h, { command = "plan", dry_run = true })
-      assert.equal("conflict", outcome)
-      assert.matches(STATE, message, 1, true)
-    end)
   end)
 
   describe("restart under a running job by mtime alone", function()
@@ -1258,25 +1023,9 @@ describe("default policy: hardening", function()
         assert.same({}, h.jobs)
       end)
     end
-
-    it("the epilog too", function()
-      local h = testing.host{ files = { [STATE] = '{"jobs":[{"id":"101","nodes":"10.0.0.1\\n"}]}' },
-        fail = { ["/run/imexguard/lock"] = { lock = "EROFS" } } }
-      assert.equal("write-failed", (run(h, { command = "epilog" })))
-    end)
   end)
 
   describe("the job id", function()
-    it("one job, one spelling: the epilog of job 7 unregisters a prolog run as 007", function()
-      local h = testing.host()
-      local jenv = { SLURM_JOB_ID = "007", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1" }
-      assert.equal("ok", (run(h, { env = jenv })))
-      assert.matches('"id":"7"', h.file(STATE), 1, true)
-      jenv.SLURM_JOB_ID = "7"
-      assert.equal("ok", (run(h, { command = "epilog", env = jenv })))
-      assert.is_nil(h.file(STATE):find('"id":', 1, true), h.file(STATE))
-    end)
-
     it("a prolog without SLURM_JOB_ID is bad-input, nothing changed", function()
       local h = testing.host()
       local outcome, message = run(h, { env = { SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })
@@ -1284,22 +1033,6 @@ describe("default policy: hardening", function()
       assert.matches("SLURM_JOB_ID", message)
       assert_untouched(h)
     end)
-
-    local bad = { { "a newline", "10\nimexguard: notice: prolog job=10 outcome=ok: forged" },
-      { "letters", "12a" }, { "spaces", "1 2" }, { "a leading space", " 12" }, { "a negative number", "-3" } }
-    for _, c in ipairs(bad) do
-      for _, command in ipairs({ "prolog", "epilog", "plan" }) do
-        it(command .. ": a job id with " .. c[1] .. " is bad-input naming SLURM_JOB_ID", function()
-          local h = testing.host()
-          local outcome, message = run(h, { command = command, dry_run = command == "plan",
-            env = { SLURM_JOB_ID = c[2], SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })
-          assert.equal("bad-input", outcome)
-          assert_one_line(message)
-          assert.matches("SLURM_JOB_ID", message)
-          assert_untouched(h)
-        end)
-      end
-    end
 
     it("SLURM_JOBID (22.05) is checked and named when it is the only one", function()
       local h = testing.host()
@@ -1318,61 +1051,11 @@ describe("default policy: hardening", function()
   end)
 end)
 
-describe("default policy: a table of methods in the order of its decision model", function()
-  it("has every step as a method and plain entry points", function()
-    for _, step in ipairs({ "applies", "desired", "lock", "write", "stale", "may_restart", "restart",
-      "wait_healthy", "register", "lookup", "admit", "register_extra", "after_unregister" }) do
-      assert.is_function(P[step], step)
-    end
-    for _, e in ipairs({ "prolog", "epilog", "plan", "status", "extend" }) do assert.is_function(P[e], e) end
-  end)
-
-  it("an overridden step is used by the entry points; the default step is reachable as P.step(self, ...)",
-    function()
-      local site = P.extend()
-      local asked = 0
-      -- a site rule: a daemon the default finds current is restarted all the same
-      function site:stale(ctx, info, want, st, opts)
-        asked = asked + 1
-        local v, o, m = P.stale(self, ctx, info, want, st, opts)
-        if v and v.action == "none" then v.action, v.reason = "restart", "site rule: always restart" end
-        return v, o, m
-      end
-      local s = testing.scenario{ policy = site }
-      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
-      assert.equal("ok", outcome)
-      assert.equal(1, asked)
-      assert.equal(1, s:restarts())
-      assert.matches("site rule: always restart", message, 1, true)
-      -- the default itself is unchanged: nothing to do
-      local d = testing.scenario{}
-      assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))
-      assert.equal(0, d:restarts())
-    end)
-
-  it("hooks given to extend are kept by a further extend, and unknown hooks raise", function()
-    local a = P.extend{ register_extra = function() return { site = "a" } end }
-    local b = a.extend{ admit = function() return true end }
-    assert.is_function(b.hooks.register_extra)
-    assert.is_function(b.hooks.admit)
-    local s = testing.scenario{ policy = b }
-    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
-    assert.equal("a", s:registrations()[1].site)
-    assert.has_error(function() P.extend{ may_restrat = function() end } end,
-      "policy extend: unknown hook 'may_restrat'")
-  end)
-end)
-
 -- Unit lifecycle faults are named when they happen (C26 start limit, C27 a stray
 -- daemon on the command port).
 describe("default policy: unit lifecycle faults (C26, C27)", function()
   local HIT = { result = "failed", unit_result = "start-limit-hit" }
-  -- This node runs {n1, n3}; the job wants n[1-2]: a restart.
-  local function given(o)
-    o = o or {}
-    return testing.scenario{ policy = P, file = { "n1", "n3" }, unit = o.unit, restart = o.restart,
-      settings = o.settings, host = o.host, domain = o.domain }
-  end
+  local given, STRAY = H.lifecycle.given, H.lifecycle.STRAY
   local function verbs(s) return s:unit_jobs() end
 
   it("start-limit-hit by default: one reset-failed, one retry with start, ok in the same run", function()
@@ -1457,8 +1140,6 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     assert.equal(0, s.host.count("unit_reset_failed"))
   end)
 
-  local STRAY = { pid = 31337, comm = "nvidia-imex", cmdline = "/usr/bin/nvidia-imex -c /tmp/debug.cfg" }
-
   it("C27: unit inactive, a daemon started by hand on the command port: no start, service-failed naming it",
     function()
       local s = given{ unit = "inactive", host = { port_owner = STRAY } }
@@ -1470,15 +1151,6 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       assert.same({}, s:unit_jobs())
       assert.same({}, s:registered())
     end)
-
-  it("plan names the stray process as the prolog would, and changes nothing", function()
-    local s = given{ unit = "inactive", host = { port_owner = STRAY } }
-    local outcome, message = s:plan{ job = 107, nodelist = "n[1-2]" }
-    assert.equal("service-failed", outcome)
-    assert.matches("pid 31337", message)
-    assert.same({}, s:unit_jobs())
-    assert.same({}, s:writes())
-  end)
 
   it("an active unit whose daemon is not the one on the command port is never healthy", function()
     local s = testing.scenario{ policy = P, file = { "n1", "n2" }, host = { port_owner = STRAY } }
@@ -1494,32 +1166,6 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       host = { port_owner = { pid = 4300, comm = "nvidia-imex", cmdline = "nvidia-imex" } },
       files = { ["/proc/4300/cgroup"] = "0::/system.slice/nvidia-imex.service\n" } }
     assert.equal("ok", (s:prolog{ job = 109, nodelist = "n[1-2]" }))
-  end)
-
-  describe("status", function()
-    local UP2 = { nodes = { { host = "n1" }, { host = "n2" } } }
-    it("never ok when the unit is not active, even with the ctl answering UP", function()
-      for _, state in ipairs({ "inactive", "failed" }) do
-        local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = state, domain = UP2,
-          host = { port_owner = "none" } }
-        local outcome, message = s:status{}
-        assert.equal("service-failed", outcome, state)
-        assert.matches("nvidia%-imex.service is " .. state, message)
-      end
-    end)
-
-    it("names the stray process on the command port", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = "inactive", domain = UP2,
-        host = { port_owner = STRAY } }
-      local outcome, message = s:status{}
-      assert.equal("service-failed", outcome)
-      assert.matches("pid 31337 %(/usr/bin/nvidia%-imex", message)
-    end)
-
-    it("ok for an active unit whose main process holds the port", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, domain = UP2 }
-      assert.equal("ok", (s:status{}))
-    end)
   end)
 end)
 
@@ -1562,20 +1208,6 @@ describe("default policy: a disabled unit (C23)", function()
     assert.equal("skipped", (s:prolog{ job = 204, nodelist = "n[1-2]" }))
   end)
 
-  it("the applies hook replaces the step: a site policy decides by its own rule", function()
-    local site = P.extend{ applies = function(ctx)
-      if ctx.env.SLURM_JOB_PARTITION ~= "nvl72" then return nil, "skipped", "not an NVL72 partition" end
-      local steps = require "imexguard.steps"
-      return steps.applies(ctx)
-    end }
-    local s = testing.scenario{ policy = site, file = { "n1", "n3" } }
-    local outcome, message = s:prolog{ job = 205, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "cpu" } }
-    assert.equal("skipped", outcome)
-    assert.equal("not an NVL72 partition", message)
-    assert.same({}, s:unit_jobs())
-    assert.equal("ok", (s:prolog{ job = 206, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "nvl72" } }))
-    assert.equal(1, #s:unit_jobs())
-  end)
 end)
 
 -- A late epilog is waited for, not punished (C24).
@@ -1605,18 +1237,6 @@ describe("default policy: a late epilog (C24)", function()
     local n, released = s:locks()
     assert.equal(3, n) -- prolog, epilog, prolog again
     assert.is_true(released)
-  end)
-
-  it("with the default settings, job 300's epilog behind job 301's prolog in its longest "
-    .. "legitimate critical section (a start, then the health wait: 75 s) is not a lock-timeout", function()
-    -- lock_timeout (60 s) is shorter than start_timeout + health_timeout (90 s) that a prolog may
-    -- hold the node lock for; an epilog that fails drains the node in Slurm, a healthy node here
-    local s = testing.scenario{ policy = P, file = { "n1", "n3" },
-      jobs = { { id = 300, nodes = { "n1", "n3" } } },
-      lock = { pid = 4321, owner = "job=301", since = testing.WALL0, release_at = 1075 } }
-    local outcome, message = s:epilog{ job = 300 }
-    assert.equal("ok", outcome, message)
-    assert.same({}, s:registered())
   end)
 
   it("a job that stays registered: conflict after conflict_wait, named with how to clear it", function()
@@ -1649,15 +1269,8 @@ describe("default policy: a late epilog (C24)", function()
 end)
 
 describe("default policy: the IMEX channel step (after applies?, before the node list)", function()
-  local DIR = "/dev/nvidia-caps-imex-channels"
-  local DEV, CONF = "/proc/devices", "/etc/slurm/slurm.conf"
-  local function chost(extra)
-    local files = { [DEV] = fixture("proc/devices-gb200.txt") }
-    for k, v in pairs(extra or {}) do files[k] = v end
-    return testing.host{ files = files }
-  end
-  local CH = { imex_channels = "channel0" }
-  local PD = DIR:gsub("%-", "%%-") -- DIR as a pattern
+  local c = H.channel
+  local DIR, DEV, CH, PD, chost = c.DIR, c.DEV, c.CH, c.PD, c.chost
 
   it("channel0: the prolog creates DIR (0755) and channel0 as c 238 0 with mode 0666", function()
     local h = chost()
@@ -1706,101 +1319,12 @@ describe("default policy: the IMEX channel step (after applies?, before the node
     assert.equal("skipped", (run(h, { settings = CH })))
     assert.equal(0, h.count("mknod_char"))
   end)
-
-  it("plan through the driver's recorders: 'would create ... c 238 0', mkdir, mknod_char recorded", function()
-    local D = require "imexguard.driver"
-    local h = chost()
-    local host, planned = D.host(h, true)
-    local outcome, message, report = P.plan(testing.ctx{ host = host, settings = CH, command = "plan",
-      dry_run = true })
-    assert.equal("ok", outcome)
-    assert.matches("IMEX channel: would create " .. PD .. "/channel0 c 238 0 %(mode 0666%)", message)
-    assert.matches("IMEX channel: would create", report)
-    assert.equal(0, h.count("mknod_char"))
-    assert.equal(0, h.count("mkdir"))
-    local all = table.concat(planned, "\n")
-    assert.matches('mkdir%("' .. PD .. '", 493%)', all)
-    assert.matches('mknod_char%("' .. PD .. '/channel0", 238, 0, 438%)', all)
-  end)
-
-  it("plan with SwitchType=switch/nvidia_imex: off, and says so", function()
-    local h = chost({ [CONF] = "SwitchType=switch/nvidia_imex\n" })
-    local _, _, report = run(h, { command = "plan", dry_run = true, settings = CH })
-    assert.matches("IMEX channel: off: SwitchType=switch/nvidia_imex in /etc/slurm/slurm.conf", report)
-    assert.equal(0, h.count("mknod_char"))
-  end)
-
-  it("plan --json carries the channel line", function()
-    local h = chost()
-    local _, _, report = run(h, { command = "plan", dry_run = true, json = true, settings = CH })
-    assert.matches("would create", cjson.decode(report).channel)
-  end)
-
-  it("status shows the channel's state (missing, then present)", function()
-    local h = chost()
-    local _, _, report = run(h, { command = "status", settings = CH })
-    assert.matches("IMEX channel: " .. PD .. "/channel0 missing %(major 238%)", report)
-    run(h, { settings = CH })
-    _, _, report = run(h, { command = "status", settings = CH })
-    assert.matches("IMEX channel: " .. PD .. "/channel0 present %(238:0%)", report)
-  end)
-end)
-
-describe("default policy: health (HealthCheckProgram, NHC)", function()
-  it("healthy: ok, no report, nothing changed", function()
-    local h = testing.host()
-    local outcome, _, report = run(h, { command = "health", dry_run = true })
-    assert.equal("ok", outcome)
-    assert.is_nil(report)
-    assert_untouched(h)
-  end)
-
-  it("this node not READY: domain-unhealthy with one line 'imexguard: OUTCOME: cause'", function()
-    local h = testing.host{ ctl = { { domain = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
-      { host = "10.0.0.2" } } } } } }
-    local outcome, message, report = run(h, { command = "health", dry_run = true })
-    assert.equal("domain-unhealthy", outcome)
-    assert.matches("^imexguard: domain%-unhealthy: .*\n$", report)
-    assert.equal(1, select(2, report:gsub("\n", "")))
-    assert_one_line(message)
-    assert_untouched(h)
-  end)
-
-  it("only a peer unhealthy: ok for this node (a peer drains itself)", function()
-    local h = testing.host{ ctl = { DEGRADED } }
-    local outcome, message = run(h, { command = "health", dry_run = true })
-    assert.equal("ok", outcome)
-    assert.matches("this node healthy", message)
-  end)
-
-  it("unit missing: skipped (not applicable), exit 0", function()
-    local h = testing.host{ unit = false }
-    local outcome, message, report = run(h, { command = "health", dry_run = true })
-    assert.equal("skipped", outcome)
-    assert.equal(0, outcomes.exit_code(outcome))
-    assert.matches("^not applicable", message)
-    assert.is_nil(report)
-  end)
-
-  it("channel0 configured but the channel is missing: channel-failed", function()
-    local h = testing.host{ files = { ["/proc/devices"] = fixture("proc/devices-gb200.txt") } }
-    local outcome, _, report = run(h, { command = "health", dry_run = true,
-      settings = { imex_channels = "channel0" } })
-    assert.equal("channel-failed", outcome)
-    assert.matches("^imexguard: channel%-failed: IMEX channel: .*channel0 missing", report)
-  end)
 end)
 
 -- C21, C22, C28: ordered identity, the unit's own config, configuration faults.
 describe("default policy: ordered identity, the unit's config, configuration faults", function()
-  local T3 = "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
-
-  -- A domain as the ctl shows it: hosts in id order, READY and connected.
-  local function domain_of(hosts)
-    local nodes = {}
-    for i, h in ipairs(hosts) do nodes[i] = { host = h } end
-    return { domain = { nodes = nodes } }
-  end
+  local T3, A, B, C = H.identity.T3, H.identity.A, H.identity.B, H.identity.C
+  local domain_of, host3, unit_with = H.identity.domain_of, H.identity.host3, H.identity.unit_with
 
   -- This node READY and CONNECTED to every peer, the peers UNAVAILABLE (C22's signature).
   local function config_fault_domain(hosts)
@@ -1809,16 +1333,6 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     local nodes = { { host = hosts[1], connections = conns } }
     for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE" } end
     return { domain = { status = "DEGRADED", nodes = nodes } }
-  end
-
-  local A, B, C = "10.0.0.1", "10.0.0.2", "10.0.0.3"
-  -- The kit's host with the node list {n1, n2, n3} and the ctl answering the domain `hosts`.
-  local function host3(hosts, more)
-    return testing.host{ files = { [NODES] = T3 }, ctl = { domain_of(hosts), more } }
-  end
-
-  local function unit_with(argv)
-    return { exec_start = { { path = argv[1], argv = argv } } }
   end
 
   describe("C21: same nodes, another order", function()
@@ -1864,45 +1378,11 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.truthy(pm:find("same nodes, another order", 1, true), pm)
       assert.truthy(prep:find("same nodes, another order", 1, true), prep)
     end)
-
-    it("plan names it", function()
-      local h = host3({ A, C, B })
-      local o, m, rep = run(h, { command = "plan", env = env("n[1-3]"), dry_run = true })
-      assert.equal("ok", o, m)
-      assert.truthy(m:find("would restart", 1, true) and m:find("same nodes, another order", 1, true), m)
-      assert.truthy(rep:find("restart: yes", 1, true), rep)
-    end)
-
-    it("status compares with the node list file's order: this node's ID, the mismatch per node", function()
-      local h = host3({ B, A, C })
-      local o, m, rep = run(h, { command = "status" })
-      assert.equal("domain-unhealthy", o, m)
-      assert.truthy(m:find("same nodes, another order", 1, true), m)
-      assert.truthy(rep:find("this node 10.0.0.1 (n1): ID 1 in the daemon's node map; ID 0 in the node list "
-        .. NODES, 1, true), rep)
-      for _, col in ipairs({ "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }) do
-        assert.truthy(rep:find(col, 1, true), col)
-      end
-      local _, _, js = run(host3({ B, A, C }), { command = "status", json = true })
-      local doc = cjson.decode(js)
-      assert.equal(1, doc.self_id)
-      assert.equal("reordered", doc.order.kind)
-      assert.equal(NODES, doc.node_list)
-    end)
-
-    it("status of a domain in the node list's order is ok, with this node's ID", function()
-      local h = host3({ A, B, C })
-      local o, m, rep = run(h, { command = "status" })
-      assert.equal("ok", o, m)
-      assert.truthy(rep:find("ID 0 in the daemon's node map; ID 0 in the node list", 1, true), rep)
-    end)
   end)
 
   describe("C28: the daemon's config comes from the unit's ExecStart", function()
-    local SITE, SITE_NODES = "/opt/site/imex.cfg", "/opt/site/nodes.cfg"
-    local site_cfg = testing.CONFIG_TEXT:gsub("IMEX_NODE_CONFIG_FILE=[^\n]*",
-      "IMEX_NODE_CONFIG_FILE=" .. SITE_NODES)
-    local IMEX = "/usr/bin/nvidia-imex"
+    local SITE, SITE_NODES, site_cfg, IMEX = H.identity.SITE, H.identity.SITE_NODES, H.identity.site_cfg,
+      H.identity.IMEX
 
     it("-c PATH: config.cfg, its node list and the ctl's -c follow the unit, not the packaged file",
       function()
@@ -1979,18 +1459,10 @@ describe("default policy: ordered identity, the unit's config, configuration fau
         assert_untouched(h)
       end
     end)
-
-    it("plan shows where the config path came from", function()
-      local h = testing.host{ unit = unit_with({ IMEX, "-c", SITE }),
-        files = { [SITE] = site_cfg } }
-      local _, _, rep = run(h, { command = "plan", dry_run = true })
-      assert.truthy(rep:find("config: " .. SITE .. " (from the unit ExecStart)", 1, true), rep)
-    end)
   end)
 
   describe("C22: a configuration fault is not a peer fault", function()
-    local loop_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*",
-      "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
+    local loop_cfg = H.identity.loop_cfg
 
     it("4 nodes, this one READY and connected, three peers UNAVAILABLE: config-fault after a few polls, "
       .. "no peer blamed, exit 14", function()
@@ -2029,22 +1501,6 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal("peers-unhealthy", o, m)
     end)
 
-    it("plan and status flag a loopback command bind, or IMEX_CMD_ENABLED=0, before any job runs", function()
-      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
-      for _, cfg in ipairs({ loop_cfg, off_cfg }) do
-        local key = cfg == loop_cfg and "IMEX_CMD_BIND_INTERFACE_IP" or "IMEX_CMD_ENABLED=0"
-        local h = testing.host{ files = { [CONFIG] = cfg } }
-        local o, m, rep = run(h, { command = "plan", dry_run = true })
-        assert.equal("config-fault", o, m)
-        assert.truthy(m:find(key, 1, true), m)
-        assert.truthy(rep:find("config fault: " .. CONFIG .. ": " .. key, 1, true), rep)
-        local so, sm, srep = run(testing.host{ files = { [CONFIG] = cfg } }, { command = "status" })
-        assert.equal("ok", so) -- the kit's ctl answers UP; the finding is flagged all the same
-        assert.truthy(sm:find(key, 1, true), sm)
-        assert.truthy(srep:find("config fault: " .. CONFIG, 1, true), srep)
-      end
-    end)
-
     it("IMEX_CMD_ENABLED=0 (the ctl cannot reach this node's daemon): the prolog ends config-fault "
       .. "naming it, not domain-unhealthy after the full health_timeout", function()
       local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
@@ -2062,22 +1518,6 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal("config-fault", o, m)
       assert.truthy(m:find("IMEX_CMD_ENABLED=0", 1, true), m)
       assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
-    end)
-
-    it("status flags IMEX_CMD_ENABLED=0 also when the ctl cannot reach the daemon (its real answer)",
-      function()
-      local off_cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_ENABLED=1", "IMEX_CMD_ENABLED=0")
-      local h = testing.host{ files = { [CONFIG] = off_cfg }, ctl = { testing.UNREACHABLE } }
-      local so, sm, srep = run(h, { command = "status" })
-      assert.are_not.equal("ok", so)
-      assert.truthy(sm:find("IMEX_CMD_ENABLED=0", 1, true), sm)
-      assert.truthy(srep:find("IMEX_CMD_ENABLED=0", 1, true), srep)
-    end)
-
-    it("a one-node job with a loopback command bind has no peer to miss: plan is ok", function()
-      local h = testing.host{ files = { [CONFIG] = loop_cfg, [NODES] = "10.0.0.1\n" } }
-      local o, m = run(h, { command = "plan", dry_run = true, env = env("n1") })
-      assert.equal("ok", o, m)
     end)
   end)
 end)

@@ -1,0 +1,96 @@
+-- Specs of the default policy as a whole: its methods, extend and hooks, and what every entry
+-- point checks alike (docs/design.md, "Decision model of the default policy"; Cnn: its "Field
+-- cases") against the fake host. A field case whose tests drive several entry points has a
+-- describe of the same name in each policies/default_*_spec.lua; what these files share is
+-- tests/default_policy_helper.lua.
+
+local testing = require "imexguard.testing"
+local P = require "default"
+local H = require "default_policy_helper"
+
+local run, assert_one_line, assert_untouched = H.run, H.assert_one_line, H.assert_untouched
+
+describe("default policy: a table of methods in the order of its decision model", function()
+  it("has every step as a method and plain entry points", function()
+    for _, step in ipairs({ "applies", "desired", "lock", "write", "stale", "may_restart", "restart",
+      "wait_healthy", "register", "lookup", "admit", "register_extra", "after_unregister" }) do
+      assert.is_function(P[step], step)
+    end
+    for _, e in ipairs({ "prolog", "epilog", "plan", "status", "extend" }) do assert.is_function(P[e], e) end
+  end)
+
+  it("an overridden step is used by the entry points; the default step is reachable as P.step(self, ...)",
+    function()
+      local site = P.extend()
+      local asked = 0
+      -- a site rule: a daemon the default finds current is restarted all the same
+      function site:stale(ctx, info, want, st, opts)
+        asked = asked + 1
+        local v, o, m = P.stale(self, ctx, info, want, st, opts)
+        if v and v.action == "none" then v.action, v.reason = "restart", "site rule: always restart" end
+        return v, o, m
+      end
+      local s = testing.scenario{ policy = site }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, asked)
+      assert.equal(1, s:restarts())
+      assert.matches("site rule: always restart", message, 1, true)
+      -- the default itself is unchanged: nothing to do
+      local d = testing.scenario{}
+      assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal(0, d:restarts())
+    end)
+
+  it("hooks given to extend are kept by a further extend, and unknown hooks raise", function()
+    local a = P.extend{ register_extra = function() return { site = "a" } end }
+    local b = a.extend{ admit = function() return true end }
+    assert.is_function(b.hooks.register_extra)
+    assert.is_function(b.hooks.admit)
+    local s = testing.scenario{ policy = b }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.equal("a", s:registrations()[1].site)
+    assert.has_error(function() P.extend{ may_restrat = function() end } end,
+      "policy extend: unknown hook 'may_restrat'")
+  end)
+end)
+
+-- Defects of the policy layer found by adversarial testing (/tmp/breaker-repro); each spec failed
+-- before its fix.
+describe("default policy: hardening", function()
+  describe("the job id", function()
+    local bad = { { "a newline", "10\nimexguard: notice: prolog job=10 outcome=ok: forged" },
+      { "letters", "12a" }, { "spaces", "1 2" }, { "a leading space", " 12" }, { "a negative number", "-3" } }
+    for _, c in ipairs(bad) do
+      for _, command in ipairs({ "prolog", "epilog", "plan" }) do
+        it(command .. ": a job id with " .. c[1] .. " is bad-input naming SLURM_JOB_ID", function()
+          local h = testing.host()
+          local outcome, message = run(h, { command = command, dry_run = command == "plan",
+            env = { SLURM_JOB_ID = c[2], SLURM_JOB_NODELIST = "n[1,3]", SLURMD_NODENAME = "n1" } })
+          assert.equal("bad-input", outcome)
+          assert_one_line(message)
+          assert.matches("SLURM_JOB_ID", message)
+          assert_untouched(h)
+        end)
+      end
+    end
+  end)
+end)
+
+-- Sites that ship the unit disabled (C23).
+describe("default policy: a disabled unit (C23)", function()
+  it("the applies hook replaces the step: a site policy decides by its own rule", function()
+    local site = P.extend{ applies = function(ctx)
+      if ctx.env.SLURM_JOB_PARTITION ~= "nvl72" then return nil, "skipped", "not an NVL72 partition" end
+      local steps = require "imexguard.steps"
+      return steps.applies(ctx)
+    end }
+    local s = testing.scenario{ policy = site, file = { "n1", "n3" } }
+    local outcome, message = s:prolog{ job = 205, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "cpu" } }
+    assert.equal("skipped", outcome)
+    assert.equal("not an NVL72 partition", message)
+    assert.same({}, s:unit_jobs())
+    assert.equal("ok", (s:prolog{ job = 206, nodelist = "n[1-2]", env = { SLURM_JOB_PARTITION = "nvl72" } }))
+    assert.equal(1, #s:unit_jobs())
+  end)
+end)

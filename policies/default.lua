@@ -66,8 +66,9 @@ local drain = lazy "imexguard.drain"
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
---- The entry points; each is a plain function of ctx that runs the method "run_" .. name.
-local ENTRY_POINTS = { "prolog", "epilog", "plan", "status", "health" }
+--- The entry points (the commands of imexguard.commands that have one); each is a plain function
+-- of ctx that runs the method "run_" .. name.
+local ENTRY_POINTS = require("imexguard.commands").names("entry")
 
 --- The methods of the default policy (the decision model), shared by every policy built from it.
 local Policy = {}
@@ -562,7 +563,7 @@ local function new(parent, hooks)
   --- A policy like this one with some hooks replaced (see the top of this file); its methods are
   -- this policy's until assigned.
   -- @param over table|nil {hook name = function}; unknown names raise (typos are caught)
-  -- @return policy table (prolog, epilog, plan, status, extend, hooks, and the methods)
+  -- @return policy table (the entry points of imexguard.commands, extend, hooks, and the methods)
   function P.extend(over)
     local merged = {}
     for k, f in pairs(hooks) do merged[k] = f end

@@ -29,6 +29,10 @@ local one_line = require("imexguard.text").one_line
 
 local M = {}
 
+-- The budget of a scenario when neither the scenario nor the site's settings give one: the
+-- setting `deadline`'s default (imexguard.settings' schema).
+local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
+
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
   "address_map", "policy" }
@@ -100,7 +104,7 @@ function M.call(policy, o)
     hopts.files = files
   end
   local over = M.settings_over(o.settings)
-  local budget = hopts.deadline or over.deadline or 90
+  local budget = hopts.deadline or over.deadline or DEFAULT_DEADLINE
   hopts.deadline = budget
   local h = testing.host(hopts)
   local env = o.env or { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1",

@@ -50,7 +50,6 @@ local state = require "imexguard.state"
 local registry = require "imexguard.registry"
 local health = require "imexguard.health"
 local addresses = require "imexguard.addresses"
-local ctl = require "imexguard.ctl"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 local channels = require "imexguard.channels"
@@ -470,7 +469,7 @@ function Policy:run_status(ctx)
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
-  local v = ctl.health(domain, expected, self_addr, { node_list = by_file and expected or false })
+  local v = health.verdict(ans, expected, self_addr, { node_list = by_file and expected or false })
   local outcome, msg
   if v.healthy then
     outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #expected)

@@ -3,6 +3,7 @@
 -- and render the status table.
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
 local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
@@ -64,7 +65,7 @@ end
 
 --- Set of hosts of a domain (table host -> true) and its size.
 -- A set alone never decides anything: a node's ID is its line in the daemon's list, so the same
--- hosts in another order are another domain (C21). Compare with `ctl.compare_map`.
+-- hosts in another order are another domain (C21). Compare with `verdict.compare_map`.
 -- @param domain table parsed domain
 -- @return table {[host] = true}, integer number of distinct hosts
 function M.host_set(domain)
@@ -87,12 +88,12 @@ end
 -- @param answer table from probe
 -- @param expected list of addresses
 -- @param self string this node's address
--- @param opts table|nil passed to ctl.health ({node_list = ordered list | false})
--- @return verdict (ctl.health's table, or a local-fault verdict when the local daemon is
+-- @param opts table|nil passed to verdict.health ({node_list = ordered list | false})
+-- @return verdict (verdict.health's table, or a local-fault verdict when the local daemon is
 --   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
 --   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
 function M.verdict(answer, expected, self, opts)
-  if answer.domain then return ctl.health(answer.domain, expected, self, opts) end
+  if answer.domain then return verdict.health(answer.domain, expected, self, opts) end
   if answer.kind == "unreachable" then
     return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
       summary = answer.err }
@@ -170,7 +171,7 @@ function M.config_fault_causes(cfg, path, addrs)
       end
     end
   end
-  for _, c in ipairs(ctl.CONFIG_FAULT_CAUSES) do causes[#causes + 1] = c end
+  for _, c in ipairs(verdict.CONFIG_FAULT_CAUSES) do causes[#causes + 1] = c end
   return causes
 end
 
@@ -192,7 +193,7 @@ end
 --- Is a configuration fault established? True when the last `polls` verdicts are all
 -- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
 -- timeout; one inconsistent or unusable poll restarts the count).
--- @param history list of verdicts, oldest first (ctl.health's tables; nil or false for an
+-- @param history list of verdicts, oldest first (verdict.health's tables; nil or false for an
 --   unusable answer); use `n` for a list with holes
 -- @param polls integer|nil consecutive polls needed (default CONFIG_FAULT_POLLS, at least 1)
 -- @param n integer|nil length of history (default #history)
@@ -284,7 +285,7 @@ end
 -- debug level with its time since the start of the wait.
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
---   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
+--   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
 -- @return outcome, message, polls (number of answers examined)
 function M.wait(ctx, want, first)
@@ -423,7 +424,7 @@ end
 --- Render the domain for a person (or as JSON).
 -- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
 -- @param domain table parsed domain
--- @param v table verdict (ctl.health)
+-- @param v table verdict (verdict.health)
 -- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
 --   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
 --   ordered list the map was compared with}
@@ -434,7 +435,7 @@ function M.report(domain, v, opts)
   local names = opts.names or {}
   local diag = diagnoses(v)
   local map_of = {}
-  for _, m in ipairs(v and v.map_faults or ctl.map_faults(domain)) do map_of[m.id] = m.text end
+  for _, m in ipairs(v and v.map_faults or verdict.map_faults(domain)) do map_of[m.id] = m.text end
   local rows, all = {}, connection_hosts(domain)
   for _, node in ipairs(domain.nodes) do
     rows[#rows + 1] = {

@@ -156,7 +156,7 @@ end
 
 --- The report of `status` with a domain: the per-node table (imexguard.health.report).
 -- @param domain table parsed domain
--- @param v table ctl.health verdict
+-- @param v table verdict.health verdict
 -- @param opts table {self = address, names = {[addr] = name}, json = boolean, outcome, message,
 --   findings = config_findings, config = path of the daemon's config.cfg, node_list = path of the
 --   node list the map was compared with (nil: the domain's own order)}

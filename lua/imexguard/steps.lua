@@ -10,7 +10,7 @@ local slurmenv = require "imexguard.slurmenv"
 local addresses = require "imexguard.addresses"
 local state = require "imexguard.state"
 local health = require "imexguard.health"
-local ctl = require "imexguard.ctl"
+local compare_map = require("imexguard.verdict").compare_map
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
@@ -472,7 +472,7 @@ end
 -- the list the daemon started with): "same nodes, another order" is stale (C21), a host set never
 -- decides. A running daemon's list always holds this node (else it refuses to start), so an answer
 -- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
--- Sets v.action ("restart" stays, or "none"), v.reason, v.order (ctl.compare_map's kind) and
+-- Sets v.action ("restart" stays, or "none"), v.reason, v.order (verdict.compare_map's kind) and
 -- v.answer (kept for the first health poll).
 local function stage_ctl(ctx, want, v)
   local ans = health.probe(ctx, nil, want.config_path)
@@ -481,7 +481,7 @@ local function stage_ctl(ctx, want, v)
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = ctl.compare_map(ans.domain, want.addrs, want.self)
+  local cmp = compare_map(ans.domain, want.addrs, want.self)
   v.order = cmp.kind
   if cmp.kind == "self-absent" then
     v.action = "none"

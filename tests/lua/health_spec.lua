@@ -4,6 +4,7 @@
 local testing = require "imexguard.testing"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
 local cjson = require "cjson"
 
@@ -29,7 +30,7 @@ end
 
 local function verdict_of(described, expected, self)
   local d = assert(ctl.parse_domain(testing.render_domain(described), 0))
-  return ctl.health(d, expected, self)
+  return verdict.health(d, expected, self)
 end
 
 local function find(s, word)
@@ -106,9 +107,9 @@ describe("health.blame of a configuration fault", function()
   it("config_fault_causes: command-service and bind findings of this node, then the generic ones", function()
     local cfg = assert(imexcfg.parse("IMEX_CMD_ENABLED=0\nIMEX_NODE_CONFIG_FILE=rel\n"))
     local c = health.config_fault_causes(cfg, "/c.cfg")
-    assert.equal(1 + #ctl.CONFIG_FAULT_CAUSES, #c)
+    assert.equal(1 + #verdict.CONFIG_FAULT_CAUSES, #c)
     assert.truthy(find(c[1], "here: /c.cfg: IMEX_CMD_ENABLED=0"))
-    assert.same(ctl.CONFIG_FAULT_CAUSES, { table.unpack(c, 2) })
+    assert.same(verdict.CONFIG_FAULT_CAUSES, { table.unpack(c, 2) })
   end)
 end)
 
@@ -189,7 +190,7 @@ describe("health.report: node map and configuration fault", function()
     local d = assert(ctl.parse_domain(f:read("a"), 0))
     f:close()
     local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
-    local v = ctl.health(d, expected, "10.0.0.5")
+    local v = verdict.health(d, expected, "10.0.0.5")
     local j = cjson.decode(health.report(d, v, { self = "10.0.0.5", json = true }))
     assert.equal(0, j.self_id)
     assert.equal("peer-fault", j.verdict)
@@ -205,7 +206,7 @@ describe("health.report: node map and configuration fault", function()
     local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
     local d = assert(ctl.parse_domain(f:read("a"), 0))
     f:close()
-    local v = ctl.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
+    local v = verdict.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
     local text = health.report(d, v, { self = "10.0.0.6" })
     assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
     assert.truthy(find(text, "node map: same nodes, another order"), text)
@@ -213,7 +214,7 @@ describe("health.report: node map and configuration fault", function()
 
   it("a configuration fault never shows the peers as faulty", function()
     local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
-    local v = ctl.health(d, H, H[1])
+    local v = verdict.health(d, H, H[1])
     local j = cjson.decode(health.report(d, v, { self = H[1], json = true }))
     assert.equal("config-fault", j.verdict)
     for i = 2, 4 do

@@ -6,6 +6,7 @@ local state = require "imexguard.state"
 local addresses = require "imexguard.addresses"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local cjson = require "cjson"
 
@@ -147,7 +148,7 @@ describe("health", function()
   it("report: one row per node, connections summary, diagnosis", function()
     local d = assert(ctl.parse_domain(testing.render_domain({ nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" } } }), 0))
-    local v = ctl.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
+    local v = verdict.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
     local r = health.report(d, v, { self = "10.0.0.1", names = { ["10.0.0.2"] = "n2" } })
     assert.matches("0%*%s+10.0.0.1%s+READY%s+1/2 connected; 10.0.0.2 INVALID%s+ok", r)
     assert.matches("1%s+10.0.0.2%s+n2%s+UNAVAILABLE", r)
@@ -160,7 +161,7 @@ describe("health", function()
     local f = assert(io.open("tests/fixtures/ctl/down-unconfigured.json"))
     local d = assert(ctl.parse_domain(f:read("a"), 0))
     f:close()
-    local v = ctl.health(d, { "10.0.0.1" }, "10.0.0.1")
+    local v = verdict.health(d, { "10.0.0.1" }, "10.0.0.1")
     local j = cjson.decode(health.report(d, v, { self = "10.0.0.1", json = true }))
     assert.equal("0.0.0.0", j.nodes[1].host)
     assert.equal("status UNAVAILABLE", j.nodes[1].diagnosis)

@@ -1,7 +1,6 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md),
--- and render the status table.
-local cjson = require "cjson"
+-- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md).
+-- The status table that shows a domain is imexguard.report's.
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
@@ -77,8 +76,11 @@ function M.host_set(domain)
   return set, n
 end
 
---- Label "host (slurm-name)" when the name is known.
-local function label(host, names)
+--- Label "host (slurm-name)" when the name is known (messages and the status table).
+-- @param host string|nil an address
+-- @param names table|nil {[address] = Slurm node name}
+-- @return string
+function M.label(host, names)
   local n = names and host and names[host]
   if n and n ~= host then return string.format("%s (%s)", host, n) end
   return tostring(host)
@@ -222,7 +224,7 @@ end
 -- @param waited number seconds waited (for the message)
 -- @return outcome, message
 function M.blame(ctx, want, v, waited)
-  local me = label(want.self, want.names)
+  local me = M.label(want.self, want.names)
   local why = local_reason(v, want.self)
   local after = waited and string.format(" after %.1f s", waited) or ""
   if not why and v.verdict == "config-fault" then
@@ -244,7 +246,7 @@ function M.blame(ctx, want, v, waited)
   local peers = {}
   for _, f in ipairs(v.faulty or {}) do
     if f.host ~= want.self then
-      peers[#peers + 1] = label(f.host, want.names) .. ": " .. tostring(f.reason)
+      peers[#peers + 1] = M.label(f.host, want.names) .. ": " .. tostring(f.reason)
     end
   end
   if #peers > 0 then
@@ -341,145 +343,6 @@ function M.wait(ctx, want, first)
   end
   return "ctl-unusable", one_line(string.format("no usable answer from the ctl in %.1f s (%d tries): %s",
     waited, polls, tostring(last_err))), polls
-end
-
--- Every host named in a connection of the domain, sorted, and the count of each node's connections:
--- sorted once for the whole table, so the summaries cost n^2, not n^2 log n.
-local function connection_hosts(domain)
-  local seen, hosts, counts = {}, {}, {}
-  for _, node in ipairs(domain.nodes) do
-    local k = 0
-    for host in pairs(node.connections or {}) do
-      k = k + 1
-      if not seen[host] then
-        seen[host] = true
-        hosts[#hosts + 1] = host
-      end
-    end
-    counts[node] = k
-  end
-  table.sort(hosts)
-  return { hosts = hosts, counts = counts }
-end
-
--- The hosts of one node's connections, sorted: picked from the domain's sorted hosts when the node
--- names at least a quarter of them (the usual case: every node names every node), else sorted alone.
-local function sorted_connections(node, all)
-  local conns, hosts = node.connections or {}, {}
-  if all.counts[node] * 4 >= #all.hosts then
-    for _, host in ipairs(all.hosts) do
-      if conns[host] ~= nil then hosts[#hosts + 1] = host end
-    end
-    return hosts
-  end
-  for host in pairs(conns) do hosts[#hosts + 1] = host end
-  table.sort(hosts)
-  return hosts
-end
-
---- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
-local function conn_summary(node, all)
-  local total, up, bad = 0, 0, {}
-  for _, host in ipairs(sorted_connections(node, all)) do
-    local st = node.connections[host]
-    total = total + 1
-    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
-  end
-  local s = string.format("%d/%d connected", up, total)
-  if #bad > 0 then s = s .. "; " .. table.concat(bad, ", ") end
-  return s
-end
-
--- Diagnosis of each node by host: the verdict's blame, node-map findings, configuration fault.
-local function diagnoses(v)
-  local diag = {}
-  if not v then return diag end
-  for _, f in ipairs(v.faulty or {}) do diag[f.host] = tostring(f.reason) end
-  if v.verdict == "config-fault" and v.config_fault then
-    for _, h in ipairs(v.config_fault.peers or {}) do
-      diag[h] = diag[h] or "status not known here: command port unreachable (configuration fault, see below)"
-    end
-  end
-  return diag
-end
-
--- "this node: ID 1 (10.0.0.2, n2) in the daemon's node map; ID 1 in the node list FILE".
-local function self_line(v, opts)
-  local names = opts.names or {}
-  local me = label(opts.self, names)
-  local id = v and v.self_id
-  local line = id and string.format("this node %s: ID %d in the daemon's node map", me, id)
-    or string.format("this node %s: not in the daemon's node map", me)
-  local job_id = v and v.order and v.order.job_self_id
-  if opts.node_list then
-    line = line .. (job_id and string.format("; ID %d in the node list %s", job_id, opts.node_list)
-      or ("; not in the node list " .. opts.node_list))
-  else
-    line = line .. "; node list unknown (compared with the daemon's own order)"
-  end
-  if opts.config then line = line .. "; config " .. opts.config end
-  return line
-end
-
---- Render the domain for a person (or as JSON).
--- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
--- @param domain table parsed domain
--- @param v table verdict (verdict.health)
--- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
---   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
---   ordered list the map was compared with}
--- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
---   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
---   kind and summary) and per node `map` ("ok" or the node-map finding)
-function M.report(domain, v, opts)
-  local names = opts.names or {}
-  local diag = diagnoses(v)
-  local map_of = {}
-  for _, m in ipairs(v and v.map_faults or verdict.map_faults(domain)) do map_of[m.id] = m.text end
-  local rows, all = {}, connection_hosts(domain)
-  for _, node in ipairs(domain.nodes) do
-    rows[#rows + 1] = {
-      id = node.id, host = node.host, name = names[node.host] or "",
-      status = tostring(node.status), version = node.version,
-      connections = conn_summary(node, all), self = node.host == opts.self, map = map_of[node.id] or "ok",
-      -- the verdict blames expected hosts; any other node that is not READY says so itself
-      diagnosis = diag[node.host] or map_of[node.id]
-        or (node.status ~= "READY" and ("status " .. tostring(node.status)))
-        or "ok",
-    }
-  end
-  if opts.json then
-    local order = v and v.order
-    return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
-      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
-      config_findings = opts.findings,
-      order = order and { kind = order.kind, summary = order.summary },
-      outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
-  end
-  local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
-  local cells = { head }
-  for _, r in ipairs(rows) do
-    cells[#cells + 1] = { tostring(r.id) .. (r.self and "*" or ""), r.host, r.name, r.status, r.connections,
-      r.diagnosis }
-  end
-  local width = {}
-  for _, row in ipairs(cells) do
-    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
-  end
-  local out = { string.format("Domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
-    tostring(domain.timestamp), #rows) }
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for i, c in ipairs(row) do
-      parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c
-    end
-    out[#out + 1] = table.concat(parts, "  ")
-  end
-  out[#out + 1] = self_line(v, opts)
-  if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
-  for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
-  if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
-  return table.concat(out, "\n") .. "\n"
 end
 
 return M

@@ -1,12 +1,11 @@
 -- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
--- polls (C22), its blame and early stop in wait, and the node map in the status report (C21). Case
--- ids are the field cases of docs/design.md, "Field cases".
+-- polls (C22), its blame and early stop in wait (the node map in the status report, C21:
+-- report_spec). Case ids are the field cases of docs/design.md, "Field cases".
 local testing = require "imexguard.testing"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
-local cjson = require "cjson"
 
 local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 
@@ -184,46 +183,6 @@ describe("health.wait", function()
   end)
 end)
 
-describe("health.report: node map and configuration fault", function()
-  it("flags the node whose view of the node map differs (C21 seen from a peer)", function()
-    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-peer.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
-    local v = verdict.health(d, expected, "10.0.0.5")
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.5", json = true }))
-    assert.equal(0, j.self_id)
-    assert.equal("peer-fault", j.verdict)
-    assert.equal("same", j.order.kind)
-    assert.equal("ok", j.nodes[1].map)
-    assert.truthy(find(j.nodes[2].map, "node map mismatch: its id 0 is 10.0.0.6"), j.nodes[2].map)
-    assert.truthy(find(j.nodes[2].diagnosis, "node map mismatch"), j.nodes[2].diagnosis)
-    local text = health.report(d, v, { self = "10.0.0.5" })
-    assert.truthy(text:match("\n1%s+10%.0%.0%.6%s+READY%s+[^\n]*node map mismatch"), text)
-  end)
-
-  it("the stale node's own report names the order (same nodes, another order)", function()
-    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local v = verdict.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
-    local text = health.report(d, v, { self = "10.0.0.6" })
-    assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
-    assert.truthy(find(text, "node map: same nodes, another order"), text)
-  end)
-
-  it("a configuration fault never shows the peers as faulty", function()
-    local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
-    local v = verdict.health(d, H, H[1])
-    local j = cjson.decode(health.report(d, v, { self = H[1], json = true }))
-    assert.equal("config-fault", j.verdict)
-    for i = 2, 4 do
-      assert.truthy(find(j.nodes[i].diagnosis, "configuration fault"), j.nodes[i].diagnosis)
-      assert.is_false(find(j.nodes[i].diagnosis, "status UNAVAILABLE"))
-    end
-  end)
-end)
-
 describe("health.verdict", function()
   it("names the verdict of an unreachable local daemon", function()
     assert.equal("local-fault", health.verdict({ kind = "unreachable", err = "down" }, H, H[1]).verdict)
@@ -264,23 +223,5 @@ describe("health.probe of a large domain", function()
     local hosts = {}
     for i, n in ipairs(answer.domain.nodes) do hosts[i] = n.host end
     assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
-  end)
-end)
-
-describe("health.report connections", function()
-  it("lists each node's broken connections by host, whether it names every host or a few", function()
-    local conns = {}
-    for i = 9, 1, -1 do
-      conns[tostring(i)] = { host = "10.0.0." .. i, status = i % 3 == 0 and "INVALID" or "CONNECTED" }
-    end
-    local few = { ["2"] = { host = "10.0.0.9", status = "DISCONNECTED" },
-      ["3"] = { host = "10.0.0.10", status = "N" } }
-    local d = assert(ctl.parse_domain(cjson.encode({ status = "DEGRADED", nodes = {
-      ["1"] = { status = "READY", host = "10.0.0.1", connections = conns },
-      ["2"] = { status = "READY", host = "10.0.0.2", connections = few } } }), 0))
-    local out = health.report(d, nil, { self = "10.0.0.1", json = true })
-    local rows = cjson.decode(out).nodes
-    assert.equal("6/9 connected; 10.0.0.3 INVALID, 10.0.0.6 INVALID, 10.0.0.9 INVALID", rows[1].connections)
-    assert.equal("0/2 connected; 10.0.0.10 N, 10.0.0.9 DISCONNECTED", rows[2].connections)
   end)
 end)

@@ -5,8 +5,6 @@ local steps = require "imexguard.steps"
 local state = require "imexguard.state"
 local addresses = require "imexguard.addresses"
 local health = require "imexguard.health"
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local cjson = require "cjson"
 
@@ -143,28 +141,6 @@ describe("health", function()
     assert.is_false(v.healthy)
     assert.is_nil(health.verdict({ kind = "malformed", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
     assert.is_nil(health.verdict({ kind = "unconfigured", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
-  end)
-
-  it("report: one row per node, connections summary, diagnosis", function()
-    local d = assert(ctl.parse_domain(testing.render_domain({ nodes = { { host = "10.0.0.1" },
-      { host = "10.0.0.2", status = "UNAVAILABLE" } } }), 0))
-    local v = verdict.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
-    local r = health.report(d, v, { self = "10.0.0.1", names = { ["10.0.0.2"] = "n2" } })
-    assert.matches("0%*%s+10.0.0.1%s+READY%s+1/2 connected; 10.0.0.2 INVALID%s+ok", r)
-    assert.matches("1%s+10.0.0.2%s+n2%s+UNAVAILABLE", r)
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.1", json = true }))
-    assert.equal("DEGRADED", j.status)
-    assert.equal("status UNAVAILABLE", j.nodes[2].diagnosis)
-  end)
-
-  it("report: a node outside the expected list that is not READY is not 'ok' (down, unconfigured)", function()
-    local f = assert(io.open("tests/fixtures/ctl/down-unconfigured.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local v = verdict.health(d, { "10.0.0.1" }, "10.0.0.1")
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.1", json = true }))
-    assert.equal("0.0.0.0", j.nodes[1].host)
-    assert.equal("status UNAVAILABLE", j.nodes[1].diagnosis)
   end)
 end)
 

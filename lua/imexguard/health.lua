@@ -103,6 +103,16 @@ function M.verdict(answer, expected, self, opts)
   return nil
 end
 
+--- The default judge of `wait`: the verdict of one answer over the job's nodes (M.verdict with
+-- want.addrs, want.self and, when set, want.node_list as the ordered list the daemon must run).
+-- @param answer table from probe
+-- @param want table {addrs, self, node_list = ordered list | false | nil}
+-- @return verdict, or nil when the answer is unusable (see M.verdict)
+function M.judge(answer, want)
+  local opts = want.node_list ~= nil and { node_list = want.node_list } or nil
+  return M.verdict(answer, want.addrs, want.self, opts)
+end
+
 --- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
 -- Then the ctl can never reach the local daemon: an "unreachable" answer is a configuration fault.
 -- @param want table {cfg = parsed config.cfg or nil, config_path, addrs}
@@ -289,14 +299,21 @@ end
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
 --   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
+-- @param judge function|nil judge(answer, want) -> verdict | nil: the verdict on one answer of
+--   `probe` (default M.judge). A verdict is a table shaped as verdict.health's: `healthy` ends the
+--   wait in "ok" (its message is the verdict's `healthy_message` when set, else "domain STATUS, N
+--   nodes healthy"); `verdict`, `config_fault`, `summary` and `status` count towards an established
+--   configuration fault and the debug line; the last verdict is blamed (M.blame: `faulty`,
+--   `local_fault`, `verdict`, `summary`, `status`). nil: the answer proves nothing (unusable; the
+--   wait ends "ctl-unusable" when no answer was usable). It must not raise on an answer of probe.
 -- @return outcome, message, polls (number of answers examined)
-function M.wait(ctx, want, first)
+function M.wait(ctx, want, first, judge)
   local h, s = ctx.host, ctx.settings
   local start = h.now()
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
   local history, fault_since, fault_peers = {}, nil, nil
-  local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
+  judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
   while true do
     local asked = not answer and h.now()
@@ -306,7 +323,7 @@ function M.wait(ctx, want, first)
         want.config_path)
     end
     polls = polls + 1
-    local v = M.verdict(answer, want.addrs, want.self, list_opts)
+    local v = judge(answer, want)
     local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
     if asked then p:polled(asked, h.now(), seen) end
     h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen))
@@ -317,7 +334,8 @@ function M.wait(ctx, want, first)
         config_fault = { peers = {}, command_off = true } }
     end
     if v and v.healthy then
-      return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
+      return "ok", v.healthy_message or string.format("domain %s, %d nodes healthy", tostring(v.status),
+        #want.addrs), polls
     end
     if v then last_v = v else last_err = answer.err end
     history[polls] = v or false

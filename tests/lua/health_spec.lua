@@ -181,6 +181,62 @@ describe("health.wait", function()
     assert.is_true(polls > 3)
     assert.truthy(find(msg, "10.0.0.2"), msg)
   end)
+
+  describe("with a judge of the caller's", function()
+    it("judges each answer, with want; its healthy verdict ends the wait with its message", function()
+      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local seen = {}
+      local function judge(answer, w)
+        seen[#seen + 1] = { answer = answer, want = w }
+        local v = health.judge(answer, w)
+        if #seen < 3 then return v end
+        return { healthy = true, status = v.status, healthy_message = "my nodes are fine" }
+      end
+      local w = want(H)
+      local o, msg, polls = health.wait(testing.ctx{ host = h }, w, nil, judge)
+      assert.equal("ok", o)
+      assert.equal("my nodes are fine", msg)
+      assert.equal(3, polls)
+      assert.equal(3, #seen)
+      assert.equal(w, seen[1].want)
+      assert.equal("peer-fault", health.judge(seen[1].answer, w).verdict) -- the answers of probe
+    end)
+
+    it("a healthy verdict without a message of its own: the default message", function()
+      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local o, msg = health.wait(testing.ctx{ host = h }, want(H), nil,
+        function() return { healthy = true, status = "DEGRADED" } end)
+      assert.equal("ok", o)
+      assert.equal("domain DEGRADED, 4 nodes healthy", msg)
+    end)
+
+    it("its last verdict is blamed when the wait times out: a healthy domain judged faulty", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local ctx = testing.ctx{ host = h, settings = { health_timeout = 3, poll_interval = 1 } }
+      local o, msg = health.wait(ctx, want(H), nil, function()
+        return { healthy = false, status = "UP", faulty = { { host = H[3], reason = "judged so" } } }
+      end)
+      assert.equal("peers-unhealthy", o)
+      assert.truthy(find(msg, "10.0.0.3: judged so"), msg)
+    end)
+
+    it("nil for every answer: ctl-unusable, even when the ctl answers UP", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local ctx = testing.ctx{ host = h, settings = { health_timeout = 3, poll_interval = 1 } }
+      local o, msg, polls = health.wait(ctx, want(H), nil, function() return nil end)
+      assert.equal("ctl-unusable", o)
+      assert.is_true(polls > 1)
+      assert.truthy(find(msg, "no usable answer"), msg)
+    end)
+
+    it("its configuration-fault verdicts stop the wait early, as the default judge's", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local cf = verdict_of(cmd_unreachable(H), H, H[1])
+      local o, _, polls = health.wait(testing.ctx{ host = h }, want(H), nil, function() return cf end)
+      assert.equal("config-fault", o)
+      assert.equal(health.CONFIG_FAULT_POLLS, polls)
+    end)
+  end)
 end)
 
 describe("health.verdict", function()

@@ -42,7 +42,7 @@ local UNCONFIGURED_TEXT = "Failed to read node configuration file"
 
 -- A short, one-line rendering of some output for messages.
 local function excerpt(s)
-  s = s:gsub("%s+", " "):match("^ ?(.-) ?$")
+  s = text.trim((s:gsub("%s+", " ")))
   if #s > 80 then
     s = s:sub(1, 77) .. "..."
   end
@@ -86,8 +86,8 @@ function M.parse_query(stdout, status)
   if not ok then
     return nil, err, kind
   end
-  local word = out:match("^%s*(%S+)%s*$")
-  if not word or not M.STATES[word] then
+  local word = text.trim(out) -- a state holds no blank: "READY x" is no state
+  if not M.STATES[word] then
     return nil, string.format("nvidia-imex-ctl -q: not a known state: %s",
       out == "" and "no output" or excerpt(out)), "malformed"
   end

@@ -53,6 +53,7 @@ local addresses = require "imexguard.addresses"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 local channels = require "imexguard.channels"
+local nodelist = require "imexguard.nodelist"
 
 --- A module loaded when first used: imexguard.report renders plan and status, imexguard.drain
 -- serves the health command; the prolog and the epilog never pay for loading them.
@@ -71,11 +72,6 @@ local ENTRY_POINTS = require("imexguard.commands").names("entry")
 
 --- The methods of the default policy (the decision model), shared by every policy built from it.
 local Policy = {}
-
---- A failing primitive's code "deadline" always means the run's budget ran out.
-local function by_code(code, outcome)
-  return code == "deadline" and "deadline-exceeded" or outcome
-end
 
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
@@ -229,7 +225,7 @@ function Policy:keep(ctx, st, want, verdict, extra, info)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
   elseif err then
-    return by_code(code, "write-failed"), text.one_line(string.format(
+    return steps.by_code(code, "write-failed"), text.one_line(string.format(
       "node %s: %s (a job the registry does not know is unprotected); %s", steps.node_name(ctx), err, msg))
   end
   return outcome, text.one_line(msg)
@@ -333,7 +329,7 @@ function Policy:unregister(ctx, id)
   if not entry then return not_registered(ctx, id) end
   local ok, err, code = state.save(ctx.host, s, st)
   if not ok then
-    return by_code(code, "write-failed"), text.one_line(string.format(
+    return steps.by_code(code, "write-failed"), text.one_line(string.format(
       "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
       state.path(s), tostring(err)))
   end
@@ -429,17 +425,12 @@ function Policy:unit_verdict(ctx, info)
 end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
--- addresses of this node's node list file; nil when it cannot be read or is empty (status then
--- judges the domain by its own order, and says so).
+-- addresses of this node's node list file (nodelist.parse); nil when it cannot be read, is empty
+-- or is not a node list (status then judges the domain by its own order, and says so).
 local function ordered_node_list(ctx, info)
   if not info then return nil end
-  local bytes = steps.read_nodes(ctx, info)
-  local list = {}
-  for line in (bytes or ""):gmatch("[^\n]+") do
-    local a = line:match("^%s*(.-)%s*$")
-    if a ~= "" and a:sub(1, 1) ~= "#" then list[#list + 1] = a end
-  end
-  return #list > 0 and list or nil
+  local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
+  return list and #list > 0 and list or nil
 end
 
 --- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node

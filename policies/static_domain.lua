@@ -22,9 +22,7 @@ local default = require "policies.default"
 
 local P = {}
 
-local function fail(outcome, fmt, ...)
-  return nil, outcome, text.one_line(string.format(fmt, ...))
-end
+local fail = steps.fail
 
 --- Steps 1-4. @return info, want, props, or nil, outcome, message
 local function verify(ctx, wait)

@@ -32,15 +32,24 @@ local ENABLED = {
 --- Make a message one line (imexguard.text.one_line, kept here for policies that use steps only).
 M.one_line = require("imexguard.text").one_line
 
-local function fail(outcome, fmt, ...)
+--- A step's failure: nil, the outcome and a one-line message (string.format of fmt and the rest).
+-- @param outcome string
+-- @param fmt string format of the message
+-- @return nil, outcome, message
+function M.fail(outcome, fmt, ...)
   return nil, outcome, M.one_line(string.format(fmt, ...))
 end
+local fail = M.fail
 
---- Outcome for a failed primitive: "deadline" always means the run's budget ran out.
-local function by_code(code, outcome)
+--- Outcome for a failed primitive: its code "deadline" always means the run's budget ran out.
+-- @param code string|nil the primitive's error code
+-- @param outcome string the outcome of any other failure
+-- @return string "deadline-exceeded" or outcome
+function M.by_code(code, outcome)
   if code == "deadline" then return "deadline-exceeded" end
   return outcome
 end
+local by_code = M.by_code
 
 --- This node's name for messages: SLURMD_NODENAME, else the host name.
 function M.node_name(ctx)

@@ -3,6 +3,8 @@
 -- policy", case ids Cnn: its "Field cases"), in this order:
 --   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
 --                                                            manage_disabled_unit), config.cfg
+--   channel              P:channel(ctx)                      IMEX channel 0 exists when imex_channels
+--                                                            says so (channels.ensure; step 1b)
 --   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically

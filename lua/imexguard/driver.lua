@@ -396,7 +396,7 @@ end
 -- @param run table the run (after settings)
 -- @return table {output = the entry points line} or an end
 function D.check_begin(run)
-  local sc = require 'imexguard.scenarios'
+  local sc = require 'imexguard.testing.check'
   -- a policy that requires the primitives reaches the fake host, never the node
   run.c.preload('imexguard.host', sc.host_proxy())
   local path = run.check_path

@@ -4,8 +4,8 @@
 -- list, epilog 100) reads top to bottom. Test infrastructure; no io.
 local cjson = require "cjson"
 local commands = require "imexguard.commands"
-local base = require "imexguard.testing_base"
-local run = require "imexguard.testing_run"
+local base = require "imexguard.testing.base"
+local run = require "imexguard.testing.run"
 
 local M = {}
 local copy, lines = base.copy, base.lines

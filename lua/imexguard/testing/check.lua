@@ -1,7 +1,7 @@
---- The standard scenarios of `imexguard check POLICY`: situations every sane policy must handle,
--- run against the test kit's fake host (imexguard.testing). Each scenario runs the policy's
--- prolog (or epilog) one or more times in a scripted world and judges what it returned and what
--- it did (writes, systemd jobs) — never how it did it.
+--- The standard scenarios of `imexguard check POLICY` (imexguard.testing.check): situations every
+-- sane policy must handle, run against the test kit's fake host (imexguard.testing). Each scenario
+-- runs the policy's prolog (or epilog) one or more times in a scripted world and judges what it
+-- returned and what it did (writes, systemd jobs) — never how it did it.
 --
 -- "config-fault" (field case C22 of docs/design.md) lints nothing itself: it gives the policy a
 -- config.cfg whose command port is bound to loopback and the domain such a config produces, and
@@ -18,7 +18,7 @@
 -- they are added to every scenario's world (the scenario's own files win).
 --
 -- Use from busted (a site's own spec):
---   local scenarios = require "imexguard.scenarios"
+--   local scenarios = require "imexguard.testing.check"
 --   local policy = require "mypolicy"   -- (not inline: require returns a second value)
 --   local report = scenarios.run_all(policy)
 --   assert.is_true(report.ok, report.text)

@@ -20,6 +20,7 @@
 package.path = "lua/?.lua;" .. package.path
 
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local health = require "imexguard.health"
 local hostlist = require "imexguard.hostlist"
 local nodelist = require "imexguard.nodelist"
@@ -159,8 +160,8 @@ local function inputs(n)
     up = function() return assert(ctl.parse_domain(x.json_up, 0)) end,
     down = function() return assert(ctl.parse_domain(x.json_down, 0)) end,
     reordered = function() return assert(ctl.parse_domain(x.json_rev, 0)) end,
-    v_up = function() return ctl.health(x.get("up"), addrs, self) end,
-    v_down = function() return ctl.health(x.get("down"), addrs, self) end,
+    v_up = function() return verdict.health(x.get("up"), addrs, self) end,
+    v_down = function() return verdict.health(x.get("down"), addrs, self) end,
     st = function()
       return assert(state.load(fake_host({ ["/s/state.json"] = x.state }), { state_dir = "/s" }))
     end,
@@ -179,29 +180,29 @@ local CASES = {
   { "ctl.parse_domain down", "conn", function(x) return function() ctl.parse_domain(x.json_down, 0) end end },
   { "ctl.parse_text up", "conn", function(x) return function() ctl.parse_text(x.text_up) end end },
   { "ctl.parse_text down", "conn", function(x) return function() ctl.parse_text(x.text_down) end end },
-  { "ctl.compare_map same", "node",
+  { "verdict.compare_map same", "node",
     function(x)
       local d_up = x.get("up")
-      return function() ctl.compare_map(d_up, x.addrs, x.self) end
+      return function() verdict.compare_map(d_up, x.addrs, x.self) end
     end },
-  { "ctl.compare_map reordered", "node",
+  { "verdict.compare_map reordered", "node",
     function(x)
       local d_reordered = x.get("reordered")
-      return function() ctl.compare_map(d_reordered, x.addrs, x.self) end
+      return function() verdict.compare_map(d_reordered, x.addrs, x.self) end
     end },
-  { "ctl.map_faults up", "conn", function(x)
+  { "verdict.map_faults up", "conn", function(x)
     local d_up = x.get("up")
-    return function() ctl.map_faults(d_up) end end },
-  { "ctl.health up", "conn", function(x)
+    return function() verdict.map_faults(d_up) end end },
+  { "verdict.health up", "conn", function(x)
     local d_up = x.get("up")
-    return function() ctl.health(d_up, x.addrs, x.self) end end },
-  { "ctl.health down", "conn", function(x)
+    return function() verdict.health(d_up, x.addrs, x.self) end end },
+  { "verdict.health down", "conn", function(x)
     local d_down = x.get("down")
-    return function() ctl.health(d_down, x.addrs, x.self) end end },
-  { "ctl.health reordered", "conn",
+    return function() verdict.health(d_down, x.addrs, x.self) end end },
+  { "verdict.health reordered", "conn",
     function(x)
       local d_reordered = x.get("reordered")
-      return function() ctl.health(d_reordered, x.addrs, x.self) end
+      return function() verdict.health(d_reordered, x.addrs, x.self) end
     end },
   { "health.verdict+blame down", "conn", function(x)
     local d_down = x.get("down")

@@ -3,6 +3,8 @@
 -- policy", case ids Cnn: its "Field cases"), in this order:
 --   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
 --                                                            manage_disabled_unit), config.cfg
+--   channel              P:channel(ctx)                      IMEX channel 0 exists when imex_channels
+--                                                            says so (channels.ensure; step 1b)
 --   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically
@@ -50,10 +52,10 @@ local state = require "imexguard.state"
 local registry = require "imexguard.registry"
 local health = require "imexguard.health"
 local addresses = require "imexguard.addresses"
-local ctl = require "imexguard.ctl"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 local channels = require "imexguard.channels"
+local nodelist = require "imexguard.nodelist"
 
 --- A module loaded when first used: imexguard.report renders plan and status, imexguard.drain
 -- serves the health command; the prolog and the epilog never pay for loading them.
@@ -66,16 +68,12 @@ local drain = lazy "imexguard.drain"
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
---- The entry points; each is a plain function of ctx that runs the method "run_" .. name.
-local ENTRY_POINTS = { "prolog", "epilog", "plan", "status", "health" }
+--- The entry points (the commands of imexguard.commands that have one); each is a plain function
+-- of ctx that runs the method "run_" .. name.
+local ENTRY_POINTS = require("imexguard.commands").names("entry")
 
 --- The methods of the default policy (the decision model), shared by every policy built from it.
 local Policy = {}
-
---- A failing primitive's code "deadline" always means the run's budget ran out.
-local function by_code(code, outcome)
-  return code == "deadline" and "deadline-exceeded" or outcome
-end
 
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
@@ -229,7 +227,7 @@ function Policy:keep(ctx, st, want, verdict, extra, info)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
   elseif err then
-    return by_code(code, "write-failed"), text.one_line(string.format(
+    return steps.by_code(code, "write-failed"), text.one_line(string.format(
       "node %s: %s (a job the registry does not know is unprotected); %s", steps.node_name(ctx), err, msg))
   end
   return outcome, text.one_line(msg)
@@ -333,7 +331,7 @@ function Policy:unregister(ctx, id)
   if not entry then return not_registered(ctx, id) end
   local ok, err, code = state.save(ctx.host, s, st)
   if not ok then
-    return by_code(code, "write-failed"), text.one_line(string.format(
+    return steps.by_code(code, "write-failed"), text.one_line(string.format(
       "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
       state.path(s), tostring(err)))
   end
@@ -429,17 +427,12 @@ function Policy:unit_verdict(ctx, info)
 end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
--- addresses of this node's node list file; nil when it cannot be read or is empty (status then
--- judges the domain by its own order, and says so).
+-- addresses of this node's node list file (nodelist.parse); nil when it cannot be read, is empty
+-- or is not a node list (status then judges the domain by its own order, and says so).
 local function ordered_node_list(ctx, info)
   if not info then return nil end
-  local bytes = steps.read_nodes(ctx, info)
-  local list = {}
-  for line in (bytes or ""):gmatch("[^\n]+") do
-    local a = line:match("^%s*(.-)%s*$")
-    if a ~= "" and a:sub(1, 1) ~= "#" then list[#list + 1] = a end
-  end
-  return #list > 0 and list or nil
+  local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
+  return list and #list > 0 and list or nil
 end
 
 --- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node
@@ -469,7 +462,7 @@ function Policy:run_status(ctx)
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
-  local v = ctl.health(domain, expected, self_addr, { node_list = by_file and expected or false })
+  local v = health.verdict(ans, expected, self_addr, { node_list = by_file and expected or false })
   local outcome, msg
   if v.healthy then
     outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #expected)
@@ -562,7 +555,7 @@ local function new(parent, hooks)
   --- A policy like this one with some hooks replaced (see the top of this file); its methods are
   -- this policy's until assigned.
   -- @param over table|nil {hook name = function}; unknown names raise (typos are caught)
-  -- @return policy table (prolog, epilog, plan, status, extend, hooks, and the methods)
+  -- @return policy table (the entry points of imexguard.commands, extend, hooks, and the methods)
   function P.extend(over)
     local merged = {}
     for k, f in pairs(hooks) do merged[k] = f end

@@ -7,9 +7,10 @@
 --   3. every node of the job is in the static list, else bad-input naming the nodes that are not;
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it;
---   5. the job's nodes are healthy: polled like the default's health wait, but judged over the
---      JOB'S nodes only (this node READY, every other job node present, READY and connected
---      from here); nodes of the rack outside the job do not hold the job up (they are named).
+--   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
+--      own over the JOB'S nodes only (this node READY, every other job node present, READY and
+--      connected from here); nodes of the rack outside the job do not hold the job up (they are
+--      named).
 -- Outcomes are the default's (peers-unhealthy follows on_peer_fault). No lock, no state file, no
 -- job registry: nothing on the node changes. The epilog has nothing to do. status is the
 -- default's; plan reports the same checks without waiting.
@@ -21,9 +22,7 @@ local default = require "policies.default"
 
 local P = {}
 
-local function fail(outcome, fmt, ...)
-  return nil, outcome, text.one_line(string.format(fmt, ...))
-end
+local fail = steps.fail
 
 --- Steps 1-4. @return info, want, props, or nil, outcome, message
 local function verify(ctx, wait)
@@ -63,7 +62,8 @@ local function verify(ctx, wait)
   return info, want, props
 end
 
---- The verdict over the job's nodes only (nodes of the domain outside the job are ignored).
+--- The verdict over the job's nodes only (nodes of the domain outside the job are ignored): the
+-- judge of health.wait (its contract there).
 local function judge(answer, want)
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
   local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
@@ -77,33 +77,13 @@ local function judge(answer, want)
   local r = { status = v.status, local_fault = false, faulty = faulty, summary = v.summary,
     outside = outside }
   r.healthy = #v.missing == 0 and #faulty == 0
-  return r
-end
-
---- Step 5: poll until the job's nodes are healthy or health_timeout (bounded by the budget).
-local function wait_job_nodes(ctx, want)
-  local h, s = ctx.host, ctx.settings
-  local start = h.now()
-  local window = math.min(s.health_timeout, math.max(h.remaining() - health.MARGIN, 0))
-  local last_v, last_err, polls = nil, nil, 0
-  while true do
-    local answer = health.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - health.MARGIN, 0.05)))
-    polls = polls + 1
-    local v = judge(answer, want)
-    if v and v.healthy then
-      local note = #v.outside > 0 and string.format(" (outside the job: %s not healthy)",
-        table.concat(v.outside, " ")) or ""
-      return "ok", string.format("the job's %d nodes are healthy in the static domain %s%s", #want.addrs,
-        tostring(v.status), note)
-    end
-    if v then last_v = v else last_err = answer.err end
-    if answer.kind == "deadline" then break end
-    local left = window - (h.now() - start)
-    if left <= 0 or not h.sleep(math.min(s.poll_interval, left)) then break end
+  if r.healthy then
+    local note = #outside > 0 and string.format(" (outside the job: %s not healthy)",
+      table.concat(outside, " ")) or ""
+    r.healthy_message = string.format("the job's %d nodes are healthy in the static domain %s%s", #want.addrs,
+      tostring(v.status), note)
   end
-  if last_v then return health.blame(ctx, want, last_v, h.now() - start) end
-  return "ctl-unusable", text.one_line(string.format(
-    "no usable answer from the ctl in %.1f s (%d tries): %s", h.now() - start, polls, tostring(last_err)))
+  return r
 end
 
 --- The prolog: verify (steps 1-4 of the header) and wait for the job's nodes to be healthy;
@@ -114,7 +94,7 @@ end
 function P.prolog(ctx)
   local info, want, m = verify(ctx, true)
   if not info then return want, m end
-  local outcome, msg = wait_job_nodes(ctx, want)
+  local outcome, msg = health.wait(ctx, want, nil, judge)
   return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
 end
 

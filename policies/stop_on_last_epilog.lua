@@ -26,7 +26,7 @@ function P:after_unregister(ctx, st, entry, remaining)
   local s = ctx.settings
   local res, err, code = ctx.host.unit_job(s.unit, "stop", s.start_timeout)
   if res ~= "done" then
-    return code == "deadline" and "deadline-exceeded" or "service-failed", text.one_line(string.format(
+    return steps.by_code(code, "service-failed"), text.one_line(string.format(
       "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", steps.node_name(ctx),
       entry.id, s.unit, tostring(code or res), tostring(err)))
   end

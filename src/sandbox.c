@@ -562,7 +562,8 @@ static const struct ig_embedded *find_embedded(const char *name)
 	return NULL;
 }
 
-/* A loadable library name: "imexguard.x" or "policies.x", x of [A-Za-z0-9_] (no path tricks). */
+/* A loadable library name: "imexguard.x" or "policies.x", x one or more words of [A-Za-z0-9_]
+ * joined by single dots ("imexguard.testing.base": a module in a folder; no path tricks). */
 static int valid_lib_name(const char *name)
 {
 	const char *rest;
@@ -574,22 +575,28 @@ static int valid_lib_name(const char *name)
 		return 0;
 	if (*rest == '\0')
 		return 0;
-	for (; *rest; rest++)
-		if (!(*rest == '_' || (*rest >= '0' && *rest <= '9') ||
-		      (*rest >= 'a' && *rest <= 'z') || (*rest >= 'A' && *rest <= 'Z')))
+	for (const char *p = rest; *p; p++) {
+		if (*p == '.') {
+			if (p == rest || p[1] == '\0' || p[1] == '.')
+				return 0;
+		} else if (!(*p == '_' || (*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') ||
+			     (*p >= 'A' && *p <= 'Z'))) {
 			return 0;
+		}
+	}
 	return 1;
 }
 
-/* DIR/a/b.lua for "a.b" into buf; returns 0 or -ENAMETOOLONG. */
-static int lua_dir_path(const char *name, char *buf, size_t size)
+/* DIR/a/b.lua for "a.b" into buf, or with `init` DIR/a/b/init.lua (package.path's "?/init.lua");
+ * returns 0 or -ENAMETOOLONG. */
+static int lua_dir_path(const char *name, int init, char *buf, size_t size)
 {
-	int n = snprintf(buf, size, "%s/%s.lua", g_sb.lua_dir, name);
+	int n = snprintf(buf, size, "%s/%s%s", g_sb.lua_dir, name, init ? "/init.lua" : ".lua");
 	if (n < 0 || (size_t)n >= size)
 		return -ENAMETOOLONG;
 	char *p = buf + strlen(g_sb.lua_dir) + 1;
-	for (; *p; p++)
-		if (*p == '.' && strcmp(p, ".lua") != 0)
+	for (char *end = p + strlen(name); p < end; p++)
+		if (*p == '.')
 			*p = '/';
 	return 0;
 }
@@ -601,20 +608,24 @@ int ig_sandbox_has_module(lua_State *L, const char *name)
 		return 0;
 	if (find_embedded(name))
 		return 1;
+	if (!g_sb.lua_dir)
+		return 0;
 	char path[4096];
-	return g_sb.lua_dir && lua_dir_path(name, path, sizeof path) == 0 &&
-	       access(path, R_OK) == 0;
+	for (int init = 0; init <= 1; init++)
+		if (lua_dir_path(name, init, path, sizeof path) == 0 && access(path, R_OK) == 0)
+			return 1;
+	return 0;
 }
 
-/* Push the chunk of library module `name` (from --lua-dir, else embedded) with the sandbox env;
- * raises when it is missing or does not compile. */
+/* Push the chunk of library module `name` (from --lua-dir: DIR/a/b.lua, else DIR/a/b/init.lua;
+ * else embedded) with the sandbox env; raises when it is missing or does not compile. */
 static void push_lib_chunk(lua_State *L, const char *name)
 {
-	if (g_sb.lua_dir) {
+	for (int init = 0; g_sb.lua_dir && init <= 1; init++) {
 		char path[4096], err[768], chunkname[4100];
 		char *data = NULL;
 		size_t len = 0;
-		if (lua_dir_path(name, path, sizeof path) != 0)
+		if (lua_dir_path(name, init, path, sizeof path) != 0)
 			luaL_error(L, "module '%s': path too long under --lua-dir", name);
 		int rc = ig_read_trusted(path, "module", &data, &len, err, sizeof err);
 		if (rc == 0) {
@@ -625,7 +636,7 @@ static void push_lib_chunk(lua_State *L, const char *name)
 				lua_error(L);
 			return;
 		}
-		if (rc != -ENOENT)
+		if (rc != -ENOENT && !(init && rc == -ENOTDIR)) /* DIR/a/b a file: no folder b */
 			luaL_error(L, "%s", err);
 	}
 	const struct ig_embedded *e = find_embedded(name);

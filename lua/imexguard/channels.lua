@@ -19,6 +19,8 @@
 -- `parse_devices`, `major` and `switch_type` are pure; `ensure` does the side effects through
 -- ctx.host (mkdir, stat, mknod_char), so `plan` records them instead.
 -- @module imexguard.channels
+local trim = require("imexguard.text").trim
+
 local M = {}
 
 M.DEVICE = "nvidia-caps-imex-channels"
@@ -38,7 +40,7 @@ function M.parse_devices(text)
   local section, n, seen = nil, 0, false
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
-    local body = line:match("^%s*(.-)%s*$")
+    local body = trim(line)
     if body == "Character devices:" then section, seen = out.char, true
     elseif body == "Block devices:" then section, seen = out.block, true
     elseif body ~= "" then

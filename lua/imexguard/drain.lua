@@ -11,6 +11,7 @@
 -- no shell, and a Slurm that does not answer is skipped with a log line: the outcome never changes.
 -- @module imexguard.drain
 local settings_schema = require "imexguard.settings"
+local rtrim = require("imexguard.text").rtrim
 
 local M = {}
 
@@ -28,7 +29,7 @@ M.MIN_LEFT = 0.2
 -- @treturn string
 function M.reason(outcome, cause)
   local line = string.format("imexguard: %s: %s", tostring(outcome), tostring(cause or ""))
-  line = line:gsub("[%c]+", " "):gsub("%s+$", "")
+  line = rtrim((line:gsub("[%c]+", " ")))
   if #line > M.MAX_REASON then
     line = line:sub(1, M.MAX_REASON - 3):gsub("[\128-\255]*$", "") .. "..."
   end

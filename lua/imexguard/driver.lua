@@ -1,5 +1,5 @@
 --- The run, told in Lua: the sequence of an imexguard run (settings, the host table or the
--- recorders of `plan`, the policy, ctx, the entry point, its outcome and exit code; the standard
+-- recorders of a dry run, the policy, ctx, the entry point, its outcome and exit code; the standard
 -- scenarios of `check`). src/main.c keeps the edges (arguments, sandbox, deadline, watchdog,
 -- signals, the final line, the exit) and calls this module through a tiny fixed protocol, like
 -- Slurm's job_submit/lua or lsyncd's runner: each call passes one table, `run`, and returns one
@@ -18,14 +18,17 @@
 -- answer may carry `output` too. A call that raises ends the run in policy-error (or
 -- deadline-exceeded when the deadline interrupt fired), with the traceback logged at debug.
 --
--- Calls, in order: settings, then prepare, invoke, finish (prolog, epilog, status, plan, health) or
+-- Calls, in order: settings, then prepare, invoke, finish (a command with an entry point) or
 -- check_begin, check_next and check_scenario or check_failed per scenario, check_end (check).
+-- The commands and their facts (entry point, dry run, metrics, default budget) are
+-- imexguard.commands': this module derives its tables from it.
 --
 -- After the outcome is known, D.finish also sets the drain reason of a failed prolog
 -- (imexguard.drain, setting drain_reason) and records the run in the Prometheus textfile
--- (imexguard.metrics, setting metrics_dir; prolog, epilog, status and health). Neither changes the
+-- (imexguard.metrics, setting metrics_dir; the commands of D.METRICS). Neither changes the
 -- outcome: each failure is a log line.
 local S = require 'imexguard.settings'
+local commands = require 'imexguard.commands'
 local outcomes = require 'imexguard.outcomes'
 local one_line = require('imexguard.text').one_line -- at most text.MAX_LINE bytes: the final line carries it
 
@@ -34,16 +37,22 @@ local D = {}
 --- The built-in policy.
 D.DEFAULT_POLICY = 'policies.default'
 
---- The budget of `health` in seconds when --deadline does not give one (the setting `deadline`
--- is the prolog's; a periodic health check must end well within Slurm's HealthCheckInterval and
--- NHC's `check_cmd_status -t 10`).
-D.HEALTH_DEADLINE = 10
+-- The set {[name] = true} of the commands whose field `field` is set in imexguard.commands.
+local function commands_with(field)
+  local set = {}
+  for _, name in ipairs(commands.names(field)) do set[name] = true end
+  return set
+end
+
+--- The budget of `health` in seconds when --deadline does not give one (imexguard.commands'
+-- `deadline` of health; D.settings applies any command's `deadline` the same way).
+D.HEALTH_DEADLINE = commands.by_name.health.deadline
 
 --- Commands that change nothing: the host's side effects are recorders (D.host).
-D.DRY_RUN = { plan = true, health = true }
+D.DRY_RUN = commands_with('dry_run')
 
 --- Commands whose runs are recorded in the metrics file.
-D.METRICS = { prolog = true, epilog = true, status = true, health = true }
+D.METRICS = commands_with('metrics')
 
 -- The answer that ends the run with `outcome`.
 local function ends(run, outcome, message, output)
@@ -95,8 +104,10 @@ function D.settings(run)
   if run.deadline_arg then sets[#sets + 1] = 'deadline=' .. run.deadline_arg end
   local t; t, err = D.load_settings(text, run.config, sets)
   if not t then return ends(run, 'policy-error', err or 'settings: invalid') end
-  if run.command == 'health' and not run.deadline_arg then
-    t.deadline = math.min(t.deadline, D.HEALTH_DEADLINE)
+  -- a command's own budget (imexguard.commands: health's 10 s) when --deadline gives none
+  local budget = commands.by_name[run.command] and commands.by_name[run.command].deadline
+  if budget and not run.deadline_arg then
+    t.deadline = math.min(t.deadline, budget)
   end
   run.settings = t
   local host = require('imexguard.host')
@@ -167,17 +178,19 @@ function D.job(env, has_slurmenv)
     nodename = env.SLURMD_NODENAME, user = env.SLURM_JOB_USER }
 end
 
---- Check a loaded policy: a table with functions prolog and epilog (status, plan optional).
+--- Check a loaded policy: a table of entry points (imexguard.commands: a `required` one must be a
+-- function, an `optional` one a function or nil).
 -- @param p any what the policy's chunk returned
--- @return string the entry points ("prolog, epilog, ..."), or nil, error message
+-- @return string the entry points it has, in imexguard.commands' order ("prolog, epilog, ..."),
+--   or nil, error message
 function D.check(p)
   if type(p) ~= 'table' then return nil, 'must return a table of entry points, returned ' .. type(p) end
   local have = {}
-  for _, name in ipairs({ 'prolog', 'epilog', 'status', 'plan', 'health' }) do
-    local f = p[name]
-    if type(f) == 'function' then have[#have + 1] = name
-    elseif f ~= nil or name == 'prolog' or name == 'epilog' then
-      return nil, string.format('%s must be a function, is %s', name, type(f))
+  for _, c in ipairs(commands.list) do
+    local f = c.entry and p[c.name]
+    if type(f) == 'function' then have[#have + 1] = c.name
+    elseif c.entry and (f ~= nil or c.entry == 'required') then
+      return nil, string.format('%s must be a function, is %s', c.name, type(f))
     end
   end
   return table.concat(have, ', ')
@@ -212,12 +225,13 @@ local function load_policy(run, path)
   return p, entries
 end
 
--- The entry point for run.command: policy[command]; status, plan and health fall back to the
--- built-in policy's. Returns the function, or nil, error message.
+-- The entry point for run.command: policy[command]; an optional one (imexguard.commands) falls
+-- back to the built-in policy's. Returns the function, or nil, error message.
 local function entry_point(run, policy, path)
   local name = run.command
   local fn = policy[name]
-  if type(fn) ~= 'function' and path ~= nil and (name == 'status' or name == 'plan' or name == 'health') then
+  local optional = commands.by_name[name] and commands.by_name[name].entry == 'optional'
+  if type(fn) ~= 'function' and path ~= nil and optional then
     local default, err = load_policy(run, nil)
     if not default then return nil, err end
     fn = default[name]
@@ -228,7 +242,8 @@ local function entry_point(run, policy, path)
   return fn
 end
 
---- Call 2 (prolog, epilog, status, plan): the host table, the policy, its entry point and ctx.
+--- Call 2 (a command with an entry point, imexguard.commands): the host table, the policy, its
+-- entry point and ctx.
 -- @param run table the run (after settings)
 -- @return table {} or an end
 function D.prepare(run)
@@ -381,7 +396,7 @@ end
 -- @param run table the run (after settings)
 -- @return table {output = the entry points line} or an end
 function D.check_begin(run)
-  local sc = require 'imexguard.scenarios'
+  local sc = require 'imexguard.testing.check'
   -- a policy that requires the primitives reaches the fake host, never the node
   run.c.preload('imexguard.host', sc.host_proxy())
   local path = run.check_path

@@ -1,8 +1,8 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
--- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md),
--- and render the status table.
-local cjson = require "cjson"
+-- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md).
+-- The status table that shows a domain is imexguard.report's.
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
 local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
@@ -64,7 +64,7 @@ end
 
 --- Set of hosts of a domain (table host -> true) and its size.
 -- A set alone never decides anything: a node's ID is its line in the daemon's list, so the same
--- hosts in another order are another domain (C21). Compare with `ctl.compare_map`.
+-- hosts in another order are another domain (C21). Compare with `verdict.compare_map`.
 -- @param domain table parsed domain
 -- @return table {[host] = true}, integer number of distinct hosts
 function M.host_set(domain)
@@ -76,8 +76,11 @@ function M.host_set(domain)
   return set, n
 end
 
---- Label "host (slurm-name)" when the name is known.
-local function label(host, names)
+--- Label "host (slurm-name)" when the name is known (messages and the status table).
+-- @param host string|nil an address
+-- @param names table|nil {[address] = Slurm node name}
+-- @return string
+function M.label(host, names)
   local n = names and host and names[host]
   if n and n ~= host then return string.format("%s (%s)", host, n) end
   return tostring(host)
@@ -87,17 +90,27 @@ end
 -- @param answer table from probe
 -- @param expected list of addresses
 -- @param self string this node's address
--- @param opts table|nil passed to ctl.health ({node_list = ordered list | false})
--- @return verdict (ctl.health's table, or a local-fault verdict when the local daemon is
+-- @param opts table|nil passed to verdict.health ({node_list = ordered list | false})
+-- @return verdict (verdict.health's table, or a local-fault verdict when the local daemon is
 --   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
 --   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
 function M.verdict(answer, expected, self, opts)
-  if answer.domain then return ctl.health(answer.domain, expected, self, opts) end
+  if answer.domain then return verdict.health(answer.domain, expected, self, opts) end
   if answer.kind == "unreachable" then
     return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
       summary = answer.err }
   end
   return nil
+end
+
+--- The default judge of `wait`: the verdict of one answer over the job's nodes (M.verdict with
+-- want.addrs, want.self and, when set, want.node_list as the ordered list the daemon must run).
+-- @param answer table from probe
+-- @param want table {addrs, self, node_list = ordered list | false | nil}
+-- @return verdict, or nil when the answer is unusable (see M.verdict)
+function M.judge(answer, want)
+  local opts = want.node_list ~= nil and { node_list = want.node_list } or nil
+  return M.verdict(answer, want.addrs, want.self, opts)
 end
 
 --- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
@@ -170,7 +183,7 @@ function M.config_fault_causes(cfg, path, addrs)
       end
     end
   end
-  for _, c in ipairs(ctl.CONFIG_FAULT_CAUSES) do causes[#causes + 1] = c end
+  for _, c in ipairs(verdict.CONFIG_FAULT_CAUSES) do causes[#causes + 1] = c end
   return causes
 end
 
@@ -192,7 +205,7 @@ end
 --- Is a configuration fault established? True when the last `polls` verdicts are all
 -- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
 -- timeout; one inconsistent or unusable poll restarts the count).
--- @param history list of verdicts, oldest first (ctl.health's tables; nil or false for an
+-- @param history list of verdicts, oldest first (verdict.health's tables; nil or false for an
 --   unusable answer); use `n` for a list with holes
 -- @param polls integer|nil consecutive polls needed (default CONFIG_FAULT_POLLS, at least 1)
 -- @param n integer|nil length of history (default #history)
@@ -221,7 +234,7 @@ end
 -- @param waited number seconds waited (for the message)
 -- @return outcome, message
 function M.blame(ctx, want, v, waited)
-  local me = label(want.self, want.names)
+  local me = M.label(want.self, want.names)
   local why = local_reason(v, want.self)
   local after = waited and string.format(" after %.1f s", waited) or ""
   if not why and v.verdict == "config-fault" then
@@ -243,7 +256,7 @@ function M.blame(ctx, want, v, waited)
   local peers = {}
   for _, f in ipairs(v.faulty or {}) do
     if f.host ~= want.self then
-      peers[#peers + 1] = label(f.host, want.names) .. ": " .. tostring(f.reason)
+      peers[#peers + 1] = M.label(f.host, want.names) .. ": " .. tostring(f.reason)
     end
   end
   if #peers > 0 then
@@ -284,16 +297,23 @@ end
 -- debug level with its time since the start of the wait.
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
---   last four optional: see blame, config_fault_established and ctl.health's opts.node_list)
+--   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
+-- @param judge function|nil judge(answer, want) -> verdict | nil: the verdict on one answer of
+--   `probe` (default M.judge). A verdict is a table shaped as verdict.health's: `healthy` ends the
+--   wait in "ok" (its message is the verdict's `healthy_message` when set, else "domain STATUS, N
+--   nodes healthy"); `verdict`, `config_fault`, `summary` and `status` count towards an established
+--   configuration fault and the debug line; the last verdict is blamed (M.blame: `faulty`,
+--   `local_fault`, `verdict`, `summary`, `status`). nil: the answer proves nothing (unusable; the
+--   wait ends "ctl-unusable" when no answer was usable). It must not raise on an answer of probe.
 -- @return outcome, message, polls (number of answers examined)
-function M.wait(ctx, want, first)
+function M.wait(ctx, want, first, judge)
   local h, s = ctx.host, ctx.settings
   local start = h.now()
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
   local history, fault_since, fault_peers = {}, nil, nil
-  local list_opts = want.node_list ~= nil and { node_list = want.node_list } or nil
+  judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
   while true do
     local asked = not answer and h.now()
@@ -303,7 +323,7 @@ function M.wait(ctx, want, first)
         want.config_path)
     end
     polls = polls + 1
-    local v = M.verdict(answer, want.addrs, want.self, list_opts)
+    local v = judge(answer, want)
     local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
     if asked then p:polled(asked, h.now(), seen) end
     h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen))
@@ -314,7 +334,8 @@ function M.wait(ctx, want, first)
         config_fault = { peers = {}, command_off = true } }
     end
     if v and v.healthy then
-      return "ok", string.format("domain %s, %d nodes healthy", tostring(v.status), #want.addrs), polls
+      return "ok", v.healthy_message or string.format("domain %s, %d nodes healthy", tostring(v.status),
+        #want.addrs), polls
     end
     if v then last_v = v else last_err = answer.err end
     history[polls] = v or false
@@ -340,145 +361,6 @@ function M.wait(ctx, want, first)
   end
   return "ctl-unusable", one_line(string.format("no usable answer from the ctl in %.1f s (%d tries): %s",
     waited, polls, tostring(last_err))), polls
-end
-
--- Every host named in a connection of the domain, sorted, and the count of each node's connections:
--- sorted once for the whole table, so the summaries cost n^2, not n^2 log n.
-local function connection_hosts(domain)
-  local seen, hosts, counts = {}, {}, {}
-  for _, node in ipairs(domain.nodes) do
-    local k = 0
-    for host in pairs(node.connections or {}) do
-      k = k + 1
-      if not seen[host] then
-        seen[host] = true
-        hosts[#hosts + 1] = host
-      end
-    end
-    counts[node] = k
-  end
-  table.sort(hosts)
-  return { hosts = hosts, counts = counts }
-end
-
--- The hosts of one node's connections, sorted: picked from the domain's sorted hosts when the node
--- names at least a quarter of them (the usual case: every node names every node), else sorted alone.
-local function sorted_connections(node, all)
-  local conns, hosts = node.connections or {}, {}
-  if all.counts[node] * 4 >= #all.hosts then
-    for _, host in ipairs(all.hosts) do
-      if conns[host] ~= nil then hosts[#hosts + 1] = host end
-    end
-    return hosts
-  end
-  for host in pairs(conns) do hosts[#hosts + 1] = host end
-  table.sort(hosts)
-  return hosts
-end
-
---- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
-local function conn_summary(node, all)
-  local total, up, bad = 0, 0, {}
-  for _, host in ipairs(sorted_connections(node, all)) do
-    local st = node.connections[host]
-    total = total + 1
-    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
-  end
-  local s = string.format("%d/%d connected", up, total)
-  if #bad > 0 then s = s .. "; " .. table.concat(bad, ", ") end
-  return s
-end
-
--- Diagnosis of each node by host: the verdict's blame, node-map findings, configuration fault.
-local function diagnoses(v)
-  local diag = {}
-  if not v then return diag end
-  for _, f in ipairs(v.faulty or {}) do diag[f.host] = tostring(f.reason) end
-  if v.verdict == "config-fault" and v.config_fault then
-    for _, h in ipairs(v.config_fault.peers or {}) do
-      diag[h] = diag[h] or "status not known here: command port unreachable (configuration fault, see below)"
-    end
-  end
-  return diag
-end
-
--- "this node: ID 1 (10.0.0.2, n2) in the daemon's node map; ID 1 in the node list FILE".
-local function self_line(v, opts)
-  local names = opts.names or {}
-  local me = label(opts.self, names)
-  local id = v and v.self_id
-  local line = id and string.format("this node %s: ID %d in the daemon's node map", me, id)
-    or string.format("this node %s: not in the daemon's node map", me)
-  local job_id = v and v.order and v.order.job_self_id
-  if opts.node_list then
-    line = line .. (job_id and string.format("; ID %d in the node list %s", job_id, opts.node_list)
-      or ("; not in the node list " .. opts.node_list))
-  else
-    line = line .. "; node list unknown (compared with the daemon's own order)"
-  end
-  if opts.config then line = line .. "; config " .. opts.config end
-  return line
-end
-
---- Render the domain for a person (or as JSON).
--- Per node: ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
--- @param domain table parsed domain
--- @param v table verdict (ctl.health)
--- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
---   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
---   ordered list the map was compared with}
--- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
---   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
---   kind and summary) and per node `map` ("ok" or the node-map finding)
-function M.report(domain, v, opts)
-  local names = opts.names or {}
-  local diag = diagnoses(v)
-  local map_of = {}
-  for _, m in ipairs(v and v.map_faults or ctl.map_faults(domain)) do map_of[m.id] = m.text end
-  local rows, all = {}, connection_hosts(domain)
-  for _, node in ipairs(domain.nodes) do
-    rows[#rows + 1] = {
-      id = node.id, host = node.host, name = names[node.host] or "",
-      status = tostring(node.status), version = node.version,
-      connections = conn_summary(node, all), self = node.host == opts.self, map = map_of[node.id] or "ok",
-      -- the verdict blames expected hosts; any other node that is not READY says so itself
-      diagnosis = diag[node.host] or map_of[node.id]
-        or (node.status ~= "READY" and ("status " .. tostring(node.status)))
-        or "ok",
-    }
-  end
-  if opts.json then
-    local order = v and v.order
-    return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
-      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
-      config_findings = opts.findings,
-      order = order and { kind = order.kind, summary = order.summary },
-      outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
-  end
-  local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
-  local cells = { head }
-  for _, r in ipairs(rows) do
-    cells[#cells + 1] = { tostring(r.id) .. (r.self and "*" or ""), r.host, r.name, r.status, r.connections,
-      r.diagnosis }
-  end
-  local width = {}
-  for _, row in ipairs(cells) do
-    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
-  end
-  local out = { string.format("Domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
-    tostring(domain.timestamp), #rows) }
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for i, c in ipairs(row) do
-      parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c
-    end
-    out[#out + 1] = table.concat(parts, "  ")
-  end
-  out[#out + 1] = self_line(v, opts)
-  if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
-  for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
-  if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
-  return table.concat(out, "\n") .. "\n"
 end
 
 return M

@@ -1,8 +1,9 @@
 --- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
--- (or JSON with --json). Pure functions of the facts the policy gathered; no primitive is called.
--- The per-node domain table of `status` is drawn by imexguard.health.report.
+-- (or JSON with --json), the per-node domain table of `status` included. Pure functions of the
+-- facts the policy gathered; no primitive is called.
 local cjson = require "cjson"
 local health = require "imexguard.health"
+local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
 
@@ -154,15 +155,145 @@ function M.status_plain(outcome, message, json)
   return outcome .. ": " .. message .. "\n"
 end
 
---- The report of `status` with a domain: the per-node table (imexguard.health.report).
+-- ---- the status table -------------------------------------------------------------------------
+
+-- Every host named in a connection of the domain, sorted, and the count of each node's connections:
+-- sorted once for the whole table, so the summaries cost n^2, not n^2 log n.
+local function connection_hosts(domain)
+  local seen, hosts, counts = {}, {}, {}
+  for _, node in ipairs(domain.nodes) do
+    local k = 0
+    for host in pairs(node.connections or {}) do
+      k = k + 1
+      if not seen[host] then
+        seen[host] = true
+        hosts[#hosts + 1] = host
+      end
+    end
+    counts[node] = k
+  end
+  table.sort(hosts)
+  return { hosts = hosts, counts = counts }
+end
+
+-- The hosts of one node's connections, sorted: picked from the domain's sorted hosts when the node
+-- names at least a quarter of them (the usual case: every node names every node), else sorted alone.
+local function sorted_connections(node, all)
+  local conns, hosts = node.connections or {}, {}
+  if all.counts[node] * 4 >= #all.hosts then
+    for _, host in ipairs(all.hosts) do
+      if conns[host] ~= nil then hosts[#hosts + 1] = host end
+    end
+    return hosts
+  end
+  for host in pairs(conns) do hosts[#hosts + 1] = host end
+  table.sort(hosts)
+  return hosts
+end
+
+--- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
+local function conn_summary(node, all)
+  local total, up, bad = 0, 0, {}
+  for _, host in ipairs(sorted_connections(node, all)) do
+    local st = node.connections[host]
+    total = total + 1
+    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
+  end
+  local s = string.format("%d/%d connected", up, total)
+  if #bad > 0 then s = s .. "; " .. table.concat(bad, ", ") end
+  return s
+end
+
+-- Diagnosis of each node by host: the verdict's blame, node-map findings, configuration fault.
+local function diagnoses(v)
+  local diag = {}
+  if not v then return diag end
+  for _, f in ipairs(v.faulty or {}) do diag[f.host] = tostring(f.reason) end
+  if v.verdict == "config-fault" and v.config_fault then
+    for _, h in ipairs(v.config_fault.peers or {}) do
+      diag[h] = diag[h] or "status not known here: command port unreachable (configuration fault, see below)"
+    end
+  end
+  return diag
+end
+
+-- "this node: ID 1 (10.0.0.2, n2) in the daemon's node map; ID 1 in the node list FILE".
+local function self_line(v, opts)
+  local names = opts.names or {}
+  local me = health.label(opts.self, names)
+  local id = v and v.self_id
+  local line = id and string.format("this node %s: ID %d in the daemon's node map", me, id)
+    or string.format("this node %s: not in the daemon's node map", me)
+  local job_id = v and v.order and v.order.job_self_id
+  if opts.node_list then
+    line = line .. (job_id and string.format("; ID %d in the node list %s", job_id, opts.node_list)
+      or ("; not in the node list " .. opts.node_list))
+  else
+    line = line .. "; node list unknown (compared with the daemon's own order)"
+  end
+  if opts.config then line = line .. "; config " .. opts.config end
+  return line
+end
+
+--- The report of `status` with a domain: the domain for a person (or as JSON), one row per node:
+-- ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
 -- @param domain table parsed domain
--- @param v table ctl.health verdict
--- @param opts table {self = address, names = {[addr] = name}, json = boolean, outcome, message,
---   findings = config_findings, config = path of the daemon's config.cfg, node_list = path of the
---   node list the map was compared with (nil: the domain's own order)}
--- @return string report (newline-terminated)
+-- @param v table|nil verdict (verdict.health; nil: the node-map findings are computed here)
+-- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
+--   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
+--   ordered list the map was compared with}
+-- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
+--   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
+--   kind and summary) and per node `map` ("ok" or the node-map finding)
 function M.status(domain, v, opts)
-  return health.report(domain, v, opts)
+  local names = opts.names or {}
+  local diag = diagnoses(v)
+  local map_of = {}
+  for _, m in ipairs(v and v.map_faults or verdict.map_faults(domain)) do map_of[m.id] = m.text end
+  local rows, all = {}, connection_hosts(domain)
+  for _, node in ipairs(domain.nodes) do
+    rows[#rows + 1] = {
+      id = node.id, host = node.host, name = names[node.host] or "",
+      status = tostring(node.status), version = node.version,
+      connections = conn_summary(node, all), self = node.host == opts.self, map = map_of[node.id] or "ok",
+      -- the verdict blames expected hosts; any other node that is not READY says so itself
+      diagnosis = diag[node.host] or map_of[node.id]
+        or (node.status ~= "READY" and ("status " .. tostring(node.status)))
+        or "ok",
+    }
+  end
+  if opts.json then
+    local order = v and v.order
+    return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
+      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
+      config_findings = opts.findings,
+      order = order and { kind = order.kind, summary = order.summary },
+      outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
+  end
+  local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
+  local cells = { head }
+  for _, r in ipairs(rows) do
+    cells[#cells + 1] = { tostring(r.id) .. (r.self and "*" or ""), r.host, r.name, r.status, r.connections,
+      r.diagnosis }
+  end
+  local width = {}
+  for _, row in ipairs(cells) do
+    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
+  end
+  local out = { string.format("Domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
+    tostring(domain.timestamp), #rows) }
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for i, c in ipairs(row) do
+      parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c
+    end
+    out[#out + 1] = table.concat(parts, "  ")
+  end
+  out[#out + 1] = self_line(v, opts)
+  if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
+  for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
+  if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
+  return table.concat(out, "\n") .. "\n"
 end
 
 return M

@@ -7,6 +7,8 @@
 -- which has `SLURM_NODELIST` and `SLURM_JOBID` but no `SLURM_JOB_NODELIST`; later releases add
 -- `SLURM_JOB_NODELIST` and `SLURM_JOB_OVERSUBSCRIBE`.
 -- @module imexguard.slurmenv
+local trim = require("imexguard.text").trim
+
 local M = {}
 
 -- The value of a variable with surrounding whitespace removed, or nil when unset/blank.
@@ -15,7 +17,7 @@ local function value(env, key)
   if type(v) ~= "string" then
     return nil
   end
-  v = v:match("^%s*(.-)%s*$")
+  v = trim(v)
   if v == "" then
     return nil
   end

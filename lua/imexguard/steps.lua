@@ -10,7 +10,7 @@ local slurmenv = require "imexguard.slurmenv"
 local addresses = require "imexguard.addresses"
 local state = require "imexguard.state"
 local health = require "imexguard.health"
-local ctl = require "imexguard.ctl"
+local compare_map = require("imexguard.verdict").compare_map
 local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
@@ -32,15 +32,24 @@ local ENABLED = {
 --- Make a message one line (imexguard.text.one_line, kept here for policies that use steps only).
 M.one_line = require("imexguard.text").one_line
 
-local function fail(outcome, fmt, ...)
+--- A step's failure: nil, the outcome and a one-line message (string.format of fmt and the rest).
+-- @param outcome string
+-- @param fmt string format of the message
+-- @return nil, outcome, message
+function M.fail(outcome, fmt, ...)
   return nil, outcome, M.one_line(string.format(fmt, ...))
 end
+local fail = M.fail
 
---- Outcome for a failed primitive: "deadline" always means the run's budget ran out.
-local function by_code(code, outcome)
+--- Outcome for a failed primitive: its code "deadline" always means the run's budget ran out.
+-- @param code string|nil the primitive's error code
+-- @param outcome string the outcome of any other failure
+-- @return string "deadline-exceeded" or outcome
+function M.by_code(code, outcome)
   if code == "deadline" then return "deadline-exceeded" end
   return outcome
 end
+local by_code = M.by_code
 
 --- This node's name for messages: SLURMD_NODENAME, else the host name.
 function M.node_name(ctx)
@@ -472,7 +481,7 @@ end
 -- the list the daemon started with): "same nodes, another order" is stale (C21), a host set never
 -- decides. A running daemon's list always holds this node (else it refuses to start), so an answer
 -- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
--- Sets v.action ("restart" stays, or "none"), v.reason, v.order (ctl.compare_map's kind) and
+-- Sets v.action ("restart" stays, or "none"), v.reason, v.order (verdict.compare_map's kind) and
 -- v.answer (kept for the first health poll).
 local function stage_ctl(ctx, want, v)
   local ans = health.probe(ctx, nil, want.config_path)
@@ -481,7 +490,7 @@ local function stage_ctl(ctx, want, v)
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = ctl.compare_map(ans.domain, want.addrs, want.self)
+  local cmp = compare_map(ans.domain, want.addrs, want.self)
   v.order = cmp.kind
   if cmp.kind == "self-absent" then
     v.action = "none"

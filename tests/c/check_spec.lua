@@ -1,4 +1,4 @@
--- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/driver.lua, scenarios.lua): loading
+-- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/driver.lua, testing/check.lua): loading
 -- in the sandbox with file:line errors, the entry point check, and the standard scenarios run
 -- against the test kit's fake host, each reported as one PASS/FAIL/N/A line; exit 0 only when none
 -- failed (a scenario the policy never reached is "not applicable", counted apart).
@@ -160,7 +160,7 @@ return P
     end)
 
     it("the kit's run_all lists them apart from the failures", function()
-      local scenarios = require "imexguard.scenarios"
+      local scenarios = require "imexguard.testing.check"
       local static = require "policies.static_domain"
       local rep = scenarios.run_all(static)
       assert.is_true(rep.ok, rep.text)
@@ -406,8 +406,8 @@ return P
       assert.same({ "site.lua", "site_spec.lua" }, found)
       local _, nl = H.read(ex .. "/site.lua"):gsub("\n", "")
       assert.is_true(nl <= 17, "the example policy stays short: " .. nl .. " lines")
-      local p = assert(io.popen("busted --lua=lua5.4 --lpath='lua/?.lua' " .. H.q(ex .. "/site_spec.lua")
-        .. " 2>&1; echo rc=$?"))
+      local p = assert(io.popen("busted --lua=lua5.4 --lpath='lua/?.lua' --lpath='lua/?/init.lua' "
+        .. H.q(ex .. "/site_spec.lua") .. " 2>&1; echo rc=$?"))
       local out = p:read("a")
       p:close()
       assert.matches("3 successes / 0 failures / 0 errors / 0 pending", out, 1, true)
@@ -419,7 +419,7 @@ return P
   end)
 
   describe("the scenarios from busted (the kit, no binary)", function()
-    local scenarios = require "imexguard.scenarios"
+    local scenarios = require "imexguard.testing.check"
 
     it("run_all reports every scenario of a good policy as passed", function()
       local P = require "policies.default"

@@ -249,6 +249,44 @@ describe("imexguard sandbox", function()
     end)
   end)
 
+  describe("--lua-dir modules in folders", function()
+    local lib
+    setup(function()
+      lib = dir .. "/lib"
+      assert(os.execute("mkdir -p " .. lib .. "/imexguard/kit " .. lib .. "/imexguard/both && chmod 0755 "
+        .. lib .. " " .. lib .. "/imexguard " .. lib .. "/imexguard/kit " .. lib .. "/imexguard/both"))
+      H.write(lib .. "/imexguard/kit/init.lua", "return { from = 'kit/init.lua' }")
+      H.write(lib .. "/imexguard/kit/part.lua", "return { from = 'kit/part.lua' }")
+      H.write(lib .. "/imexguard/both.lua", "return { from = 'both.lua' }")
+      H.write(lib .. "/imexguard/both/init.lua", "return { from = 'both/init.lua' }")
+    end)
+
+    local function load(mod)
+      return final(policy("return 'ok', require('" .. mod .. "').from", { "--lua-dir", lib }))
+    end
+
+    it("loads imexguard.d from DIR/imexguard/d/init.lua when there is no DIR/imexguard/d.lua", function()
+      assert.same({ "ok", "kit/init.lua" }, { load("imexguard.kit") })
+    end)
+
+    it("prefers DIR/imexguard/d.lua to DIR/imexguard/d/init.lua (as package.path)", function()
+      assert.same({ "ok", "both.lua" }, { load("imexguard.both") })
+    end)
+
+    it("loads imexguard.d.x from DIR/imexguard/d/x.lua", function()
+      assert.same({ "ok", "kit/part.lua" }, { load("imexguard.kit.part") })
+    end)
+
+    local bad = { "imexguard.kit..part", "imexguard.kit.", "imexguard..kit", "imexguard.kit/part" }
+    for _, name in ipairs(bad) do
+      it("refuses the name '" .. name .. "' (an empty word, or not a word)", function()
+        local outcome, msg = load(name)
+        assert.equal("policy-error", outcome)
+        assert.matches("module '" .. name .. "' not found", msg, 1, true)
+      end)
+    end
+  end)
+
   describe("globals", function()
     it("refuses reading an undefined global, naming it and the line", function()
       local r, path = policy("local x = 1\nreturn 'ok', tostring(undefined_thing)")

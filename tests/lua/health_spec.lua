@@ -1,11 +1,11 @@
 -- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
--- polls (C22), its blame and early stop in wait, and the node map in the status report (C21). Case
--- ids are the field cases of docs/design.md, "Field cases".
+-- polls (C22), its blame and early stop in wait (the node map in the status report, C21:
+-- report_spec). Case ids are the field cases of docs/design.md, "Field cases".
 local testing = require "imexguard.testing"
 local health = require "imexguard.health"
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
-local cjson = require "cjson"
 
 local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 
@@ -29,7 +29,7 @@ end
 
 local function verdict_of(described, expected, self)
   local d = assert(ctl.parse_domain(testing.render_domain(described), 0))
-  return ctl.health(d, expected, self)
+  return verdict.health(d, expected, self)
 end
 
 local function find(s, word)
@@ -106,9 +106,9 @@ describe("health.blame of a configuration fault", function()
   it("config_fault_causes: command-service and bind findings of this node, then the generic ones", function()
     local cfg = assert(imexcfg.parse("IMEX_CMD_ENABLED=0\nIMEX_NODE_CONFIG_FILE=rel\n"))
     local c = health.config_fault_causes(cfg, "/c.cfg")
-    assert.equal(1 + #ctl.CONFIG_FAULT_CAUSES, #c)
+    assert.equal(1 + #verdict.CONFIG_FAULT_CAUSES, #c)
     assert.truthy(find(c[1], "here: /c.cfg: IMEX_CMD_ENABLED=0"))
-    assert.same(ctl.CONFIG_FAULT_CAUSES, { table.unpack(c, 2) })
+    assert.same(verdict.CONFIG_FAULT_CAUSES, { table.unpack(c, 2) })
   end)
 end)
 
@@ -181,45 +181,61 @@ describe("health.wait", function()
     assert.is_true(polls > 3)
     assert.truthy(find(msg, "10.0.0.2"), msg)
   end)
-end)
 
-describe("health.report: node map and configuration fault", function()
-  it("flags the node whose view of the node map differs (C21 seen from a peer)", function()
-    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-peer.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
-    local v = ctl.health(d, expected, "10.0.0.5")
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.5", json = true }))
-    assert.equal(0, j.self_id)
-    assert.equal("peer-fault", j.verdict)
-    assert.equal("same", j.order.kind)
-    assert.equal("ok", j.nodes[1].map)
-    assert.truthy(find(j.nodes[2].map, "node map mismatch: its id 0 is 10.0.0.6"), j.nodes[2].map)
-    assert.truthy(find(j.nodes[2].diagnosis, "node map mismatch"), j.nodes[2].diagnosis)
-    local text = health.report(d, v, { self = "10.0.0.5" })
-    assert.truthy(text:match("\n1%s+10%.0%.0%.6%s+READY%s+[^\n]*node map mismatch"), text)
-  end)
+  describe("with a judge of the caller's", function()
+    it("judges each answer, with want; its healthy verdict ends the wait with its message", function()
+      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local seen = {}
+      local function judge(answer, w)
+        seen[#seen + 1] = { answer = answer, want = w }
+        local v = health.judge(answer, w)
+        if #seen < 3 then return v end
+        return { healthy = true, status = v.status, healthy_message = "my nodes are fine" }
+      end
+      local w = want(H)
+      local o, msg, polls = health.wait(testing.ctx{ host = h }, w, nil, judge)
+      assert.equal("ok", o)
+      assert.equal("my nodes are fine", msg)
+      assert.equal(3, polls)
+      assert.equal(3, #seen)
+      assert.equal(w, seen[1].want)
+      assert.equal("peer-fault", health.judge(seen[1].answer, w).verdict) -- the answers of probe
+    end)
 
-  it("the stale node's own report names the order (same nodes, another order)", function()
-    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local v = ctl.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
-    local text = health.report(d, v, { self = "10.0.0.6" })
-    assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
-    assert.truthy(find(text, "node map: same nodes, another order"), text)
-  end)
+    it("a healthy verdict without a message of its own: the default message", function()
+      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local o, msg = health.wait(testing.ctx{ host = h }, want(H), nil,
+        function() return { healthy = true, status = "DEGRADED" } end)
+      assert.equal("ok", o)
+      assert.equal("domain DEGRADED, 4 nodes healthy", msg)
+    end)
 
-  it("a configuration fault never shows the peers as faulty", function()
-    local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
-    local v = ctl.health(d, H, H[1])
-    local j = cjson.decode(health.report(d, v, { self = H[1], json = true }))
-    assert.equal("config-fault", j.verdict)
-    for i = 2, 4 do
-      assert.truthy(find(j.nodes[i].diagnosis, "configuration fault"), j.nodes[i].diagnosis)
-      assert.is_false(find(j.nodes[i].diagnosis, "status UNAVAILABLE"))
-    end
+    it("its last verdict is blamed when the wait times out: a healthy domain judged faulty", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local ctx = testing.ctx{ host = h, settings = { health_timeout = 3, poll_interval = 1 } }
+      local o, msg = health.wait(ctx, want(H), nil, function()
+        return { healthy = false, status = "UP", faulty = { { host = H[3], reason = "judged so" } } }
+      end)
+      assert.equal("peers-unhealthy", o)
+      assert.truthy(find(msg, "10.0.0.3: judged so"), msg)
+    end)
+
+    it("nil for every answer: ctl-unusable, even when the ctl answers UP", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local ctx = testing.ctx{ host = h, settings = { health_timeout = 3, poll_interval = 1 } }
+      local o, msg, polls = health.wait(ctx, want(H), nil, function() return nil end)
+      assert.equal("ctl-unusable", o)
+      assert.is_true(polls > 1)
+      assert.truthy(find(msg, "no usable answer"), msg)
+    end)
+
+    it("its configuration-fault verdicts stop the wait early, as the default judge's", function()
+      local h = testing.host{ ctl = { testing.up(H) } }
+      local cf = verdict_of(cmd_unreachable(H), H, H[1])
+      local o, _, polls = health.wait(testing.ctx{ host = h }, want(H), nil, function() return cf end)
+      assert.equal("config-fault", o)
+      assert.equal(health.CONFIG_FAULT_POLLS, polls)
+    end)
   end)
 end)
 
@@ -263,23 +279,5 @@ describe("health.probe of a large domain", function()
     local hosts = {}
     for i, n in ipairs(answer.domain.nodes) do hosts[i] = n.host end
     assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
-  end)
-end)
-
-describe("health.report connections", function()
-  it("lists each node's broken connections by host, whether it names every host or a few", function()
-    local conns = {}
-    for i = 9, 1, -1 do
-      conns[tostring(i)] = { host = "10.0.0." .. i, status = i % 3 == 0 and "INVALID" or "CONNECTED" }
-    end
-    local few = { ["2"] = { host = "10.0.0.9", status = "DISCONNECTED" },
-      ["3"] = { host = "10.0.0.10", status = "N" } }
-    local d = assert(ctl.parse_domain(cjson.encode({ status = "DEGRADED", nodes = {
-      ["1"] = { status = "READY", host = "10.0.0.1", connections = conns },
-      ["2"] = { status = "READY", host = "10.0.0.2", connections = few } } }), 0))
-    local out = health.report(d, nil, { self = "10.0.0.1", json = true })
-    local rows = cjson.decode(out).nodes
-    assert.equal("6/9 connected; 10.0.0.3 INVALID, 10.0.0.6 INVALID, 10.0.0.9 INVALID", rows[1].connections)
-    assert.equal("0/2 connected; 10.0.0.10 N, 10.0.0.9 DISCONNECTED", rows[2].connections)
   end)
 end)

@@ -6,7 +6,7 @@ local testing = require "imexguard.testing"
 local steps = require "imexguard.steps"
 local outcomes = require "imexguard.outcomes"
 local report = require "imexguard.report"
-local scenarios = require "imexguard.scenarios"
+local scenarios = require "imexguard.testing.check"
 local S = require "imexguard.settings"
 local imexcfg = require "imexguard.imexcfg"
 

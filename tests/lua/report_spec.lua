@@ -1,7 +1,27 @@
--- Specs of imexguard.report: the plan and status reports of the default policy.
+-- Specs of imexguard.report: the plan and status reports of the default policy, the status table
+-- with its node map (C21) and configuration fault (C22) included.
 local report = require "imexguard.report"
 local testing = require "imexguard.testing"
+local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local cjson = require "cjson"
+
+local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+
+-- A described domain (testing.render_domain) of `hosts` where this node (the first) is READY and
+-- CONNECTED to every peer, and the peers are UNAVAILABLE: the command port of the peers cannot be
+-- reached (C22).
+local function cmd_unreachable(hosts)
+  local nodes, conns = {}, {}
+  for _, h in ipairs(hosts) do conns[h] = "CONNECTED" end
+  nodes[1] = { host = hosts[1], connections = conns }
+  for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE", version = "" } end
+  return { status = "DEGRADED", nodes = nodes }
+end
+
+local function find(s, word)
+  return s:find(word, 1, true) ~= nil
+end
 
 describe("report", function()
   it("diff: lines only the old list has, lines only the new one has", function()
@@ -32,5 +52,87 @@ describe("report", function()
     assert.same({ "10.0.0.2" }, doc.removed)
     assert.equal("restart", doc.action)
     assert.same({}, s.host.writes)
+  end)
+end)
+
+describe("report.status", function()
+  it("one row per node, connections summary, diagnosis", function()
+    local d = assert(ctl.parse_domain(testing.render_domain({ nodes = { { host = "10.0.0.1" },
+      { host = "10.0.0.2", status = "UNAVAILABLE" } } }), 0))
+    local v = verdict.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
+    local r = report.status(d, v, { self = "10.0.0.1", names = { ["10.0.0.2"] = "n2" } })
+    assert.matches("0%*%s+10.0.0.1%s+READY%s+1/2 connected; 10.0.0.2 INVALID%s+ok", r)
+    assert.matches("1%s+10.0.0.2%s+n2%s+UNAVAILABLE", r)
+    local j = cjson.decode(report.status(d, v, { self = "10.0.0.1", json = true }))
+    assert.equal("DEGRADED", j.status)
+    assert.equal("status UNAVAILABLE", j.nodes[2].diagnosis)
+  end)
+
+  it("a node outside the expected list that is not READY is not 'ok' (down, unconfigured)", function()
+    local f = assert(io.open("tests/fixtures/ctl/down-unconfigured.json"))
+    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    f:close()
+    local v = verdict.health(d, { "10.0.0.1" }, "10.0.0.1")
+    local j = cjson.decode(report.status(d, v, { self = "10.0.0.1", json = true }))
+    assert.equal("0.0.0.0", j.nodes[1].host)
+    assert.equal("status UNAVAILABLE", j.nodes[1].diagnosis)
+  end)
+end)
+
+describe("report.status: node map and configuration fault", function()
+  it("flags the node whose view of the node map differs (C21 seen from a peer)", function()
+    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-peer.json"))
+    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    f:close()
+    local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
+    local v = verdict.health(d, expected, "10.0.0.5")
+    local j = cjson.decode(report.status(d, v, { self = "10.0.0.5", json = true }))
+    assert.equal(0, j.self_id)
+    assert.equal("peer-fault", j.verdict)
+    assert.equal("same", j.order.kind)
+    assert.equal("ok", j.nodes[1].map)
+    assert.truthy(find(j.nodes[2].map, "node map mismatch: its id 0 is 10.0.0.6"), j.nodes[2].map)
+    assert.truthy(find(j.nodes[2].diagnosis, "node map mismatch"), j.nodes[2].diagnosis)
+    local text = report.status(d, v, { self = "10.0.0.5" })
+    assert.truthy(text:match("\n1%s+10%.0%.0%.6%s+READY%s+[^\n]*node map mismatch"), text)
+  end)
+
+  it("the stale node's own report names the order (same nodes, another order)", function()
+    local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
+    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    f:close()
+    local v = verdict.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
+    local text = report.status(d, v, { self = "10.0.0.6" })
+    assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
+    assert.truthy(find(text, "node map: same nodes, another order"), text)
+  end)
+
+  it("a configuration fault never shows the peers as faulty", function()
+    local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
+    local v = verdict.health(d, H, H[1])
+    local j = cjson.decode(report.status(d, v, { self = H[1], json = true }))
+    assert.equal("config-fault", j.verdict)
+    for i = 2, 4 do
+      assert.truthy(find(j.nodes[i].diagnosis, "configuration fault"), j.nodes[i].diagnosis)
+      assert.is_false(find(j.nodes[i].diagnosis, "status UNAVAILABLE"))
+    end
+  end)
+end)
+
+describe("report.status connections", function()
+  it("lists each node's broken connections by host, whether it names every host or a few", function()
+    local conns = {}
+    for i = 9, 1, -1 do
+      conns[tostring(i)] = { host = "10.0.0." .. i, status = i % 3 == 0 and "INVALID" or "CONNECTED" }
+    end
+    local few = { ["2"] = { host = "10.0.0.9", status = "DISCONNECTED" },
+      ["3"] = { host = "10.0.0.10", status = "N" } }
+    local d = assert(ctl.parse_domain(cjson.encode({ status = "DEGRADED", nodes = {
+      ["1"] = { status = "READY", host = "10.0.0.1", connections = conns },
+      ["2"] = { status = "READY", host = "10.0.0.2", connections = few } } }), 0))
+    local out = report.status(d, nil, { self = "10.0.0.1", json = true })
+    local rows = cjson.decode(out).nodes
+    assert.equal("6/9 connected; 10.0.0.3 INVALID, 10.0.0.6 INVALID, 10.0.0.9 INVALID", rows[1].connections)
+    assert.equal("0/2 connected; 10.0.0.10 N, 10.0.0.9 DISCONNECTED", rows[2].connections)
   end)
 end)

@@ -5,7 +5,6 @@ local steps = require "imexguard.steps"
 local state = require "imexguard.state"
 local addresses = require "imexguard.addresses"
 local health = require "imexguard.health"
-local ctl = require "imexguard.ctl"
 local registry = require "imexguard.registry"
 local cjson = require "cjson"
 
@@ -142,28 +141,6 @@ describe("health", function()
     assert.is_false(v.healthy)
     assert.is_nil(health.verdict({ kind = "malformed", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
     assert.is_nil(health.verdict({ kind = "unconfigured", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
-  end)
-
-  it("report: one row per node, connections summary, diagnosis", function()
-    local d = assert(ctl.parse_domain(testing.render_domain({ nodes = { { host = "10.0.0.1" },
-      { host = "10.0.0.2", status = "UNAVAILABLE" } } }), 0))
-    local v = ctl.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
-    local r = health.report(d, v, { self = "10.0.0.1", names = { ["10.0.0.2"] = "n2" } })
-    assert.matches("0%*%s+10.0.0.1%s+READY%s+1/2 connected; 10.0.0.2 INVALID%s+ok", r)
-    assert.matches("1%s+10.0.0.2%s+n2%s+UNAVAILABLE", r)
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.1", json = true }))
-    assert.equal("DEGRADED", j.status)
-    assert.equal("status UNAVAILABLE", j.nodes[2].diagnosis)
-  end)
-
-  it("report: a node outside the expected list that is not READY is not 'ok' (down, unconfigured)", function()
-    local f = assert(io.open("tests/fixtures/ctl/down-unconfigured.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
-    f:close()
-    local v = ctl.health(d, { "10.0.0.1" }, "10.0.0.1")
-    local j = cjson.decode(health.report(d, v, { self = "10.0.0.1", json = true }))
-    assert.equal("0.0.0.0", j.nodes[1].host)
-    assert.equal("status UNAVAILABLE", j.nodes[1].diagnosis)
   end)
 end)
 
@@ -350,6 +327,22 @@ describe("steps", function()
       local g2 <close> = assert(steps.lock(ctx)) -- luacheck: ignore g2
     end
     assert.equal(2, h.count("unlock"))
+  end)
+end)
+
+describe("steps.fail and steps.by_code (shared with the policies)", function()
+  it("fail: nil, the outcome and the formatted message made one line", function()
+    local r = table.pack(steps.fail("bad-input", "job %s: %s", "7", "line\nbreak"))
+    assert.equal(3, r.n)
+    assert.is_nil(r[1])
+    assert.equal("bad-input", r[2])
+    assert.equal("job 7: line break", r[3])
+  end)
+
+  it("by_code: a primitive's code 'deadline' is deadline-exceeded, any other the given outcome", function()
+    assert.equal("deadline-exceeded", steps.by_code("deadline", "write-failed"))
+    assert.equal("write-failed", steps.by_code("ENOSPC", "write-failed"))
+    assert.equal("service-failed", steps.by_code(nil, "service-failed"))
   end)
 end)
 

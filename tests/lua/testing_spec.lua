@@ -365,28 +365,29 @@ end)
 
 describe("testing: one module per primitive group, one public API", function()
   local GROUPS = {
-    testing_clock = { "now", "wallclock", "remaining", "sleep", "set_deadline" },
-    testing_files = { "read", "stat", "write_atomic", "mkdir", "dir_exists", "mknod_char" },
-    testing_lock = { "lock", "lock_holder" },
-    testing_unit = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
-    testing_run = { "run" },
-    testing_net = { "log", "hostname", "local_addresses", "resolve" },
+    ["testing.clock"] = { "now", "wallclock", "remaining", "sleep", "set_deadline" },
+    ["testing.files"] = { "read", "stat", "write_atomic", "mkdir", "dir_exists", "mknod_char" },
+    ["testing.lock"] = { "lock", "lock_holder" },
+    ["testing.unit"] = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
+    ["testing.run"] = { "run" },
+    ["testing.net"] = { "log", "hostname", "local_addresses", "resolve" },
   }
 
   for name, prims in pairs(GROUPS) do
     it(name .. " adds its primitives to a host; its name passes the sandbox's module-name rule", function()
-      -- src/sandbox.c valid_lib_name: "imexguard." then letters, digits and '_' only
-      assert.matches("^[%w_]+$", name)
+      -- src/sandbox.c valid_lib_name: "imexguard." then words of letters, digits and '_' joined by
+      -- single dots
+      assert.matches("^[%w_]+%.[%w_]+$", name)
       local group = require("imexguard." .. name)
       local h, w = { calls = {}, sleeps = {}, writes = {}, mkdirs = {}, jobs = {}, runs = {}, locks = {},
         logs = {} }, {}
       function w.rec() end
-      if name ~= "testing_clock" then require("imexguard.testing_clock").install(h, w, {}) end
-      if name == "testing_unit" or name == "testing_run" then
-        require("imexguard.testing_files").install(h, w, {})
+      if name ~= "testing.clock" then require("imexguard.testing.clock").install(h, w, {}) end
+      if name == "testing.unit" or name == "testing.run" then
+        require("imexguard.testing.files").install(h, w, {})
       end
-      if name == "testing_run" then require("imexguard.testing_unit").install(h, w, {}) end
-      if name == "testing_lock" then require("imexguard.testing_files").install(h, w, {}) end
+      if name == "testing.run" then require("imexguard.testing.unit").install(h, w, {}) end
+      if name == "testing.lock" then require("imexguard.testing.files").install(h, w, {}) end
       group.install(h, w, {})
       for _, p in ipairs(prims) do assert.is_function(h[p], name .. " " .. p) end
     end)

@@ -1,7 +1,7 @@
 --- The fake host's files (src/file.c's primitives): read, stat, write_atomic, mkdir, dir_exists,
 -- mknod_char over an in-memory file table, with scripted failures and missing directories.
 -- Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing_base"
+local base = require "imexguard.testing.base"
 
 local M = {}
 

@@ -1,7 +1,7 @@
 --- The fake host's clock (src/clock.c's primitives): a virtual monotonic clock that only moves when
--- a primitive spends time, a wall clock that follows it from testing_base.WALL0, and the run's
+-- a primitive spends time, a wall clock that follows it from base.WALL0, and the run's
 -- deadline. Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing_base"
+local base = require "imexguard.testing.base"
 
 local M = {}
 

@@ -27,8 +27,8 @@
 --   ctl              "auto" (default: UP with the hosts the daemon was started with when the unit
 --                    is active, else the "unreachable" answer), a list of answers consumed per call
 --                    (the last one repeats), or function(n, argv, h) -> answer. An answer is a
---                    string (stdout, exit 0), {stdout =, status =}, {hang = true},
---                    {domain = described domain (see testing_run.render_domain)} or {exec_error = "ENOENT"}
+--                    string (stdout, exit 0), {stdout =, status =}, {hang = true}, {domain =
+--                    described domain (see render_domain, imexguard.testing.run)} or {exec_error = "ENOENT"}
 --   daemon_nodes     the list the running daemon was started with (default: the nodes file)
 --   unhealthy        {[address] = node status} for the "auto" ctl: those daemon nodes are listed with
 --                    that status (e.g. "UNAVAILABLE"), the others READY; key "*": every node
@@ -48,24 +48,26 @@
 -- h.set_file(path, data), h.advance(seconds), h.unit_props (the live unit table), h.now(),
 -- h.daemon_nodes(), h.clear() (forget the recordings, keep files, unit and clock).
 --
--- Scenarios (a site spec reads given / when / then; options and methods in imexguard.testing_scenario):
+-- Scenarios (a site spec reads given / when / then; options and methods in imexguard.testing.scenario):
 --   local s = testing.scenario{ policy = P, node = "n1", nodes = {n1 = "10.0.0.1", n2 = "10.0.0.2"},
 --     domain = "up", file = {"n1", "n2"}, unit = "active", jobs = {{id = 100, nodes = {"n1", "n3"}}} }
 --   local outcome, msg = s:prolog{ job = 101, nodelist = "n[1-2]" }
 --   assert.same({}, s:writes()); assert.equal(0, s:restarts()); assert.same({"100"}, s:registered())
--- This module is test infrastructure; it uses no io (specs read fixtures themselves). The fake
--- host is built from one module per primitive group, as src/ is split by file: testing_clock
--- (clock.c), testing_files (file.c), testing_lock (lock.c), testing_unit (unit.c), testing_run
--- (run.c: the ctl), testing_net (log.c, net.c); the scenarios are in testing_scenario and the
--- constants and settings in testing_base. Require only this module: its API is the kit's.
-local base = require "imexguard.testing_base"
-local clock = require "imexguard.testing_clock"
-local files = require "imexguard.testing_files"
-local lock = require "imexguard.testing_lock"
-local unit = require "imexguard.testing_unit"
-local run = require "imexguard.testing_run"
-local net = require "imexguard.testing_net"
-local scenario = require "imexguard.testing_scenario"
+-- This module is test infrastructure; it uses no io (specs read fixtures themselves). The kit is
+-- the folder lua/imexguard/testing/, apart from the modules that run on a node. The fake host is
+-- built from one module per primitive group, as src/ is split by file: imexguard.testing.clock
+-- (clock.c), .files (file.c), .lock (lock.c), .unit (unit.c), .run (run.c: the ctl), .net (log.c,
+-- net.c); the scenarios are in imexguard.testing.scenario and the constants and settings in
+-- imexguard.testing.base. Require only this module: its API is the kit's. (The standard scenarios
+-- of `imexguard check`, built on it, are imexguard.testing.check.)
+local base = require "imexguard.testing.base"
+local clock = require "imexguard.testing.clock"
+local files = require "imexguard.testing.files"
+local lock = require "imexguard.testing.lock"
+local unit = require "imexguard.testing.unit"
+local run = require "imexguard.testing.run"
+local net = require "imexguard.testing.net"
+local scenario = require "imexguard.testing.scenario"
 
 local M = {}
 
@@ -127,7 +129,7 @@ function M.ctx(o)
     env = env, job = job, json = o.json or false, dry_run = o.dry_run or false }
 end
 
---- Build a scenario (see imexguard.testing_scenario for the options and methods).
+--- Build a scenario (see imexguard.testing.scenario for the options and methods).
 -- @param o table|nil scenario options
 -- @return scenario object
 function M.scenario(o)

@@ -1,7 +1,7 @@
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
 -- local_addresses, resolve (a scripted resolver) and port_owner (who listens on a TCP port).
 -- Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing_base"
+local base = require "imexguard.testing.base"
 
 local M = {}
 

@@ -1,7 +1,7 @@
 --- The fake host's systemd unit (src/unit.c's primitives over sd-bus): unit (the properties),
 -- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
 -- unit_kill, with scripted queries and job results. Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing_base"
+local base = require "imexguard.testing.base"
 
 local M = {}
 

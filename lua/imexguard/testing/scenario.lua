@@ -3,8 +3,9 @@
 -- unit, registry and clock persist across the runs, so a sequence (prolog 101, prolog 101' on another
 -- list, epilog 100) reads top to bottom. Test infrastructure; no io.
 local cjson = require "cjson"
-local base = require "imexguard.testing_base"
-local run = require "imexguard.testing_run"
+local commands = require "imexguard.commands"
+local base = require "imexguard.testing.base"
+local run = require "imexguard.testing.run"
 
 local M = {}
 local copy, lines = base.copy, base.lines
@@ -191,8 +192,8 @@ function Scenario:env(a)
   return e
 end
 
---- Run an entry point of the policy for a job.
--- @param command string "prolog" | "epilog" | "plan" | "status"
+--- Run an entry point of the policy for a job (ctx.dry_run as the binary sets it: imexguard.commands).
+-- @param command string a command with an entry point (imexguard.commands: "prolog", "plan"...)
 -- @param a table see Scenario:env; settings = overrides for this run, json = boolean
 -- @return outcome, message, report, ctx (whatever the entry point returns, then the ctx)
 function Scenario:run(command, a)
@@ -201,7 +202,7 @@ function Scenario:run(command, a)
   for k, v in pairs(self.settings) do over[k] = v end
   for k, v in pairs(a.settings or {}) do over[k] = v end
   local ctx = self.kit.ctx{ host = self.host, env = self:env(a), settings = over, command = command,
-    json = a.json, dry_run = command == "plan" }
+    json = a.json, dry_run = (commands.by_name[command] or {}).dry_run == true }
   local f = self.policy[command]
   if type(f) ~= "function" then error("testing.scenario: the policy has no " .. command, 2) end
   local outcome, message, report = f(ctx)
@@ -210,10 +211,10 @@ function Scenario:run(command, a)
   return outcome, message, report, ctx
 end
 
-function Scenario:prolog(a) return self:run("prolog", a) end
-function Scenario:epilog(a) return self:run("epilog", a) end
-function Scenario:plan(a) return self:run("plan", a) end
-function Scenario:status(a) return self:run("status", a) end
+-- s:prolog(a), s:epilog(a), s:plan(a)...: one method per entry point of imexguard.commands.
+for _, name in ipairs(commands.names("entry")) do
+  Scenario[name] = function(self, a) return self:run(name, a) end
+end
 
 --- Data written to a path, in order (default: the node list file).
 function Scenario:writes(path)

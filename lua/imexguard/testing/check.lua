@@ -1,7 +1,7 @@
---- The standard scenarios of `imexguard check POLICY`: situations every sane policy must handle,
--- run against the test kit's fake host (imexguard.testing). Each scenario runs the policy's
--- prolog (or epilog) one or more times in a scripted world and judges what it returned and what
--- it did (writes, systemd jobs) — never how it did it.
+--- The standard scenarios of `imexguard check POLICY` (imexguard.testing.check): situations every
+-- sane policy must handle, run against the test kit's fake host (imexguard.testing). Each scenario
+-- runs the policy's prolog (or epilog) one or more times in a scripted world and judges what it
+-- returned and what it did (writes, systemd jobs) — never how it did it.
 --
 -- "config-fault" (field case C22 of docs/design.md) lints nothing itself: it gives the policy a
 -- config.cfg whose command port is bound to loopback and the domain such a config produces, and
@@ -18,7 +18,7 @@
 -- they are added to every scenario's world (the scenario's own files win).
 --
 -- Use from busted (a site's own spec):
---   local scenarios = require "imexguard.scenarios"
+--   local scenarios = require "imexguard.testing.check"
 --   local policy = require "mypolicy"   -- (not inline: require returns a second value)
 --   local report = scenarios.run_all(policy)
 --   assert.is_true(report.ok, report.text)
@@ -28,6 +28,10 @@ local outcomes = require "imexguard.outcomes"
 local one_line = require("imexguard.text").one_line
 
 local M = {}
+
+-- The budget of a scenario when neither the scenario nor the site's settings give one: the
+-- setting `deadline`'s default (imexguard.settings' schema).
+local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
 
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
@@ -100,7 +104,7 @@ function M.call(policy, o)
     hopts.files = files
   end
   local over = M.settings_over(o.settings)
-  local budget = hopts.deadline or over.deadline or 90
+  local budget = hopts.deadline or over.deadline or DEFAULT_DEADLINE
   hopts.deadline = budget
   local h = testing.host(hopts)
   local env = o.env or { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1",

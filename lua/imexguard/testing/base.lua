@@ -1,7 +1,7 @@
 --- The test kit's common part (imexguard.testing re-exports it): the paths, file contents and
 -- settings of the kit's default node, and small helpers shared by the fake host's primitive
--- groups (testing_clock, testing_files, testing_lock, testing_unit, testing_run, testing_net) and
--- the scenarios (testing_scenario). Test infrastructure; no io.
+-- groups (imexguard.testing.clock, .files, .lock, .unit, .run, .net) and the scenarios
+-- (imexguard.testing.scenario). Test infrastructure; no io.
 local M = {}
 
 M.UNIT = "nvidia-imex.service"

@@ -80,15 +80,18 @@ int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size
  * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
 int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
-/* ---- registration: each concern's file adds its primitives to the table on top of stack -- */
+/* ---- registration: each primitive file adds its primitives (luaL_setfuncs) to the table on top
+ * of the stack; host.c calls them all and, with --timing, times each (timing.c). ----------------
+ */
 void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
 void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
-void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char */
+void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char, mkdir */
 void ig_register_run(lua_State *L);   /* run.c: run */
-void ig_register_unit(lua_State *L);  /* unit.c: unit, unit_job, unit_reset_failed, unit_kill */
-void ig_register_log(lua_State *L);   /* log.c: log */
-void ig_register_net(lua_State *L);   /* net.c: local_addresses, resolve, hostname */
-void ig_register_proc(lua_State *L);  /* proc.c: port_owner */
+/* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus */
+void ig_register_unit(lua_State *L);
+void ig_register_log(lua_State *L);  /* log.c: log */
+void ig_register_net(lua_State *L);  /* net.c: local_addresses, resolve, hostname */
+void ig_register_proc(lua_State *L); /* proc.c: port_owner */
 
 /* host.c: the module table `imexguard.host` (also the entry point of the Lua C module). */
 int luaopen_imexguard_host(lua_State *L);

@@ -22,7 +22,6 @@
  * longjmps) can never leak a message, slot or error.
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1227,7 +1226,7 @@ void ig_register_unit(lua_State *L)
 	    {"unit_set_bus", l_unit_set_bus},
 	    {NULL, NULL},
 	};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 	/* One sentinel per state: the module opened again (busted restores package.loaded between
 	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
 	 * at an arbitrary later collection. */

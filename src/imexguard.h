@@ -87,7 +87,7 @@ void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sle
 void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
 void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char, mkdir */
 void ig_register_run(lua_State *L);   /* run.c: run */
-/* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus */
+/* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus (over bus.c's connection) */
 void ig_register_unit(lua_State *L);
 void ig_register_log(lua_State *L);  /* log.c: log */
 void ig_register_net(lua_State *L);  /* net.c: local_addresses, resolve, hostname */
@@ -115,11 +115,5 @@ int ig_journal_prepare(char *buf, size_t size, size_t *len, enum ig_level level,
 /* Send a prepared datagram to /run/systemd/journal/socket with sendto(2), unless len is 0 or the
  * journal was turned off since; errors ignored.  Async-signal-safe (POSIX: sendto). */
 void ig_journal_send_prepared(const char *buf, size_t len);
-
-/* ---- unit.c: bus address used by unit primitives --------------------------------------- */
-/* "system" (default: /run/systemd/private when root, else the system bus), "user"
- * (the calling user's manager), or a D-Bus address such as "unix:path=/run/user/0/systemd/private".
- * Returns 0 or -EINVAL. The string is copied. */
-int ig_unit_set_bus(const char *address);
 
 #endif

@@ -14,6 +14,7 @@
  * Slurm drains a node on any non-zero prolog exit (slurm.conf(5) Prolog), so a command line that
  * cannot run exits 1, never 0: a prolog that did not run must not pass silently.
  */
+#include "bus.h"
 #include "cli.h"
 #include "driver.h"
 #include "imexguard.h"
@@ -145,7 +146,7 @@ static int apply_settings(struct ig_run *r)
 	lua_pop(L, 1);
 	lua_getfield(L, -2, "bus");
 	const char *bus = lua_tostring(L, -1);
-	if (bus && ig_unit_set_bus(bus) != 0) {
+	if (bus && ig_bus_set_address(bus) != 0) {
 		char err[300];
 		snprintf(err, sizeof err, "settings: bus '%s' is not usable", bus);
 		lua_pop(L, 2);

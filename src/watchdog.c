@@ -21,8 +21,8 @@
  */
 #include "watchdog.h"
 
+#include "generated.h"
 #include "imexguard.h"
-#include "sandbox.h"
 
 #include <errno.h>
 #include <math.h>
@@ -145,7 +145,7 @@ static int watchdog_init(void)
 	g_wd.timer_ok = 1;
 	g_wd.exit_code = ig_outcome_code("deadline-exceeded");
 	if (g_wd.exit_code < 0)
-		g_wd.exit_code = 1;
+		g_wd.exit_code = ig_usage_exit;
 	if (atomic_load(&g_wd.wd_len[atomic_load(&g_wd.cur)]) == 0)
 		ig_watchdog_label(NULL, NULL);
 	struct sigaction sa;

@@ -7,7 +7,7 @@
 --       From lua/imexguard/commands.lua the command table (name, argument) and the usage
 --       text's list of commands; from lua/imexguard/outcomes.lua ig_outcome_code, the usage
 --       text's list of outcomes and the usage exit code; from lua/imexguard/settings.lua the
---       default of the setting `deadline`.
+--       default of the setting `deadline` and the log levels (the values of `log_level`).
 --
 -- chunks: each file becomes one entry {name, chunkname, bytes, length}: lua/imexguard/x.lua is
 -- the module "imexguard.x", lua/imexguard/d/x.lua "imexguard.d.x" and lua/imexguard/d/init.lua
@@ -150,6 +150,9 @@ local function facts()
   local deadline = setting(settings, "deadline").default
   assert(type(deadline) == "number" and deadline > 0, "embed.lua: the default deadline is not a number > 0")
   out[#out + 1] = string.format("\nconst double ig_default_deadline = %.17g;", deadline)
+  local levels = {}
+  for _, name in ipairs(setting(settings, "log_level").values) do levels[#levels + 1] = cstring(name) end
+  out[#out + 1] = "const char *const ig_log_levels[] = {" .. table.concat(levels, ", ") .. ", NULL};"
   return out
 end
 

@@ -2,7 +2,7 @@
  * generated.h: the facts the C host takes from the Lua library, declared here and defined in
  * build/generated.c, which src/embed.lua writes at build time from lua/imexguard/commands.lua
  * (the commands), lua/imexguard/outcomes.lua (the outcomes, their exit codes and the usage exit
- * code) and lua/imexguard/settings.lua (the default deadline).
+ * code) and lua/imexguard/settings.lua (the default deadline, the names of the log levels).
  * Those files are the one source of these facts; C keeps no copy.  Linked into the binary and
  * the Lua C module (host.so).
  */
@@ -44,5 +44,8 @@ extern const int ig_usage_exit;
 /* Seconds: the run's budget when neither --deadline nor the settings give one (the default of the
  * setting `deadline`). */
 extern const double ig_default_deadline;
+/* The names of the log levels (LEVELS: the values of the setting log_level), from the most
+ * verbose; the list ends with NULL.  Their syslog priorities are enum ig_level (imexguard.h). */
+extern const char *const ig_log_levels[];
 
 #endif

@@ -97,7 +97,15 @@ void ig_register_proc(lua_State *L); /* proc.c: port_owner */
 int luaopen_imexguard_host(lua_State *L);
 
 /* ---- log.c: used by the C side too ---------------------------------------------------------- */
+/* The levels: syslog's priorities (syslog(3)); their names are lua/imexguard/settings.lua's
+ * LEVELS (ig_log_levels, generated.h). */
 enum ig_level { IG_ERR = 3, IG_WARNING = 4, IG_NOTICE = 5, IG_INFO = 6, IG_DEBUG = 7 };
+/* The name of a level (one of ig_log_levels); that of IG_ERR for a value outside
+ * IG_ERR..IG_DEBUG.  The string is static. */
+const char *ig_level_name(enum ig_level level);
+/* The level called `name` (a name of ig_log_levels, the setting log_level's values), or -1 for
+ * any other name. */
+int ig_level_of(const char *name);
 /* Log one event: a plain line "imexguard: LEVEL: message" on stderr (what slurmd keeps) and,
  * when enabled and reachable, a journald entry with MESSAGE, PRIORITY, SYSLOG_IDENTIFIER and
  * the given extra "KEY=value" fields (NULL-terminated array, may be NULL). */

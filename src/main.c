@@ -130,11 +130,6 @@ static double run_left(const struct ig_run *r)
  * code (bus unusable). */
 static int apply_settings(struct ig_run *r)
 {
-	static const struct {
-		const char *name;
-		enum ig_level level;
-	} levels[] = {{"debug", IG_DEBUG},     {"info", IG_INFO}, {"notice", IG_NOTICE},
-		      {"warning", IG_WARNING}, {"err", IG_ERR},	  {NULL, IG_INFO}};
 	lua_State *L = r->L;
 	lua_getfield(L, -1, "deadline");
 	r->budget = lua_tonumber(L, -1);
@@ -154,12 +149,9 @@ static int apply_settings(struct ig_run *r)
 	}
 	lua_getfield(L, -3, "log_level");
 	const char *lv = lua_tostring(L, -1);
-	enum ig_level level = IG_INFO;
-	for (int i = 0; lv && levels[i].name; i++)
-		if (strcmp(levels[i].name, lv) == 0)
-			level = levels[i].level;
+	int level = lv ? ig_level_of(lv) : -1;
 	lua_getfield(L, -4, "log_journal");
-	ig_log_setup(lua_toboolean(L, -1), level);
+	ig_log_setup(lua_toboolean(L, -1), level < 0 ? IG_INFO : (enum ig_level)level);
 	lua_pop(L, 4);
 	return -1;
 }

@@ -128,8 +128,8 @@ static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 static int ig_panic(lua_State *L)
 {
 	const char *msg = lua_tostring(L, -1);
-	fprintf(stderr, "imexguard: err: Lua panic (a bug in imexguard): %s\n",
-		msg ? msg : "(no message)");
+	fprintf(stderr, "imexguard: %s: Lua panic (a bug in imexguard): %s\n",
+		ig_level_name(IG_ERR), msg ? msg : "(no message)");
 	fflush(stderr);
 	_exit(ig_usage_exit);
 	return 0;

@@ -83,9 +83,9 @@ static void on_terminate(int signo)
  * A line cut to the buffer still ends in a newline. */
 static size_t final_line(char *buf, const char *command, const char *job, const char *what)
 {
-	int n = snprintf(buf, LINE_MAX_BYTES,
-			 "imexguard: err: %s job=%s outcome=deadline-exceeded: %s\n",
-			 command ? command : "-", job && *job ? job : "-", what);
+	int n = snprintf(
+	    buf, LINE_MAX_BYTES, "imexguard: %s: %s job=%s outcome=deadline-exceeded: %s\n",
+	    ig_level_name(IG_ERR), command ? command : "-", job && *job ? job : "-", what);
 	if (n < 0)
 		n = 0;
 	if (n >= LINE_MAX_BYTES) {

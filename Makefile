@@ -150,11 +150,11 @@ bench: deps-demo
 	@$(MAKE) --no-print-directory all
 	@IMEXGUARD_BUILD="$${IMEXGUARD_BUILD:-$(B)}" bench/run
 
-# Man pages: scdoc sources in man/, with the settings and outcomes sections generated from
-# lua/imexguard/settings.lua and lua/imexguard/outcomes.lua (man/gen.lua).
+# Man pages: scdoc sources in man/, with the commands, settings and outcomes sections generated
+# from lua/imexguard/commands.lua, settings.lua and outcomes.lua (man/gen.lua).
 MANPAGES := $(B)/man/imexguard.8 $(B)/man/imexguard.conf.5
 man: $(MANPAGES)
-$(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua lua/imexguard/settings.lua lua/imexguard/outcomes.lua
+$(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua $(FACTS)
 	@mkdir -p $(B)/man-src $(@D)
 	lua5.4 man/gen.lua $< $(B)/man-src/$(@F).scd
 	scdoc < $(B)/man-src/$(@F).scd | lua5.4 man/tidy.lua > $@

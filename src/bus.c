@@ -243,23 +243,25 @@ void ig_bus_forget(void)
 
 /* ---- calls ------------------------------------------------------------------------------ */
 
-/* A new method call of the manager with the arguments `types` ap; 0 or negative errno. */
-static int new_call(sd_bus *b, sd_bus_message **m, const char *path, const char *iface,
-		    const char *member, const char *types, va_list ap)
+/* A new method call of the manager with the arguments `types` ap, to be sent before `end`: its
+ * timeout in microseconds goes to *timeout.  Returns 0, -ETIMEDOUT when `end` has passed, or a
+ * negative errno. */
+static int new_call(sd_bus *b, double end, sd_bus_message **m, uint64_t *timeout, const char *path,
+		    const char *iface, const char *member, const char *types, va_list ap)
 {
-	int r = sd_bus_message_new_method_call(b, m, IG_BUS_DEST, path, iface, member);
+	uint64_t left = ig_bus_usec_left(end);
+	int r;
 
+	if (left == 0)
+		return -ETIMEDOUT;
+	/* sd_bus_call(3) and sd_bus_call_async(3): a timeout of 0 means the default (25 s), so left
+	 * is >= 1 here; an infinite bound (no budget, infinite timeout) is passed as UINT64_MAX -
+	 * 1, which saturates to none. */
+	*timeout = left == UINT64_MAX ? UINT64_MAX - 1 : left;
+	r = sd_bus_message_new_method_call(b, m, IG_BUS_DEST, path, iface, member);
 	if (r >= 0)
 		r = sd_bus_message_appendv(*m, types, ap);
 	return r < 0 ? r : 0;
-}
-
-/* sd_bus_call(3) and sd_bus_call_async(3) take a timeout in microseconds where 0 means the
- * default (25 s): `left` is >= 1 here; an infinite bound (no budget, infinite timeout) is passed
- * as UINT64_MAX - 1, which saturates to none. */
-static uint64_t call_timeout(uint64_t left)
-{
-	return left == UINT64_MAX ? UINT64_MAX - 1 : left;
 }
 
 /* ig_bus_call: see bus.h. */
@@ -267,18 +269,15 @@ int ig_bus_call(sd_bus *b, double end, const char *path, const char *iface, cons
 		sd_bus_error *error, sd_bus_message **reply, const char *types, ...)
 {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t left = ig_bus_usec_left(end);
+	uint64_t timeout = 0;
 	va_list ap;
 	int r;
 
-	if (left == 0)
-		return -ETIMEDOUT;
 	va_start(ap, types);
-	r = new_call(b, &m, path, iface, member, types, ap);
+	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
 	va_end(ap);
-	if (r < 0)
-		return r;
-	r = sd_bus_call(b, m, call_timeout(left), error, reply);
+	if (r >= 0)
+		r = sd_bus_call(b, m, timeout, error, reply);
 	return r < 0 ? r : 0;
 }
 
@@ -323,17 +322,15 @@ int ig_bus_send(sd_bus *b, double end, const char *path, const char *iface, cons
 		struct ig_bus_pending *q, const char *types, ...)
 {
 	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t left = ig_bus_usec_left(end);
+	uint64_t timeout = 0;
 	va_list ap;
 	int r;
 
-	if (left == 0)
-		return -ETIMEDOUT;
 	va_start(ap, types);
-	r = new_call(b, &m, path, iface, member, types, ap);
+	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
 	va_end(ap);
 	if (r >= 0)
-		r = sd_bus_call_async(b, &q->slot, m, on_reply, q, call_timeout(left));
+		r = sd_bus_call_async(b, &q->slot, m, on_reply, q, timeout);
 	return r < 0 ? r : 0;
 }
 

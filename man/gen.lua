@@ -69,14 +69,6 @@ local function outcomes_section()
   return table.concat(out, "\n")
 end
 
--- The schema entry of setting `name`.
-local function setting(name)
-  for _, e in ipairs(settings.schema) do
-    if e.name == name then return e end
-  end
-  error("lua/imexguard/settings.lua has no setting " .. name)
-end
-
 -- A command as the synopsis and the COMMANDS section write it after its name: " _ARG_" and
 -- " [*--json*]".
 local function form(c)
@@ -155,7 +147,7 @@ text = text:gsub("@JSON_COMMANDS@", function()
   for _, name in ipairs(commands.names("json")) do names[#names + 1] = "*" .. esc(name) .. "*" end
   return table.concat(names, ", ")
 end)
-text = text:gsub("@DEADLINE@", function() return lit(setting("deadline").default) end)
+text = text:gsub("@DEADLINE@", function() return lit(settings.by_name.deadline.default) end)
 text = text:gsub("@SETTINGS@", function() return settings_section() end)
 text = text:gsub("@OUTCOMES@", function() return outcomes_section() end)
 local o = assert(io.open(dst, "wb"))

@@ -104,14 +104,6 @@ local function commands_usage(commands)
   return table.concat(lines, "\n") .. "\n"
 end
 
--- The schema entry of setting `name`.
-local function setting(settings, name)
-  for _, e in ipairs(settings.schema) do
-    if e.name == name then return e end
-  end
-  error("embed.lua: lua/imexguard/settings.lua has no setting " .. name)
-end
-
 -- The C source of the facts.
 local function facts()
   package.path = "lua/?.lua;lua/?/init.lua"
@@ -147,11 +139,11 @@ local function facts()
   out[#out + 1] = string_def("const char ig_outcomes_usage[]", outcomes.usage("  ", 90))
   out[#out + 1] = string.format("const int ig_usage_exit = %d;", math.tointeger(outcomes.USAGE_EXIT))
 
-  local deadline = setting(settings, "deadline").default
+  local deadline = settings.by_name.deadline.default
   assert(type(deadline) == "number" and deadline > 0, "embed.lua: the default deadline is not a number > 0")
   out[#out + 1] = string.format("\nconst double ig_default_deadline = %.17g;", deadline)
   local levels = {}
-  for _, name in ipairs(setting(settings, "log_level").values) do levels[#levels + 1] = cstring(name) end
+  for _, name in ipairs(settings.by_name.log_level.values) do levels[#levels + 1] = cstring(name) end
   out[#out + 1] = "const char *const ig_log_levels[] = {" .. table.concat(levels, ", ") .. ", NULL};"
   return out
 end

@@ -43,9 +43,16 @@ ifeq ($(HAVE_DEPS),)
 	@exit 1
 endif
 
+# The C files generated from the Lua library (src/embed.lua): the precompiled library and policies
+# (the binary's), and the facts C takes from commands.lua, outcomes.lua and settings.lua
+# (src/generated.h; the binary's and the module's).
+FACTS    := lua/imexguard/commands.lua lua/imexguard/outcomes.lua lua/imexguard/settings.lua
 $(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES) | need-deps
 	@mkdir -p $(@D)
-	lua5.4 src/embed.lua $@ $(LUA_LIB) $(POLICIES)
+	lua5.4 src/embed.lua chunks $@ $(LUA_LIB) $(POLICIES)
+$(B)/generated.c: src/embed.lua $(FACTS) | need-deps
+	@mkdir -p $(@D)
+	lua5.4 src/embed.lua facts $@
 
 # One pattern rule per build variant: plain objects (the binary), PIC objects (the Lua C module
 # for busted), ASan + UBSan objects (binary and module, used by `make check`).
@@ -59,21 +66,26 @@ $(B)/asan/obj/%.o: src/%.c | need-deps
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -fPIC -O1 -c -o $@ $<
 # The generated sources: long string literals.
-$(B)/obj/embedded.o: $(B)/embedded.c
+$(B)/obj/%.o: $(B)/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -c -o $@ $<
-$(B)/asan/obj/embedded.o: $(B)/embedded.c
+$(B)/pic/%.o: $(B)/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Wno-overlength-strings -O1 -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -Wno-overlength-strings -fPIC -c -o $@ $<
+$(B)/asan/obj/%.o: $(B)/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Wno-overlength-strings -fPIC -O1 -c -o $@ $<
 
-$(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/embedded.o
+$(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/generated.o \
+	$(B)/obj/embedded.o
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
-$(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC))
+$(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC)) $(B)/pic/generated.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
-$(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/asan/obj/embedded.o
+$(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) \
+	$(B)/asan/obj/generated.o $(B)/asan/obj/embedded.o
 	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
-$(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC))
+$(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC)) $(B)/asan/obj/generated.o
 	@mkdir -p $(@D)
 	$(CC) $(SAN) -shared -o $@ $^ -lsystemd -lm
 sanitize: $(ASAN_BIN) $(ASAN_MOD) $(SIM)
@@ -138,11 +150,11 @@ bench: deps-demo
 	@$(MAKE) --no-print-directory all
 	@IMEXGUARD_BUILD="$${IMEXGUARD_BUILD:-$(B)}" bench/run
 
-# Man pages: scdoc sources in man/, with the settings and outcomes sections generated from
-# lua/imexguard/settings.lua and lua/imexguard/outcomes.lua (man/gen.lua).
+# Man pages: scdoc sources in man/, with the commands, settings and outcomes sections generated
+# from lua/imexguard/commands.lua, settings.lua and outcomes.lua (man/gen.lua).
 MANPAGES := $(B)/man/imexguard.8 $(B)/man/imexguard.conf.5
 man: $(MANPAGES)
-$(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua lua/imexguard/settings.lua lua/imexguard/outcomes.lua
+$(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua $(FACTS)
 	@mkdir -p $(B)/man-src $(@D)
 	lua5.4 man/gen.lua $< $(B)/man-src/$(@F).scd
 	scdoc < $(B)/man-src/$(@F).scd | lua5.4 man/tidy.lua > $@

@@ -1,9 +1,15 @@
---- Fill a man page template (scdoc source) with sections generated from the code's own sources:
--- `@SETTINGS@` from lua/imexguard/settings.lua (schema: name, kind, default, doc) and
--- `@OUTCOMES@` from lua/imexguard/outcomes.lua (name, exit code, meaning), so that the pages
--- cannot drift from the code; an outcome without a meaning fails the build.
--- Usage: lua5.4 man/gen.lua TEMPLATE OUTPUT (run from the top of the repository).
+--- Fill a man page template (scdoc source) with sections generated from the code's own sources,
+-- so that the pages cannot drift from the code:
+-- `@SYNOPSIS@` and `@COMMANDS@` from lua/imexguard/commands.lua (name, arg, json, help, deadline),
+-- `@JSON_COMMANDS@` the commands whose output --json changes, `@DEADLINE@` the default of the
+-- setting `deadline`, `@SETTINGS@` from lua/imexguard/settings.lua (schema: name, kind, default,
+-- doc) and `@OUTCOMES@` from lua/imexguard/outcomes.lua (name, exit code, meaning); an outcome
+-- without a meaning fails the build.
+-- A command's entry in @COMMANDS@ is its help, then the lines the template gives it: a line
+-- `@MORE NAME@` followed by lines that start with a tab (a block that names no command fails the
+-- build). Usage: lua5.4 man/gen.lua TEMPLATE OUTPUT (run from the top of the repository).
 package.path = "lua/?.lua;" .. package.path
+local commands = require "imexguard.commands"
 local settings = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
 
@@ -63,11 +69,85 @@ local function outcomes_section()
   return table.concat(out, "\n")
 end
 
+-- A command as the synopsis and the COMMANDS section write it after its name: " _ARG_" and
+-- " [*--json*]".
+local function form(c)
+  return (c.arg and " _" .. esc(c.arg) .. "_" or "") .. (c.json and " [*--json*]" or "")
+end
+
+--- The SYNOPSIS lines: one per run of consecutive commands of the same form ("*a*|*b* [*--json*]").
+-- @return string scdoc text
+local function synopsis_section()
+  local lines = {}
+  local names, last
+  for _, c in ipairs(commands.list) do
+    if form(c) ~= last then
+      names, last = {}, form(c)
+      lines[#lines + 1] = { names = names, form = last }
+    end
+    names[#names + 1] = "*" .. esc(c.name) .. "*"
+  end
+  local out = {}
+  for _, l in ipairs(lines) do
+    out[#out + 1] = "*imexguard* [_OPTIONS_] " .. table.concat(l.names, "|") .. l.form
+  end
+  return table.concat(out, "\n\n")
+end
+
+--- Take the `@MORE NAME@` blocks out of a template.
+-- @param text string the template
+-- @return string the template without them
+-- @return table command name -> its lines (each starting with a tab)
+local function take_more(text)
+  local kept, more, name = {}, {}, nil
+  for line in text:gmatch("([^\n]*)\n") do
+    local n = line:match("^@MORE (%S+)@$")
+    if n then
+      assert(commands.by_name[n], "@MORE " .. n .. "@: not a command of lua/imexguard/commands.lua")
+      name, more[n] = n, {}
+    elseif name and line:match("^\t") then
+      table.insert(more[name], line)
+    else
+      name = nil
+      kept[#kept + 1] = line
+    end
+  end
+  return table.concat(kept, "\n") .. "\n", more
+end
+
+--- The COMMANDS section: per command "*NAME* _ARG_ [*--json*]", its help as a sentence (and its own
+-- budget), then the template's lines for it.
+-- @param more table command name -> lines (take_more)
+-- @return string scdoc text
+local function commands_section(more)
+  local out = {}
+  for _, c in ipairs(commands.list) do
+    local help = esc((c.help:gsub("^%l", string.upper)))
+    if c.deadline then
+      help = help .. "; budget " .. c.deadline .. " seconds unless *--deadline*"
+    end
+    local entry = { "*" .. esc(c.name) .. "*" .. form(c), "\t" .. help .. "." }
+    for _, line in ipairs(more[c.name] or {}) do entry[#entry + 1] = line end
+    out[#out + 1] = table.concat(entry, "\n") .. "\n"
+  end
+  return table.concat(out, "\n")
+end
+
 local src, dst = arg[1], arg[2]
 assert(src and dst, "usage: lua5.4 man/gen.lua TEMPLATE OUTPUT")
 local f = assert(io.open(src, "rb"))
 local text = f:read("a")
 f:close()
+local more
+text, more = take_more(text)
+text = text:gsub("@SYNOPSIS@", function() return synopsis_section() end)
+text = text:gsub("@COMMANDS@", function() return commands_section(more) end)
+text = text:gsub("@JSON_COMMANDS@", function()
+  local names = {}
+  for _, name in ipairs(commands.names("json")) do names[#names + 1] = "*" .. esc(name) .. "*" end
+  return table.concat(names, ", ")
+end)
+text = text:gsub("@DEADLINE@", function() return lit(settings.by_name.deadline.default) end)
 text = text:gsub("@SETTINGS@", function() return settings_section() end)
 text = text:gsub("@OUTCOMES@", function() return outcomes_section() end)
 local o = assert(io.open(dst, "wb"))

@@ -1,22 +1,24 @@
 /*
- * cli.c: the command line of imexguard: the usage text and the arguments (getopt_long).
+ * cli.c: the command line of imexguard: the usage text and the arguments (getopt_long).  The
+ * commands, their list in the usage text, the default deadline and the outcomes come from the Lua
+ * library (generated.h).
  */
 #include "cli.h"
 
+#include "generated.h"
 #include "imexguard.h"
-#include "sandbox.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_CONFIG "/etc/imexguard/imexguard.conf"
-#define COMMANDS       "prolog, epilog, status, plan, health, check, version"
 
-/* The --help text; the outcomes come from outcomes.lua (generated). */
+/* The --help text; the commands and the outcomes come from commands.lua and outcomes.lua. */
 static void usage(FILE *f)
 {
 	fputs(
@@ -24,34 +26,27 @@ static void usage(FILE *f)
 	    "Keeps the NVIDIA IMEX node list of a Slurm job's nodes consistent (run as the Slurm\n"
 	    "prolog and epilog), restarting nvidia-imex only when the running daemon is stale.\n"
 	    "\n"
-	    "Commands:\n"
-	    "  prolog          make this node's IMEX domain match the job (Slurm Prolog)\n"
-	    "  epilog          the job ended (Slurm Epilog)\n"
-	    "  status [--json] show the domain, with a diagnosis per unhealthy node\n"
-	    "  plan [--json]   what prolog would do, without doing it\n"
-	    "  health          check this node's IMEX, changing nothing (Slurm\n"
-	    "                  HealthCheckProgram, LBNL NHC): exit 0 healthy or not\n"
-	    "                  applicable, else one line 'imexguard: OUTCOME: cause' on\n"
-	    "                  stdout; budget 10 s unless --deadline\n"
-	    "  check POLICY    compile a policy in the sandbox, run standard scenarios\n"
-	    "  version         print the version\n"
-	    "\n"
-	    "Options:\n"
-	    "  --config FILE       settings file (default " DEFAULT_CONFIG "; a missing\n"
-	    "                      default file means all defaults)\n"
-	    "  --policy FILE       policy file (default: the built-in policy)\n"
-	    "  --deadline SECONDS  the whole run's budget (default: setting deadline, 90)\n"
-	    "  --set KEY=VALUE     override a setting (repeatable)\n"
-	    "  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
-	    "                      development; also IMEXGUARD_LUA_DIR)\n"
-	    "  --json              machine-readable output (status, plan, check)\n"
-	    "  --timing            at the end, where the run's time went on stderr\n"
-	    "                      (phases, primitive calls; milliseconds)\n"
-	    "  -h, --help          this help\n"
-	    "  -V, --version       print the version\n"
-	    "\n"
-	    "Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
+	    "Commands:\n",
 	    f);
+	fputs(ig_commands_usage, f);
+	fprintf(f,
+		"\n"
+		"Options:\n"
+		"  --config FILE       settings file (default " DEFAULT_CONFIG "; a missing\n"
+		"                      default file means all defaults)\n"
+		"  --policy FILE       policy file (default: the built-in policy)\n"
+		"  --deadline SECONDS  the whole run's budget (default: setting deadline, %g)\n"
+		"  --set KEY=VALUE     override a setting (repeatable)\n"
+		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
+		"                      development; also IMEXGUARD_LUA_DIR)\n"
+		"  --json              machine-readable output (%s)\n"
+		"  --timing            at the end, where the run's time went on stderr\n"
+		"                      (phases, primitive calls; milliseconds)\n"
+		"  -h, --help          this help\n"
+		"  -V, --version       print the version\n"
+		"\n"
+		"Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
+		ig_default_deadline, ig_json_commands);
 	fputs(ig_outcomes_usage, f);
 	fputs("\n"
 	      "Every run ends with one line on stderr (and in the journal):\n"
@@ -59,12 +54,24 @@ static void usage(FILE *f)
 	      f);
 }
 
-static int usage_error(const char *fmt, const char *arg)
+/* A usage error: "imexguard: " and the message (printf format) on stderr, then where to find
+ * help.  Returns the exit code ig_usage_exit. */
+/* Print the version line on stdout. */
+static void print_version(void)
 {
+	printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
 	fprintf(stderr, "imexguard: ");
-	fprintf(stderr, fmt, arg);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
 	fprintf(stderr, "\nTry 'imexguard --help'.\n");
-	return IG_EXIT_USAGE;
+	return ig_usage_exit;
 }
 
 /* ---- arguments ------------------------------------------------------------------------------ */
@@ -72,7 +79,7 @@ static int usage_error(const char *fmt, const char *arg)
 enum { OPT_CONFIG = 256, OPT_POLICY, OPT_DEADLINE, OPT_SET, OPT_LUA_DIR, OPT_JSON, OPT_TIMING };
 
 /* Take one option c (getopt_long's value) with its argument optarg.  Returns -1 to go on, or the
- * exit code (0 after --help/--version, IG_EXIT_USAGE after a usage error on stderr). */
+ * exit code (0 after --help/--version, ig_usage_exit after a usage error on stderr). */
 static int take_option(int c, char **argv, struct ig_opts *o)
 {
 	char *end;
@@ -110,7 +117,7 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		usage(stdout);
 		return 0;
 	case 'V':
-		printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
+		print_version();
 		return 0;
 	case ':':
 		return usage_error("option '%s' needs an argument", argv[optind - 1]);
@@ -119,23 +126,26 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 	}
 }
 
-/* Take the COMMAND (and check's POLICY) at argv[optind].  Returns -1 or the exit code. */
+/* Take the COMMAND (one of ig_commands) and its argument at argv[optind].  Returns -1 or the
+ * exit code. */
 static int take_command(int argc, char **argv, struct ig_opts *o)
 {
+	const struct ig_command *c;
 	if (optind >= argc)
-		return usage_error("%s", "missing COMMAND (" COMMANDS ")");
+		return usage_error("missing COMMAND (%s)", ig_command_names);
 	o->command = argv[optind++];
-	if (strcmp(o->command, "check") == 0) {
+	for (c = ig_commands; c->name && strcmp(c->name, o->command) != 0; c++)
+		;
+	if (c->name == NULL)
+		return usage_error("unknown command '%s' (%s)", o->command, ig_command_names);
+	if (c->arg) {
 		if (optind >= argc)
-			return usage_error("%s", "check: missing POLICY (a policy file)");
-		o->check_path = argv[optind++];
-	} else if (strcmp(o->command, "version") == 0) {
-		printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
+			return usage_error("%s: missing %s", c->name, c->arg);
+		o->arg = argv[optind++];
+	}
+	if (strcmp(o->command, "version") == 0) {
+		print_version();
 		return 0;
-	} else if (strcmp(o->command, "prolog") != 0 && strcmp(o->command, "epilog") != 0 &&
-		   strcmp(o->command, "status") != 0 && strcmp(o->command, "plan") != 0 &&
-		   strcmp(o->command, "health") != 0) {
-		return usage_error("unknown command '%s' (" COMMANDS ")", o->command);
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
@@ -166,7 +176,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	o->sets = calloc((size_t)argc + 1, sizeof *o->sets);
 	if (o->sets == NULL) {
 		fprintf(stderr, "imexguard: out of memory\n");
-		return IG_EXIT_USAGE;
+		return ig_usage_exit;
 	}
 	int c, rc;
 	opterr = 0;

@@ -8,7 +8,6 @@
  * is single-threaded.
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -222,5 +221,5 @@ void ig_register_clock(lua_State *L)
 	static const luaL_Reg fns[] = {
 	    {"now", l_now},	{"wallclock", l_wallclock},	  {"remaining", l_remaining},
 	    {"sleep", l_sleep}, {"set_deadline", l_set_deadline}, {NULL, NULL}};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 }

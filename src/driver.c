@@ -114,7 +114,7 @@ void ig_driver_open(struct ig_run *r)
 	ig_run_set(r, "command", o->command);
 	ig_run_set(r, "config", o->config);
 	ig_run_set(r, "policy", o->policy);
-	ig_run_set(r, "check_path", o->check_path);
+	ig_run_set(r, "check_path", o->arg);
 	ig_run_set(r, "deadline_arg", o->deadline_arg);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, r->table);
 	lua_pushboolean(L, o->config_explicit);

@@ -27,7 +27,6 @@
  * followed.
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -563,5 +562,5 @@ void ig_register_file(lua_State *L)
 				       {"mknod_char", l_mknod_char},
 				       {"mkdir", l_mkdir},
 				       {NULL, NULL}};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 }

@@ -80,21 +80,32 @@ int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size
  * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
 int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
-/* ---- registration: each concern's file adds its primitives to the table on top of stack -- */
+/* ---- registration: each primitive file adds its primitives (luaL_setfuncs) to the table on top
+ * of the stack; host.c calls them all and, with --timing, times each (timing.c). ----------------
+ */
 void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
 void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
-void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char */
+void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char, mkdir */
 void ig_register_run(lua_State *L);   /* run.c: run */
-void ig_register_unit(lua_State *L);  /* unit.c: unit, unit_job, unit_reset_failed, unit_kill */
-void ig_register_log(lua_State *L);   /* log.c: log */
-void ig_register_net(lua_State *L);   /* net.c: local_addresses, resolve, hostname */
-void ig_register_proc(lua_State *L);  /* proc.c: port_owner */
+/* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus (over bus.c's connection) */
+void ig_register_unit(lua_State *L);
+void ig_register_log(lua_State *L);  /* log.c: log */
+void ig_register_net(lua_State *L);  /* net.c: local_addresses, resolve, hostname */
+void ig_register_proc(lua_State *L); /* proc.c: port_owner */
 
 /* host.c: the module table `imexguard.host` (also the entry point of the Lua C module). */
 int luaopen_imexguard_host(lua_State *L);
 
 /* ---- log.c: used by the C side too ---------------------------------------------------------- */
+/* The levels: syslog's priorities (syslog(3)); their names are lua/imexguard/settings.lua's
+ * LEVELS (ig_log_levels, generated.h). */
 enum ig_level { IG_ERR = 3, IG_WARNING = 4, IG_NOTICE = 5, IG_INFO = 6, IG_DEBUG = 7 };
+/* The name of a level (one of ig_log_levels); that of IG_ERR for a value outside
+ * IG_ERR..IG_DEBUG.  The string is static. */
+const char *ig_level_name(enum ig_level level);
+/* The level called `name` (a name of ig_log_levels, the setting log_level's values), or -1 for
+ * any other name. */
+int ig_level_of(const char *name);
 /* Log one event: a plain line "imexguard: LEVEL: message" on stderr (what slurmd keeps) and,
  * when enabled and reachable, a journald entry with MESSAGE, PRIORITY, SYSLOG_IDENTIFIER and
  * the given extra "KEY=value" fields (NULL-terminated array, may be NULL). */
@@ -112,11 +123,5 @@ int ig_journal_prepare(char *buf, size_t size, size_t *len, enum ig_level level,
 /* Send a prepared datagram to /run/systemd/journal/socket with sendto(2), unless len is 0 or the
  * journal was turned off since; errors ignored.  Async-signal-safe (POSIX: sendto). */
 void ig_journal_send_prepared(const char *buf, size_t len);
-
-/* ---- unit.c: bus address used by unit primitives --------------------------------------- */
-/* "system" (default: /run/systemd/private when root, else the system bus), "user"
- * (the calling user's manager), or a D-Bus address such as "unix:path=/run/user/0/systemd/private".
- * Returns 0 or -EINVAL. The string is copied. */
-int ig_unit_set_bus(const char *address);
 
 #endif

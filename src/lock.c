@@ -28,7 +28,6 @@
  *    The save/restore of the handler is not thread-safe: call from one thread (the Lua state's).
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -519,5 +518,5 @@ void ig_register_lock(lua_State *L)
 	lua_pop(L, 1);
 	static const luaL_Reg fns[] = {
 	    {"lock", l_lock}, {"lock_holder", l_lock_holder}, {NULL, NULL}};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 }

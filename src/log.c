@@ -16,8 +16,12 @@
  * newline) and opens an unconnected AF_UNIX datagram socket; ig_journal_send_prepared then needs
  * sendto(2) only.
  */
+/* <syslog.h> (also included by sd-journal.h) defines syslog's table of priority names,
+ * prioritynames: the number of each level name */
+#define SYSLOG_NAMES
+
+#include "generated.h"
 #include "imexguard.h"
-#include "timing.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -30,6 +34,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <syslog.h>
 #include <systemd/sd-journal.h>
 #include <unistd.h>
 
@@ -39,8 +44,38 @@ static volatile sig_atomic_t g_journal = 1; /* read by ig_journal_send_prepared 
 static int g_jfd = -1;			    /* the socket of ig_journal_send_prepared */
 static enum ig_level g_min_level = IG_INFO;
 
-static const char *const level_names[] = {"emerg",   "alert",  "crit", "err",
-					  "warning", "notice", "info", "debug"};
+/* The syslog priority called `name` (prioritynames, syslog.h), or -1. */
+static int syslog_priority(const char *name)
+{
+	for (const CODE *c = prioritynames; c->c_name; c++)
+		if (strcmp(c->c_name, name) == 0)
+			return c->c_val;
+	return -1;
+}
+
+/* ig_level_of: see imexguard.h. */
+int ig_level_of(const char *name)
+{
+	for (size_t i = 0; ig_log_levels[i]; i++)
+		if (strcmp(ig_log_levels[i], name) == 0)
+			return syslog_priority(name);
+	return -1;
+}
+
+/* ig_level_name: see imexguard.h.  A level that ig_log_levels does not name (a build whose
+ * settings.lua lost one) gets syslog's first name for it. */
+const char *ig_level_name(enum ig_level level)
+{
+	if (level < IG_ERR || level > IG_DEBUG)
+		level = IG_ERR;
+	for (size_t i = 0; ig_log_levels[i]; i++)
+		if (syslog_priority(ig_log_levels[i]) == (int)level)
+			return ig_log_levels[i];
+	for (const CODE *c = prioritynames; c->c_name; c++)
+		if (c->c_val == (int)level)
+			return c->c_name;
+	return "?";
+}
 
 /* Turn journald output on (1) or off (0), and print on stderr only events at or above
  * min_level in severity (numerically <= min_level; default IG_INFO). */
@@ -89,7 +124,7 @@ static void emit(enum ig_level level, const char *message, const char *const *fi
 {
 	if (level < IG_ERR || level > IG_DEBUG)
 		level = IG_ERR;
-	const char *lname = level_names[level];
+	const char *lname = ig_level_name(level);
 	if (level <= g_min_level) {
 		size_t mlen = strlen(message);
 		size_t len = strlen("imexguard: ") + strlen(lname) + 2 + mlen + 1;
@@ -214,16 +249,15 @@ void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...
 }
 
 /* host.log(level, message [, fields]) -> nothing.
- * level: "debug" | "info" | "notice" | "warning" | "err" (syslog levels 7..3); message: string
+ * level: a name of ig_log_levels (settings.lua's LEVELS: syslog levels 7..3); message: string
  * (newlines become spaces on stderr); fields: table of string keys to string/number/boolean values,
  * sent to journald as IMEXGUARD_<KEY>=value (key upper-cased, characters other than A-Z 0-9 become
  * '_', cut to journald's 64-character field names; e.g. {job = "101"} -> IMEXGUARD_JOB=101).  Never
  * fails: journald errors are ignored. */
 static int l_log(lua_State *L)
 {
-	static const char *const names[] = {"err", "warning", "notice", "info", "debug", NULL};
-	static const enum ig_level levels[] = {IG_ERR, IG_WARNING, IG_NOTICE, IG_INFO, IG_DEBUG};
-	enum ig_level level = levels[luaL_checkoption(L, 1, NULL, names)];
+	int level = ig_level_of(ig_log_levels[luaL_checkoption(L, 1, NULL, ig_log_levels)]);
+	luaL_argcheck(L, level >= 0, 1, "not a syslog level");
 	const char *message = luaL_checkstring(L, 2);
 	size_t nfields = 0;
 	const char **fields = NULL;
@@ -258,13 +292,13 @@ static int l_log(lua_State *L)
 		}
 		fields[nfields] = NULL;
 	}
-	emit(level, message, fields, nfields);
+	emit((enum ig_level)level, message, fields, nfields);
 	return 0;
 }
 
 /* Add log to the table on top of the stack. */
 void ig_register_log(lua_State *L)
 {
-	ig_timing_wrap(L, l_log, "host.log");
+	lua_pushcfunction(L, l_log);
 	lua_setfield(L, -2, "log");
 }

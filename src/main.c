@@ -12,10 +12,12 @@
  * (also a journald entry with IMEXGUARD_OUTCOME, IMEXGUARD_JOB_ID, IMEXGUARD_COMMAND) and exits
  * with the outcome's code (lua/imexguard/outcomes.lua, generated into C at build time).
  * Slurm drains a node on any non-zero prolog exit (slurm.conf(5) Prolog), so a command line that
- * cannot run exits 1, never 0: a prolog that did not run must not pass silently.
+ * cannot run exits ig_usage_exit (1), never 0: a prolog that did not run must not pass silently.
  */
+#include "bus.h"
 #include "cli.h"
 #include "driver.h"
+#include "generated.h"
 #include "imexguard.h"
 #include "sandbox.h"
 #include "timing.h"
@@ -25,8 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_DEADLINE 90.0 /* seconds */
-#define MAX_MESSAGE	 2000 /* bytes of the final line's message */
+#define MAX_MESSAGE 2000 /* bytes of the final line's message */
 /* Real seconds each scenario of `check` may take at most; the run's budget (--deadline, the
  * setting) bounds the whole check.  The kit's fake host simulates time, so a sane policy needs
  * milliseconds per scenario; only a policy that never ends reaches this, and the count hook
@@ -53,7 +54,7 @@ static int finish(struct ig_run *r, const char *outcome, int code, const char *m
 static int finish_host(struct ig_run *r, const char *outcome, const char *message)
 {
 	int code = ig_outcome_code(outcome);
-	return finish(r, outcome, code < 0 ? IG_EXIT_USAGE : code, message);
+	return finish(r, outcome, code < 0 ? ig_usage_exit : code, message);
 }
 
 /* Finish after a failed call (enum ig_call): its message is on the stack.  The deadline
@@ -129,11 +130,6 @@ static double run_left(const struct ig_run *r)
  * code (bus unusable). */
 static int apply_settings(struct ig_run *r)
 {
-	static const struct {
-		const char *name;
-		enum ig_level level;
-	} levels[] = {{"debug", IG_DEBUG},     {"info", IG_INFO}, {"notice", IG_NOTICE},
-		      {"warning", IG_WARNING}, {"err", IG_ERR},	  {NULL, IG_INFO}};
 	lua_State *L = r->L;
 	lua_getfield(L, -1, "deadline");
 	r->budget = lua_tonumber(L, -1);
@@ -145,7 +141,7 @@ static int apply_settings(struct ig_run *r)
 	lua_pop(L, 1);
 	lua_getfield(L, -2, "bus");
 	const char *bus = lua_tostring(L, -1);
-	if (bus && ig_unit_set_bus(bus) != 0) {
+	if (bus && ig_bus_set_address(bus) != 0) {
 		char err[300];
 		snprintf(err, sizeof err, "settings: bus '%s' is not usable", bus);
 		lua_pop(L, 2);
@@ -153,12 +149,9 @@ static int apply_settings(struct ig_run *r)
 	}
 	lua_getfield(L, -3, "log_level");
 	const char *lv = lua_tostring(L, -1);
-	enum ig_level level = IG_INFO;
-	for (int i = 0; lv && levels[i].name; i++)
-		if (strcmp(levels[i].name, lv) == 0)
-			level = levels[i].level;
+	int level = lv ? ig_level_of(lv) : -1;
 	lua_getfield(L, -4, "log_journal");
-	ig_log_setup(lua_toboolean(L, -1), level);
+	ig_log_setup(lua_toboolean(L, -1), level < 0 ? IG_INFO : (enum ig_level)level);
 	lua_pop(L, 4);
 	return -1;
 }
@@ -180,7 +173,8 @@ static int load_settings(struct ig_run *r)
 	return code;
 }
 
-/* prolog, epilog, status, plan: driver.prepare, invoke (the policy's entry point), finish. */
+/* Every command but check (and version, which cli.c answers): driver.prepare, invoke (the
+ * policy's entry point), finish. */
 static int run_entry(struct ig_run *r)
 {
 	int code;
@@ -272,7 +266,7 @@ static int run(struct ig_opts *o)
 	ig_set_job_label(&r, jid && *jid ? jid : "-");
 
 	ig_log_setup(1, IG_INFO);
-	r.budget = o->deadline_arg ? o->deadline : DEFAULT_DEADLINE;
+	r.budget = o->deadline_arg ? o->deadline : ig_default_deadline;
 	ig_set_deadline(r.budget);
 	ig_watchdog_label(o->command, r.job);
 	ig_watchdog_arm();
@@ -282,7 +276,7 @@ static int run(struct ig_opts *o)
 	ig_timing_phase("lua-state");
 	if (r.L == NULL) {
 		ig_log(IG_ERR, NULL, "%s job=%s outcome=policy-error: %s", o->command, r.job, err);
-		return IG_EXIT_USAGE;
+		return ig_usage_exit;
 	}
 	int code;
 	enum ig_call st = ig_sandbox_require(r.L, "imexguard.driver");
@@ -302,8 +296,8 @@ static int run(struct ig_opts *o)
 }
 
 /* The imexguard binary: `imexguard [OPTIONS] COMMAND` (cli.c).  Returns the process exit status:
- * the outcome's code (lua/imexguard/outcomes.lua), 0 after --help or --version, IG_EXIT_USAGE (1)
- * for a command line that cannot run. */
+ * the outcome's code (lua/imexguard/outcomes.lua), 0 after --help or --version, ig_usage_exit (1,
+ * outcomes.lua's USAGE_EXIT) for a command line that cannot run. */
 int main(int argc, char **argv)
 {
 	struct ig_opts o;

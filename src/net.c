@@ -11,7 +11,6 @@
  * thread and could outlive this code when the Lua C module is unloaded by lua_close.
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -242,5 +241,5 @@ void ig_register_net(lua_State *L)
 				       {"resolve", l_resolve},
 				       {"hostname", l_hostname},
 				       {NULL, NULL}};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 }

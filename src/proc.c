@@ -25,7 +25,6 @@
  * receive and is checked between processes.
  */
 #include "imexguard.h"
-#include "timing.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -523,7 +522,7 @@ void ig_register_proc(lua_State *L)
 	    {"port_owner", l_port_owner},
 	    {NULL, NULL},
 	};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 }
 
 /* Test hooks of the busted specs (tests/systemd/proc_spec.lua), loaded from the Lua C module with

@@ -51,6 +51,7 @@
 #include "sandbox.h"
 #include "timing.h"
 
+#include "generated.h"
 #include "imexguard.h"
 #include "trust.h"
 
@@ -122,15 +123,15 @@ static void *ig_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	return p;
 }
 
-/* Unprotected error (a host bug): one line and exit 1, never abort() with a core in slurmd's
- * spool directory. */
+/* Unprotected error (a host bug): one line and exit ig_usage_exit (an internal error), never
+ * abort() with a core in slurmd's spool directory. */
 static int ig_panic(lua_State *L)
 {
 	const char *msg = lua_tostring(L, -1);
-	fprintf(stderr, "imexguard: err: Lua panic (a bug in imexguard): %s\n",
-		msg ? msg : "(no message)");
+	fprintf(stderr, "imexguard: %s: Lua panic (a bug in imexguard): %s\n",
+		ig_level_name(IG_ERR), msg ? msg : "(no message)");
 	fflush(stderr);
-	_exit(1);
+	_exit(ig_usage_exit);
 	return 0;
 }
 

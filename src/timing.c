@@ -3,11 +3,11 @@
  *
  * Off unless --timing is given; then the run is cut into disjoint phases (ig_timing_phase: the
  * time since the previous phase ended goes to the one named) and every primitive call is timed in
- * a slot of its own: the Lua functions of imexguard.host ("host.NAME", wrapped when they are
- * registered, ig_setfuncs), cjson.decode, and the loading of Lua chunks ("load": compiling source
- * or undumping the embedded library).  Slots lie inside the phases; "in-lua" is the phases' time
- * outside every slot (the policy's and the library's own Lua code).  All times are CLOCK_MONOTONIC
- * (ig_now), printed in milliseconds at the end of the run, one line each:
+ * a slot of its own: the Lua functions of imexguard.host ("host.NAME", wrapped by host.c when it
+ * has built the table), cjson.decode (sandbox.c), and the loading of Lua chunks ("load": compiling
+ * source or undumping the embedded library).  Slots lie inside the phases; "in-lua" is the phases'
+ * time outside every slot (the policy's and the library's own Lua code).  All times are
+ * CLOCK_MONOTONIC (ig_now), printed in milliseconds at the end of the run, one line each:
  *
  *     timing: NAME MS ms
  *     timing: NAME MS ms N calls
@@ -34,7 +34,6 @@ struct span {
 	char name[40];
 	double seconds;
 	long calls;
-	lua_CFunction fn; /* a slot's real function (NULL for phases and "load") */
 };
 
 static struct {
@@ -92,30 +91,6 @@ void ig_timing_add(const char *slot, double seconds)
 	}
 }
 
-/* The wrapper of a timed function: upvalue 1 is its slot (light userdata). */
-static int timed_call(lua_State *L)
-{
-	struct span *s = lua_touserdata(L, lua_upvalueindex(1));
-	double t0 = ig_now();
-	int n = s->fn(L);
-	s->seconds += ig_now() - t0;
-	s->calls++;
-	return n;
-}
-
-void ig_timing_wrap(lua_State *L, lua_CFunction fn, const char *slot)
-{
-	struct span *s =
-	    g_timing.on ? span_of(g_timing.slots, &g_timing.nslots, MAX_SLOTS, slot) : NULL;
-	if (s == NULL) {
-		lua_pushcfunction(L, fn);
-		return;
-	}
-	s->fn = fn;
-	lua_pushlightuserdata(L, s);
-	lua_pushcclosure(L, timed_call, 1);
-}
-
 /* The wrapper of a timed Lua value: upvalue 1 the slot, upvalue 2 the function. */
 static int timed_value(lua_State *L)
 {
@@ -139,16 +114,6 @@ void ig_timing_wrap_value(lua_State *L, const char *slot)
 	lua_pushlightuserdata(L, s);
 	lua_insert(L, -2);
 	lua_pushcclosure(L, timed_value, 2);
-}
-
-void ig_setfuncs(lua_State *L, const luaL_Reg *fns, const char *prefix)
-{
-	for (; fns->name; fns++) {
-		char slot[sizeof g_timing.slots[0].name];
-		snprintf(slot, sizeof slot, "%s.%s", prefix, fns->name);
-		ig_timing_wrap(L, fns->func, slot);
-		lua_setfield(L, -2, fns->name);
-	}
 }
 
 void ig_timing_report(FILE *f, size_t heap_peak)

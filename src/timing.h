@@ -1,11 +1,10 @@
 /*
- * timing.h: where a run's time goes (--timing; timing.c).  Every function is a no-op (and
- * ig_setfuncs a plain luaL_setfuncs) until ig_timing_enable is called.
+ * timing.h: where a run's time goes (--timing; timing.c).  Every function is a no-op until
+ * ig_timing_enable is called.
  */
 #ifndef IMEXGUARD_TIMING_H
 #define IMEXGUARD_TIMING_H
 
-#include <lauxlib.h>
 #include <lua.h>
 #include <stdio.h>
 
@@ -18,14 +17,11 @@ int ig_timing_enabled(void);
 void ig_timing_phase(const char *name);
 /* Add `seconds` and one call to slot `slot` (a timed activity inside the phases). */
 void ig_timing_add(const char *slot, double seconds);
-/* Push fn as a Lua function: with timing on, a wrapper that times every call in slot `slot`. */
-void ig_timing_wrap(lua_State *L, lua_CFunction fn, const char *slot);
 /* Replace the function on top (any Lua function, upvalues kept) by a wrapper that times every
- * call in slot `slot`; with timing off it stays as it is. */
+ * call in slot `slot` (a call that raises is not counted); with timing off, or when all 64 slots
+ * are taken, it stays as it is.  host.c wraps each primitive of imexguard.host with it
+ * ("host.NAME"), sandbox.c cjson.decode. */
 void ig_timing_wrap_value(lua_State *L, const char *slot);
-/* luaL_setfuncs(L, fns, 0) for the table on top, each function timed in slot PREFIX.NAME
- * (ig_timing_wrap).  The primitives of imexguard.host are registered with it ("host"). */
-void ig_setfuncs(lua_State *L, const luaL_Reg *fns, const char *prefix);
 /* Print the phases, the slots with their calls, "in-lua" and "total" on f, in milliseconds, one
  * "timing: NAME MS ms[ N calls]" line each, then "timing: lua-heap-peak N KiB" from heap_peak
  * (bytes: the most the Lua heap held); nothing when timing is off. */

@@ -1,51 +1,41 @@
 /*
- * unit.c: systemd units over D-Bus (libsystemd's sd-bus).
+ * unit.c: systemd units: the Lua primitives unit, unit_job, unit_reset_failed, unit_kill and
+ * unit_set_bus (see docs/policy-api.md, section "systemd").
  *
- * The Lua primitives unit, unit_job, unit_reset_failed, unit_kill and unit_set_bus (see
- * docs/policy-api.md, section "systemd").  They talk to the service manager's D-Bus API,
- * org.freedesktop.systemd1(5): the Manager object /org/freedesktop/systemd1 (StartUnit,
- * StopUnit, RestartUnit, TryRestartUnit, ResetFailedUnit, KillUnit, Subscribe, the JobRemoved
- * signal) and the unit objects' org.freedesktop.systemd1.Unit and .Service properties read with
+ * They use the service manager's D-Bus API, org.freedesktop.systemd1(5), over the connection of
+ * bus.c: the Manager object /org/freedesktop/systemd1 (StartUnit, StopUnit, RestartUnit,
+ * TryRestartUnit, ResetFailedUnit, KillUnit, the JobRemoved signal) and the unit objects'
+ * org.freedesktop.systemd1.Unit and .Service properties read with
  * org.freedesktop.DBus.Properties.Get (D-Bus specification, "org.freedesktop.DBus.Properties").
  *
- * One connection per process, opened lazily on first use and reopened when it was closed (the
- * manager re-executed, or the process forked).  A call whose connection breaks or is refused
- * while systemd re-executes or reloads (daemon-reexec, daemon-reload) reopens it and is made
- * again within its bound (bus_reopen; unit_job_run for jobs queued before the re-exec, which
- * systemd keeps).  Every call, including connecting, is bounded by
- * ig_bound(timeout): sd_bus_call with a microsecond timeout, and for waiting sd_bus_process +
- * sd_bus_wait with the time left.  A query that fails is reported as nil, msg, code and never as
- * a made-up state: the caller must treat it as "unknown".
+ * A call whose connection breaks or is refused while systemd re-executes or reloads
+ * (daemon-reexec, daemon-reload) is made again on the connection ig_bus_reopen gives, within its
+ * bound (unit_query, unit_simple; unit_job_run for jobs queued before the re-exec, which systemd
+ * keeps).  Every primitive is bounded by ig_bound(timeout).  A query that fails is reported as
+ * nil, msg, code and never as a made-up state: the caller must treat it as "unknown".
  *
  * The bus work is done by plain C functions that fill a struct and an error buffer; the Lua
  * wrappers push results only after every sd-bus object is released, so a Lua error (which
  * longjmps) can never leak a message, slot or error.
  */
+#include "bus.h"
 #include "imexguard.h"
-#include "timing.h"
 
 #include <errno.h>
-#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-bus.h>
-#include <unistd.h>
 
-#define SD_DEST		     "org.freedesktop.systemd1"
 #define SD_PATH		     "/org/freedesktop/systemd1"
 #define SD_MANAGER	     "org.freedesktop.systemd1.Manager"
-#define DBUS_PROPS	     "org.freedesktop.DBus.Properties"
-#define PRIVATE_SYSTEM	     "unix:path=/run/systemd/private"
 #define UNIT_DEFAULT_TIMEOUT 10.0 /* seconds: unit(), unit_reset_failed(), unit_kill() */
 #define EXEC_MAX	     16	  /* ExecStart commands kept */
 #define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
-#define REOPEN_PAUSE_MAX     0.2  /* seconds: longest pause between reconnection attempts */
 #define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
 #define SNAPSHOT_TRIES	     3	  /* unit queries asked again while the unit changes state */
-#define ENOENT_GRACE	     1.0  /* seconds: a first connection waits for a missing socket */
 
 #define _cleanup_(f) __attribute__((cleanup(f)))
 
@@ -55,12 +45,7 @@ static inline void freep(void *p)
 	free(*(void **)p);
 }
 
-/* ---- connection ------------------------------------------------------------------------- */
-
-static char *bus_address;  /* NULL means "system" */
-static sd_bus *bus;	   /* the process's connection, or NULL */
-static pid_t bus_pid;	   /* the process that opened it (sd-bus objects do not survive fork) */
-static int bus_subscribed; /* Subscribe() done on this connection */
+/* ---- errors ---------------------------------------------------------------------------- */
 
 /* A failure, formatted before anything is pushed on the Lua stack. */
 struct unit_err {
@@ -86,213 +71,6 @@ static void set_err(struct unit_err *e, const char *code, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Microseconds left until the absolute monotonic time `end` (seconds): 0 when expired,
- * UINT64_MAX ("no timeout" for sd_bus_wait/sd_bus_call) when `end` is infinite, else >= 1. */
-static uint64_t usec_left(double end)
-{
-	double rem;
-
-	if (isinf(end))
-		return UINT64_MAX;
-	rem = end - ig_now();
-	if (!(rem > 0))
-		return 0;
-	if (rem > 1e12)
-		return UINT64_MAX;
-	return rem * 1e6 < 1 ? 1 : (uint64_t)(rem * 1e6);
-}
-
-/* Drop the connection (the next call reconnects); not flushed, since a flush could block on a
- * hung peer and nothing we queue needs delivery.  After a fork the child must not touch the
- * parent's sd-bus object (sd-bus(3): "not safe across fork"), so it is forgotten, not freed. */
-static void bus_drop(void)
-{
-	if (bus && bus_pid == getpid())
-		sd_bus_close_unref(bus);
-	bus = NULL;
-	bus_subscribed = 0;
-}
-
-/* One round of driving a connection: dispatch one pending message, or when none is pending wait
- * for one, at most until `end` (seconds, monotonic).  Returns 0 (the caller checks its condition
- * and calls again), -ETIMEDOUT when nothing was pending and `end` has passed, or the negative
- * errno of sd_bus_process/sd_bus_wait (sd-bus(3)); EINTR is not an error. */
-static int bus_step(sd_bus *b, double end)
-{
-	int r = sd_bus_process(b, NULL);
-	uint64_t left;
-
-	if (r < 0)
-		return r;
-	if (r > 0)
-		return 0;
-	left = usec_left(end);
-	if (left == 0)
-		return -ETIMEDOUT;
-	r = sd_bus_wait(b, left);
-	if (r < 0 && r != -EINTR)
-		return r;
-	return 0;
-}
-
-/* Drive the connection until it is ready (authenticated; for a bus client, Hello answered) or
- * `end` passes.  Returns 0, -ETIMEDOUT, or the negative errno of the failure. */
-static int bus_wait_ready(sd_bus *b, double end)
-{
-	for (;;) {
-		int r = sd_bus_is_ready(b);
-
-		if (r < 0)
-			return r;
-		if (r > 0)
-			return 0;
-		r = bus_step(b, end);
-		if (r < 0)
-			return r;
-	}
-}
-
-/* Open a connection as the bus setting says: "system" -> the manager's private socket
- * /run/systemd/private when euid is 0 (peer-to-peer, as systemctl does as root), else the system
- * bus; "user" -> the user bus (sd_bus_open_user(3)); anything else is a D-Bus address used
- * peer-to-peer (e.g. unix:path=$XDG_RUNTIME_DIR/systemd/private).  Returns 0 or negative errno. */
-static int bus_open(sd_bus **ret, double end)
-{
-	_cleanup_(sd_bus_close_unrefp) sd_bus *b = NULL;
-	const char *addr = bus_address;
-	int r;
-
-	if (!addr && geteuid() == 0)
-		addr = PRIVATE_SYSTEM;
-	if (!addr) {
-		r = sd_bus_open_system(&b);
-	} else if (strcmp(addr, "user") == 0) {
-		r = sd_bus_open_user(&b);
-	} else {
-		r = sd_bus_new(&b);
-		if (r >= 0)
-			r = sd_bus_set_address(b, addr);
-		if (r >= 0)
-			r = sd_bus_start(b);
-	}
-	if (r < 0)
-		return r;
-	r = bus_wait_ready(b, end);
-	if (r < 0)
-		return r;
-	*ret = b;
-	b = NULL;
-	return 0;
-}
-
-static const char *bus_name(void)
-{
-	if (!bus_address)
-		return geteuid() == 0 ? PRIVATE_SYSTEM : "the system bus";
-	if (strcmp(bus_address, "user") == 0)
-		return "the user bus";
-	return bus_address;
-}
-
-static int is_conn_error(int r)
-{
-	return r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN ||
-	       r == -ECHILD || r == -ECONNREFUSED;
-}
-
-/* The process's connection, ready to use: reuses the open one after dispatching (and so
- * discarding) the signals queued since the last call, which also notices a closed peer.
- * Returns 0 and sets *ret, or negative errno (-ETIMEDOUT when `end` passed). */
-static int bus_get(sd_bus **ret, double end)
-{
-	int r;
-
-	if (bus && bus_pid != getpid())
-		bus_drop();
-	if (bus) {
-		int n = 0;
-
-		do
-			r = sd_bus_process(bus, NULL);
-		while (r > 0 && ++n < 100000);
-		if (r < 0 || sd_bus_is_open(bus) <= 0)
-			bus_drop();
-	}
-	if (!bus) {
-		r = bus_open(&bus, end);
-		if (r < 0)
-			return r;
-		bus_pid = getpid();
-	}
-	*ret = bus;
-	return 0;
-}
-
-/* Drop the connection and open a new one, retrying while the manager is restarting, until `end`
- * (absolute monotonic seconds).  Refused and reset connections (-ECONNREFUSED while the socket is
- * recreated, -ECONNRESET from a connection accepted just before the exec) are waited out until
- * `end`; a missing socket (-ENOENT: a re-executed systemd unlinks its private socket and binds it
- * again) until `end` when `lost` (a connection existed and was lost), else for at most
- * ENOENT_GRACE seconds (on a first connection it most likely means there is no manager).  The
- * pauses between attempts grow from 10 ms to REOPEN_PAUSE_MAX.  Returns 0 with *ret set, or the
- * last negative errno when `end` (or the run's deadline) passed. */
-static int bus_reopen(sd_bus **ret, double end, int lost)
-{
-	double pause = 0.01, enoent_end = lost ? end : fmin(end, ig_now() + ENOENT_GRACE);
-
-	for (;;) {
-		double left;
-		int r;
-
-		bus_drop();
-		r = bus_get(ret, end);
-		if (r >= 0 || !(is_conn_error(r) || r == -ENOENT))
-			return r;
-		left = (r == -ENOENT ? enoent_end : end) - ig_now();
-		if (!(left > 0) || ig_sleep(fmin(pause, left)) < 0)
-			return r;
-		pause = fmin(pause * 2, REOPEN_PAUSE_MAX);
-	}
-}
-
-/* The connection for a new call: bus_get, waiting out a manager that is restarting (see
- * bus_reopen; a missing socket for at most ENOENT_GRACE seconds).  Returns 0 or negative errno. */
-static int bus_acquire(sd_bus **ret, double end)
-{
-	int r = bus_get(ret, end);
-
-	if (r < 0 && (is_conn_error(r) || r == -ENOENT))
-		r = bus_reopen(ret, end, 0);
-	return r;
-}
-
-/* ig_unit_set_bus: see imexguard.h.  "system", "user", or a D-Bus address "transport:key=value,..."
- * (D-Bus specification, "Server Addresses").  An open connection to another address is closed. */
-int ig_unit_set_bus(const char *address)
-{
-	const char *colon;
-	char *copy = NULL;
-
-	if (!address || !*address)
-		return -EINVAL;
-	colon = strchr(address, ':');
-	if (strcmp(address, "system") != 0 && strcmp(address, "user") != 0 &&
-	    (!colon || colon == address || !colon[1]))
-		return -EINVAL;
-	if (strcmp(address, "system") != 0) {
-		copy = strdup(address);
-		if (!copy)
-			return -ENOMEM;
-	}
-	if ((copy == NULL) != (bus_address == NULL) || (copy && strcmp(copy, bus_address) != 0))
-		bus_drop();
-	free(bus_address);
-	bus_address = copy;
-	return 0;
-}
-
-/* ---- calls ------------------------------------------------------------------------------ */
-
 /* Fill `e` for a failed step `what` ("unit foo.service", "restart foo.service: RestartUnit"...):
  * code "timeout"/"deadline" for -ETIMEDOUT (by_deadline: the run's budget was the tighter bound),
  * else "bus" with the D-Bus error name and message (or strerror for a local failure).
@@ -307,44 +85,17 @@ static int bus_fail(struct unit_err *e, const char *what, int r, const sd_bus_er
 				bound);
 		else
 			set_err(e, "timeout", "%s: no answer from systemd on %s within %.3g s",
-				what, bus_name(), bound);
+				what, ig_bus_name(), bound);
 		return r;
 	}
-	if (is_conn_error(r))
-		bus_drop();
+	if (ig_bus_conn_error(r))
+		ig_bus_drop();
 	if (error && sd_bus_error_is_set(error))
 		set_err(e, "bus", "%s: %s: %s", what, error->name,
 			error->message ? error->message : strerror(-r));
 	else
-		set_err(e, "bus", "%s: D-Bus on %s: %s", what, bus_name(), strerror(-r));
+		set_err(e, "bus", "%s: D-Bus on %s: %s", what, ig_bus_name(), strerror(-r));
 	return r;
-}
-
-/* Call Manager/Properties method `member` on `path`/`iface` with arguments `types`..., bounded by
- * `end`.  Returns 0 (reply in *reply if not NULL) or negative errno with *error set. */
-static int call(sd_bus *b, double end, const char *path, const char *iface, const char *member,
-		sd_bus_error *error, sd_bus_message **reply, const char *types, ...)
-{
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t left = usec_left(end);
-	va_list ap;
-	int r;
-
-	if (left == 0)
-		return -ETIMEDOUT;
-	r = sd_bus_message_new_method_call(b, &m, SD_DEST, path, iface, member);
-	if (r < 0)
-		return r;
-	va_start(ap, types);
-	r = sd_bus_message_appendv(m, types, ap);
-	va_end(ap);
-	if (r < 0)
-		return r;
-	/* sd_bus_call(3): a timeout of 0 means the default (25 s), so left is >= 1 here; an
-	 * infinite bound (no budget, infinite timeout) is passed as UINT64_MAX - 1, which saturates
-	 * to none. */
-	r = sd_bus_call(b, m, left == UINT64_MAX ? UINT64_MAX - 1 : left, error, reply);
-	return r < 0 ? r : 0;
 }
 
 /* ---- unit properties -------------------------------------------------------------------- */
@@ -574,75 +325,24 @@ static const struct {
 };
 #define NQUERY (sizeof QUERY / sizeof QUERY[0])
 
-/* A Properties.Get sent without waiting (get_send), and its answer once it came. */
-struct pending {
-	sd_bus_slot *slot;
-	sd_bus_message *reply; /* the method return, or NULL */
-	sd_bus_error error;    /* the method error (set when the call failed) */
-	int r;		       /* 0, or the call's negative errno */
-	int done;
-};
-
-/* sd_bus_call_async(3) callback: keep the reply, or the error it carries. */
-static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
-{
-	struct pending *q = userdata;
-
-	(void)ret_error;
-	q->done = 1;
-	if (sd_bus_message_is_method_error(m, NULL)) {
-		q->r = -sd_bus_message_get_errno(m);
-		if (q->r == 0)
-			q->r = -EIO;
-		sd_bus_error_copy(&q->error, sd_bus_message_get_error(m));
-	} else {
-		q->reply = sd_bus_message_ref(m);
-	}
-	return 1;
-}
-
-/* Send Properties.Get(iface, key) to `path` without waiting; on_reply fills q.  Returns 0 or
- * negative errno. */
-static int get_send(sd_bus *b, double end, const char *path, const char *iface, const char *key,
-		    struct pending *q)
-{
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t left = usec_left(end);
-	int r;
-
-	if (left == 0)
-		return -ETIMEDOUT;
-	r = sd_bus_message_new_method_call(b, &m, SD_DEST, path, DBUS_PROPS, "Get");
-	if (r >= 0)
-		r = sd_bus_message_append(m, "ss", iface, key);
-	if (r >= 0)
-		r = sd_bus_call_async(b, &q->slot, m, on_reply, q,
-				      left == UINT64_MAX ? UINT64_MAX - 1 : left);
-	return r < 0 ? r : 0;
-}
-
 /* Send every Get of QUERY (n of them) and one more of QUERY[0] (StateChangeTimestamp) into q[n],
  * wait for all the answers and read them into p.  Returns 0, -EAGAIN when the unit changed state
  * while they were answered (the two readings differ), or negative errno with *error possibly
  * set. */
-static int query_send_all(sd_bus *b, double end, const char *path, size_t n, struct pending *q,
-			  struct unit_props *p, sd_bus_error *error)
+static int query_send_all(sd_bus *b, double end, const char *path, size_t n,
+			  struct ig_bus_pending *q, struct unit_props *p, sd_bus_error *error)
 {
 	struct unit_props again;
-	size_t got = 0;
 	int r = 0;
 
 	for (size_t i = 0; i <= n && r >= 0; i++)
-		r = get_send(b, end, path,
-			     QUERY[i % n].service ? "org.freedesktop.systemd1.Service"
-						  : "org.freedesktop.systemd1.Unit",
-			     QUERY[i % n].key, &q[i]);
+		r = ig_bus_send(b, end, path, IG_BUS_PROPERTIES, "Get", &q[i], "ss",
+				QUERY[i % n].service ? "org.freedesktop.systemd1.Service"
+						     : "org.freedesktop.systemd1.Unit",
+				QUERY[i % n].key);
 	n++;
-	while (r >= 0 && got < n) {
-		r = bus_step(b, end);
-		for (got = 0; got < n && q[got].done; got++)
-			;
-	}
+	if (r >= 0)
+		r = ig_bus_wait_all(b, end, q, n);
 	for (size_t i = 0; i < n && r >= 0; i++) {
 		r = q[i].r;
 		if (r < 0 && sd_bus_is_open(b) <= 0)
@@ -669,7 +369,7 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 		    sd_bus_error *error)
 {
 	_cleanup_(freep) char *path = NULL;
-	struct pending q[NQUERY + 1];
+	struct ig_bus_pending q[NQUERY + 1];
 	size_t n = 0;
 	int r;
 
@@ -689,11 +389,8 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 		memset(p, 0, sizeof *p);
 		memset(q, 0, sizeof q);
 		r = query_send_all(b, end, path, n, q, p, error);
-		for (size_t i = 0; i <= NQUERY; i++) {
-			q[i].slot = sd_bus_slot_unref(q[i].slot);
-			q[i].reply = sd_bus_message_unref(q[i].reply);
-			sd_bus_error_free(&q[i].error);
-		}
+		for (size_t i = 0; i <= NQUERY; i++)
+			ig_bus_pending_clear(&q[i]);
 		if (r != -EAGAIN)
 			return r;
 		r = 0;
@@ -716,12 +413,13 @@ static int unit_query(const char *name, double timeout, struct unit_props *p, st
 	int r;
 
 	snprintf(what, sizeof what, "unit %s", name);
-	r = bus_acquire(&b, end);
+	r = ig_bus_acquire(&b, end);
 	if (r >= 0)
 		r = query_on(b, end, name, p, &error);
-	for (int n = 0; r < 0 && is_conn_error(r) && n < BUS_RETRIES && usec_left(end) > 0; n++) {
+	for (int n = 0;
+	     r < 0 && ig_bus_conn_error(r) && n < BUS_RETRIES && ig_bus_usec_left(end) > 0; n++) {
 		sd_bus_error_free(&error);
-		r = bus_reopen(&b, end, 1);
+		r = ig_bus_reopen(&b, end, 1);
 		if (r >= 0)
 			r = query_on(b, end, name, p, &error);
 	}
@@ -760,9 +458,8 @@ static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error
 	return 0;
 }
 
-/* Subscribe (once per connection; on a private connection systemd sends its signals anyway and
- * the call is a no-op; AlreadySubscribed is fine) and install the JobRemoved match in *slot
- * (replacing an older one).  On a bus the match names the sender; a direct connection has no
+/* Subscribe (ig_bus_subscribe) and install the JobRemoved match in *slot (replacing an older
+ * one).  On a bus the match names the sender; a direct connection has no
  * sender names.  Returns 0 or negative errno. */
 static int job_watch(sd_bus *b, double end, struct job_wait *w, sd_bus_slot **slot,
 		     sd_bus_error *error)
@@ -770,15 +467,10 @@ static int job_watch(sd_bus *b, double end, struct job_wait *w, sd_bus_slot **sl
 	int r;
 
 	*slot = sd_bus_slot_unref(*slot);
-	if (!bus_subscribed) {
-		r = call(b, end, SD_PATH, SD_MANAGER, "Subscribe", error, NULL, "");
-		if (r < 0 &&
-		    !sd_bus_error_has_name(error, "org.freedesktop.systemd1.AlreadySubscribed"))
-			return r;
-		sd_bus_error_free(error);
-		bus_subscribed = 1;
-	}
-	r = sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? SD_DEST : NULL,
+	r = ig_bus_subscribe(b, end, error);
+	if (r < 0)
+		return r;
+	r = sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? IG_BUS_DEST : NULL,
 				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, w);
 	return r < 0 ? r : 0;
 }
@@ -791,7 +483,7 @@ static int job_queue(sd_bus *b, double end, const char *method, const char *name
 	const char *job;
 	int r;
 
-	r = call(b, end, SD_PATH, SD_MANAGER, method, error, &reply, "ss", name, "replace");
+	r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, error, &reply, "ss", name, "replace");
 	if (r >= 0)
 		r = sd_bus_message_read(reply, "o", &job);
 	if (r < 0)
@@ -804,8 +496,8 @@ static int job_queue(sd_bus *b, double end, const char *method, const char *name
  * 1 yes, 0 gone (systemd answers UnknownObject for a removed job), negative errno otherwise. */
 static int job_exists(sd_bus *b, double end, const char *path, sd_bus_error *error)
 {
-	int r = call(b, end, path, DBUS_PROPS, "Get", error, NULL, "ss",
-		     "org.freedesktop.systemd1.Job", "State");
+	int r = ig_bus_call(b, end, path, IG_BUS_PROPERTIES, "Get", error, NULL, "ss",
+			    "org.freedesktop.systemd1.Job", "State");
 
 	if (r >= 0)
 		return 1;
@@ -854,7 +546,7 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 
 	*slot = sd_bus_slot_unref(*slot);
 	sd_bus_error_free(error);
-	r = bus_reopen(b, end, 1);
+	r = ig_bus_reopen(b, end, 1);
 	if (r >= 0)
 		r = job_watch(*b, end, w, slot, error);
 	if (r >= 0 && w->path[0])
@@ -886,7 +578,7 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 static int job_wait_removed(sd_bus *b, double end, struct job_wait *w)
 {
 	while (!w->result[0]) {
-		int r = bus_step(b, end);
+		int r = ig_bus_step(b, end);
 
 		if (r < 0)
 			return r;
@@ -944,7 +636,7 @@ static int unit_job_run(const char *name, const char *verb, const char *method, 
 	int r;
 
 	snprintf(what, sizeof what, "%s %s", verb, name);
-	r = bus_acquire(&b, end);
+	r = ig_bus_acquire(&b, end);
 	if (r >= 0)
 		r = job_watch(b, end, &w, &slot, &error);
 	if (r >= 0)
@@ -952,8 +644,8 @@ static int unit_job_run(const char *name, const char *verb, const char *method, 
 	for (;;) {
 		if (r >= 0)
 			r = job_wait_removed(b, end, &w);
-		if (r >= 0 || !is_conn_error(r) || recovered++ == BUS_RETRIES ||
-		    usec_left(end) == 0)
+		if (r >= 0 || !ig_bus_conn_error(r) || recovered++ == BUS_RETRIES ||
+		    ig_bus_usec_left(end) == 0)
 			break;
 		r = job_recover(&b, end, verb, method, name, t_call_us, &w, &slot, &error,
 				&requeued);
@@ -991,17 +683,17 @@ static int unit_simple(const char *what, const char *method, double timeout, str
 	sd_bus *b;
 	int r;
 
-	r = bus_acquire(&b, end);
+	r = ig_bus_acquire(&b, end);
 	if (r >= 0)
-		r = call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name, who,
-			 signo);
-	if (r < 0 && is_conn_error(r) && usec_left(end) > 0) {
-		/* the manager re-executed: reopen and call once more (see bus_reopen) */
+		r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name, who,
+				signo);
+	if (r < 0 && ig_bus_conn_error(r) && ig_bus_usec_left(end) > 0) {
+		/* the manager re-executed: reopen and call once more (see ig_bus_reopen) */
 		sd_bus_error_free(&error);
-		r = bus_reopen(&b, end, 1);
+		r = ig_bus_reopen(&b, end, 1);
 		if (r >= 0)
-			r = call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name,
-				 who, signo);
+			r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types,
+					name, who, signo);
 	}
 	if (r < 0)
 		return bus_fail(e, what, r, &error, bound, by_deadline);
@@ -1188,13 +880,13 @@ static int l_unit_kill(lua_State *L)
  *   address: "system" (default: /run/systemd/private when root, else the system bus), "user"
  *   (the user bus), or a D-Bus address such as "unix:path=/run/user/0/systemd/private" used
  *   peer-to-peer.  Not in docs/policy-api.md: the busted module needs it to reach a test
- *   manager; the binary sets the bus from its settings with ig_unit_set_bus and may remove it
+ *   manager; the binary sets the bus from its settings with ig_bus_set_address and may remove it
  *   from the sandbox like set_deadline.
  */
 static int l_unit_set_bus(lua_State *L)
 {
 	const char *address = luaL_checkstring(L, 1);
-	int r = ig_unit_set_bus(address);
+	int r = ig_bus_set_address(address);
 
 	if (r < 0)
 		return ig_push_error(L, ig_code(r),
@@ -1210,9 +902,7 @@ static int l_unit_set_bus(lua_State *L)
 static int l_unit_gc(lua_State *L)
 {
 	(void)L;
-	bus_drop();
-	free(bus_address);
-	bus_address = NULL;
+	ig_bus_forget();
 	return 0;
 }
 
@@ -1227,7 +917,7 @@ void ig_register_unit(lua_State *L)
 	    {"unit_set_bus", l_unit_set_bus},
 	    {NULL, NULL},
 	};
-	ig_setfuncs(L, fns, "host");
+	luaL_setfuncs(L, fns, 0);
 	/* One sentinel per state: the module opened again (busted restores package.loaded between
 	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
 	 * at an arbitrary later collection. */

@@ -21,8 +21,8 @@
  */
 #include "watchdog.h"
 
+#include "generated.h"
 #include "imexguard.h"
-#include "sandbox.h"
 
 #include <errno.h>
 #include <math.h>
@@ -83,9 +83,9 @@ static void on_terminate(int signo)
  * A line cut to the buffer still ends in a newline. */
 static size_t final_line(char *buf, const char *command, const char *job, const char *what)
 {
-	int n = snprintf(buf, LINE_MAX_BYTES,
-			 "imexguard: err: %s job=%s outcome=deadline-exceeded: %s\n",
-			 command ? command : "-", job && *job ? job : "-", what);
+	int n = snprintf(
+	    buf, LINE_MAX_BYTES, "imexguard: %s: %s job=%s outcome=deadline-exceeded: %s\n",
+	    ig_level_name(IG_ERR), command ? command : "-", job && *job ? job : "-", what);
 	if (n < 0)
 		n = 0;
 	if (n >= LINE_MAX_BYTES) {
@@ -145,7 +145,7 @@ static int watchdog_init(void)
 	g_wd.timer_ok = 1;
 	g_wd.exit_code = ig_outcome_code("deadline-exceeded");
 	if (g_wd.exit_code < 0)
-		g_wd.exit_code = 1;
+		g_wd.exit_code = ig_usage_exit;
 	if (atomic_load(&g_wd.wd_len[atomic_load(&g_wd.cur)]) == 0)
 		ig_watchdog_label(NULL, NULL);
 	struct sigaction sa;

@@ -1,6 +1,6 @@
 --- Outcomes of a run: name -> exit code, and the rule for peers-unhealthy. The one source of
 -- these facts: the build generates the C side from this file (src/embed.lua writes
--- ig_outcome_code and the usage text's list into build/embedded.c).
+-- ig_outcome_code, the usage text's list and USAGE_EXIT into build/generated.c).
 -- Slurm drains a node on any non-zero prolog exit (slurmd: "Prolog error"), so only outcomes
 -- where this node is at fault, or where going on would break another job, are non-zero.
 local M = {}

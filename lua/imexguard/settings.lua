@@ -8,6 +8,8 @@ local textlib = require "imexguard.text"
 
 local M = {}
 
+-- The log levels (syslog's names of priorities 7..3), the one list of them: the C host's is
+-- generated from it (src/embed.lua: ig_log_levels; host.log accepts these names).
 local LEVELS = { "debug", "info", "notice", "warning", "err" }
 
 --- The schema, in the order the example file documents it. Each entry: name, default (nil when

@@ -1,0 +1,357 @@
+/*
+ * bus.c: the D-Bus connection to systemd's service manager (libsystemd's sd-bus), for the unit
+ * primitives of unit.c.
+ *
+ * One connection per process, opened lazily on first use and reopened when it was closed (the
+ * manager re-executed, or the process forked).  A call whose connection breaks or is refused
+ * while systemd re-executes or reloads (daemon-reexec, daemon-reload) is made again by its caller
+ * on a connection that ig_bus_reopen waits for.  Every call, including connecting, is bounded by
+ * an absolute monotonic `end` (the caller's ig_bound(timeout)): sd_bus_call with a microsecond
+ * timeout, and for waiting sd_bus_process + sd_bus_wait with the time left.  Calls can also be
+ * pipelined (ig_bus_send, ig_bus_wait_all): sent in a row, answered in one round trip.
+ */
+#include "bus.h"
+
+#include "imexguard.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SD_PATH		 "/org/freedesktop/systemd1"
+#define SD_MANAGER	 "org.freedesktop.systemd1.Manager"
+#define PRIVATE_SYSTEM	 "unix:path=/run/systemd/private"
+#define REOPEN_PAUSE_MAX 0.2 /* seconds: longest pause between reconnection attempts */
+#define ENOENT_GRACE	 1.0 /* seconds: a first connection waits for a missing socket */
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+
+static char *bus_address;  /* NULL means "system" */
+static sd_bus *bus;	   /* the process's connection, or NULL */
+static pid_t bus_pid;	   /* the process that opened it (sd-bus objects do not survive fork) */
+static int bus_subscribed; /* Subscribe() done on this connection */
+
+/* ig_bus_usec_left: see bus.h. */
+uint64_t ig_bus_usec_left(double end)
+{
+	double rem;
+
+	if (isinf(end))
+		return UINT64_MAX;
+	rem = end - ig_now();
+	if (!(rem > 0))
+		return 0;
+	if (rem > 1e12)
+		return UINT64_MAX;
+	return rem * 1e6 < 1 ? 1 : (uint64_t)(rem * 1e6);
+}
+
+/* Drop the connection (the next call reconnects); not flushed, since a flush could block on a
+ * hung peer and nothing we queue needs delivery.  After a fork the child must not touch the
+ * parent's sd-bus object (sd-bus(3): "not safe across fork"), so it is forgotten, not freed. */
+void ig_bus_drop(void)
+{
+	if (bus && bus_pid == getpid())
+		sd_bus_close_unref(bus);
+	bus = NULL;
+	bus_subscribed = 0;
+}
+
+/* ig_bus_step: see bus.h; EINTR is not an error. */
+int ig_bus_step(sd_bus *b, double end)
+{
+	int r = sd_bus_process(b, NULL);
+	uint64_t left;
+
+	if (r < 0)
+		return r;
+	if (r > 0)
+		return 0;
+	left = ig_bus_usec_left(end);
+	if (left == 0)
+		return -ETIMEDOUT;
+	r = sd_bus_wait(b, left);
+	if (r < 0 && r != -EINTR)
+		return r;
+	return 0;
+}
+
+/* Drive the connection until it is ready (authenticated; for a bus client, Hello answered) or
+ * `end` passes.  Returns 0, -ETIMEDOUT, or the negative errno of the failure. */
+static int bus_wait_ready(sd_bus *b, double end)
+{
+	for (;;) {
+		int r = sd_bus_is_ready(b);
+
+		if (r < 0)
+			return r;
+		if (r > 0)
+			return 0;
+		r = ig_bus_step(b, end);
+		if (r < 0)
+			return r;
+	}
+}
+
+/* Open a connection as the bus setting says: "system" -> the manager's private socket
+ * /run/systemd/private when euid is 0 (peer-to-peer, as systemctl does as root), else the system
+ * bus; "user" -> the user bus (sd_bus_open_user(3)); anything else is a D-Bus address used
+ * peer-to-peer (e.g. unix:path=$XDG_RUNTIME_DIR/systemd/private).  Returns 0 or negative errno. */
+static int bus_open(sd_bus **ret, double end)
+{
+	_cleanup_(sd_bus_close_unrefp) sd_bus *b = NULL;
+	const char *addr = bus_address;
+	int r;
+
+	if (!addr && geteuid() == 0)
+		addr = PRIVATE_SYSTEM;
+	if (!addr) {
+		r = sd_bus_open_system(&b);
+	} else if (strcmp(addr, "user") == 0) {
+		r = sd_bus_open_user(&b);
+	} else {
+		r = sd_bus_new(&b);
+		if (r >= 0)
+			r = sd_bus_set_address(b, addr);
+		if (r >= 0)
+			r = sd_bus_start(b);
+	}
+	if (r < 0)
+		return r;
+	r = bus_wait_ready(b, end);
+	if (r < 0)
+		return r;
+	*ret = b;
+	b = NULL;
+	return 0;
+}
+
+/* ig_bus_name: see bus.h. */
+const char *ig_bus_name(void)
+{
+	if (!bus_address)
+		return geteuid() == 0 ? PRIVATE_SYSTEM : "the system bus";
+	if (strcmp(bus_address, "user") == 0)
+		return "the user bus";
+	return bus_address;
+}
+
+/* ig_bus_conn_error: see bus.h. */
+int ig_bus_conn_error(int r)
+{
+	return r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE || r == -ESHUTDOWN ||
+	       r == -ECHILD || r == -ECONNREFUSED;
+}
+
+/* The process's connection, ready to use: reuses the open one after dispatching (and so
+ * discarding) the signals queued since the last call, which also notices a closed peer.
+ * Returns 0 and sets *ret, or negative errno (-ETIMEDOUT when `end` passed). */
+static int bus_get(sd_bus **ret, double end)
+{
+	int r;
+
+	if (bus && bus_pid != getpid())
+		ig_bus_drop();
+	if (bus) {
+		int n = 0;
+
+		do
+			r = sd_bus_process(bus, NULL);
+		while (r > 0 && ++n < 100000);
+		if (r < 0 || sd_bus_is_open(bus) <= 0)
+			ig_bus_drop();
+	}
+	if (!bus) {
+		r = bus_open(&bus, end);
+		if (r < 0)
+			return r;
+		bus_pid = getpid();
+	}
+	*ret = bus;
+	return 0;
+}
+
+/* ig_bus_reopen: see bus.h.  Refused and reset connections (-ECONNREFUSED while the socket is
+ * recreated, -ECONNRESET from a connection accepted just before the exec) are waited out until
+ * `end`; a missing socket (-ENOENT: a re-executed systemd unlinks its private socket and binds it
+ * again) until `end` when `lost`, else for at most ENOENT_GRACE seconds.  The pauses between
+ * attempts grow from 10 ms to REOPEN_PAUSE_MAX. */
+int ig_bus_reopen(sd_bus **ret, double end, int lost)
+{
+	double pause = 0.01, enoent_end = lost ? end : fmin(end, ig_now() + ENOENT_GRACE);
+
+	for (;;) {
+		double left;
+		int r;
+
+		ig_bus_drop();
+		r = bus_get(ret, end);
+		if (r >= 0 || !(ig_bus_conn_error(r) || r == -ENOENT))
+			return r;
+		left = (r == -ENOENT ? enoent_end : end) - ig_now();
+		if (!(left > 0) || ig_sleep(fmin(pause, left)) < 0)
+			return r;
+		pause = fmin(pause * 2, REOPEN_PAUSE_MAX);
+	}
+}
+
+/* ig_bus_acquire: see bus.h (bus_get, then ig_bus_reopen for a manager that is restarting). */
+int ig_bus_acquire(sd_bus **ret, double end)
+{
+	int r = bus_get(ret, end);
+
+	if (r < 0 && (ig_bus_conn_error(r) || r == -ENOENT))
+		r = ig_bus_reopen(ret, end, 0);
+	return r;
+}
+
+/* ig_bus_set_address: see bus.h.  "system", "user", or a D-Bus address "transport:key=value,..."
+ * (D-Bus specification, "Server Addresses"). */
+int ig_bus_set_address(const char *address)
+{
+	const char *colon;
+	char *copy = NULL;
+
+	if (!address || !*address)
+		return -EINVAL;
+	colon = strchr(address, ':');
+	if (strcmp(address, "system") != 0 && strcmp(address, "user") != 0 &&
+	    (!colon || colon == address || !colon[1]))
+		return -EINVAL;
+	if (strcmp(address, "system") != 0) {
+		copy = strdup(address);
+		if (!copy)
+			return -ENOMEM;
+	}
+	if ((copy == NULL) != (bus_address == NULL) || (copy && strcmp(copy, bus_address) != 0))
+		ig_bus_drop();
+	free(bus_address);
+	bus_address = copy;
+	return 0;
+}
+
+/* ig_bus_forget: see bus.h. */
+void ig_bus_forget(void)
+{
+	ig_bus_drop();
+	free(bus_address);
+	bus_address = NULL;
+}
+
+/* ---- calls ------------------------------------------------------------------------------ */
+
+/* A new method call of the manager with the arguments `types` ap, to be sent before `end`: its
+ * timeout in microseconds goes to *timeout.  Returns 0, -ETIMEDOUT when `end` has passed, or a
+ * negative errno. */
+static int new_call(sd_bus *b, double end, sd_bus_message **m, uint64_t *timeout, const char *path,
+		    const char *iface, const char *member, const char *types, va_list ap)
+{
+	uint64_t left = ig_bus_usec_left(end);
+	int r;
+
+	if (left == 0)
+		return -ETIMEDOUT;
+	/* sd_bus_call(3) and sd_bus_call_async(3): a timeout of 0 means the default (25 s), so left
+	 * is >= 1 here; an infinite bound (no budget, infinite timeout) is passed as UINT64_MAX -
+	 * 1, which saturates to none. */
+	*timeout = left == UINT64_MAX ? UINT64_MAX - 1 : left;
+	r = sd_bus_message_new_method_call(b, m, IG_BUS_DEST, path, iface, member);
+	if (r >= 0)
+		r = sd_bus_message_appendv(*m, types, ap);
+	return r < 0 ? r : 0;
+}
+
+/* ig_bus_call: see bus.h. */
+int ig_bus_call(sd_bus *b, double end, const char *path, const char *iface, const char *member,
+		sd_bus_error *error, sd_bus_message **reply, const char *types, ...)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	uint64_t timeout = 0;
+	va_list ap;
+	int r;
+
+	va_start(ap, types);
+	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
+	va_end(ap);
+	if (r >= 0)
+		r = sd_bus_call(b, m, timeout, error, reply);
+	return r < 0 ? r : 0;
+}
+
+/* ig_bus_subscribe: see bus.h; on a private connection systemd sends its signals anyway and the
+ * call is a no-op. */
+int ig_bus_subscribe(sd_bus *b, double end, sd_bus_error *error)
+{
+	int r;
+
+	if (bus_subscribed)
+		return 0;
+	r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, "Subscribe", error, NULL, "");
+	if (r < 0 && !sd_bus_error_has_name(error, "org.freedesktop.systemd1.AlreadySubscribed"))
+		return r;
+	sd_bus_error_free(error);
+	bus_subscribed = 1;
+	return 0;
+}
+
+/* ---- pipelined calls -------------------------------------------------------------------- */
+
+/* sd_bus_call_async(3) callback: keep the reply, or the error it carries. */
+static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
+{
+	struct ig_bus_pending *q = userdata;
+
+	(void)ret_error;
+	q->done = 1;
+	if (sd_bus_message_is_method_error(m, NULL)) {
+		q->r = -sd_bus_message_get_errno(m);
+		if (q->r == 0)
+			q->r = -EIO;
+		sd_bus_error_copy(&q->error, sd_bus_message_get_error(m));
+	} else {
+		q->reply = sd_bus_message_ref(m);
+	}
+	return 1;
+}
+
+/* ig_bus_send: see bus.h. */
+int ig_bus_send(sd_bus *b, double end, const char *path, const char *iface, const char *member,
+		struct ig_bus_pending *q, const char *types, ...)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
+	uint64_t timeout = 0;
+	va_list ap;
+	int r;
+
+	va_start(ap, types);
+	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
+	va_end(ap);
+	if (r >= 0)
+		r = sd_bus_call_async(b, &q->slot, m, on_reply, q, timeout);
+	return r < 0 ? r : 0;
+}
+
+/* ig_bus_wait_all: see bus.h. */
+int ig_bus_wait_all(sd_bus *b, double end, const struct ig_bus_pending *q, size_t n)
+{
+	size_t got = 0;
+	int r = 0;
+
+	while (r >= 0 && got < n) {
+		r = ig_bus_step(b, end);
+		for (got = 0; got < n && q[got].done; got++)
+			;
+	}
+	return r;
+}
+
+/* ig_bus_pending_clear: see bus.h. */
+void ig_bus_pending_clear(struct ig_bus_pending *q)
+{
+	q->slot = sd_bus_slot_unref(q->slot);
+	q->reply = sd_bus_message_unref(q->reply);
+	sd_bus_error_free(&q->error);
+}

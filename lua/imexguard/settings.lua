@@ -61,7 +61,8 @@ M.schema = {
   { name = "log_journal", default = true, kind = "boolean",
     doc = "also send log entries to the systemd journal (stderr lines are always written)" },
   { name = "log_level", default = "info", kind = "enum", values = LEVELS,
-    doc = "lowest level written to stderr: \"debug\", \"info\", \"notice\", \"warning\" or \"err\"" },
+    doc = "lowest level written to stderr: \"" .. table.concat(LEVELS, "\", \"", 1, #LEVELS - 1)
+      .. "\" or \"" .. LEVELS[#LEVELS] .. "\"" },
   { name = "policy", default = nil, kind = "path", optional = true,
     doc = "path of the policy file (default: the built-in policy; --policy overrides)" },
   { name = "imex_channels", default = "off", kind = "enum", values = { "off", "channel0" },

@@ -243,12 +243,33 @@ void ig_bus_forget(void)
 
 /* ---- calls ------------------------------------------------------------------------------ */
 
-/* A new method call of the manager with the arguments `types` ap, to be sent before `end`: its
- * timeout in microseconds goes to *timeout.  Returns 0, -ETIMEDOUT when `end` has passed, or a
- * negative errno. */
-static int new_call(sd_bus *b, double end, sd_bus_message **m, uint64_t *timeout, const char *path,
-		    const char *iface, const char *member, const char *types, va_list ap)
+/* sd_bus_call_async(3) callback of ig_bus_send: keep the reply, or the error it carries. */
+static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
 {
+	struct ig_bus_pending *q = userdata;
+
+	(void)ret_error;
+	q->done = 1;
+	if (sd_bus_message_is_method_error(m, NULL)) {
+		q->r = -sd_bus_message_get_errno(m);
+		if (q->r == 0)
+			q->r = -EIO;
+		sd_bus_error_copy(&q->error, sd_bus_message_get_error(m));
+	} else {
+		q->reply = sd_bus_message_ref(m);
+	}
+	return 1;
+}
+
+/* Make a method call of the manager with the arguments `types` ap and, with q NULL, wait for its
+ * answer until `end` (sd_bus_call(3): *error, *reply as ig_bus_call), else send it without waiting,
+ * the answer to fill q (sd_bus_call_async(3)).  Returns 0, -ETIMEDOUT when `end` has passed, or a
+ * negative errno. */
+static int call(sd_bus *b, double end, struct ig_bus_pending *q, sd_bus_error *error,
+		sd_bus_message **reply, const char *path, const char *iface, const char *member,
+		const char *types, va_list ap)
+{
+	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
 	uint64_t left = ig_bus_usec_left(end);
 	int r;
 
@@ -257,10 +278,13 @@ static int new_call(sd_bus *b, double end, sd_bus_message **m, uint64_t *timeout
 	/* sd_bus_call(3) and sd_bus_call_async(3): a timeout of 0 means the default (25 s), so left
 	 * is >= 1 here; an infinite bound (no budget, infinite timeout) is passed as UINT64_MAX -
 	 * 1, which saturates to none. */
-	*timeout = left == UINT64_MAX ? UINT64_MAX - 1 : left;
-	r = sd_bus_message_new_method_call(b, m, IG_BUS_DEST, path, iface, member);
+	uint64_t timeout = left == UINT64_MAX ? UINT64_MAX - 1 : left;
+	r = sd_bus_message_new_method_call(b, &m, IG_BUS_DEST, path, iface, member);
 	if (r >= 0)
-		r = sd_bus_message_appendv(*m, types, ap);
+		r = sd_bus_message_appendv(m, types, ap);
+	if (r >= 0)
+		r = q ? sd_bus_call_async(b, &q->slot, m, on_reply, q, timeout)
+		      : sd_bus_call(b, m, timeout, error, reply);
 	return r < 0 ? r : 0;
 }
 
@@ -268,17 +292,22 @@ static int new_call(sd_bus *b, double end, sd_bus_message **m, uint64_t *timeout
 int ig_bus_call(sd_bus *b, double end, const char *path, const char *iface, const char *member,
 		sd_bus_error *error, sd_bus_message **reply, const char *types, ...)
 {
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t timeout = 0;
 	va_list ap;
-	int r;
-
 	va_start(ap, types);
-	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
+	int r = call(b, end, NULL, error, reply, path, iface, member, types, ap);
 	va_end(ap);
-	if (r >= 0)
-		r = sd_bus_call(b, m, timeout, error, reply);
-	return r < 0 ? r : 0;
+	return r;
+}
+
+/* ig_bus_send: see bus.h. */
+int ig_bus_send(sd_bus *b, double end, const char *path, const char *iface, const char *member,
+		struct ig_bus_pending *q, const char *types, ...)
+{
+	va_list ap;
+	va_start(ap, types);
+	int r = call(b, end, q, NULL, NULL, path, iface, member, types, ap);
+	va_end(ap);
+	return r;
 }
 
 /* ig_bus_subscribe: see bus.h; on a private connection systemd sends its signals anyway and the
@@ -298,41 +327,6 @@ int ig_bus_subscribe(sd_bus *b, double end, sd_bus_error *error)
 }
 
 /* ---- pipelined calls -------------------------------------------------------------------- */
-
-/* sd_bus_call_async(3) callback: keep the reply, or the error it carries. */
-static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
-{
-	struct ig_bus_pending *q = userdata;
-
-	(void)ret_error;
-	q->done = 1;
-	if (sd_bus_message_is_method_error(m, NULL)) {
-		q->r = -sd_bus_message_get_errno(m);
-		if (q->r == 0)
-			q->r = -EIO;
-		sd_bus_error_copy(&q->error, sd_bus_message_get_error(m));
-	} else {
-		q->reply = sd_bus_message_ref(m);
-	}
-	return 1;
-}
-
-/* ig_bus_send: see bus.h. */
-int ig_bus_send(sd_bus *b, double end, const char *path, const char *iface, const char *member,
-		struct ig_bus_pending *q, const char *types, ...)
-{
-	_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;
-	uint64_t timeout = 0;
-	va_list ap;
-	int r;
-
-	va_start(ap, types);
-	r = new_call(b, end, &m, &timeout, path, iface, member, types, ap);
-	va_end(ap);
-	if (r >= 0)
-		r = sd_bus_call_async(b, &q->slot, m, on_reply, q, timeout);
-	return r < 0 ? r : 0;
-}
 
 /* ig_bus_wait_all: see bus.h. */
 int ig_bus_wait_all(sd_bus *b, double end, const struct ig_bus_pending *q, size_t n)

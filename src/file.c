@@ -479,6 +479,22 @@ static int l_write_atomic(lua_State *L)
 
 /* ---- mknod_char ----------------------------------------------------------------------------- */
 
+/* The end of mknod_char and mkdir: `path` was just made by `what` ("mknod", "mkdir"), which
+ * applied the umask: give it the permission bits `mode` exactly (chmod(2)), or remove it again
+ * with `undo` (unlink or rmdir) and push the error.  Returns the Lua results: true, or nil, msg,
+ * code. */
+static int push_made(lua_State *L, const char *what, const char *path, lua_Integer mode,
+		     int (*undo)(const char *))
+{
+	if (chmod(path, (mode_t)mode) < 0) {
+		int e = errno;
+		undo(path);
+		return ig_push_error(L, ig_code(-e), "%s %s: chmod: %s", what, path, strerror(e));
+	}
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 /* host.mknod_char(path, major, minor [, mode]) -> true, or nil, msg, code.
  * Creates the character device node `path` (mknod(2), makedev(3)) with permission bits `mode`
  * exactly (integer, default 0666: an IMEX channel /dev/nvidia-caps-imex-channels/channelN must be
@@ -509,13 +525,7 @@ static int l_mknod_char(lua_State *L)
 			    path, (long long)maj, (long long)min);
 		return ig_push_error(L, ig_code(-e), "mknod %s: %s", path, strerror(e));
 	}
-	if (chmod(path, (mode_t)mode) < 0) { /* mknod applied the umask */
-		int e = errno;
-		unlink(path);
-		return ig_push_error(L, ig_code(-e), "mknod %s: chmod: %s", path, strerror(e));
-	}
-	lua_pushboolean(L, 1);
-	return 1;
+	return push_made(L, "mknod", path, mode, unlink);
 }
 
 /* ---- mkdir ---------------------------------------------------------------------------------- */
@@ -544,13 +554,7 @@ static int l_mkdir(lua_State *L)
 					     "mkdir %s: exists and is not a directory", path);
 		return ig_push_error(L, ig_code(-e), "mkdir %s: %s", path, strerror(e));
 	}
-	if (chmod(path, (mode_t)mode) < 0) { /* mkdir applied the umask */
-		int e = errno;
-		rmdir(path);
-		return ig_push_error(L, ig_code(-e), "mkdir %s: chmod: %s", path, strerror(e));
-	}
-	lua_pushboolean(L, 1);
-	return 1;
+	return push_made(L, "mkdir", path, mode, rmdir);
 }
 
 /* Add read, stat, write_atomic, mknod_char, mkdir to the table on top of the stack. */

@@ -48,16 +48,6 @@ static int parse_double(const char *v, double lo, double hi, double *out)
 	return 0;
 }
 
-/* Parse a SIM_WHO_* knob value: "0", "1" or "remote"; returns 0 or -EINVAL. */
-static int parse_who(const char *v, int *out)
-{
-	if (!strcmp(v, "remote")) {
-		*out = SIM_WHO_REMOTE;
-		return 0;
-	}
-	return parse_int(v, 0, 1, out);
-}
-
 /* Copy `v` into dst (size n); -EINVAL when it does not fit. */
 static int copy_str(char *dst, size_t n, const char *v)
 {
@@ -67,102 +57,123 @@ static int copy_str(char *dst, size_t n, const char *v)
 	return 0;
 }
 
+/* How a config.cfg key is checked and stored in struct sim_config. */
+enum kind {
+	K_INT,	  /* an int in [lo, hi] */
+	K_DOUBLE, /* a double in [lo, hi] */
+	K_STR,	  /* a string, at most size - 1 bytes */
+	K_TOKEN,  /* a string of at least lo bytes without blanks (one token of the handshake and
+		     the STATUS answer) */
+	K_IDS,	  /* a string of node IDs: digits and commas */
+	K_CHOICE, /* an int: the index of the value among `choices` */
+	K_ONE_OF, /* a string: one of `choices` */
+};
+
+static const char *const who[] = {"0", "1", "remote", NULL}; /* SIM_WHO_* by index */
+_Static_assert(SIM_WHO_NONE == 0 && SIM_WHO_ALL == 1 && SIM_WHO_REMOTE == 2,
+	       "who[] is by SIM_WHO_*");
+static const char *const goodbye[] = {"RECOVERING", "DISCONNECTED", NULL};
+static const char *const node_list[] = {"daemon", "file", NULL};
+static const char *const connections[] = {"local", "node", NULL};
+static const char *const formats[] = {"570", "570.00", "580", NULL};
+
+/* A field of struct sim_config: its offset and size in bytes. */
+#define FIELD(f) offsetof(struct sim_config, f), sizeof(((struct sim_config *)0)->f)
+
+/* The keys read (README.md, "config.cfg keys" and the fault knobs); unknown keys are ignored (the
+ * real config has many more). */
+static const struct key {
+	const char *name;
+	enum kind kind;
+	size_t off, size;
+	double lo, hi;
+	const char *const *choices;
+} keys[] = {
+    {"SERVER_PORT", K_INT, FIELD(server_port), 1, 65535, NULL},
+    {"IMEX_CMD_PORT", K_INT, FIELD(cmd_port), 1, 65535, NULL},
+    {"IMEX_CMD_ENABLED", K_INT, FIELD(cmd_enabled), 0, 1, NULL},
+    {"DAEMONIZE", K_INT, FIELD(daemonize), 0, 1, NULL},
+    {"IMEX_CMD_BIND_INTERFACE_IP", K_STR, FIELD(cmd_bind_ip), 0, 0, NULL},
+    {"BIND_INTERFACE_IP", K_STR, FIELD(bind_ip), 0, 0, NULL},
+    {"IMEX_NODE_CONFIG_FILE", K_STR, FIELD(node_file), 0, 0, NULL},
+    {"LOG_FILE_NAME", K_STR, FIELD(log_file), 0, 0, NULL},
+    {"IMEX_WAIT_FOR_QUORUM", K_STR, FIELD(wait_for_quorum), 0, 0, NULL},
+    {"IMEXSIM_VERSION", K_TOKEN, FIELD(version), 1, 0, NULL},
+    {"IMEXSIM_HOSTNAME", K_TOKEN, FIELD(hostname), 0, 0, NULL},
+    {"IMEXSIM_RECONNECT_MS", K_INT, FIELD(reconnect_ms), 1, 3600000, NULL},
+    {"IMEXSIM_RECONNECT_FACTOR", K_DOUBLE, FIELD(reconnect_factor), 1.0, 100.0, NULL},
+    {"IMEXSIM_RECONNECT_MAX_MS", K_INT, FIELD(reconnect_max_ms), 1, 3600000, NULL},
+    {"IMEXSIM_USR1_INTERVAL_MS", K_INT, FIELD(usr1_interval_ms), 0, 3600000, NULL},
+    {"IMEXSIM_GOODBYE_STATUS", K_CHOICE, FIELD(goodbye_disconnected), 0, 0, goodbye},
+    {"IMEXSIM_CTL_FORMAT", K_ONE_OF, FIELD(ctl_format), 0, 0, formats},
+    {"IMEXSIM_CTL_NODE_LIST", K_CHOICE, FIELD(ctl_list_from_file), 0, 0, node_list},
+    {"IMEXSIM_CTL_CONNECTIONS", K_CHOICE, FIELD(ctl_conn_own), 0, 0, connections},
+    {"IMEXSIM_PID_FILE", K_STR, FIELD(pid_file), 0, 0, NULL},
+    {"IMEXSIM_STATE_FILE", K_STR, FIELD(state_file), 0, 0, NULL},
+    {"IMEXSIM_NEVER_READY", K_INT, FIELD(never_ready), 0, 1, NULL},
+    {"IMEXSIM_HANG_CMD", K_CHOICE, FIELD(hang_cmd), 0, 0, who},
+    {"IMEXSIM_REFUSE_CMD", K_CHOICE, FIELD(refuse_cmd), 0, 0, who},
+    {"IMEXSIM_REFUSE_PEERS", K_INT, FIELD(refuse_peers), 0, 1, NULL},
+    {"IMEXSIM_EXIT_AT_START", K_INT, FIELD(exit_at_start), 0, 255, NULL},
+    {"IMEXSIM_START_DELAY_MS", K_INT, FIELD(start_delay_ms), 0, 3600000, NULL},
+    {"IMEXSIM_CRASH_AFTER_MS", K_INT, FIELD(crash_after_ms), 0, 3600000, NULL},
+    {"IMEXSIM_EXIT_AFTER_MS", K_INT, FIELD(exit_after_ms), 0, 3600000, NULL},
+    {"IMEXSIM_EXIT_STATUS", K_INT, FIELD(exit_status), 0, 255, NULL},
+    {"IMEXSIM_DROP_PEERS", K_IDS, FIELD(drop_peers), 0, 0, NULL},
+};
+
+/* The index of `v` among the NULL-terminated `choices`, or -1. */
+static int choice(const char *const *choices, const char *v)
+{
+	for (int i = 0; choices[i]; i++)
+		if (!strcmp(choices[i], v))
+			return i;
+	return -1;
+}
+
+/* Check `v` as `key` says and store it in c.  Returns 0 or -EINVAL. */
+static int store(struct sim_config *c, const struct key *key, const char *v)
+{
+	char *field = (char *)c + key->off;
+	int i;
+
+	switch (key->kind) {
+	case K_INT:
+		return parse_int(v, (int)key->lo, (int)key->hi, (int *)(void *)field);
+	case K_DOUBLE:
+		return parse_double(v, key->lo, key->hi, (double *)(void *)field);
+	case K_TOKEN:
+		for (const char *p = v; *p; p++)
+			if (isspace((unsigned char)*p))
+				return -EINVAL;
+		if (strlen(v) < (size_t)key->lo)
+			return -EINVAL;
+		return copy_str(field, key->size, v);
+	case K_IDS:
+		if (strspn(v, "0123456789,") != strlen(v))
+			return -EINVAL;
+		return copy_str(field, key->size, v);
+	case K_CHOICE:
+		if ((i = choice(key->choices, v)) < 0)
+			return -EINVAL;
+		*(int *)(void *)field = i;
+		return 0;
+	case K_ONE_OF:
+		if (choice(key->choices, v) < 0)
+			return -EINVAL;
+		return copy_str(field, key->size, v);
+	case K_STR:
+		break;
+	}
+	return copy_str(field, key->size, v);
+}
+
 /* Store one KEY=VALUE pair; unknown keys are ignored (the real config has many more). */
 static int set_key(struct sim_config *c, const char *k, const char *v)
 {
-	if (!strcmp(k, "SERVER_PORT"))
-		return parse_int(v, 1, 65535, &c->server_port);
-	if (!strcmp(k, "IMEX_CMD_PORT"))
-		return parse_int(v, 1, 65535, &c->cmd_port);
-	if (!strcmp(k, "IMEX_CMD_ENABLED"))
-		return parse_int(v, 0, 1, &c->cmd_enabled);
-	if (!strcmp(k, "DAEMONIZE"))
-		return parse_int(v, 0, 1, &c->daemonize);
-	if (!strcmp(k, "IMEXSIM_RECONNECT_MS"))
-		return parse_int(v, 1, 3600000, &c->reconnect_ms);
-	if (!strcmp(k, "IMEXSIM_RECONNECT_FACTOR"))
-		return parse_double(v, 1.0, 100.0, &c->reconnect_factor);
-	if (!strcmp(k, "IMEXSIM_RECONNECT_MAX_MS"))
-		return parse_int(v, 1, 3600000, &c->reconnect_max_ms);
-	if (!strcmp(k, "IMEXSIM_USR1_INTERVAL_MS"))
-		return parse_int(v, 0, 3600000, &c->usr1_interval_ms);
-	if (!strcmp(k, "IMEXSIM_GOODBYE_STATUS")) {
-		if (strcmp(v, "RECOVERING") && strcmp(v, "DISCONNECTED"))
-			return -EINVAL;
-		c->goodbye_disconnected = !strcmp(v, "DISCONNECTED");
-		return 0;
-	}
-	if (!strcmp(k, "IMEXSIM_CTL_FORMAT")) {
-		if (strcmp(v, "570") && strcmp(v, "570.00") && strcmp(v, "580"))
-			return -EINVAL;
-		return copy_str(c->ctl_format, sizeof c->ctl_format, v);
-	}
-	if (!strcmp(k, "IMEXSIM_CTL_NODE_LIST")) {
-		if (strcmp(v, "daemon") && strcmp(v, "file"))
-			return -EINVAL;
-		c->ctl_list_from_file = !strcmp(v, "file");
-		return 0;
-	}
-	if (!strcmp(k, "IMEXSIM_CTL_CONNECTIONS")) {
-		if (strcmp(v, "local") && strcmp(v, "node"))
-			return -EINVAL;
-		c->ctl_conn_own = !strcmp(v, "node");
-		return 0;
-	}
-	if (!strcmp(k, "IMEXSIM_HOSTNAME")) {
-		/* One token of the STATUS answer, like the version. */
-		for (const char *p = v; *p; p++)
-			if (isspace((unsigned char)*p))
-				return -EINVAL;
-		return copy_str(c->hostname, sizeof c->hostname, v);
-	}
-	if (!strcmp(k, "IMEXSIM_NEVER_READY"))
-		return parse_int(v, 0, 1, &c->never_ready);
-	if (!strcmp(k, "IMEXSIM_HANG_CMD"))
-		return parse_who(v, &c->hang_cmd);
-	if (!strcmp(k, "IMEXSIM_REFUSE_CMD"))
-		return parse_who(v, &c->refuse_cmd);
-	if (!strcmp(k, "IMEXSIM_REFUSE_PEERS"))
-		return parse_int(v, 0, 1, &c->refuse_peers);
-	if (!strcmp(k, "IMEXSIM_EXIT_AT_START"))
-		return parse_int(v, 0, 255, &c->exit_at_start);
-	if (!strcmp(k, "IMEXSIM_START_DELAY_MS"))
-		return parse_int(v, 0, 3600000, &c->start_delay_ms);
-	if (!strcmp(k, "IMEXSIM_CRASH_AFTER_MS"))
-		return parse_int(v, 0, 3600000, &c->crash_after_ms);
-	if (!strcmp(k, "IMEXSIM_EXIT_AFTER_MS"))
-		return parse_int(v, 0, 3600000, &c->exit_after_ms);
-	if (!strcmp(k, "IMEXSIM_EXIT_STATUS"))
-		return parse_int(v, 0, 255, &c->exit_status);
-	if (!strcmp(k, "IMEXSIM_DROP_PEERS")) {
-		for (const char *p = v; *p; p++)
-			if (!isdigit((unsigned char)*p) && *p != ',')
-				return -EINVAL;
-		return copy_str(c->drop_peers, sizeof c->drop_peers, v);
-	}
-	if (!strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP"))
-		return copy_str(c->cmd_bind_ip, sizeof c->cmd_bind_ip, v);
-	if (!strcmp(k, "BIND_INTERFACE_IP"))
-		return copy_str(c->bind_ip, sizeof c->bind_ip, v);
-	if (!strcmp(k, "IMEX_NODE_CONFIG_FILE"))
-		return copy_str(c->node_file, sizeof c->node_file, v);
-	if (!strcmp(k, "LOG_FILE_NAME"))
-		return copy_str(c->log_file, sizeof c->log_file, v);
-	if (!strcmp(k, "IMEX_WAIT_FOR_QUORUM"))
-		return copy_str(c->wait_for_quorum, sizeof c->wait_for_quorum, v);
-	if (!strcmp(k, "IMEXSIM_PID_FILE"))
-		return copy_str(c->pid_file, sizeof c->pid_file, v);
-	if (!strcmp(k, "IMEXSIM_STATE_FILE"))
-		return copy_str(c->state_file, sizeof c->state_file, v);
-	if (!strcmp(k, "IMEXSIM_VERSION")) {
-		/* The version travels as one token of the handshake and the STATUS answer. */
-		for (const char *p = v; *p; p++)
-			if (isspace((unsigned char)*p))
-				return -EINVAL;
-		if (!*v)
-			return -EINVAL;
-		return copy_str(c->version, sizeof c->version, v);
-	}
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		if (!strcmp(k, keys[i].name))
+			return store(c, &keys[i], v);
 	return 0;
 }
 

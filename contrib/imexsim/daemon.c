@@ -315,16 +315,7 @@ static void peer_event(int id, short revents)
 	}
 	if (!(revents & (POLLIN | POLLHUP | POLLERR)))
 		return;
-	int eof = 0;
-	for (;;) {
-		int r = sim_buf_fill(&p->in, p->fd);
-		if (r == -EAGAIN)
-			break;
-		if (r <= 0) {
-			eof = 1;
-			break;
-		}
-	}
+	int eof = sim_buf_fill_all(&p->in, p->fd);
 	char line[MAX_LINE];
 	while (p->phase >= P_HELLO && sim_buf_line(&p->in, line, sizeof line) == 1) {
 		if (p->phase == P_UP) {
@@ -489,16 +480,7 @@ static int client_lines(struct client *c)
 static int client_event(struct client *c, short revents)
 {
 	if (revents & (POLLIN | POLLHUP | POLLERR)) {
-		int eof = 0;
-		for (;;) {
-			int r = sim_buf_fill(&c->in, c->fd);
-			if (r == -EAGAIN)
-				break;
-			if (r <= 0) {
-				eof = 1;
-				break;
-			}
-		}
+		int eof = sim_buf_fill_all(&c->in, c->fd);
 		if (client_lines(c) < 0)
 			return -1;
 		if (eof && c->out.len == 0)

@@ -136,6 +136,10 @@ int sim_connect_result(int fd);
  */
 int sim_buf_fill(struct sim_buf *b, int fd);
 
+/* Read everything available from the non-blocking `fd` into `b` (sim_buf_fill until -EAGAIN).
+ * Returns 0, or 1 when the connection is done: end of file, a full buffer or a read error. */
+int sim_buf_fill_all(struct sim_buf *b, int fd);
+
 /* Pop one '\n'-terminated line from `b` into `line` (size `len`, the '\n' removed, a trailing '\r'
  * too).  Returns 1 when a line was popped, 0 when no whole line is buffered, -EMSGSIZE when the
  * line does not fit in `line`. */

@@ -96,6 +96,17 @@ int sim_buf_fill(struct sim_buf *b, int fd)
 	return (int)r;
 }
 
+int sim_buf_fill_all(struct sim_buf *b, int fd)
+{
+	for (;;) {
+		int r = sim_buf_fill(b, fd);
+		if (r == -EAGAIN)
+			return 0;
+		if (r <= 0)
+			return 1;
+	}
+}
+
 int sim_buf_line(struct sim_buf *b, char *line, size_t len)
 {
 	char *nl = memchr(b->data, '\n', b->len);
@@ -143,45 +154,37 @@ int sim_buf_flush(struct sim_buf *b, int fd)
 	return (int)b->len;
 }
 
-/* JSON names: CONNECTED, INVALID, NEVER_CONNECTED and RECOVERING are seen in real output; the
- * other four spellings are guesses (README.md). */
-static const char *const names[SIM_CONN_COUNT] = {
-    [SIM_INVALID] = "INVALID",
-    [SIM_NEVER_CONNECTED] = "NEVER_CONNECTED",
-    [SIM_CONNECTED] = "CONNECTED",
-    [SIM_RECOVERING] = "RECOVERING",
-    [SIM_DISCONNECTED] = "DISCONNECTED",
-    [SIM_AUTHENTICATING] = "AUTHENTICATING",
-    [SIM_VERSION_MISMATCH] = "VERSION_MISMATCH",
-    [SIM_NODE_MAP_MISMATCH] = "NODE_MAP_MISMATCH",
-};
-
-/* Letters of the real "Connectivity Table Legend" (tests/fixtures/ctl/up-18node-text.txt). */
-static const char *const letters[SIM_CONN_COUNT] = {
-    [SIM_INVALID] = "I",
-    [SIM_NEVER_CONNECTED] = "N",
-    [SIM_CONNECTED] = "C",
-    [SIM_RECOVERING] = "R",
-    [SIM_DISCONNECTED] = "D",
-    [SIM_AUTHENTICATING] = "A",
-    [SIM_VERSION_MISMATCH] = "!V!",
-    [SIM_NODE_MAP_MISMATCH] = "!M!",
+/* Each connection status: its JSON name (CONNECTED, INVALID, NEVER_CONNECTED and RECOVERING are
+ * seen in real output; the other four spellings are guesses, README.md) and its letter in the real
+ * "Connectivity Table Legend" (tests/fixtures/ctl/up-18node-text.txt). */
+static const struct {
+	const char *name;
+	const char *letter;
+} conns[SIM_CONN_COUNT] = {
+    [SIM_INVALID] = {"INVALID", "I"},
+    [SIM_NEVER_CONNECTED] = {"NEVER_CONNECTED", "N"},
+    [SIM_CONNECTED] = {"CONNECTED", "C"},
+    [SIM_RECOVERING] = {"RECOVERING", "R"},
+    [SIM_DISCONNECTED] = {"DISCONNECTED", "D"},
+    [SIM_AUTHENTICATING] = {"AUTHENTICATING", "A"},
+    [SIM_VERSION_MISMATCH] = {"VERSION_MISMATCH", "!V!"},
+    [SIM_NODE_MAP_MISMATCH] = {"NODE_MAP_MISMATCH", "!M!"},
 };
 
 const char *sim_conn_name(enum sim_conn s)
 {
-	return (unsigned)s < SIM_CONN_COUNT ? names[s] : names[SIM_INVALID];
+	return conns[(unsigned)s < SIM_CONN_COUNT ? s : SIM_INVALID].name;
 }
 
 const char *sim_conn_letter(enum sim_conn s)
 {
-	return (unsigned)s < SIM_CONN_COUNT ? letters[s] : letters[SIM_INVALID];
+	return conns[(unsigned)s < SIM_CONN_COUNT ? s : SIM_INVALID].letter;
 }
 
 enum sim_conn sim_conn_parse(const char *name)
 {
 	for (int i = 0; i < SIM_CONN_COUNT; i++)
-		if (!strcmp(names[i], name))
+		if (!strcmp(conns[i].name, name))
 			return (enum sim_conn)i;
 	return SIM_INVALID;
 }

@@ -72,17 +72,22 @@ function M.unregister(st, id)
   return e
 end
 
+-- The entries of `list` for which keep(entry) is true, in order (a new list).
+local function select_entries(list, keep)
+  local out = {}
+  for _, e in ipairs(list) do
+    if keep(e) then out[#out + 1] = e end
+  end
+  return out
+end
+
 --- The entries of every other job.
 -- @param st table state
 -- @param id string|number|nil this job's id
 -- @return list of entries (registration order)
 function M.others(st, id)
   id = id ~= nil and tostring(id) or nil
-  local out = {}
-  for _, e in ipairs(M.jobs(st)) do
-    if e.id ~= id then out[#out + 1] = e end
-  end
-  return out
+  return select_entries(M.jobs(st), function(e) return e.id ~= id end)
 end
 
 --- The other jobs registered with a node list other than `nodes`.
@@ -91,11 +96,7 @@ end
 -- @param nodes string node-list bytes
 -- @return list of entries
 function M.conflicting(st, id, nodes)
-  local out = {}
-  for _, e in ipairs(M.others(st, id)) do
-    if e.nodes ~= nodes then out[#out + 1] = e end
-  end
-  return out
+  return select_entries(M.others(st, id), function(e) return e.nodes ~= nodes end)
 end
 
 --- Drop entries older than max_age seconds.

@@ -173,6 +173,13 @@ function Scenario:bytes(list)
   return table.concat(out, "\n") .. "\n"
 end
 
+-- The field `key` of each record of `list`, in order (a new list).
+local function field_of(list, key)
+  local out = {}
+  for i, r in ipairs(list) do out[i] = r[key] end
+  return out
+end
+
 local function to_names(self, addrs)
   local out = {}
   for i, a in ipairs(addrs) do out[i] = self.names[a] or a end
@@ -244,16 +251,12 @@ end
 
 --- Verbs of every unit job, in order ("restart", "stop", ...).
 function Scenario:unit_jobs()
-  local out = {}
-  for i, j in ipairs(self.host.jobs) do out[i] = j.verb end
-  return out
+  return field_of(self.host.jobs, "verb")
 end
 
 --- The registry in the state file now: list of job ids (registration order).
 function Scenario:registered()
-  local out = {}
-  for i, e in ipairs(self:registrations()) do out[i] = e.id end
-  return out
+  return field_of(self:registrations(), "id")
 end
 
 --- The registry entries in the state file now (as imexguard.state loads them; a state file it
@@ -295,9 +298,7 @@ end
 
 --- Paths given to host.mkdir, in order.
 function Scenario:mkdirs()
-  local out = {}
-  for i, m in ipairs(self.host.mkdirs) do out[i] = m.path end
-  return out
+  return field_of(self.host.mkdirs, "path")
 end
 
 --- Number of node locks taken, and whether every one was released.

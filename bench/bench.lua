@@ -946,7 +946,8 @@ local function report_backoff(e)
   metric("backoff.return_minus_up", "ms", ms(ig.lag), ms(bl.lag))
   metric("backoff.return_minus_up_nonudge", "ms", ms(no.lag), ms(bl.lag))
   metric("backoff.returned_before_up", "count", { ig.early }, { bl.early })
-  metric("backoff.failed", "count", { ig.fail, no.fail }, { bl.fail })
+  metric("backoff.failed", "count", { ig.fail }, { bl.fail })
+  metric("backoff.failed_nonudge", "count", { no.fail }, { bl.fail })
   metric("backoff.extra_starts", "count", ig.extra, bl.extra)
   metric("backoff.extra_starts_nonudge", "count", no.extra, bl.extra)
   metric("backoff.usr1", "count", ig.usr1, bl.usr1)
@@ -1026,7 +1027,7 @@ local function report(total)
   if #rows > 0 then print_table({ "metric", "imexguard", "baseline", "ratio" }, rows) end
   if results.domain then report_scale(results.domain) end
   if results.backoff then report_backoff(results.backoff) end
-  report_breakdown(results.fast)
+  if results.fast or CFG.only:find("a", 1, true) then report_breakdown(results.fast) end
   say("")
   write_json(total)
   say("bench: done in %.0f s", total)

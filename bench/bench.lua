@@ -65,14 +65,16 @@ local CFG = {
   watch = num_env("BENCH_WATCH_INTERVAL", 0.02, 0.001), -- s: the UP watcher's period
   poll = os.getenv("BENCH_POLL_INTERVAL"),           -- imexguard poll_interval (nil: simdomain's)
   always = num_env("BENCH_ALWAYS_RESTART", 1) ~= 0,  -- c) also the restart-every-job baseline
-  only = os.getenv("BENCH_ONLY") or "abcd",          -- the scenarios to run
+  backoff_rounds = num_env("BENCH_BACKOFF_ROUNDS", 3, 1), -- e) rounds per tool
+  backoff_ms = num_env("BENCH_BACKOFF_MS", 15000, 100), -- e) ms: the daemons' first reconnect back-off
+  only = os.getenv("BENCH_ONLY") or "abcde",         -- the scenarios to run
   profile = os.getenv("BENCH_PROFILE"),              -- a) command prefix of the breakdown runs
 }
 if CFG.profile == "" then CFG.profile = nil end
--- a) and b) use 127.0.NET.x, c) NET+1, d) NET+2, NET+3, ... (one per size).
-if CFG.net + 1 + #CFG.sizes > 255 then
+-- a) and b) use 127.0.NET.x, c) NET+1, d) NET+2, NET+3, ... (one per size), e) the next one.
+if CFG.net + 2 + #CFG.sizes > 255 then
   io.stderr:write(string.format("bench: BENCH_NET=%d: 127.0.%d.x is beyond 255 with %d sizes\n", CFG.net,
-    CFG.net + 1 + #CFG.sizes, #CFG.sizes))
+    CFG.net + 2 + #CFG.sizes, #CFG.sizes))
   os.exit(2)
 end
 local ABS = select(2, simdomain.capture("pwd")):gsub("%s+$", "")
@@ -140,8 +142,19 @@ local function baseline_always_cmd(d, name, job, nodelist, nnodes, out)
   return baseline_cmd(d, name, job, nodelist, nnodes, out, { BASELINE_ALWAYS_RESTART = "1" })
 end
 
+--- imexguard's prolog with the nudge turned off (--set nudge=false): it waits for the daemons' own
+-- reconnect back-off (scenario e).
+local function imexguard_nonudge_cmd(d, name, job, nodelist, nnodes, out)
+  local saved = d.ig_args
+  d.ig_args = (saved or "") .. " --set nudge=false"
+  local cmd = imexguard_cmd(d, name, job, nodelist, nnodes, out)
+  d.ig_args = saved
+  return cmd
+end
+
 local TOOLS = {
   imexguard = imexguard_cmd, baseline = baseline_cmd, ["baseline-always"] = baseline_always_cmd,
+  ["imexguard-nonudge"] = imexguard_nonudge_cmd,
 }
 
 --- Start `cmd` under bench/timeit.lua (which writes its result to `done` too, when given);
@@ -369,10 +382,10 @@ local function state_tmpfs(d, verb)
   end
 end
 
-local function new_domain(nodes, net)
+local function new_domain(nodes, net, extra_cfg)
   os.execute("mkdir -p " .. quote(DROPIN))
   simdomain.write_file(DROPIN .. "/bench.conf", "[Unit]\nStartLimitIntervalSec=0\n")
-  local d = simdomain.new { nodes = nodes, net = net, build = BUILD, prefix = PREFIX }
+  local d = simdomain.new { nodes = nodes, net = net, build = BUILD, prefix = PREFIX, extra_cfg = extra_cfg }
   domains[#domains + 1] = d
   state_tmpfs(d, "mount")
   return d
@@ -604,6 +617,135 @@ local function whole_domain(d)
   return r
 end
 
+--- Lines of node `name`'s imex.log that contain `text` (plain): e) counts SIGUSR1 by them.
+local function log_lines(d, name, text)
+  local n = 0
+  for line in (simdomain.read_file(d:dir(name) .. "/imex.log") or ""):gmatch("[^\n]+") do
+    if line:find(text, 1, true) then n = n + 1 end
+  end
+  return n
+end
+
+--- Wait (polling every CFG.watch s, at most `timeout` s) until the domain is UP over all its nodes.
+local function wait_up(d, timeout)
+  local key, t_end = host_key(d, d.names), now() + timeout
+  while now() < t_end do
+    if is_up(d, "n1", key) then return true end
+    host.sleep(CFG.watch)
+  end
+  return false
+end
+
+--- e) one job with `tool`: n4's node list file is stale, so n4's prolog restarts its daemon; once
+-- the unit has its new invocation, the prologs of the current nodes n1..n(N-1) start. The UP
+-- watcher polls n1 from n4's prolog on, until UP or until every prolog ended and twice the
+-- back-off passed. Returns {procs (p.after: its end minus the restarted daemon's start), t_up,
+-- t_down, start = ExecMainStartTimestampMonotonic of n4 (s, CLOCK_MONOTONIC as host.now()),
+-- starts = daemon starts per node during the job, usr1 = SIGUSR1 the daemons acted on}.
+local function backoff_job(d, tool, job)
+  local nodelist = "n[1-" .. d.n .. "]"
+  local last = d.names[d.n]
+  d:write_nodes(last, { last })
+  local before, inv = all_starts(d), d:invocation(last)
+  local usr1 = {}
+  for _, n in ipairs(d.names) do usr1[n] = log_lines(d, n, "SIGUSR1: restarting") end
+  local procs = {}
+  local function launch(name)
+    local p = { name = name, job = job }
+    p.out = string.format("%s/bench-e-%s-%s.out", d:dir(name), tool, job)
+    p.done = p.out:gsub("%.out$", ".done")
+    os.remove(p.done)
+    p.handle = spawn(TOOLS[tool](d, name, job, nodelist, d.n, p.out), p.done)
+    procs[#procs + 1] = p
+  end
+  local key = host_key(d, d.names)
+  launch(last)
+  local t_inv = now() + 30
+  while true do
+    local i = d:invocation(last)
+    if i and i ~= "" and i ~= inv then break end
+    assert(now() < t_inv, "e: " .. last .. "'s prolog did not restart its daemon within 30 s")
+    host.sleep(0.01)
+  end
+  for i = 1, d.n - 1 do launch(d.names[i]) end
+  local grace = 2 * CFG.backoff_ms / 1000 + 5
+  local t_up, t_down, all_done
+  while true do
+    local t_call = now()
+    if is_up(d, "n1", key) then
+      t_up = now()
+      break
+    end
+    t_down = t_call
+    if not all_done then
+      all_done = t_call
+      for _, p in ipairs(procs) do
+        if not simdomain.read_file(p.done) then all_done = nil break end
+      end
+    end
+    if all_done and t_call - all_done > grace then break end
+    host.sleep(math.max(CFG.watch, now() - t_call))
+  end
+  local start = tonumber(d:prop(last, "ExecMainStartTimestampMonotonic")) / 1e6
+  for _, p in ipairs(procs) do
+    local r = collect(p.handle)
+    p.handle = nil
+    p.start, p.stop, p.took, p.status = r.start, r.stop, r.took, r.status
+    p.after = p.stop - start
+    if p.status ~= 0 and tool ~= "baseline" then count_failure(d) end
+    if p.status ~= 0 then report_failure(d, p, tool) end
+  end
+  if tool ~= "baseline" then d:epilogs { job = job, nodelist = nodelist } end
+  local starts, acted = {}, 0
+  for _, n in ipairs(d.names) do
+    starts[n] = d:starts(n) - before[n]
+    acted = acted + log_lines(d, n, "SIGUSR1: restarting") - usr1[n]
+  end
+  return { procs = procs, t_up = t_up, t_down = t_down, start = start, starts = starts, usr1 = acted }
+end
+
+--- e) back-off: a domain whose daemons reconnect to a lost peer only after CFG.backoff_ms,
+-- doubling (a 595 daemon: 15, 31, 62, 125 s); CFG.backoff_rounds rounds of each tool, in the
+-- order imexguard with nudge = false, the baseline, imexguard (so that the daemons' 5 s throttle
+-- of SIGUSR1 never holds back a nudged round). Each job starts on an UP domain.
+local function backoff_path(d)
+  local tools = { "imexguard-nonudge", "baseline", "imexguard" }
+  local r = {}
+  for _, tool in ipairs(tools) do
+    r[tool] = { took = {}, after = {}, after_max = {}, lag = {}, early = 0, fail = 0, extra = {}, usr1 = {},
+      nudges = {} }
+  end
+  local job = 700
+  for round = 1, CFG.backoff_rounds do
+    for _, tool in ipairs(tools) do
+      job = job + 1
+      assert(wait_up(d, 3 * CFG.backoff_ms / 1000 + 10), "e: the domain is not UP before job " .. job)
+      local res = backoff_job(d, tool, job)
+      local t = r[tool]
+      local after = {}
+      for _, p in ipairs(res.procs) do
+        t.took[#t.took + 1] = p.took
+        t.after[#t.after + 1] = p.after
+        after[#after + 1] = p.after
+        if res.t_up then t.lag[#t.lag + 1] = p.stop - res.t_up end
+        if res.t_down and p.stop < res.t_down then t.early = t.early + 1 end
+        if p.status ~= 0 then t.fail = t.fail + 1 end
+        local line = (simdomain.read_file(p.out) or ""):match("outcome=[^\n]*") or ""
+        t.nudges[#t.nudges + 1] = tonumber(line:match("nudges=(%d+)")) or 0
+      end
+      t.after_max[#t.after_max + 1] = select(3, mmm(after))
+      local total = 0
+      for _, n in ipairs(d.names) do total = total + res.starts[n] end
+      t.extra[#t.extra + 1] = total - 1
+      t.usr1[#t.usr1 + 1] = res.usr1
+      say("  back-off round %d %-17s: prologs %s ms, end - restarted daemon's start max %.2f s, "
+        .. "daemon starts %d, SIGUSR1 %d%s", round, tool, fmt_mmm(after, 1000), select(3, mmm(after)), total,
+        res.usr1, res.t_up and "" or " (UP never seen)")
+    end
+  end
+  return r
+end
+
 ---------------------------------------------------------------------------------------------------
 -- Report: the text tables and build/bench.json (one metric per row; bench/README.md)
 
@@ -758,6 +900,60 @@ local function print_table(head, lines)
   for _, r in ipairs(lines) do say(f, table.unpack(r)) end
 end
 
+--- e) the back-off table: imexguard with and without the nudge against the baseline of this run.
+local function report_backoff(e)
+  local ig, no, bl = e.imexguard, e["imexguard-nonudge"], e.baseline
+  local function sum(list)
+    local n = 0
+    for _, v in ipairs(list) do n = n + v end
+    return n
+  end
+  local lines = {}
+  local function line(name, a, b, c, ra, rb) lines[#lines + 1] = { name, a, b, c, ra or "", rb or "" } end
+  local function ms3(t) return fmt_mmm(t, 1000) end
+  line(string.format("prolog wall, ms (%d nodes x %d)", CFG.restart_nodes, CFG.backoff_rounds), ms3(ig.took),
+    ms3(no.took), ms3(bl.took), ratio(median(ig.took), median(bl.took)),
+    ratio(median(no.took), median(bl.took)))
+  line("end - restarted daemon's start, ms", ms3(ig.after), ms3(no.after), ms3(bl.after),
+    ratio(median(ig.after), median(bl.after)), ratio(median(no.after), median(bl.after)))
+  line("  the same, max over rounds, ms", ms3(ig.after_max), ms3(no.after_max), ms3(bl.after_max),
+    ratio(median(ig.after_max), median(bl.after_max)), ratio(median(no.after_max), median(bl.after_max)))
+  line("return - domain UP, ms", ms3(ig.lag), ms3(no.lag), ms3(bl.lag))
+  line("returned before UP / failed", string.format("%d / %d", ig.early, ig.fail),
+    string.format("%d / %d", no.early, no.fail), string.format("%d / %d", bl.early, bl.fail))
+  line("daemon starts beyond the one, per job", table.concat(ig.extra, ", "), table.concat(no.extra, ", "),
+    table.concat(bl.extra, ", "))
+  line("SIGUSR1 the daemons acted on, per job", table.concat(ig.usr1, ", "), table.concat(no.usr1, ", "),
+    table.concat(bl.usr1, ", "))
+  line("nudges (final lines), per job", tostring(sum(ig.nudges) / CFG.backoff_rounds),
+    tostring(sum(no.nudges) / CFG.backoff_rounds), "")
+  say("")
+  say("e) back-off: %d nodes, the last one's prolog restarts its daemon, the others' prologs start once "
+    .. "it is back; the daemons' first reconnect back-off %g s, doubling", CFG.restart_nodes,
+    CFG.backoff_ms / 1000)
+  say("")
+  print_table({ "metric", "imexguard", "imexguard nudge=false", "baseline", "ratio", "ratio nudge=false" },
+    lines)
+  local worst = select(3, mmm(ig.after_max)) or math.huge
+  say("goal: every prolog back within 2 s of the restarted daemon's start (worst %.2f s), no extra restart "
+    .. "(%d): %s", worst, sum(ig.extra), (worst <= 2 and sum(ig.extra) == 0) and "met" or "NOT met")
+  metric("backoff.wall", "ms", ms(ig.took), ms(bl.took))
+  metric("backoff.wall_nonudge", "ms", ms(no.took), ms(bl.took))
+  metric("backoff.after_start", "ms", ms(ig.after), ms(bl.after))
+  metric("backoff.after_start_nonudge", "ms", ms(no.after), ms(bl.after))
+  metric("backoff.after_start_round_max", "ms", ms(ig.after_max), ms(bl.after_max))
+  metric("backoff.after_start_round_max_nonudge", "ms", ms(no.after_max), ms(bl.after_max))
+  metric("backoff.return_minus_up", "ms", ms(ig.lag), ms(bl.lag))
+  metric("backoff.return_minus_up_nonudge", "ms", ms(no.lag), ms(bl.lag))
+  metric("backoff.returned_before_up", "count", { ig.early }, { bl.early })
+  metric("backoff.failed", "count", { ig.fail }, { bl.fail })
+  metric("backoff.failed_nonudge", "count", { no.fail }, { bl.fail })
+  metric("backoff.extra_starts", "count", ig.extra, bl.extra)
+  metric("backoff.extra_starts_nonudge", "count", no.extra, bl.extra)
+  metric("backoff.usr1", "count", ig.usr1, bl.usr1)
+  metric("backoff.nudges", "count", ig.nudges)
+end
+
 local function report_scale(list)
   local lines = {}
   for _, r in ipairs(list) do lines[#lines + 1] = report_size(r) end
@@ -809,7 +1005,8 @@ local function write_json(total)
       runs = CFG.runs, rounds = CFG.rounds, sizes = CFG.sizes, scale_rounds = CFG.nvl_rounds,
       scale_runs = CFG.scale_runs, poll_interval = tonumber(CFG.poll or "0.1"), baseline_sleep = CFG.sleep,
       restart_nodes = CFG.restart_nodes, concurrency = CFG.conc, watch_interval = CFG.watch,
-      only = CFG.only, baseline_always_restart = CFG.always,
+      only = CFG.only, baseline_always_restart = CFG.always, backoff_rounds = CFG.backoff_rounds,
+      backoff_ms = CFG.backoff_ms,
     },
     metrics = setmetatable(metrics, stats.list_mt),
   }
@@ -829,7 +1026,8 @@ local function report(total)
   if results.concurrent then report_concurrent(results.concurrent) end
   if #rows > 0 then print_table({ "metric", "imexguard", "baseline", "ratio" }, rows) end
   if results.domain then report_scale(results.domain) end
-  report_breakdown(results.fast)
+  if results.backoff then report_backoff(results.backoff) end
+  if results.fast or CFG.only:find("a", 1, true) then report_breakdown(results.fast) end
   say("")
   write_json(total)
   say("bench: done in %.0f s", total)
@@ -842,7 +1040,7 @@ local t_start = now()
 local ok, err = xpcall(function()
   TIMING = timing.available(BUILD .. "/imexguard", quote)
   say("imexguard bench: build directory %s, BASELINE_SLEEP=%g s, 127.0.%d-%d.x, sizes %s, --timing %s", BUILD,
-    CFG.sleep, CFG.net, CFG.net + 1 + #CFG.sizes, table.concat(CFG.sizes, " "), TIMING and "yes" or "no")
+    CFG.sleep, CFG.net, CFG.net + 2 + #CFG.sizes, table.concat(CFG.sizes, " "), TIMING and "yes" or "no")
   local function want(x) return CFG.only:find(x, 1, true) ~= nil end
   local d
   if want("a") or want("b") then
@@ -882,6 +1080,22 @@ local ok, err = xpcall(function()
       results.domain[i] = whole_domain(d)
       drop_domain(d)
     end
+  end
+  if want("e") then
+    -- the daemons reconnect to a lost peer after CFG.backoff_ms, doubling (a 595 daemon: 15, 31,
+    -- 62, 125 s; docs/design.md, "IMEX facts")
+    d = new_domain(CFG.restart_nodes, CFG.net + 2 + #CFG.sizes, { "IMEXSIM_RECONNECT_MS=" .. CFG.backoff_ms,
+      "IMEXSIM_RECONNECT_FACTOR=2", "IMEXSIM_RECONNECT_MAX_MS=" .. math.max(CFG.backoff_ms * 8, 120000) })
+    for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
+    units(d, "enable")
+    units(d, "start")
+    say("e) back-off %g s: %d nodes, one restarts; imexguard with and without the nudge, the baseline",
+      CFG.backoff_ms / 1000, d.n)
+    -- a first job's prologs bring the fresh mesh UP (the units' first attempts at peers that were
+    -- not up yet wait for the back-off), then it ends
+    warm_up(d, 700)
+    results.backoff = backoff_path(d)
+    drop_domain(d)
   end
 end, debug.traceback)
 for _, d in ipairs(domains) do

@@ -30,6 +30,16 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
     assert_untouched(h)
   end)
 
+  it("never nudges (a dry run): this node's link to a restarted peer waits on its back-off", function()
+    local h = testing.host{ ctl = testing.restarted_peer{ hosts = { "10.0.0.1", "10.0.0.2" } } }
+    local outcome, message = run(h, { command = "health", dry_run = true })
+    assert.equal("ok", outcome)
+    assert.matches("this node healthy", message)
+    assert.equal(0, h.count("unit_kill"))
+    assert.same({}, h.kills)
+    assert_untouched(h)
+  end)
+
   it("only a peer unhealthy: ok for this node (a peer drains itself)", function()
     local h = testing.host{ ctl = { DEGRADED } }
     local outcome, message = run(h, { command = "health", dry_run = true })

@@ -29,6 +29,15 @@ describe("default policy plan", function()
     assert.equal(0, h.count("unit_reset_failed"))
   end)
 
+  it("never nudges (a dry run): a peer restarted and this node's link to it waits on its back-off", function()
+    local h = testing.host{ ctl = testing.restarted_peer{ hosts = { "10.0.0.1", "10.0.0.2" } } }
+    local outcome = run(h, { command = "plan", dry_run = true })
+    assert.equal("ok", outcome)
+    assert.equal(0, h.count("unit_kill"))
+    assert.same({}, h.kills)
+    assert.same({}, h.jobs)
+  end)
+
   it("nothing to do when the daemon is current", function()
     local h = testing.host()
     local outcome, message, report = run(h, { command = "plan", dry_run = true })

@@ -533,6 +533,45 @@ describe("default policy prolog", function()
     end)
   end)
 
+  describe("step 8: the nudge (a peer restarted; this node waits on its reconnect back-off)", function()
+    local JOB = { "10.0.0.1", "10.0.0.2" }
+
+    it("nothing to change, peer n2 restarted: one SIGUSR1 to the unit, never a restart, ok soon", function()
+      local h = testing.host{ ctl = testing.restarted_peer{ hosts = JOB, backoff = 15 } }
+      local t0 = h.now()
+      local outcome, message = run(h)
+      assert.equal("ok", outcome, message)
+      assert.equal(1, #h.kills)
+      assert.same({ testing.UNIT, 10, true }, { h.kills[1].unit, h.kills[1].signal, h.kills[1].sent })
+      assert.same({}, h.jobs) -- no start, no restart
+      assert.same({ STATE }, paths(h)) -- the registration only
+      assert.is_true(h.now() - t0 < 2, "waited " .. (h.now() - t0) .. " s")
+      assert_released(h)
+    end)
+
+    it("nudge = false: no signal, the prolog waits for the back-off (15 s)", function()
+      local h = testing.host{ ctl = testing.restarted_peer{ hosts = JOB, backoff = 15 } }
+      local t0 = h.now()
+      local outcome = run(h, { settings = { nudge = false } })
+      assert.equal("ok", outcome)
+      assert.equal(0, h.count("unit_kill"))
+      assert.same({}, h.jobs)
+      assert.is_true(h.now() - t0 >= 15)
+    end)
+
+    it("this node restarted: its own links are up, a peer's link to it waits: no nudge here", function()
+      -- the restarted daemon connects out at once; n2's link to it waits on n2's back-off, which
+      -- n2's own prolog nudges: this node has nothing to nudge, and waits for UP
+      local h = testing.host{ ctl = testing.restarted_peer{ hosts = JOB, from = "10.0.0.2", peer = "10.0.0.1",
+        backoff = 3 } }
+      local t0 = h.now()
+      local outcome = run(h)
+      assert.equal("ok", outcome)
+      assert.equal(0, h.count("unit_kill"))
+      assert.is_true(h.now() - t0 >= 3)
+    end)
+  end)
+
   describe("garbage from the ctl never causes a restart (C06)", function()
     local up = fixture("ctl/up-2node-570.json")
     local cases = {

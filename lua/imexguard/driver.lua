@@ -273,22 +273,34 @@ function D.prepare(run)
   return {}
 end
 
---- A host table that counts the unit's starts and restarts of this run (run.restarts): the metrics'
--- imexguard_restarts_total. Every other primitive is the real one.
+--- SIGUSR1 as host.unit_kill takes it: the nudge's signal (imexguard.nudge.SIGUSR1; driver_spec
+-- checks that they agree; the driver does not load that module on every run).
+D.SIGUSR1 = 10
+
+--- A host table that counts the unit's starts and restarts of this run (run.restarts: the metrics'
+-- imexguard_restarts_total) and the nudges (run.nudges: SIGUSR1 that host.unit_kill delivered to a
+-- unit, imexguard.nudge; the final line's `nudges=N` and imexguard_nudges_total). Every other
+-- primitive is the real one.
 -- @param real table the primitives
--- @param run table the run (gets restarts = integer)
+-- @param run table the run (gets restarts = integer, nudges = integer)
 -- @return table host
 function D.counting(real, run)
-  run.restarts = 0
+  run.restarts, run.nudges = 0, 0
   if type(real.unit_job) ~= 'function' then return real end
   local function unit_job(name, verb, ...)
     local r = table.pack(real.unit_job(name, verb, ...))
     if r[1] == 'done' and (verb == 'start' or verb == 'restart') then run.restarts = run.restarts + 1 end
     return table.unpack(r, 1, r.n)
   end
+  local function unit_kill(name, signal, ...)
+    local r = table.pack(real.unit_kill(name, signal, ...))
+    if r[1] == true and signal == D.SIGUSR1 then run.nudges = run.nudges + 1 end
+    return table.unpack(r, 1, r.n)
+  end
+  local counted = { unit_job = unit_job, unit_kill = type(real.unit_kill) == 'function' and unit_kill or nil }
   -- a read-only view with a protected metatable, like the host module it stands for
   return setmetatable({}, {
-    __index = function(_, k) if k == 'unit_job' then return unit_job end return real[k] end,
+    __index = function(_, k) return counted[k] or real[k] end,
     __newindex = function(_, k)
       error(string.format('cannot set imexguard.host.%s: the table is read-only in the sandbox',
         tostring(k)), 2)
@@ -337,7 +349,20 @@ function D.finish(run)
   end
   local ok, out = pcall(output, r[3])
   D.after(run, name, code, message)
-  return { outcome = name, code = code, message = message, output = ok and out or nil }
+  return { outcome = name, code = code, message = D.counts(run, message), output = ok and out or nil }
+end
+
+--- The final line's message with the run's counts that no message carries by itself: `; nudges=N`
+-- when the health wait nudged the daemon (run.nudges > 0, D.counting), kept whole when the
+-- message is cut to text.MAX_LINE.
+-- @param run table the run
+-- @param message string the entry point's message (one line)
+-- @return string
+function D.counts(run, message)
+  local n = run.nudges or 0
+  if n == 0 then return message end
+  local tail = string.format('%snudges=%d', message == '' and '' or '; ', n)
+  return one_line(message, require('imexguard.text').MAX_LINE - #tail - 3) .. tail -- 3: one_line's "..."
 end
 
 -- Log a failure of the bookkeeping after the outcome (it never changes the outcome).
@@ -367,8 +392,8 @@ function D.after(run, outcome, code, message)
 end
 
 --- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end
--- (Unix seconds), the unit's starts and restarts of this run, and the domain node states the
--- run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe).
+-- (Unix seconds), the unit's starts and restarts and the nudges of this run, and the domain node
+-- states the run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe).
 -- @param run table the run
 -- @param base table {host = the real primitives, settings}
 -- @param outcome string
@@ -386,7 +411,7 @@ function D.record_metrics(run, base, outcome, code)
   end
   require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
     duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
-    restarts = run.restarts or 0, nodes = nodes })
+    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes })
 end
 
 -- ---- check ------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ local imexcfg = require "imexguard.imexcfg"
 local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
+local nudge = require "imexguard.nudge"
 
 local M = {}
 
@@ -294,7 +295,12 @@ end
 -- want.config_fault_polls, default CONFIG_FAULT_POLLS, consecutive polls spanning at least that
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
 -- nodes, an answer "local daemon unreachable" counts as that signature). Each poll is logged at
--- debug level with its time since the start of the wait.
+-- debug level with its time since the start of the wait. With the setting `nudge` (default on),
+-- every answer also goes to an imexguard.nudge nudger: when this node is READY and its link to a
+-- READY peer of want.addrs has not been CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to
+-- the unit's main process (the daemon restarts its outgoing connections instead of waiting for its
+-- reconnect back-off), at most once per 5 s; the wait polls when a nudge falls due and soon after
+-- one. A nudge never changes the outcome.
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
 --   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
@@ -315,6 +321,7 @@ function M.wait(ctx, want, first, judge)
   local history, fault_since, fault_peers = {}, nil, nil
   judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
+  local nudger = nudge.new(ctx, want, M.label)
   while true do
     local asked = not answer and h.now()
     if not answer then
@@ -337,6 +344,11 @@ function M.wait(ctx, want, first, judge)
       return "ok", v.healthy_message or string.format("domain %s, %d nodes healthy", tostring(v.status),
         #want.addrs), polls
     end
+    -- the daemon's own time to nudge, bounded by the budget as the ctl call is
+    if nudger:observe(answer, h.now(), math.min(nudge.KILL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05)))
+    then
+      p:expect_change(h.now()) -- its links come up within milliseconds of the signal
+    end
     if v then last_v = v else last_err = answer.err end
     history[polls] = v or false
     -- C22: the same configuration fault over config_fault_polls polls spanning at least that many
@@ -352,7 +364,10 @@ function M.wait(ctx, want, first, judge)
     answer = nil
     local left = window - (h.now() - start)
     if left <= 0 then break end
-    if not h.sleep(math.min(p:delay(h.now()), left)) then break end
+    local delay = p:delay(h.now())
+    local due = nudger:due(h.now()) -- a nudge falls due before the pace's next poll: poll then
+    if due and due < delay then delay = due end
+    if not h.sleep(math.min(delay, left)) then break end
   end
   local waited = h.now() - start
   if last_v then

@@ -20,6 +20,8 @@ M.LOCK_TIMEOUT = 1 -- seconds
 local HELP = {
   imexguard_runs_total = { "counter", "Runs of imexguard by command and outcome." },
   imexguard_restarts_total = { "counter", "Starts and restarts of the IMEX unit done by imexguard." },
+  imexguard_nudges_total = { "counter",
+    "SIGUSR1 sent by imexguard's health wait to the IMEX daemon: restart its outgoing connections now." },
   imexguard_run_duration_seconds = { "summary", "Wall time of runs by command, in seconds." },
   imexguard_last_run_timestamp_seconds = { "gauge", "When the last run of the command ended (Unix time)." },
   imexguard_last_outcome = { "gauge", "1 for the outcome of the last run of the command." },
@@ -27,9 +29,9 @@ local HELP = {
   imexguard_domain_node_status = { "gauge",
     "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status)." },
 }
-local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_run_duration_seconds",
-  "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome", "imexguard_last_exit_code",
-  "imexguard_domain_node_status" }
+local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_nudges_total",
+  "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
+  "imexguard_last_exit_code", "imexguard_domain_node_status" }
 
 local function escape(v)
   return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))
@@ -110,7 +112,8 @@ end
 --- Update the samples for one finished run.
 -- @tparam table samples from `parse` (changed in place)
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
---   seconds), restarts (integer, optional), nodes (optional list of {id, host, status})}`
+--   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
+--   wait, imexguard.nudge), nodes (optional list of {id, host, status})}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -121,6 +124,7 @@ function M.update(samples, run)
   local cmd = { command = run.command }
   add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
   add("imexguard_restarts_total", {}, run.restarts or 0)
+  add("imexguard_nudges_total", {}, run.nudges or 0)
   add("imexguard_run_duration_seconds_sum", cmd, run.duration)
   add("imexguard_run_duration_seconds_count", cmd, 1)
   samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended

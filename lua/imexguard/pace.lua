@@ -56,6 +56,14 @@ function Pace:polled(started, now, key)
   if key ~= self.key then self.key, self.changed = key, now end
 end
 
+--- Something changed at `now` that no answer shows yet (the wait nudged the daemon,
+-- imexguard.nudge): the next poll is due FAST of poll_interval after it, as after a change of the
+-- answer (the bucket still applies).
+-- @param now number seconds
+function Pace:expect_change(now)
+  self.changed = now
+end
+
 --- Seconds from `now` (the last answer) until the next poll is due: the gap, or longer while the
 -- bucket has no whole token.
 -- @param now number seconds

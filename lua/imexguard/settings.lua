@@ -52,6 +52,15 @@ M.schema = {
   { name = "poll_interval", default = 0.25, kind = "number",
     doc = "seconds: the health polls' average spacing (sooner after a change, up to twice as far "
       .. "apart while nothing changes)" },
+  { name = "nudge", default = true, kind = "boolean",
+    doc = "during the health wait, when this node's daemon is READY and its link to a READY peer of the "
+      .. "job stays down for nudge_after seconds, send it SIGUSR1 through systemd (it restarts its "
+      .. "outgoing connections instead of waiting for its reconnect back-off; at most once per 5 s, "
+      .. "never a restart)" },
+  { name = "nudge_after", default = 1, kind = "number",
+    doc = "seconds: how long this node's link to a READY peer may stay down before the nudge (twice the "
+      .. "daemon's first reconnect back-off, 0.5 s, so that a link its own first retry brings up is "
+      .. "left alone)" },
   { name = "on_peer_fault", default = "warn", kind = "enum", values = { "warn", "fail" },
     doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
   { name = "restart_under_jobs", default = false, kind = "boolean",

@@ -412,6 +412,94 @@ describe("driver", function()
     end)
   end)
 
+  describe("the nudges (imexguard.nudge): counted by the host, in the final line and the metrics", function()
+    local JOB = { "10.0.0.1", "10.0.0.2" }
+    local PROM = "/var/lib/prometheus/node-exporter/imexguard.prom"
+    local SITE = "/etc/imexguard/site.lua"
+
+    local function go(run)
+      local a = D.settings(run)
+      if a.outcome then return a end
+      a = D.prepare(run)
+      if a.outcome then return a end
+      D.invoke(run)
+      return D.finish(run)
+    end
+
+    -- the built-in prolog on n1 while peer n2 restarted (testing.restarted_peer), with metrics
+    local function prolog(hopts, sets)
+      hopts.ctl = testing.restarted_peer{ hosts = JOB, backoff = 15 }
+      h = testing.host(hopts)
+      package.loaded["imexguard.host"] = h
+      local list = { "metrics_dir=/var/lib/prometheus/node-exporter" }
+      for _, x in ipairs(sets or {}) do list[#list + 1] = x end
+      local run = new_run{ sets = list }
+      return go(run), run
+    end
+
+    it("a prolog that nudged: run.nudges, '; nudges=1' ending the final line, the metric", function()
+      local a, run = prolog({})
+      assert.equal("ok", a.outcome)
+      assert.equal(1, #h.kills)
+      assert.equal(1, run.nudges)
+      assert.equal(0, run.restarts)
+      assert.matches("; nudges=1$", a.message)
+      assert.matches("\nimexguard_nudges_total 1\n", h.file(PROM))
+      assert.matches("\nimexguard_restarts_total 0\n", h.file(PROM))
+      -- counters add up over runs
+      local a2 = go(new_run{ sets = { "metrics_dir=/var/lib/prometheus/node-exporter" } })
+      assert.equal("ok", a2.outcome)
+      assert.not_matches("nudges=", a2.message) -- the domain is UP now: nothing to nudge
+      assert.matches("\nimexguard_nudges_total 1\n", h.file(PROM))
+    end)
+
+    it("no nudge (nudge = false) or a failed one: not counted, the final line says nothing", function()
+      for _, case in ipairs({ { {}, { "nudge=false" } }, { { unit_kill = "bus" }, {} } }) do
+        local a, run = prolog(case[1], case[2])
+        assert.equal("ok", a.outcome)
+        assert.equal(0, run.nudges)
+        assert.not_matches("nudges=", a.message)
+        assert.matches("\nimexguard_nudges_total 0\n", h.file(PROM))
+      end
+    end)
+
+    it("only SIGUSR1 that systemd delivered counts (the nudge's signal)", function()
+      assert.equal(require("imexguard.nudge").SIGUSR1, D.SIGUSR1)
+      local text = policy_text{ prolog = "ctx.host.unit_kill('nvidia-imex.service', 15); "
+        .. "ctx.host.unit_kill('nvidia-imex.service', 10); ctx.host.unit_kill('nvidia-imex.service', 10); "
+        .. "return 'ok', 'done'", epilog = "return 'ok'" }
+      local run = new_run{ policy = SITE, files = { [SITE] = text } }
+      local a = go(run)
+      assert.equal(2, run.nudges)
+      assert.equal("done; nudges=2", a.message)
+    end)
+
+    it("a dry run (health) that waits: nothing sent, the nudge in ctx.planned, none counted", function()
+      h = testing.host{ ctl = testing.restarted_peer{ hosts = JOB, backoff = 4 } }
+      package.loaded["imexguard.host"] = h
+      local text = policy_text{ prolog = "return 'ok'", epilog = "return 'ok'",
+        health = "local o, m = require('imexguard.health').wait(ctx, { addrs = { '10.0.0.1', '10.0.0.2' }, "
+          .. "self = '10.0.0.1' }); return o, m" }
+      local run = new_run{ command = "health", policy = SITE, files = { [SITE] = text } }
+      local a = go(run)
+      assert.equal("ok", a.outcome)
+      assert.equal(0, h.count("unit_kill"))
+      assert.same({ 'unit_kill("nvidia-imex.service", 10)' }, run.ctx.planned)
+      assert.is_nil(run.nudges)
+      assert.not_matches("nudges=", a.message)
+    end)
+
+    it("counts: a message cut to one line keeps its '; nudges=N' whole", function()
+      local text = require "imexguard.text"
+      assert.equal("m", D.counts({ nudges = 0 }, "m"))
+      assert.equal("m", D.counts({}, "m"))
+      assert.equal("nudges=3", D.counts({ nudges = 3 }, ""))
+      local long = D.counts({ nudges = 12 }, string.rep("x", 2000))
+      assert.matches("%.%.%.; nudges=12$", long)
+      assert.is_true(#long <= text.MAX_LINE + 3 + #"; nudges=12")
+    end)
+  end)
+
   describe("check (the calls of `imexguard check`)", function()
     local P = "/etc/imexguard/site.lua"
 

@@ -52,6 +52,16 @@ describe("metrics", function()
     assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.2,id=1,status=UNAVAILABLE|1.0"))
   end)
 
+  it("counts the nudges (SIGUSR1 of the health wait) across runs; a run without any adds 0", function()
+    local s = assert(metrics.parse(metrics.render(metrics.update({}, { command = "prolog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 1, nudges = 2 }))))
+    local lines = reference_parse(metrics.render(metrics.update(s, RUN)))
+    assert.is_true(has(lines, "counter|imexguard_nudges_total||2.0"))
+    lines = reference_parse(metrics.render(metrics.update(s, { command = "prolog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 2, nudges = 1 })))
+    assert.is_true(has(lines, "counter|imexguard_nudges_total||3.0"))
+  end)
+
   it("counts across runs from the previous file, and keeps one last outcome per command", function()
     local s = assert(metrics.parse(metrics.render(metrics.update({}, RUN))))
     local second = { command = "prolog", outcome = "domain-unhealthy", exit_code = 9, duration = 2,

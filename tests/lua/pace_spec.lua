@@ -50,3 +50,25 @@ describe("imexguard.pace", function()
     assert.near(0.075, p:delay(0.05), 1e-9)
   end)
 end)
+
+describe("imexguard.pace: expect_change", function()
+  it("after a nudge the next poll is due a tenth of poll_interval later, as after a change", function()
+    local p = pace.new(0.25, 0)
+    p.tokens = 3
+    p:polled(0, 0, "a")
+    for t = 1, 4 do p:polled(t, t, "a") end
+    assert.near(0.5, p:delay(4), 1e-9) -- unchanged for 4 s: twice poll_interval
+    p:expect_change(4)
+    assert.near(0.025, p:delay(4), 1e-9)
+    -- the same answer after it: the gap grows again from the nudge, not from the last change
+    p:polled(4.1, 4.1, "a")
+    assert.near(0.05, p:delay(4.1), 1e-9)
+  end)
+
+  it("the bucket still bounds the polls", function()
+    local p = pace.new(0.25, 0)
+    p:polled(0, 0, "a")
+    p:expect_change(0)
+    assert.is_true(p:delay(0) >= 0.25 - 1e-9) -- the one token is spent
+  end)
+end)

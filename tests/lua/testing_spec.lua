@@ -394,7 +394,7 @@ describe("testing: one module per primitive group, one public API", function()
   end
 
   it("imexguard.testing keeps its public API", function()
-    for _, f in ipairs({ "host", "ctx", "scenario", "parse_env", "render_domain", "up" }) do
+    for _, f in ipairs({ "host", "ctx", "scenario", "parse_env", "render_domain", "up", "restarted_peer" }) do
       assert.is_function(testing[f], f)
     end
     for _, k in ipairs({ "UNIT", "CONFIG", "NODES", "STATE", "CONFIG_TEXT" }) do

@@ -18,6 +18,9 @@
 --                    started half an hour ago (after the files were written)
 --   unit_script      list consumed one per host.unit call: "timeout"/"bus"/... (the query fails
 --                    with that code) or a table of property overrides applied before answering
+--   unit_kill        how host.unit_kill(name, signal, timeout) ends: nil (true; "bus" NoSuchProcess
+--                    while the unit has no main process, as systemd answers), a code ("bus",
+--                    "timeout"...: every call fails with it) or function(name, signal, timeout)
 --   restart          how unit jobs end: {result = "done"|"failed"|"wait-timeout"|code,
 --                    duration = seconds (0.5), unit_result = the unit's Result after a job that did
 --                    not end "done" (default "exit-code"; e.g. "start-limit-hit"), active_state =
@@ -28,7 +31,9 @@
 --                    is active, else the "unreachable" answer), a list of answers consumed per call
 --                    (the last one repeats), or function(n, argv, h) -> answer. An answer is a
 --                    string (stdout, exit 0), {stdout =, status =}, {hang = true}, {domain =
---                    described domain (see render_domain, imexguard.testing.run)} or {exec_error = "ENOENT"}
+--                    described domain (see render_domain, imexguard.testing.run)} or {exec_error = "ENOENT"};
+--                    testing.restarted_peer{...} is such a function for a peer that restarted while
+--                    this node's daemon waits on its reconnect back-off (or on a nudge, SIGUSR1)
 --   daemon_nodes     the list the running daemon was started with (default: the nodes file)
 --   unhealthy        {[address] = node status} for the "auto" ctl: those daemon nodes are listed with
 --                    that status (e.g. "UNAVAILABLE"), the others READY; key "*": every node
@@ -44,7 +49,8 @@
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
 -- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists), h.logs ({level,
 -- message}), h.sleeps (seconds), h.locks ({owner =, released = boolean}), h.mkdirs ({path =,
--- mode =, created = boolean}). Helpers (plain functions): h.count(name), h.file(path),
+-- mode =, created = boolean}), h.kills ({unit =, signal =, timeout =, at = monotonic seconds,
+-- sent = boolean}: host.unit_kill). Helpers (plain functions): h.count(name), h.file(path),
 -- h.set_file(path, data), h.advance(seconds), h.unit_props (the live unit table), h.now(),
 -- h.daemon_nodes(), h.clear() (forget the recordings, keep files, unit and clock).
 --
@@ -74,12 +80,12 @@ local M = {}
 M.UNIT, M.CONFIG, M.NODES, M.STATE, M.WALL0 = base.UNIT, base.CONFIG, base.NODES, base.STATE, base.WALL0
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.HANG
-M.render_domain, M.up = run.render_domain, run.up
+M.render_domain, M.up, M.restarted_peer = run.render_domain, run.up, run.restarted_peer
 --- Addresses of the default nodes n1..n4.
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 
 --- The recordings of a fake host (lists, emptied by h.clear()).
-local RECORDINGS = { "calls", "writes", "jobs", "runs", "logs", "sleeps", "locks", "mkdirs" }
+local RECORDINGS = { "calls", "writes", "jobs", "runs", "logs", "sleeps", "locks", "mkdirs", "kills" }
 
 --- Build a fake host (options: see the top of this file).
 -- @param opts table|nil

@@ -49,6 +49,53 @@ function M.up(hosts)
   return { domain = { nodes = nodes } }
 end
 
+--- SIGUSR1's number as host.unit_kill takes it (imexguard.nudge.SIGUSR1).
+local SIGUSR1 = 10
+
+--- A ctl (a function for the option `ctl`) for a domain where one peer restarted and this node's
+-- daemon waits on its reconnect back-off (docs/design.md, "IMEX facts", The daemon): every node
+-- READY, the other links CONNECTED, this node's link to the restarted peer `status` until the
+-- back-off fires, `backoff` seconds after the first call; a SIGUSR1 of this node's unit
+-- (host.unit_kill(unit, 10) that succeeded, the nudge) makes this node's daemon reconnect at once, so
+-- from the next call on the link is CONNECTED (with `reconnect = false` the signal changes nothing).
+-- @param o table|nil {hosts = list of addresses in the node list's order, this node first
+--   (default 10.0.0.1 .. 10.0.0.4), peer = the restarted peer (default the last host), from = the
+--   node whose link to it waits (default this node: the first host; another one to show a lagging
+--   link this node cannot nudge), backoff = seconds (default: never), status = that link
+--   (default "RECOVERING"), theirs = the peer's link back (default "CONNECTED"), self_status,
+--   peer_status = the status of `from` and of the peer (default "READY"), reconnect = boolean
+--   (default true)}
+-- @return function(n, argv, h) -> answer
+function M.restarted_peer(o)
+  o = o or {}
+  local hosts = o.hosts or { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+  local me, peer = o.from or hosts[1], o.peer or hosts[#hosts]
+  local first
+  local function nudged(h)
+    if o.reconnect == false then return false end
+    for _, k in ipairs(h.kills) do
+      if k.sent and k.signal == SIGUSR1 then return true end
+    end
+    return false
+  end
+  return function(_, _, h)
+    first = first or h.now()
+    local up = h.now() - first >= (o.backoff or math.huge) or nudged(h)
+    local nodes = {}
+    for i, host in ipairs(hosts) do
+      local n = { host = host, status = host == peer and (o.peer_status or "READY")
+        or host == me and (o.self_status or "READY") or "READY", connections = {} }
+      for _, other in ipairs(hosts) do n.connections[other] = "CONNECTED" end
+      nodes[i] = n
+    end
+    for _, n in ipairs(nodes) do
+      if n.host == me and not up then n.connections[peer] = o.status or "RECOVERING" end
+      if n.host == peer then n.connections[me] = o.theirs or "CONNECTED" end
+    end
+    return { domain = { nodes = nodes } }
+  end
+end
+
 --- Add the run primitive to a fake host.
 -- @param h table the fake host (gets run)
 -- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)

@@ -13,10 +13,11 @@ end
 
 --- Add the unit primitives to a fake host.
 -- @param h table the fake host (gets unit, unit_job, unit_reset_failed, unit_kill, unit_props and
---   the helper daemon_nodes)
+--   the helper daemon_nodes; needs kills, now)
 -- @param w table the host's shared world (gets unit, daemon_nodes, new_invocation; needs rec,
 --   wall_us, spend, files)
--- @param opts table testing.host options (unit, unit_script, restart, daemon_nodes, any_unit)
+-- @param opts table testing.host options (unit, unit_script, restart, daemon_nodes, any_unit,
+--   unit_kill = a code: every unit_kill fails with it, or function(name, signal, timeout))
 function M.install(h, w, opts)
   local serial = 0
   function w.new_invocation()
@@ -51,9 +52,22 @@ function M.install(h, w, opts)
     if unit.active_state == "failed" then unit.active_state, unit.result = "inactive", "success" end
     return true
   end
-  function h.unit_kill(name, signal)
-    w.rec("unit_kill", name, signal)
+  local kill = opts.unit_kill
+  local function killed(name, signal, timeout)
+    if type(kill) == "function" then return kill(name, signal, timeout) end
+    if kill then return nil, string.format("kill %s: the call failed (%s)", name, kill), kill end
+    if unit.main_pid == 0 then
+      return nil, string.format("kill %s: org.freedesktop.systemd1.NoSuchProcess: No main process to kill",
+        name), "bus"
+    end
     return true
+  end
+  function h.unit_kill(name, signal, timeout)
+    w.rec("unit_kill", name, signal, timeout)
+    local r = table.pack(killed(name, signal, timeout))
+    h.kills[#h.kills + 1] = { unit = name, signal = signal, timeout = timeout, at = h.now(),
+      sent = r[1] == true }
+    return table.unpack(r, 1, r.n)
   end
   M.install_jobs(h, w, opts)
 end

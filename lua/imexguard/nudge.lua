@@ -1,0 +1,144 @@
+--- The nudge of the health wait: never wait on a reconnect back-off.
+--
+-- After a peer restarts, an IMEX daemon reconnects to it with a back-off: 0.5 s growing to 3 s per
+-- NVIDIA's developers, and a 595 daemon was seen waiting 15, 31, 62, 125 s (docs/design.md, "IMEX
+-- facts the code relies on", The daemon). `SIGUSR1` (driver 580+) makes a daemon restart its
+-- outgoing connections at once, at most once per 5 s, without a new instance, so its peers need no
+-- clean-up; NVIDIA's Kubernetes DRA driver sends it to running daemons as a matter of course.
+--
+-- So while the health wait polls (imexguard.health.wait), a nudger watches each answer: when this
+-- node's daemon is READY and its link to a READY peer of the job's domain (want.addrs) has not been
+-- CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to the unit's main process through systemd
+-- (host.unit_kill: never a restart, never another process), at most once per INTERVAL + SLACK. A
+-- dry run (plan, health) records the nudge and sends nothing. A failed unit_kill is a warning and
+-- never changes the outcome. The setting `nudge = false` turns it off. The driver counts the
+-- nudges sent (imexguard.driver: the final line's `nudges=N`, the metric imexguard_nudges_total).
+-- Pure apart from ctx.host (unit_kill, log); the caller passes the times (seconds, host.now()).
+local one_line = require("imexguard.text").one_line
+
+local M = {}
+
+--- SIGUSR1's number on x86-64 and arm64 (signal(7); the Linux architectures of GB200 nodes),
+-- which host.unit_kill takes as a number.
+M.SIGUSR1 = 10
+--- Seconds: the daemon restarts its outgoing connections on SIGUSR1 at most once per 5 s (NVIDIA,
+-- driver 580+; a signal within that time does nothing).
+M.INTERVAL = 5
+--- Seconds added to INTERVAL between two nudges of one run: the daemon measures the 5 s between
+-- the signals' arrivals, which systemd's delivery can bring closer than between our sends.
+M.SLACK = 0.25
+--- Seconds: the most the D-Bus call of one nudge may take (within the run's budget); the signal is
+-- queued by systemd, nothing waits for the daemon.
+M.KILL_TIMEOUT = 2
+--- A link status that a reconnect cannot clear: the two daemons run different node lists
+-- (NVIDIA: until all of them restart with one list).
+M.MISMATCH = "NODE_MAP_MISMATCH"
+
+--- The peers this node waits on in one parsed answer: those of `addrs` (the job's nodes, in
+-- order) that are READY while this node's link to them is not CONNECTED, when this node is READY.
+-- A pair in a node-map mismatch is left out (a reconnect meets the same list again) unless the
+-- peer shows itself CONNECTED to this node: then it restarted with this node's list and the
+-- mismatch is this node's stale view of it, kept until its back-off fires.
+-- @param domain table|nil parsed answer (ctl.parse_domain); nil: none
+-- @param addrs table list of the job's addresses
+-- @param self_host string this node's address
+-- @return list of {host =, status = this node's link status ("absent" when it lists none)}; {}
+--   when this node is absent from the answer or not READY
+function M.lagging(domain, addrs, self_host)
+  local me = domain and domain.by_host and domain.by_host[self_host]
+  if not me or me.status ~= "READY" then return {} end
+  local out = {}
+  for _, h in ipairs(addrs) do
+    local p = domain.by_host[h]
+    if h ~= self_host and p and p.status == "READY" then
+      local mine, theirs = me.connections[h], p.connections and p.connections[self_host]
+      local mismatch = mine == M.MISMATCH or theirs == M.MISMATCH
+      if mine ~= "CONNECTED" and not (mismatch and theirs ~= "CONNECTED") then
+        out[#out + 1] = { host = h, status = tostring(mine or "absent") }
+      end
+    end
+  end
+  return out
+end
+
+local Nudger = {}
+Nudger.__index = Nudger
+
+--- A nudger for one health wait.
+-- @param ctx table policy context (host, settings: nudge, nudge_after, unit; dry_run; planned)
+-- @param want table {addrs, self, names = {[address] = Slurm name} or nil}
+-- @param label function|nil label(host, names) -> "host (name)" for the log (default: the host)
+-- @return nudger (fields: sent = nudges sent, recorded = nudges a dry run recorded)
+function M.new(ctx, want, label)
+  local s = ctx.settings
+  return setmetatable({ ctx = ctx, want = want, label = label or function(h) return tostring(h) end,
+    on = s.nudge == true, after = s.nudge_after, since = {}, last = nil, sent = 0, recorded = 0 }, Nudger)
+end
+
+--- Look at one answer of the wait at time `now`, and nudge when it is due.
+-- @param answer table from health.probe ({domain =} or {err =, kind =}: an unusable answer
+--   changes nothing)
+-- @param now number seconds: when the answer came
+-- @param timeout number|nil seconds for host.unit_kill (default KILL_TIMEOUT)
+-- @return true when it nudged (or a dry run recorded a nudge), else false
+function Nudger:observe(answer, now, timeout)
+  if not self.on or not answer.domain then return false end
+  local since, waited = {}, {}
+  for _, l in ipairs(M.lagging(answer.domain, self.want.addrs or {}, self.want.self)) do
+    since[l.host] = self.since[l.host] or now
+    l.lag = now - since[l.host]
+    if l.lag >= self.after then waited[#waited + 1] = l end
+  end
+  self.since = since -- a peer connected again, or no longer READY, starts over
+  if #waited == 0 or (self.last and now - self.last < M.INTERVAL + M.SLACK) then return false end
+  self:send(waited, now, timeout or M.KILL_TIMEOUT)
+  return true
+end
+
+--- Seconds from `now` until a nudge falls due (the earliest lagging peer reaches nudge_after and
+-- the throttle allows one), so that the wait polls then; nil when none is pending.
+-- @param now number seconds
+-- @return number (> 0) or nil
+function Nudger:due(now)
+  if not self.on then return nil end
+  local t
+  for _, s in pairs(self.since) do
+    if not t or s + self.after < t then t = s + self.after end
+  end
+  if not t then return nil end
+  if self.last then t = math.max(t, self.last + M.INTERVAL + M.SLACK) end
+  return math.max(t - now, 0.001)
+end
+
+--- Send (or, in a dry run, record) one nudge for the peers `waited` ({host, status, lag}).
+function Nudger:send(waited, now, timeout)
+  local ctx, h = self.ctx, self.ctx.host
+  local unit = ctx.settings.unit
+  self.last = now
+  local peers = {}
+  for i, l in ipairs(waited) do
+    peers[i] = string.format("%s %s for %.1f s", self.label(l.host, self.want.names), l.status, l.lag)
+  end
+  local what = string.format("SIGUSR1 to %s's main process (its daemon restarts its outgoing connections "
+    .. "now, no new instance)", unit)
+  local why = string.format("this node READY; waited on %d READY peer(s) not connected from this node for "
+    .. "%g s or more: %s", #waited, self.after, table.concat(peers, ", "))
+  if ctx.dry_run then
+    self.recorded = self.recorded + 1
+    if type(ctx.planned) == "table" then
+      ctx.planned[#ctx.planned + 1] = string.format("unit_kill(%q, %d)", unit, M.SIGUSR1)
+    end
+    h.log("notice", one_line("dry run: would nudge: " .. what .. "; " .. why))
+    return
+  end
+  local ok, err, code = h.unit_kill(unit, M.SIGUSR1, timeout)
+  if ok then
+    self.sent = self.sent + 1
+    h.log("info", one_line("nudge: " .. what .. "; " .. why))
+  else
+    h.log("warning", one_line(string.format("nudge failed: %s: %s (%s); %s", what, tostring(err),
+      tostring(code), why)))
+  end
+end
+
+return M

@@ -30,6 +30,28 @@ M.SLACK = 0.25
 --- Seconds: the most the D-Bus call of one nudge may take (within the run's budget); the signal is
 -- queued by systemd, nothing waits for the daemon.
 M.KILL_TIMEOUT = 2
+--- The first driver whose daemon is documented to act on SIGUSR1 (it re-resolves the host names of
+-- nodes_config.cfg on it, 570.158.01; restarting the outgoing connections is documented from 580).
+-- SIGUSR1's default action is to end the process: a daemon without a handler would die, and
+-- systemd's restart would make a new instance under the running jobs. So an older daemon, or one
+-- whose version the answer does not give, is never nudged.
+M.MIN_VERSION = { 570, 158, 1 }
+
+--- Does a daemon of this version (the ctl answer's `version`, e.g. "580.65.06") act on SIGUSR1?
+-- @param version string|nil
+-- @return boolean false when the version is older than MIN_VERSION or unknown (nil, "", no number)
+function M.acts_on_sigusr1(version)
+  if type(version) ~= "string" or not version:match("^%d") then return false end
+  local i = 0
+  for part in version:gmatch("%d+") do
+    i = i + 1
+    local n, min = tonumber(part), M.MIN_VERSION[i]
+    if not min or n > min then return true end
+    if n < min then return false end
+  end
+  return i >= #M.MIN_VERSION
+end
+
 --- A link status that a reconnect cannot clear: the two daemons run different node lists
 -- (NVIDIA: until all of them restart with one list).
 M.MISMATCH = "NODE_MAP_MISMATCH"
@@ -68,7 +90,8 @@ Nudger.__index = Nudger
 -- @param ctx table policy context (host, settings: nudge, nudge_after, unit; dry_run; planned)
 -- @param want table {addrs, self, names = {[address] = Slurm name} or nil}
 -- @param label function|nil label(host, names) -> "host (name)" for the log (default: the host)
--- @return nudger (fields: sent = nudges sent, recorded = nudges a dry run recorded)
+-- @return nudger (fields: sent = nudges sent, recorded = nudges a dry run recorded, refused = true
+--   once this node's daemon was found too old for SIGUSR1: no nudge in this wait)
 function M.new(ctx, want, label)
   local s = ctx.settings
   return setmetatable({ ctx = ctx, want = want, label = label or function(h) return tostring(h) end,
@@ -91,6 +114,15 @@ function Nudger:observe(answer, now, timeout)
   end
   self.since = since -- a peer connected again, or no longer READY, starts over
   if #waited == 0 or (self.last and now - self.last < M.INTERVAL + M.SLACK) then return false end
+  local version = answer.domain.by_host[self.want.self].version
+  if not M.acts_on_sigusr1(version) then
+    if not self.refused then
+      self.refused = true
+      self.ctx.host.log("info", one_line(string.format("no nudge: this node's daemon (version %s) is "
+        .. "older than 570.158.01 or does not say its version; SIGUSR1 might end it", tostring(version))))
+    end
+    return false
+  end
   self:send(waited, now, timeout or M.KILL_TIMEOUT)
   return true
 end
@@ -100,7 +132,7 @@ end
 -- @param now number seconds
 -- @return number (> 0) or nil
 function Nudger:due(now)
-  if not self.on then return nil end
+  if not self.on or self.refused then return nil end
   local t
   for _, s in pairs(self.since) do
     if not t or s + self.after < t then t = s + self.after end

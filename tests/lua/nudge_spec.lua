@@ -13,7 +13,8 @@ local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 local NAMES = { ["10.0.0.1"] = "n1", ["10.0.0.2"] = "n2", ["10.0.0.3"] = "n3", ["10.0.0.4"] = "n4" }
 
 -- A health wait of this node (10.0.0.1) in a domain given by `peer` (testing.restarted_peer's
--- options); o.settings: overrides; o.host: more testing.host options; o.dry_run, o.planned, o.addrs.
+-- options); o.settings: overrides; o.host: more testing.host options; o.dry_run, o.planned, o.addrs;
+-- o.version: this node's daemon version in the answers.
 -- Returns outcome, message, and what happened: {h, kills = h.kills ({unit, signal, timeout, at,
 -- sent}), asked = {monotonic times of the ctl calls}, start = the wait's start, took = its seconds}.
 local function wait(peer, o)
@@ -23,7 +24,9 @@ local function wait(peer, o)
   local hopts = {
     ctl = function(n, argv, hh)
       seen.asked[#seen.asked + 1] = hh.now()
-      return inner(n, argv, hh)
+      local a = inner(n, argv, hh)
+      if o.version then a.domain.nodes[1].version = o.version end
+      return a
     end,
   }
   for k, v in pairs(o.host or {}) do hopts[k] = v end
@@ -151,6 +154,22 @@ describe("nudge in health.wait", function()
     local _, _, seen2 = wait({ backoff = 6 },
       { addrs = { H[1], H[2], H[3] }, settings = { health_timeout = 8 } })
     assert.same({}, seen2.kills)
+  end)
+
+  it("never to a daemon not known to act on SIGUSR1 (older than 570.158.01, no version)", function()
+    assert.is_false(nudge.acts_on_sigusr1(nil))
+    for _, v in ipairs({ "565.57.01", "570.86.15", "" }) do
+      local o, _, seen = wait({ backoff = 4 }, { version = v })
+      assert.equal("ok", o)
+      assert.same({}, seen.kills, tostring(v))
+      assert.equal(1, #logs(seen.h, "info", "no nudge"), tostring(v))
+      local _, _, off = wait({ backoff = 4 }, { version = v, settings = { nudge = false } })
+      assert.is_true(#seen.asked <= #off.asked + 1, "polls as without the nudge")
+    end
+    for _, v in ipairs({ "570.158.01", "570.172.08-sim", "580.65.06", "595.10" }) do
+      local _, _, seen = wait({ backoff = 4 }, { version = v })
+      assert.equal(1, #seen.kills, v)
+    end
   end)
 
   it("never for a peer in a node-map mismatch with this node (both sides see it)", function()

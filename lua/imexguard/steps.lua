@@ -3,17 +3,19 @@
 -- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired,
 -- read_nodes, assess) have no side effects, so `plan` and `prolog` share them; the acting steps
 -- (lock, write_nodes, restart) change the node.
-local hostlist = require "imexguard.hostlist"
-local nodelist = require "imexguard.nodelist"
-local imexcfg = require "imexguard.imexcfg"
 local slurmenv = require "imexguard.slurmenv"
-local addresses = require "imexguard.addresses"
-local state = require "imexguard.state"
-local health = require "imexguard.health"
-local compare_map = require("imexguard.verdict").compare_map
-local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
+-- Loaded when first used (imexguard.lazy): the epilog, for one, uses none of the first six.
+local lazy = require "imexguard.lazy"
+local hostlist = lazy "imexguard.hostlist"
+local nodelist = lazy "imexguard.nodelist"
+local imexcfg = lazy "imexguard.imexcfg"
+local addresses = lazy "imexguard.addresses"
+local health = lazy "imexguard.health"
+local verdicts = lazy "imexguard.verdict" -- (steps name their verdict tables `verdict`)
+local state = lazy "imexguard.state"
+local registry = lazy "imexguard.registry"
 
 local M = {}
 
@@ -492,7 +494,7 @@ local function stage_ctl(ctx, want, v, probe)
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = compare_map(ans.domain, want.addrs, want.self)
+  local cmp = verdicts.compare_map(ans.domain, want.addrs, want.self)
   v.order = cmp.kind
   if cmp.kind == "self-absent" then
     v.action = "none"

@@ -421,15 +421,15 @@ local function whole_job(d, tool, job, nodelist, prepare)
   return run_job(d, tool, procs, nodelist, d.n, d.names), before
 end
 
---- The imexguard prologs' ctl calls (host.run calls of --timing: in the simulated settings the
--- only program the prolog runs is the ctl) into t.calls and t.rate (calls per second of the
--- prolog's wall); nothing without --timing.
+--- The imexguard prologs' ctl calls (host.run and host.spawn calls of --timing: in the simulated
+-- settings the only program the prolog runs is the ctl) into t.calls and t.rate (calls per second
+-- of the prolog's wall); nothing without --timing.
 local function count_ctl_calls(t, procs)
   if not TIMING then return end
   for _, p in ipairs(procs) do
     local run = timing.parse(simdomain.read_file(p.out))
     if run.total then
-      local n = timing.calls(run, "host.run")
+      local n = timing.calls(run, "host.run") + timing.calls(run, "host.spawn")
       t.calls[#t.calls + 1] = n
       if p.took > 0 then t.rate[#t.rate + 1] = n / p.took end
     end

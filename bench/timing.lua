@@ -4,7 +4,9 @@
 --     timing: NAME MS ms N calls
 -- Phases (disjoint, summing to `total`): lua-state, load-driver, settings, prepare, invoke, finish,
 -- close, total. Slots inside them, with call counts: host.NAME per primitive (host.run, host.unit,
--- ...), require, cjson.decode; and in-lua (the phases' time outside every slot).
+-- ...), host.spawn:NAME per method of a started command (host.spawn:wait), load, cjson.decode; a
+-- part of one of them: bus.connect (inside the unit primitive that connected to systemd); and
+-- in-lua (the phases' time outside every slot).
 -- Test infrastructure (plain Lua 5.4); tests/lua/bench_timing_spec.lua checks it.
 local M = {}
 

@@ -48,20 +48,18 @@
 --   entry points call every step as a method, so the override is used, and it can call the default
 --   step as `default.stale(self, ctx, ...)`.
 local steps = require "imexguard.steps"
-local state = require "imexguard.state"
-local registry = require "imexguard.registry"
-local health = require "imexguard.health"
-local addresses = require "imexguard.addresses"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
-local channels = require "imexguard.channels"
-local nodelist = require "imexguard.nodelist"
-
---- A module loaded when first used: imexguard.report renders plan and status, imexguard.drain
--- serves the health command; the prolog and the epilog never pay for loading them.
-local function lazy(name)
-  return setmetatable({}, { __index = function(_, k) return require(name)[k] end })
-end
+-- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
+-- epilog needs none of the health wait, addresses, channels or node lists; status and health not
+-- the state file or the registry; only plan and status render reports; only health drains.
+local lazy = require "imexguard.lazy"
+local state = lazy "imexguard.state"
+local registry = lazy "imexguard.registry"
+local health = lazy "imexguard.health"
+local addresses = lazy "imexguard.addresses"
+local channels = lazy "imexguard.channels"
+local nodelist = lazy "imexguard.nodelist"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 

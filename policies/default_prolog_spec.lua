@@ -50,6 +50,22 @@ describe("default policy prolog", function()
       assert.equal(1, h.count("run"))
     end)
 
+    it("runs the ctl while systemd is asked for the unit under the lock (the overlap)", function()
+      local h = testing.host()
+      local outcome = run(h)
+      assert.equal("ok", outcome)
+      local order = {}
+      for _, c in ipairs(h.calls) do
+        local n = c[1]
+        if n == "unit" or n == "run" or n == "wait" or n == "lock" then order[#order + 1] = n end
+      end
+      -- step 1's query, the lock, the ctl started, step 5a's query, the ctl's answer
+      assert.same({ "unit", "lock", "run", "unit", "wait" }, order)
+      assert.equal(1, #h.spawns)
+      assert.is_truthy(h.spawns[1].waited)
+      assert.is_nil(h.spawns[1].killed)
+    end)
+
     it("runs the configured ctl argv with -c config.cfg -N -j", function()
       local h = testing.host()
       run(h, { settings = { ctl = { "/opt/sim/ctl", "--node", "1" } } })

@@ -13,6 +13,7 @@
 #include "bus.h"
 
 #include "imexguard.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <math.h>
@@ -104,6 +105,7 @@ static int bus_open(sd_bus **ret, double end)
 {
 	_cleanup_(sd_bus_close_unrefp) sd_bus *b = NULL;
 	const char *addr = bus_address;
+	double t0 = ig_now();
 	int r;
 
 	if (!addr && geteuid() == 0)
@@ -122,6 +124,9 @@ static int bus_open(sd_bus **ret, double end)
 	if (r < 0)
 		return r;
 	r = bus_wait_ready(b, end);
+	/* --timing: the connection is most of the first unit query's time (systemd sets up every
+	 * new connection before it answers the authentication) */
+	ig_timing_add_part("bus.connect", ig_now() - t0);
 	if (r < 0)
 		return r;
 	*ret = b;

@@ -18,16 +18,14 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* With --timing, replace each function of the table on top by one timed in slot "host.NAME"
+/* With --timing, replace each function of the table on top by one timed in slot PREFIX NAME
  * (ig_timing_wrap_value), in the order of the names so that the report's order is the same on
  * every run (a table's traversal order is not). */
-static void time_primitives(lua_State *L)
+static void time_functions(lua_State *L, const char *prefix)
 {
 	const char *names[MAX_PRIMITIVES];
 	size_t n = 0;
 
-	if (!ig_timing_enabled())
-		return;
 	/* the names stay valid: they are the table's keys, and only values change below */
 	for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1))
 		if (lua_type(L, -2) == LUA_TSTRING && lua_isfunction(L, -1) && n < MAX_PRIMITIVES)
@@ -36,11 +34,27 @@ static void time_primitives(lua_State *L)
 	for (size_t i = 0; i < n; i++) {
 		char slot[64];
 
-		snprintf(slot, sizeof slot, "host.%s", names[i]);
+		snprintf(slot, sizeof slot, "%s%s", prefix, names[i]);
 		lua_getfield(L, -1, names[i]);
 		ig_timing_wrap_value(L, slot);
 		lua_setfield(L, -2, names[i]);
 	}
+}
+
+/* With --timing, time the primitives of the table on top (slot "host.NAME") and the methods of
+ * host.spawn's process handles (slot "host.spawn:NAME": the wait is where a started command
+ * costs the run time). */
+static void time_primitives(lua_State *L)
+{
+	if (!ig_timing_enabled())
+		return;
+	time_functions(L, "host.");
+	if (luaL_getmetatable(L, IG_PROCESS_MT) == LUA_TTABLE) {
+		if (lua_getfield(L, -1, "__index") == LUA_TTABLE)
+			time_functions(L, "host.spawn:");
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
 }
 
 /* luaopen_imexguard_host(L) -> 1: pushes the primitives table.  Fields: the primitives that the

@@ -1,5 +1,8 @@
 /*
- * run.c: run an argv (no shell) with a timeout, capped output, in its own process group.
+ * run.c: run an argv (no shell) with a timeout, capped output, in its own process group; started
+ * and waited for in one call (host.run), or started now and waited for later (host.spawn and its
+ * process handle), so that a command runs while the run does other work.  host.run is a spawn and
+ * a wait: one implementation.
  *
  * How (POSIX posix_spawn, Linux pidfd_open and poll):
  *  - posix_spawnp (PATH lookup like execvp when argv[1] has no slash), POSIX_SPAWN_SETPGROUP with
@@ -7,23 +10,30 @@
  *    Signal dispositions reset to default and the signal mask emptied in the child; stdin is
  *    /dev/null; stdout and stderr are O_CLOEXEC pipes; every other descriptor >= 3 is closed in the
  *    child (posix_spawn_file_actions_addclosefrom_np, glibc >= 2.34), so a command never inherits
- *    the node lock or anything else.  glibc's posix_spawn reports an exec failure (ENOENT,
- *    EACCES, ENOEXEC) as its return value: no zombie is left and nothing is read.
- *  - One poll(2) loop over both pipes and a pidfd of the child (readable when it exits), bounded
- *    by min(timeout, the run's budget).  Each stream keeps at most max_output bytes; beyond that
- *    the pipe is still drained (so the child never blocks on a full pipe) and truncated = true.
+ *    the node lock, another command's pipes or anything else.  glibc's posix_spawn reports an exec
+ *    failure (ENOENT, EACCES, ENOEXEC) as its return value: no zombie is left and nothing is read.
+ *  - The timeout is counted from the start: the command must end by start + min(timeout, the run's
+ *    budget then), however late the wait begins.  Until the wait, the command writes into its
+ *    pipes' buffers (64 KiB each on Linux) and then blocks: it is not read before the wait.
+ *  - The wait: one poll(2) loop over both pipes and a pidfd of the child (readable when it exits)
+ *    until that end.  Each stream keeps at most max_output bytes; beyond that the pipe is still
+ *    drained (so the child never blocks on a full pipe) and truncated = true.
  *  - Expiry: SIGTERM to the group, up to 0.2 s for the child to exit (still draining), then
  *    SIGKILL to the group (also killing a member that ignored SIGTERM), then reap.
  *  - The child exits before the timeout: whatever is left of its process group is killed
  *    (SIGKILL) while the exited child is still a zombie (waitid WNOWAIT), which keeps its pid and
- * so the group id from being reused; the pipes are then read to EOF for at most 0.2 s more (a
+ *    so the group id from being reused; the pipes are then read to EOF for at most 0.2 s more (a
  *    process that left the group with setsid can hold them open), and the child is reaped.  So a
  *    command that exits (e.g. nvidia-imex-ctl) never costs the full timeout because of a
  *    background grandchild, and no process of its group outlives the call.  A daemon meant to
  *    survive must leave the group (setsid), as daemons do.
+ *  - A started command that is never waited for (its handle closed, collected, or the Lua state
+ *    closed) has its group killed with SIGKILL at once and is reaped; its output is dropped.
  *  - The child is always reaped and every descriptor closed.  Exception: a process that does not
  *    die within 1 s of SIGKILL (uninterruptible sleep, e.g. a hung NFS mount) is left unreaped
- *    (the message says so); it is reaped by init when this process exits.
+ *    (the message says so); it is reaped by init when this process exits.  A run ended by the
+ *    watchdog or a signal (watchdog.c: _exit) leaves a command that is still running, as it would
+ *    leave one inside host.run.
  *  - Requires SIGCHLD not to be ignored (SIG_IGN would auto-reap and hide the exit status).
  */
 #include "imexguard.h"
@@ -63,6 +73,19 @@ struct run_result {
 	int reaped;	/* 0: the child survived SIGKILL (left unreaped) */
 	double elapsed; /* seconds */
 	struct stream out, err;
+};
+
+/* A started command: host.spawn's handle (a full userdata), also host.run's own. */
+struct proc {
+	pid_t pid;	 /* the child, leader of its process group */
+	int pidfd;	 /* -1 when pidfd_open is unavailable */
+	int running;	 /* started and neither waited for nor discarded */
+	int by_deadline; /* the run's budget was the tighter bound at the start */
+	double start;	 /* ig_now() at the start */
+	double end;	 /* start + min(timeout, the budget then): the command must end by then */
+	double timeout;	 /* seconds, as given (messages) */
+	size_t max_out;	 /* bytes kept per stream */
+	struct run_result r;
 };
 
 /* Read what is available from s (non-blocking), keeping at most max bytes in total. */
@@ -237,22 +260,23 @@ static void reap(struct run_result *r, pid_t pid)
 		r->signal = WTERMSIG(status);
 }
 
-/* Run argv (NULL-terminated) with `timeout` seconds (bounded by the budget) and at most
- * max_out bytes kept per stream.  Returns 0 when the child ended by itself in time (r filled),
- * -ETIMEDOUT (own timeout) / -ETIME (the budget was the tighter bound) when its group was killed
- * at expiry (r filled), or -errno of pipe2/posix_spawnp (r zeroed, nothing to free). */
-static int run_cmd(char *const argv[], double timeout, size_t max_out, struct run_result *r)
+/* Start argv (NULL-terminated) with `timeout` seconds from now (bounded by the budget) and at
+ * most max_out bytes kept per stream.  Returns 0 with p running, or -errno of pipe2/posix_spawnp
+ * with p not running and nothing left open. */
+static int proc_start(struct proc *p, char *const argv[], double timeout, size_t max_out)
 {
-	int by_deadline = 0;
-	double start = ig_now();
-	double end = start + ig_bound(timeout, &by_deadline);
 	int po[2] = {-1, -1}, pe[2] = {-1, -1};
 	int rc = 0;
 
-	memset(r, 0, sizeof *r);
-	r->status = -1;
-	r->out.fd = r->err.fd = -1;
-	r->reaped = 1;
+	memset(p, 0, sizeof *p);
+	p->pidfd = -1;
+	p->r.status = -1;
+	p->r.out.fd = p->r.err.fd = -1;
+	p->r.reaped = 1;
+	p->timeout = timeout;
+	p->max_out = max_out;
+	p->start = ig_now();
+	p->end = p->start + ig_bound(timeout, &p->by_deadline);
 
 	if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
 		rc = -errno;
@@ -264,46 +288,17 @@ static int run_cmd(char *const argv[], double timeout, size_t max_out, struct ru
 			goto close_pipes;
 		}
 	}
-
-	pid_t pid;
-	if ((rc = spawn(argv, po[1], pe[1], &pid)) < 0)
+	if ((rc = spawn(argv, po[1], pe[1], &p->pid)) < 0)
 		goto close_pipes;
 	close(po[1]);
 	close(pe[1]);
-	po[1] = pe[1] = -1;
-	r->out.fd = po[0];
-	r->err.fd = pe[0];
-	po[0] = pe[0] = -1;
-	fcntl(r->out.fd, F_SETFL, O_NONBLOCK);
-	fcntl(r->err.fd, F_SETFL, O_NONBLOCK);
-	int pidfd = pidfd_open(pid, 0); /* -1 (ENOSYS on Linux < 5.3): poll in slices */
-
-	int exited = pump(r, pid, pidfd, max_out, end, 1, 0);
-	if (exited) {
-		/* In time.  Strays of the group die now (the zombie leader keeps the id reserved);
-		 * then the rest of the output, to EOF or for EXIT_DRAIN seconds. */
-		kill(-pid, SIGKILL);
-		pump(r, pid, pidfd, max_out, ig_now() + EXIT_DRAIN, 0, 1);
-	} else {
-		rc = by_deadline ? -ETIME : -ETIMEDOUT;
-		kill(-pid, SIGTERM);
-		pump(r, pid, pidfd, max_out, ig_now() + TERM_GRACE, 1, 0);
-		kill(-pid, SIGKILL);
-		r->reaped = wait_dead(pid, pidfd, KILL_WAIT);
-		/* what the killed group had written */
-		pump(r, pid, pidfd, max_out, ig_now() + (r->reaped ? 0.05 : 0), 0, 1);
-	}
-	if (r->reaped)
-		reap(r, pid);
-	if (pidfd >= 0)
-		close(pidfd);
-	if (r->out.fd >= 0)
-		close(r->out.fd);
-	if (r->err.fd >= 0)
-		close(r->err.fd);
-	r->out.fd = r->err.fd = -1;
-	r->elapsed = ig_now() - start;
-	return rc;
+	p->r.out.fd = po[0];
+	p->r.err.fd = pe[0];
+	fcntl(p->r.out.fd, F_SETFL, O_NONBLOCK);
+	fcntl(p->r.err.fd, F_SETFL, O_NONBLOCK);
+	p->pidfd = pidfd_open(p->pid, 0); /* -1 (ENOSYS on Linux < 5.3): poll in slices */
+	p->running = 1;
+	return 0;
 
 close_pipes:
 	for (int i = 0; i < 2; i++) {
@@ -313,6 +308,63 @@ close_pipes:
 			close(pe[i]);
 	}
 	return rc;
+}
+
+/* Reap the child when it died and close the descriptors; p is no longer running. */
+static void proc_release(struct proc *p)
+{
+	if (p->r.reaped)
+		reap(&p->r, p->pid);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	if (p->r.out.fd >= 0)
+		close(p->r.out.fd);
+	if (p->r.err.fd >= 0)
+		close(p->r.err.fd);
+	p->pidfd = p->r.out.fd = p->r.err.fd = -1;
+	p->running = 0;
+}
+
+/* Wait for the running p until its end (the top of this file).  Returns 0 when the child ended by
+ * itself in time, -ETIMEDOUT (own timeout) / -ETIME (the budget was the tighter bound) when its
+ * group was killed at expiry; p->r is filled either way (its buffers are the caller's to free)
+ * and p is no longer running. */
+static int proc_wait(struct proc *p)
+{
+	struct run_result *r = &p->r;
+	int rc = 0;
+
+	if (pump(r, p->pid, p->pidfd, p->max_out, p->end, 1, 0)) {
+		/* In time.  Strays of the group die now (the zombie leader keeps the id reserved);
+		 * then the rest of the output, to EOF or for EXIT_DRAIN seconds. */
+		kill(-p->pid, SIGKILL);
+		pump(r, p->pid, p->pidfd, p->max_out, ig_now() + EXIT_DRAIN, 0, 1);
+	} else {
+		rc = p->by_deadline ? -ETIME : -ETIMEDOUT;
+		kill(-p->pid, SIGTERM);
+		pump(r, p->pid, p->pidfd, p->max_out, ig_now() + TERM_GRACE, 1, 0);
+		kill(-p->pid, SIGKILL);
+		r->reaped = wait_dead(p->pid, p->pidfd, KILL_WAIT);
+		/* what the killed group had written */
+		pump(r, p->pid, p->pidfd, p->max_out, ig_now() + (r->reaped ? 0.05 : 0), 0, 1);
+	}
+	proc_release(p);
+	r->elapsed = ig_now() - p->start;
+	return rc;
+}
+
+/* A running p that will not be waited for: SIGKILL to its group, reaped (up to KILL_WAIT seconds),
+ * its descriptors closed.  Frees the output kept so far, also of a p waited for; idempotent. */
+static void proc_discard(struct proc *p)
+{
+	if (p->running) {
+		kill(-p->pid, SIGKILL);
+		p->r.reaped = wait_dead(p->pid, p->pidfd, KILL_WAIT);
+		proc_release(p);
+	}
+	free(p->r.out.buf);
+	free(p->r.err.buf);
+	p->r.out.buf = p->r.err.buf = NULL;
 }
 
 static void push_result(lua_State *L, const struct run_result *r)
@@ -336,16 +388,10 @@ static void push_result(lua_State *L, const struct run_result *r)
 	lua_setfield(L, -2, "elapsed");
 }
 
-/* host.run(argv, opts) -> result, or nil, msg, code [, result].
- * argv: list of strings (argv[1] is the program; looked up in PATH when it has no slash; no
- * shell).  opts.timeout: seconds (number, required; bounded by the run's budget);
- * opts.max_output: bytes kept per stream (integer, default 1 MiB).
- * result: {status = exit code or nil, signal = number or nil, stdout = string, stderr = string,
- * truncated = boolean (a stream exceeded max_output), elapsed = seconds}.  A non-zero exit is not
- * an error: look at result.status.  Errors: code "timeout" / "deadline" (the group was killed;
- * result given), or the errno name of a spawn failure ("ENOENT", "EACCES", "ENOEXEC", "EMFILE").
- * See the top of run.c for the process-group and grandchild rules. */
-static int l_run(lua_State *L)
+/* The command of host.run and host.spawn (called `name` in messages): argv (index 1) as a
+ * NULL-terminated array in a userdata left on the stack (its strings are argv's), opts (index 2):
+ * timeout (*timeout, seconds) and max_output (*max, bytes).  Raises on misuse. */
+static char **check_command(lua_State *L, const char *name, double *timeout, size_t *max)
 {
 	luaL_checktype(L, 1, LUA_TTABLE);
 	luaL_checktype(L, 2, LUA_TTABLE);
@@ -355,60 +401,166 @@ static int l_run(lua_State *L)
 	const char **argv = lua_newuserdatauv(L, sizeof(char *) * ((size_t)n + 1), 0);
 	for (lua_Integer i = 1; i <= n; i++) {
 		if (lua_geti(L, 1, i) != LUA_TSTRING)
-			return luaL_error(L, "bad argument #1 to 'run' (argv[%d] is not a string)",
-					  (int)i);
+			luaL_error(L, "bad argument #1 to '%s' (argv[%d] is not a string)", name,
+				   (int)i);
 		size_t len;
 		argv[i - 1] = lua_tolstring(L, -1, &len);
 		if (strlen(argv[i - 1]) != len)
-			return luaL_error(L, "bad argument #1 to 'run' (argv[%d] contains a NUL)",
-					  (int)i);
+			luaL_error(L, "bad argument #1 to '%s' (argv[%d] contains a NUL)", name,
+				   (int)i);
 		lua_pop(L, 1); /* the string stays alive: it is referenced by the argv table */
 	}
 	argv[n] = NULL;
 
 	if (lua_getfield(L, 2, "timeout") != LUA_TNUMBER)
-		return luaL_error(L, "bad argument #2 to 'run' (opts.timeout must be a number)");
-	double timeout = lua_tonumber(L, -1);
+		luaL_error(L, "bad argument #2 to '%s' (opts.timeout must be a number)", name);
+	*timeout = lua_tonumber(L, -1);
 	lua_pop(L, 1);
-	if (timeout != timeout)
-		return luaL_error(L, "bad argument #2 to 'run' (opts.timeout is NaN)");
-	lua_Integer max = DEFAULT_MAX;
-	int t = lua_getfield(L, 2, "max_output");
-	if (t != LUA_TNIL) {
-		if (!lua_isinteger(L, -1) || (max = lua_tointeger(L, -1)) < 0)
-			return luaL_error(
-			    L,
-			    "bad argument #2 to 'run' (opts.max_output must be an integer >= 0)");
+	if (*timeout != *timeout)
+		luaL_error(L, "bad argument #2 to '%s' (opts.timeout is NaN)", name);
+	lua_Integer m = DEFAULT_MAX;
+	if (lua_getfield(L, 2, "max_output") != LUA_TNIL) {
+		if (!lua_isinteger(L, -1) || (m = lua_tointeger(L, -1)) < 0)
+			luaL_error(
+			    L, "bad argument #2 to '%s' (opts.max_output must be an integer >= 0)",
+			    name);
 	}
 	lua_pop(L, 1);
+	*max = (size_t)m;
+	return (char **)argv;
+}
 
-	struct run_result r;
-	int rc = run_cmd((char *const *)argv, timeout, (size_t)max, &r);
-	if (rc < 0 && rc != -ETIMEDOUT && rc != -ETIME)
-		return ig_push_error(L, ig_code(rc), "run %s: %s", argv[0], strerror(-rc));
+/* Push a new process handle (not running yet; its user value is the program's name, argv[1])
+ * and start argv in it.  Returns the handle, or NULL with nil, message, code pushed (3 values)
+ * when the command could not be started. */
+static struct proc *new_proc(lua_State *L, char **argv, double timeout, size_t max)
+{
+	struct proc *p = lua_newuserdatauv(L, sizeof *p, 1);
+	memset(p, 0, sizeof *p);
+	p->pidfd = -1;
+	luaL_setmetatable(L, IG_PROCESS_MT);
+	lua_pushstring(L, argv[0]);
+	lua_setiuservalue(L, -2, 1);
+	int rc = proc_start(p, argv, timeout, max);
 	if (rc < 0) {
-		const char *tail = r.reaped ? "" : " (it did not die after SIGKILL; left unreaped)";
+		ig_push_error(L, ig_code(rc), "run %s: %s", argv[0], strerror(-rc));
+		return NULL;
+	}
+	return p;
+}
+
+/* Wait for the running handle at index idx and push host.run's results: result, or nil, message,
+ * code, result (timeout/deadline).  Returns the number of results. */
+static int wait_results(lua_State *L, int idx, struct proc *p)
+{
+	lua_getiuservalue(L, idx, 1);
+	const char *prog = lua_tostring(L, -1);
+	int rc = proc_wait(p);
+	int n = 1;
+	if (rc < 0) {
+		const char *tail =
+		    p->r.reaped ? "" : " (it did not die after SIGKILL; left unreaped)";
 		if (rc == -ETIME)
 			ig_push_error(L, "deadline",
-				      "%s: killed after %.1f s: the run's deadline passed%s",
-				      argv[0], r.elapsed, tail);
+				      "%s: killed after %.1f s: the run's deadline passed%s", prog,
+				      p->r.elapsed, tail);
 		else
-			ig_push_error(L, "timeout", "%s timed out after %.1f s%s", argv[0], timeout,
+			ig_push_error(L, "timeout", "%s timed out after %.1f s%s", prog, p->timeout,
 				      tail);
-		push_result(L, &r);
-		free(r.out.buf);
-		free(r.err.buf);
-		return 4;
+		n = 4;
 	}
-	push_result(L, &r);
-	free(r.out.buf);
-	free(r.err.buf);
+	push_result(L, &p->r);
+	proc_discard(p); /* frees the output: it is in the result now */
+	return n;
+}
+
+/* host.run(argv, opts) -> result, or nil, msg, code [, result].
+ * argv: list of strings (argv[1] is the program; looked up in PATH when it has no slash; no
+ * shell).  opts.timeout: seconds (number, required; bounded by the run's budget);
+ * opts.max_output: bytes kept per stream (integer, default 1 MiB).
+ * result: {status = exit code or nil, signal = number or nil, stdout = string, stderr = string,
+ * truncated = boolean (a stream exceeded max_output), elapsed = seconds}.  A non-zero exit is not
+ * an error: look at result.status.  Errors: code "timeout" / "deadline" (the group was killed;
+ * result given), or the errno name of a spawn failure ("ENOENT", "EACCES", "ENOEXEC", "EMFILE").
+ * host.spawn(argv, opts) then process:wait(), in one call.  See the top of run.c for the
+ * process-group and grandchild rules. */
+static int l_run(lua_State *L)
+{
+	double timeout;
+	size_t max;
+	char **argv = check_command(L, "run", &timeout, &max);
+	struct proc *p = new_proc(L, argv, timeout, max);
+	if (!p)
+		return 3;
+	return wait_results(L, lua_gettop(L), p);
+}
+
+/* host.spawn(argv, opts) -> process, or nil, msg, code.
+ * Starts argv as host.run does (same argv and opts: opts.timeout in seconds, required, bounded by
+ * the run's budget; opts.max_output in bytes per stream, default 1 MiB) and returns at once.  The
+ * timeout runs from now: the command must end by now + min(timeout, the budget left now),
+ * however late its wait begins.  Errors: the errno name of a spawn failure ("ENOENT", "EACCES",
+ * "ENOEXEC", "EMFILE"), nothing started.  The process handle (a userdata):
+ *   process:wait() -> exactly what host.run returns (result, or nil, msg, "timeout"|"deadline",
+ *     result); result.elapsed counts from the start.  Once only: a second wait raises.
+ *   process:pid() -> the child's pid (integer), also its process group's id.
+ *   process:close() -> true.  A process not waited for: SIGKILL to its group, reaped, its output
+ *     dropped; after a wait, nothing.  Idempotent.  It is also the handle's __close (a
+ *     to-be-closed variable: `local p <close> = host.spawn(...)`) and __gc, so a command whose
+ *     wait never comes (an error, a return on another path) is killed and reaped, never leaked.
+ * Where it comes from: posix_spawn(3) and pidfd_open(2) as host.run; the handle as Lua 5.4's
+ * io.popen file (a userdata closed by :close, __close or __gc). */
+static int l_spawn(lua_State *L)
+{
+	double timeout;
+	size_t max;
+	char **argv = check_command(L, "spawn", &timeout, &max);
+	return new_proc(L, argv, timeout, max) ? 1 : 3;
+}
+
+static struct proc *check_proc(lua_State *L)
+{
+	return luaL_checkudata(L, 1, IG_PROCESS_MT);
+}
+
+/* process:wait(): see l_spawn. */
+static int l_proc_wait(lua_State *L)
+{
+	struct proc *p = check_proc(L);
+	luaL_argcheck(L, p->running, 1, "the process was already waited for or closed");
+	return wait_results(L, 1, p);
+}
+
+/* process:pid(): see l_spawn. */
+static int l_proc_pid(lua_State *L)
+{
+	lua_pushinteger(L, check_proc(L)->pid);
 	return 1;
 }
 
-/* Add run to the table on top of the stack. */
+/* process:close(), __close and __gc: see l_spawn. */
+static int l_proc_close(lua_State *L)
+{
+	proc_discard(check_proc(L));
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* Add run and spawn to the table on top of the stack; create the process handles' metatable
+ * (registry name IG_PROCESS_MT, its methods in __index). */
 void ig_register_run(lua_State *L)
 {
-	lua_pushcfunction(L, l_run);
-	lua_setfield(L, -2, "run");
+	static const luaL_Reg funcs[] = {{"run", l_run}, {"spawn", l_spawn}, {NULL, NULL}};
+	static const luaL_Reg methods[] = {
+	    {"wait", l_proc_wait}, {"pid", l_proc_pid}, {"close", l_proc_close}, {NULL, NULL}};
+	static const luaL_Reg meta[] = {
+	    {"__close", l_proc_close}, {"__gc", l_proc_close}, {NULL, NULL}};
+
+	luaL_setfuncs(L, funcs, 0);
+	if (luaL_newmetatable(L, IG_PROCESS_MT)) {
+		luaL_setfuncs(L, meta, 0);
+		luaL_newlib(L, methods);
+		lua_setfield(L, -2, "__index");
+	}
+	lua_pop(L, 1);
 }

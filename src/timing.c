@@ -13,7 +13,9 @@
  *     timing: NAME MS ms N calls
  *
  * A timed call that raises (a bad argument, the memory limit, cjson on malformed JSON) is not
- * counted: its time shows in in-lua.
+ * counted: its time shows in in-lua.  A part (ig_timing_add_part) is a slot inside another
+ * slot's time, printed alike and left out of the sum that in-lua is the rest of: "bus.connect",
+ * the D-Bus connection to systemd that the first unit primitive of a run waits for (bus.c).
  *
  * The Lua heap's peak (the sandbox's allocator counts it) ends the report, in KiB.
  * The time from exec(2) to main() (the dynamic loader and the libraries' constructors) is not in
@@ -34,6 +36,7 @@ struct span {
 	char name[40];
 	double seconds;
 	long calls;
+	int part; /* a part of another slot's time (ig_timing_add_part): not in the slots' sum */
 };
 
 static struct {
@@ -91,6 +94,18 @@ void ig_timing_add(const char *slot, double seconds)
 	}
 }
 
+void ig_timing_add_part(const char *slot, double seconds)
+{
+	if (!g_timing.on)
+		return;
+	struct span *s = span_of(g_timing.slots, &g_timing.nslots, MAX_SLOTS, slot);
+	if (s) {
+		s->seconds += seconds;
+		s->calls++;
+		s->part = 1;
+	}
+}
+
 /* The wrapper of a timed Lua value: upvalue 1 the slot, upvalue 2 the function. */
 static int timed_value(lua_State *L)
 {
@@ -132,7 +147,8 @@ void ig_timing_report(FILE *f, size_t heap_peak)
 			continue;
 		fprintf(f, "timing: %s %.3f ms %ld call%s\n", s->name, s->seconds * 1e3, s->calls,
 			s->calls == 1 ? "" : "s");
-		slots += s->seconds;
+		if (!s->part)
+			slots += s->seconds;
 	}
 	/* lua-state and close hold no Lua code of the run; every other phase is the driver's */
 	double outside = 0;

@@ -17,6 +17,10 @@ int ig_timing_enabled(void);
 void ig_timing_phase(const char *name);
 /* Add `seconds` and one call to slot `slot` (a timed activity inside the phases). */
 void ig_timing_add(const char *slot, double seconds);
+/* Add `seconds` and one call to `slot`, a part of another slot's time (bus.c: "bus.connect",
+ * inside the unit primitive that opened the connection): printed as a slot, but not subtracted
+ * again from in-lua. */
+void ig_timing_add_part(const char *slot, double seconds);
 /* Replace the function on top (any Lua function, upvalues kept) by a wrapper that times every
  * call in slot `slot` (a call that raises is not counted); with timing off, or when all 64 slots
  * are taken, it stays as it is.  host.c wraps each primitive of imexguard.host with it

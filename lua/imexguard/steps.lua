@@ -3,17 +3,19 @@
 -- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired,
 -- read_nodes, assess) have no side effects, so `plan` and `prolog` share them; the acting steps
 -- (lock, write_nodes, restart) change the node.
-local hostlist = require "imexguard.hostlist"
-local nodelist = require "imexguard.nodelist"
-local imexcfg = require "imexguard.imexcfg"
 local slurmenv = require "imexguard.slurmenv"
-local addresses = require "imexguard.addresses"
-local state = require "imexguard.state"
-local health = require "imexguard.health"
-local compare_map = require("imexguard.verdict").compare_map
-local registry = require "imexguard.registry"
 local settings_schema = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
+-- Loaded when first used (imexguard.lazy): the epilog, for one, uses none of the first six.
+local lazy = require "imexguard.lazy"
+local hostlist = lazy "imexguard.hostlist"
+local nodelist = lazy "imexguard.nodelist"
+local imexcfg = lazy "imexguard.imexcfg"
+local addresses = lazy "imexguard.addresses"
+local health = lazy "imexguard.health"
+local verdicts = lazy "imexguard.verdict" -- (steps name their verdict tables `verdict`)
+local state = lazy "imexguard.state"
+local registry = lazy "imexguard.registry"
 
 local M = {}
 
@@ -483,14 +485,16 @@ end
 -- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
 -- Sets v.action ("restart" stays, or "none"), v.reason, v.order (verdict.compare_map's kind) and
 -- v.answer (kept for the first health poll).
-local function stage_ctl(ctx, want, v)
-  local ans = health.probe(ctx, nil, want.config_path)
+-- @param probe table|nil the ctl already started (M.start_probe): its answer; nil: health.probe now
+local function stage_ctl(ctx, want, v, probe)
+  local ans
+  if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path) end
   v.answer = ans
   if not ans.domain then
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = compare_map(ans.domain, want.addrs, want.self)
+  local cmp = verdicts.compare_map(ans.domain, want.addrs, want.self)
   v.order = cmp.kind
   if cmp.kind == "self-absent" then
     v.action = "none"
@@ -501,6 +505,58 @@ local function stage_ctl(ctx, want, v)
     v.reason = "the ctl shows the daemon running another node map than the job's: " .. cmp.summary
     v.answer = nil
   end
+end
+
+--- A staleness probe started ahead of its stage (host.spawn): the ctl of health.probe runs while
+-- the run does other work. probe:answer() is health.probe's answer, judged by health.probe itself:
+-- its one host.run is the started process's wait (the same argv, ctl_timeout and output cap; the
+-- timeout counts from the start). Closing a probe that was never answered kills and reaps its ctl.
+local Probe = {}
+Probe.__index = Probe
+
+--- Start the ctl of health.probe now (host.spawn); its answer comes with probe:answer().
+-- @param ctx table policy context
+-- @param config string|nil the daemon's config.cfg for the ctl's `-c`, as health.probe's
+-- @return probe (use `local p <close> = probe`; a failed start is answered as health.probe answers a
+--   command that cannot run)
+function M.start_probe(ctx, config)
+  local s = ctx.settings
+  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config),
+    { timeout = s.ctl_timeout, max_output = health.MAX_OUTPUT })
+  return setmetatable({ ctx = ctx, config = config, proc = proc, err = err, code = code }, Probe)
+end
+
+--- Wait for the started ctl: health.probe's answer ({domain = ...} or {err, kind}).
+function Probe:answer()
+  local probe, ctx = self, self.ctx
+  local function run() -- health.probe's one command: the started one
+    if not probe.proc then return nil, probe.err, probe.code end
+    return probe.proc:wait()
+  end
+  local host = setmetatable({ run = run }, { __index = ctx.host })
+  -- health.probe records the answer it parsed in ctx.domain_seen: the view passes writes to ctx
+  return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config)
+end
+
+--- Kill and reap the ctl unless it was waited for (also the probe's __close). Idempotent.
+function Probe:close()
+  if self.proc then self.proc:close() end
+end
+Probe.__close = Probe.close
+
+--- Can the unit as step 1 saw it (info.unit, read before the lock) lead to stage "ctl"? Running
+-- (active or reloading) with a known InvocationID, and no list change pending (plan).
+local function may_reach_ctl(ctx, props, opts)
+  if type(ctx.host.spawn) ~= "function" or type(props) ~= "table" then return false end
+  if props.active_state ~= "active" and props.active_state ~= "reloading" then return false end
+  if opts.changed and opts.write_pending then return false end
+  return type(props.invocation_id) == "string" and props.invocation_id ~= ""
+end
+
+--- Is `b` the daemon instance `a` described? The same InvocationID (systemd gives every start a new
+-- one) and ExecMainStartTimestamp: all that stage "started with" takes from the unit.
+local function same_daemon(a, b)
+  return a.invocation_id == b.invocation_id and a.exec_main_start_us == b.exec_main_start_us
 end
 
 --- Step 5: is the running daemon stale?
@@ -514,10 +570,24 @@ end
 --   the daemon's start (mtime); or a usable ctl answer lists other hosts. The stages, in order:
 --   settle_unit, "unit state" (not running: start or wait), a pending list change, "started with"
 --   (the state file's record, else mtimes), "ctl" (the running list as the ctl shows it).
+--   The overlap (docs/design.md, step 5): when the unit as step 1 saw it (info.unit) leads to stage
+--   "ctl", "started with" is judged on it and the ctl starts before settle_unit's query, so that the
+--   two run at once; both are used only when the query shows the same daemon instance (then every
+--   stage decides as it did on info.unit). Otherwise the ctl is killed unread and the stages run on
+--   the query's properties alone. The ctl thus runs where it ran before, and beyond that only when
+--   the unit changed between step 1 and the query (a restart by another run or an admin): then it
+--   is a read-only query killed unread.
 -- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
 --   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
 --   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
 function M.assess(ctx, info, want, st, opts)
+  local early = info and info.unit
+  local early_reason, started
+  if may_reach_ctl(ctx, early, opts) then
+    early_reason = stage_started_with(ctx, info, want, st, early)
+    if not early_reason then started = M.start_probe(ctx, want.config_path) end
+  end
+  local probe <close> = started -- killed on every path that does not answer it
   local props, o, m = M.settle_unit(ctx, opts.wait)
   if not props then return nil, o, m end
   local v = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
@@ -527,9 +597,14 @@ function M.assess(ctx, info, want, st, opts)
     v.reason = "node list changes; the daemon reads it only at start"
     return v
   end
-  v.reason = stage_started_with(ctx, info, want, st, props)
+  local same = may_reach_ctl(ctx, early, opts) and same_daemon(early, props)
+  if same then
+    v.reason = early_reason
+  else
+    v.reason = stage_started_with(ctx, info, want, st, props)
+  end
   if v.reason then return v end
-  stage_ctl(ctx, want, v)
+  stage_ctl(ctx, want, v, same and probe or nil)
   return v
 end
 

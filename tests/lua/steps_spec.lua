@@ -188,6 +188,144 @@ describe("steps", function()
     assert.equal(0, h.count("run"))
   end)
 
+  describe("assess: the ctl runs during step 5a's unit query (the overlap, docs/design.md step 5)", function()
+    -- A host whose unit queries take `query` seconds of the virtual clock (a real one costs D-Bus
+    -- round trips), from the second query on (the first is step 1's, in setup).
+    local function slow_unit(h, query)
+      local unit, n = h.unit, 0
+      h.unit = function(...)
+        n = n + 1
+        if n > 1 then h.advance(query) end
+        return unit(...)
+      end
+    end
+    local function names(h, from)
+      local list = {}
+      for i = from or 1, #h.calls do list[#list + 1] = h.calls[i][1] end
+      return list
+    end
+    local CURRENT = { changed = false, wait = true }
+
+    it("a current daemon: the ctl starts before the query and is collected after it, once", function()
+      local h, ctx, info, want = setup{ ctl = { { domain = testing.up({ "10.0.0.1", "10.0.0.2" }).domain,
+        elapsed = 0.3 } } }
+      slow_unit(h, 0.2)
+      local from, t0 = #h.calls + 1, h.now()
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      assert.equal("daemon current", v.reason)
+      assert.is_table(v.answer.domain) -- kept for the first health poll
+      assert.same({ "run", "unit", "wait" }, (function()
+        local l = {}
+        for _, n in ipairs(names(h, from)) do if n ~= "stat" and n ~= "read" then l[#l + 1] = n end end
+        return l
+      end)())
+      assert.equal(1, h.count("run"))
+      assert.equal(1, #h.spawns)
+      assert.is_nil(h.spawns[1].killed)
+      assert.near(0.3, h.now() - t0, 1e-9) -- the 0.2 s query ran inside the ctl's 0.3 s, not after it
+      assert.equal(ctx.domain_seen, v.answer.domain) -- health.probe's bookkeeping, as without the overlap
+    end)
+
+    it("the answer is health.probe's: an unusable one proves nothing, a stale map restarts", function()
+      local _, ctx, info, want = setup{ ctl = { "{" } }
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      assert.matches("ctl unusable", v.reason)
+      _, ctx, info, want = setup{ ctl = { { domain = testing.up({ "10.0.0.2", "10.0.0.1" }).domain } } }
+      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("restart", v.action)
+      assert.equal("reordered", v.order)
+      assert.is_nil(v.answer)
+      local h
+      h, ctx, info, want = setup{ ctl = { { exec_error = "ENOENT" } } }
+      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      assert.matches("cannot run", v.reason)
+      assert.equal(1, h.count("run"))
+      assert.same({}, h.spawns)
+    end)
+
+    it("a hung ctl times out ctl_timeout after its start, the query inside that time", function()
+      local h, ctx, info, want = setup{ ctl = { testing.HANG } }
+      slow_unit(h, 0.2)
+      local t0 = h.now()
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      assert.matches("hung", v.reason)
+      assert.near(ctx.settings.ctl_timeout, h.now() - t0, 1e-9)
+    end)
+
+    it("never runs the ctl where the stages decide without it", function()
+      -- not running at step 1: start, no ctl
+      local h, ctx, info, want = setup{ unit = { active_state = "inactive" } }
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("start", v.action)
+      assert.equal(0, h.count("run"))
+      -- a list change pending (plan): restart, no ctl
+      h, ctx, info, want = setup()
+      v = assert(steps.assess(ctx, info, want, {}, { changed = true, write_pending = true }))
+      assert.equal("restart", v.action)
+      assert.equal(0, h.count("run"))
+      -- the state file knows this daemon was started with another list: restart, no ctl, and the
+      -- files are read once (the judgement on step 1's properties is the query's)
+      h, ctx, info, want = setup()
+      local st = { invocation_id = info.unit.invocation_id, running_nodes = "10.0.0.9\n",
+        running_config = testing.CONFIG_TEXT }
+      local reads = h.count("read")
+      v = assert(steps.assess(ctx, info, want, st, CURRENT))
+      assert.equal("restart", v.action)
+      assert.matches("started with another node list", v.reason)
+      assert.equal(0, h.count("run"))
+      assert.equal(reads + 1, h.count("read"))
+      -- a config.cfg modified after the daemon's start (invocation unknown to the state file)
+      h, ctx, info, want = setup{ files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT,
+        mtime_us = testing.WALL0 * 1e6 } } }
+      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("restart", v.action)
+      assert.matches("changed after the daemon started", v.reason)
+      assert.equal(0, h.count("run"))
+    end)
+
+    it("a unit restarted between step 1 and the query: the early ctl is killed unread, the stages run on "
+      .. "the query", function()
+      local h, ctx, info, want = setup{ unit_script = { {}, { invocation_id = "fe" .. string.rep("0", 30),
+        exec_main_start_us = testing.WALL0 * 1e6 } },
+        ctl = function(n) return { domain = testing.up({ "10.0.0.1", "10.0.0.2" }).domain, stdout = nil,
+          status = 0, stderr = tostring(n) } end }
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      assert.equal(2, h.count("run")) -- the early one, killed, and the stage's own
+      assert.equal(1, #h.spawns)
+      assert.is_truthy(h.spawns[1].killed)
+      assert.is_nil(h.spawns[1].waited)
+      assert.equal(0, h.count("wait"))
+    end)
+
+    it("a unit that stopped or cannot be queried under the lock: the early ctl is killed", function()
+      local h, ctx, info, want = setup{ unit_script = { {}, { active_state = "deactivating" } } }
+      local v = assert(steps.assess(ctx, info, want, {}, { changed = false, wait = false }))
+      assert.equal("wait", v.action)
+      assert.is_truthy(h.spawns[1].killed)
+      h, ctx, info, want = setup{ unit_script = { {}, "timeout" } }
+      local ok, outcome = steps.assess(ctx, info, want, {}, CURRENT)
+      assert.is_nil(ok)
+      assert.equal("unit-unknown", outcome)
+      assert.is_truthy(h.spawns[1].killed)
+    end)
+
+    it("a host without spawn (a site's own): the ctl runs after the query, as before", function()
+      local h, ctx, info, want = setup()
+      h.spawn = nil
+      local from = #h.calls + 1
+      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      assert.equal("none", v.action)
+      local l = {}
+      for _, n in ipairs(names(h, from)) do if n ~= "stat" and n ~= "read" then l[#l + 1] = n end end
+      assert.same({ "unit", "run" }, l)
+    end)
+  end)
+
   describe("may_restart (step 6, the default rule)", function()
     local function with_jobs(jobs, settings, env)
       local h = testing.host()

@@ -186,6 +186,78 @@ describe("testing.host", function()
     assert.equal(0, h.remaining())
   end)
 
+  it("spawn: a command that runs while the clock moves; its wait spends what is left of its time", function()
+    local h = testing.host{ ctl = { { stdout = "answer", elapsed = 0.5 } } }
+    local t0 = h.now()
+    local p = assert(h.spawn({ "ctl", "-N", "-j" }, { timeout = 5 }))
+    assert.equal(t0, h.now()) -- returns at once
+    assert.equal(1, h.count("run")) -- a command run, whichever primitive started it
+    assert.same({ "ctl", "-N", "-j" }, h.runs[1])
+    h.sleep(0.2) -- the policy's own work meanwhile
+    local r = assert(p:wait())
+    assert.equal("answer", r.stdout)
+    assert.equal(0, r.status)
+    assert.near(0.5, h.now() - t0, 1e-9) -- 0.5 from the start, not 0.2 + 0.5
+    assert.equal(t0, h.spawns[1].started)
+    assert.equal(h.now(), h.spawns[1].waited)
+    assert.is_nil(h.spawns[1].killed)
+    assert.same({ "run", "sleep", "wait" }, (function()
+      local names = {}
+      for _, c in ipairs(h.calls) do names[#names + 1] = c[1] end
+      return names
+    end)())
+    -- a wait after the command's end spends nothing
+    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    h.sleep(1)
+    local t1 = h.now()
+    assert(p:wait())
+    assert.equal(t1, h.now())
+  end)
+
+  it("spawn: a hang times out counted from the start; the budget at the start bounds it", function()
+    local h = testing.host{ deadline = 7, ctl = { testing.HANG } }
+    local t0 = h.now()
+    local p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    h.sleep(2)
+    local r, msg, code, res = p:wait()
+    assert.is_nil(r)
+    assert.equal("timeout", code)
+    assert.matches("no answer within 5 s", msg)
+    assert.equal(15, res.signal)
+    assert.near(5, h.now() - t0, 1e-9)
+    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    r, msg, code = p:wait()
+    assert.is_nil(r)
+    assert.equal("deadline", code)
+    assert.matches("no answer within 2 s", msg) -- what was left of the budget
+    assert.equal(0, h.remaining())
+  end)
+
+  it("spawn: a program that cannot run fails at the start; close kills a command never waited for", function()
+    local h = testing.host{ ctl = { { exec_error = "ENOENT" }, "x" } }
+    local p, msg, code = h.spawn({ "/no/ctl" }, { timeout = 5 })
+    assert.is_nil(p)
+    assert.equal("ENOENT", code)
+    assert.matches("/no/ctl", msg, 1, true)
+    assert.same({}, h.spawns)
+    local t0 = h.now()
+    do
+      local q <close> = assert(h.spawn({ "ctl" }, { timeout = 5 })) -- luacheck: ignore q
+    end
+    assert.equal(t0, h.spawns[1].killed)
+    assert.is_nil(h.spawns[1].waited)
+    assert.equal(t0, h.now()) -- killed, not waited for
+    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    assert.is_true(p:close())
+    assert.has_error(function() p:wait() end)
+    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    assert(p:wait())
+    assert.has_error(function() p:wait() end)
+    assert.is_true(p:close())
+    assert.is_nil(h.spawns[3].killed)
+    assert.has_error(function() h.spawn({ "ctl" }) end)
+  end)
+
   it("clock: sleep advances it and stops at the deadline", function()
     local h = testing.host{ deadline = 1 }
     local t0 = h.now()

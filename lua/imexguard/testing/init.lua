@@ -47,12 +47,16 @@
 --   deadline         seconds of budget (default 120); clock = monotonic start (default 1000)
 --
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
--- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists), h.logs ({level,
--- message}), h.sleeps (seconds), h.locks ({owner =, released = boolean}), h.mkdirs ({path =,
--- mode =, created = boolean}), h.kills ({unit =, signal =, timeout =, at = monotonic seconds,
--- sent = boolean}: host.unit_kill). Helpers (plain functions): h.count(name), h.file(path),
--- h.set_file(path, data), h.advance(seconds), h.unit_props (the live unit table), h.now(),
--- h.daemon_nodes(), h.clear() (forget the recordings, keep files, unit and clock).
+-- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists of the commands run,
+-- by host.run or host.spawn: h.count("run") counts both), h.spawns (the commands host.spawn
+-- started: {argv =, pid =, started =, waited =, killed =}, times on the fake clock; a spawned
+-- command's time runs from its start, so its wait spends only what is left: see
+-- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
+-- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =, signal =, timeout =,
+-- at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
+-- functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
+-- h.unit_props (the live unit table), h.now(), h.daemon_nodes(), h.clear() (forget the
+-- recordings, keep files, unit and clock).
 --
 -- Scenarios (a site spec reads given / when / then; options and methods in imexguard.testing.scenario):
 --   local s = testing.scenario{ policy = P, node = "n1", nodes = {n1 = "10.0.0.1", n2 = "10.0.0.2"},
@@ -85,7 +89,8 @@ M.render_domain, M.up, M.restarted_peer = run.render_domain, run.up, run.restart
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 
 --- The recordings of a fake host (lists, emptied by h.clear()).
-local RECORDINGS = { "calls", "writes", "jobs", "runs", "logs", "sleeps", "locks", "mkdirs", "kills" }
+local RECORDINGS = { "calls", "writes", "jobs", "runs", "spawns", "logs", "sleeps", "locks", "mkdirs",
+  "kills" }
 
 --- Build a fake host (options: see the top of this file).
 -- @param opts table|nil

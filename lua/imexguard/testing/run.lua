@@ -1,5 +1,5 @@
---- The fake host's commands (src/run.c's primitive `run`): every argv is taken as a call of
--- nvidia-imex-ctl, answered from a script or, by default, from the running daemon's node list.
+--- The fake host's commands (src/run.c's primitives `run` and `spawn`): every argv is taken as a
+-- call of nvidia-imex-ctl, answered from a script or, by default, from the running daemon's node list.
 -- Also the ctl answers the kit names (UNREACHABLE, UNCONFIGURED, HANG) and render_domain, which
 -- prints a described domain as `nvidia-imex-ctl -N -j` does. Test infrastructure of imexguard.testing.
 local cjson = require "cjson"
@@ -96,8 +96,15 @@ function M.restarted_peer(o)
   end
 end
 
---- Add the run primitive to a fake host.
--- @param h table the fake host (gets run)
+--- Add the run and spawn primitives to a fake host.
+-- A command's answer is decided when it starts (the daemon answers the ctl as it is then) and takes
+-- its `elapsed` seconds (0.01 by default; a hang: the whole timeout) of the fake clock from its
+-- start: host.run spends them at once; a spawned command runs while the clock moves on, and its
+-- wait spends only what is left of them. Both record the command as a run (h.calls "run", h.runs):
+-- h.count("run") counts the commands, whichever primitive started them.
+-- @param h table the fake host (gets run, spawn and the recording h.spawns: per spawned command
+--   {argv =, pid =, started = h.now() at the start, waited = h.now() at the end of its wait or nil,
+--   killed = h.now() when closed unwaited or nil}; a wait is also in h.calls as {"wait", argv})
 -- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
 -- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
 --   unhealthy = {[address] = status} for the auto answer)
@@ -118,23 +125,57 @@ function M.install(h, w, opts)
     end
     return M.UNREACHABLE
   end
-  function h.run(argv, o)
+  -- A command starts: checked, recorded, answered.
+  local function start(argv, o)
     assert(type(argv) == "table" and type(o) == "table" and o.timeout, "run(argv, {timeout=...})")
     w.rec("run", argv)
     h.runs[#h.runs + 1] = argv
     local a = answer(argv)
     if type(a) == "string" then a = { stdout = a, status = 0 } end
-    if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
+    return a
+  end
+  -- A started command's results (host.run's), once spend(t) let its t seconds pass (spend returns
+  -- "deadline" when the run's budget cut them short); budget: the seconds left at its start.
+  local function finish(argv, o, a, spend, budget)
     if a.hang then
-      local t = math.min(o.timeout, w.remaining())
-      local code = w.spend(o.timeout) or "timeout"
+      local t = math.min(o.timeout, budget)
+      local code = spend(o.timeout) or "timeout"
       return nil, string.format("%s: no answer within %g s", argv[1], t), code,
         { status = nil, signal = 15, stdout = "", stderr = "", truncated = false, elapsed = t }
     end
-    w.spend(a.elapsed or 0.01)
+    spend(a.elapsed or 0.01)
     local out = a.stdout or (a.domain and M.render_domain(a.domain)) or ""
     return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = false,
       elapsed = a.elapsed or 0.01 }
+  end
+  function h.run(argv, o)
+    local a = start(argv, o)
+    if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
+    return finish(argv, o, a, w.spend, w.remaining())
+  end
+  h.spawns = h.spawns or {}
+  function h.spawn(argv, o)
+    local a = start(argv, o)
+    if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
+    local rec = { argv = argv, pid = 20000 + #h.runs, started = h.now() }
+    h.spawns[#h.spawns + 1] = rec
+    local budget = w.remaining()
+    -- the command's time runs from its start: its wait spends what is left of it
+    local function spend(t) return w.spend(math.max(0, rec.started + t - h.now())) end
+    local p = {}
+    function p.wait()
+      assert(not rec.waited and not rec.killed, "process:wait(): already waited for or closed")
+      w.rec("wait", argv)
+      local r = table.pack(finish(argv, o, a, spend, budget))
+      rec.waited = h.now()
+      return table.unpack(r, 1, r.n)
+    end
+    function p.pid() return rec.pid end
+    function p.close()
+      if not rec.waited and not rec.killed then rec.killed = h.now() end
+      return true
+    end
+    return setmetatable(p, { __close = p.close })
   end
 end
 

@@ -52,8 +52,8 @@
 -- started: {argv =, pid =, started =, waited =, killed =}, times on the fake clock; a spawned
 -- command's time runs from its start, so its wait spends only what is left: see
 -- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
--- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =, signal =, timeout =,
--- at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
+-- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =,
+-- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
 -- functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
 -- h.unit_props (the live unit table), h.now(), h.daemon_nodes(), h.clear() (forget the
 -- recordings, keep files, unit and clock).

@@ -10,9 +10,10 @@
 #                            (`make check`)
 #   contrib/deps.sh --list GROUP   print the group's packages, install nothing
 # Neither build nor run ever installs Slurm or munge: they are safe on a compute node that runs a
-# site Slurm. The test group installs Debian's munge and Slurm daemons, but never leaves one of
-# their services enabled or running: starts are refused while apt-get runs (policy-rc.d, exit 101)
-# and the services of the packages installed by this run are disabled afterwards, then checked.
+# site Slurm. No group leaves a unit of what it installed enabled or running (the test group's
+# munge and Slurm daemons, man-db's timer): starts are refused while apt-get runs (policy-rc.d,
+# exit 101), and every unit file that this run's install enabled is disabled afterwards, then
+# checked, with munge, slurmctld and slurmd.
 set -eu
 
 BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsystemd-dev scdoc"
@@ -60,7 +61,9 @@ export DEBIAN_FRONTEND=noninteractive
 # back afterwards, also when apt-get fails.
 RCD=/usr/sbin/policy-rc.d
 SAVED=""
+BEFORE=""
 restore_rcd() {
+	[ -z "$BEFORE" ] || rm -f "$BEFORE"
 	if [ -n "$SAVED" ]; then
 		$SUDO mv -f "$SAVED" "$RCD"
 	else
@@ -77,22 +80,33 @@ printf '#!/bin/sh\n# imexguard contrib/deps.sh: no service starts while packages
 	$SUDO tee "$RCD" >/dev/null
 $SUDO chmod 0755 "$RCD"
 
+# The unit files enabled now (systemctl reads them without a running manager, as in a chroot).
+enabled_units() {
+	systemctl list-unit-files --state=enabled --no-legend 2>/dev/null | awk '{ print $1 }' | sort
+}
+BEFORE=$(mktemp)
+enabled_units >"$BEFORE"
+
 $SUDO apt-get update -q
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -q --no-install-recommends $missing
 
-# Disable the services of the packages this run installed (a service the site had before is left
-# as it was), then prove that none is enabled or running.
-bad=""
+# Disable what this run's install enabled (a unit the site had enabled before is left as it was):
+# the services of the packages named in SERVICES that it installed, and every unit file (service,
+# timer, socket) enabled now and not before; then prove that none is enabled or running.
+units=$(enabled_units | comm -13 "$BEFORE" -)
 for s in $SERVICES; do
-	case " $missing " in *" $s "*) ;; *) continue ;; esac
-	$SUDO deb-systemd-helper disable "$s.service" >/dev/null 2>&1 || true
-	$SUDO systemctl disable "$s.service" >/dev/null 2>&1 || true
-	[ "$(systemctl is-enabled "$s.service" 2>/dev/null)" = "enabled" ] && bad="$bad $s(enabled)"
-	[ "$(systemctl is-active "$s.service" 2>/dev/null)" = "active" ] && bad="$bad $s(running)"
+	case " $missing " in *" $s "*) units="$units $s.service" ;; esac
+done
+bad=""
+for u in $units; do
+	$SUDO deb-systemd-helper disable "$u" >/dev/null 2>&1 || true
+	$SUDO systemctl disable "$u" >/dev/null 2>&1 || true
+	[ "$(systemctl is-enabled "$u" 2>/dev/null)" = "enabled" ] && bad="$bad $u(enabled)"
+	[ "$(systemctl is-active "$u" 2>/dev/null)" = "active" ] && bad="$bad $u(running)"
 done
 if [ -n "$bad" ]; then
-	echo "imexguard: contrib/deps.sh: services of test packages left enabled or running:$bad" >&2
+	echo "imexguard: contrib/deps.sh: units of installed packages left enabled or running:$bad" >&2
 	exit 1
 fi
 exit 0

@@ -3,6 +3,7 @@
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
+local answers = require "ctl_answers"
 
 local FIX = "tests/fixtures/ctl/"
 
@@ -318,25 +319,7 @@ end)
 -- Scale (bench/lua_scale.lua): the ordering by id stays linear, whatever the ids (the id comparison:
 -- verdict_spec.lua).
 describe("ctl ordering by id", function()
-  -- A domain of the given node ids (each connected to every one), as JSON with the ids in `order`.
-  local function answer(ids)
-    local nodes = {}
-    for _, i in ipairs(ids) do
-      local conns = {}
-      for _, j in ipairs(ids) do
-        conns[tostring(j)] = { host = "10.1." .. j // 250 .. "." .. j % 250, status = "CONNECTED" }
-      end
-      nodes[tostring(i)] = { status = "READY", host = "10.1." .. i // 250 .. "." .. i % 250,
-        connections = conns }
-    end
-    return cjson.encode({ status = "UP", nodes = nodes })
-  end
-
-  local function ids_of(list)
-    local out = {}
-    for i, x in ipairs(list) do out[i] = x.id end
-    return out
-  end
+  local answer, ids_of = answers.dense, answers.ids_of
 
   it("orders dense and sparse ids, nodes and links", function()
     for _, ids in ipairs({ { 3, 0, 2, 1 }, { 5, 900000000, 7, 0 }, { 1, 3, 5, 7, 9 } }) do

@@ -7,18 +7,10 @@ local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
 
-local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
+local ctl_answers = require "ctl_answers"
 
--- A described domain (testing.render_domain) of `hosts` where this node (the first) is READY and
--- CONNECTED to every peer, and the peers are UNAVAILABLE: the command port of the peers cannot be
--- reached (C22).
-local function cmd_unreachable(hosts)
-  local nodes, conns = {}, {}
-  for _, h in ipairs(hosts) do conns[h] = "CONNECTED" end
-  nodes[1] = { host = hosts[1], connections = conns }
-  for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE", version = "" } end
-  return { status = "DEGRADED", nodes = nodes }
-end
+local H = ctl_answers.HOSTS
+local cmd_unreachable = ctl_answers.cmd_unreachable
 
 -- A peer whose daemon is down: UNAVAILABLE, every link to it INVALID.
 local function peer_down(hosts, which)

@@ -3,6 +3,7 @@
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
+local answers = require "ctl_answers"
 
 local FIX = "tests/fixtures/ctl/"
 
@@ -608,25 +609,7 @@ end)
 
 -- Scale (bench/lua_scale.lua): the id comparison stays linear, whatever the ids.
 describe("verdict.compare_map by id", function()
-  -- A domain of the given node ids (each connected to every one), as JSON with the ids in `order`.
-  local function answer(ids)
-    local nodes = {}
-    for _, i in ipairs(ids) do
-      local conns = {}
-      for _, j in ipairs(ids) do
-        conns[tostring(j)] = { host = "10.1." .. j // 250 .. "." .. j % 250, status = "CONNECTED" }
-      end
-      nodes[tostring(i)] = { status = "READY", host = "10.1." .. i // 250 .. "." .. i % 250,
-        connections = conns }
-    end
-    return cjson.encode({ status = "UP", nodes = nodes })
-  end
-
-  local function ids_of(list)
-    local out = {}
-    for i, x in ipairs(list) do out[i] = x.id end
-    return out
-  end
+  local answer, ids_of = answers.dense, answers.ids_of
 
   it("compares a map holding id 999999999 without counting up to it", function()
     local d = assert(ctl.parse_domain(answer({ 0, 1, 999999999 }), 0))

@@ -205,6 +205,32 @@ local function is_up(d, name, key)
   return table.concat(a, "\n") == key
 end
 
+-- Watch node `name`'s ctl until the domain is UP with `key`'s hosts, or until every prolog of
+-- `procs` has ended (its done file) and `grace` more seconds passed without UP. Returns t_up (end
+-- of the first ctl call that showed UP, or nil) and t_down (start of the last one that did not).
+local function watch_up(d, name, key, procs, grace)
+  local t_up, t_down, all_done
+  while true do
+    local t_call = now()
+    if is_up(d, name, key) then
+      t_up = now()
+      break
+    end
+    t_down = t_call
+    if not all_done then
+      all_done = t_call
+      for _, p in ipairs(procs) do
+        if not simdomain.read_file(p.done) then all_done = nil break end
+      end
+    end
+    if all_done and t_call - all_done > grace then break end
+    -- At least as long as the call took: on a big domain (-N -j asks every node) the watcher
+    -- then takes at most about half a core away from the prologs it measures.
+    host.sleep(math.max(CFG.watch, now() - t_call))
+  end
+  return t_up, t_down
+end
+
 local function outcome_of(path)
   local text = simdomain.read_file(path) or ""
   return text:match("outcome=([%w%-]+)")
@@ -256,28 +282,7 @@ local function run_job(d, tool, procs, nodelist, nnodes, watch_names, with_timin
     p.timef = p.out:gsub("%.out$", ".cpu")
     p.handle = spawn(string.format("/usr/bin/time -f '%%U %%S' -o %s %s", quote(p.timef), cmd), p.done)
   end
-  -- Watch until UP, or until every prolog has ended and GRACE more seconds passed without UP.
-  -- t_up: end of the first ctl call that showed UP; t_down: start of the last one that did not.
-  local GRACE = 5
-  local t_up, t_down, all_done
-  while true do
-    local t_call = now()
-    if is_up(d, watch_names[1], key) then
-      t_up = now()
-      break
-    end
-    t_down = t_call
-    if not all_done then
-      all_done = t_call
-      for _, p in ipairs(procs) do
-        if not simdomain.read_file(p.done) then all_done = nil break end
-      end
-    end
-    if all_done and t_call - all_done > GRACE then break end
-    -- At least as long as the call took: on a big domain (-N -j asks every node) the watcher
-    -- then takes at most about half a core away from the prologs it measures.
-    host.sleep(math.max(CFG.watch, now() - t_call))
-  end
+  local t_up, t_down = watch_up(d, watch_names[1], key, procs, 5)
   local last = 0
   for _, p in ipairs(procs) do
     local r = collect(p.handle)
@@ -669,23 +674,7 @@ local function backoff_job(d, tool, job)
   end
   for i = 1, d.n - 1 do launch(d.names[i]) end
   local grace = 2 * CFG.backoff_ms / 1000 + 5
-  local t_up, t_down, all_done
-  while true do
-    local t_call = now()
-    if is_up(d, "n1", key) then
-      t_up = now()
-      break
-    end
-    t_down = t_call
-    if not all_done then
-      all_done = t_call
-      for _, p in ipairs(procs) do
-        if not simdomain.read_file(p.done) then all_done = nil break end
-      end
-    end
-    if all_done and t_call - all_done > grace then break end
-    host.sleep(math.max(CFG.watch, now() - t_call))
-  end
+  local t_up, t_down = watch_up(d, "n1", key, procs, grace)
   local start = tonumber(d:prop(last, "ExecMainStartTimestampMonotonic")) / 1e6
   for _, p in ipairs(procs) do
     local r = collect(p.handle)

@@ -2,8 +2,9 @@
 local H = require "helpers"
 local host = H.host()
 
-describe("host.run", function()
-  local dir, strays
+-- Each test's temp dir and the pids it leaves to kill (set up by scratch() in each describe).
+local dir, strays
+local function scratch()
   before_each(function()
     dir = H.tmpdir()
     strays = {}
@@ -13,6 +14,10 @@ describe("host.run", function()
     for _, pid in ipairs(strays) do H.kill_wait(pid) end
     H.rmdir(dir)
   end)
+end
+
+describe("host.run", function()
+  scratch()
 
   it("returns exit status, signal, stdout and stderr separately", function()
     local r = assert(host.run({ "sh", "-c", "echo out; echo err >&2; exit 7" }, { timeout = 5 }))
@@ -159,16 +164,7 @@ describe("host.run", function()
 end)
 
 describe("host.spawn", function()
-  local dir, strays
-  before_each(function()
-    dir = H.tmpdir()
-    strays = {}
-  end)
-  after_each(function()
-    host.set_deadline(0)
-    for _, pid in ipairs(strays) do H.kill_wait(pid) end
-    H.rmdir(dir)
-  end)
+  scratch()
 
   -- The pid of the command's process group leader that wrote it to `file` (its $$).
   local function pid_in(file)

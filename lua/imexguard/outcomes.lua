@@ -35,6 +35,17 @@ M.list = {
     .. "port cannot be reached (a configuration fault, not a peer fault; the likely causes are named)" },
   { "config-mismatch", 15, "a setting names another config or node list than the one the unit's daemon "
     .. "reads (both paths named); nothing changed" },
+  { "fabric-fault", 16, "a GPU of this node is not registered with the NVLink fabric (a failed status, "
+    .. "a zero ClusterUUID, GPUs in different partitions, or another partition than the domain map "
+    .. "names); the GPU and the fields are named" },
+  { "fabric-unknown", 17, "the GPUs' fabric registration could not be read (nvidia-smi absent, hung or "
+    .. "unparsable) and on_fabric_unknown is \"fail\"" },
+  { "settings-error", 18, "imexguard.conf or a --set is wrong (the file, line and key are named); nothing "
+    .. "changed" },
+  { "stuck-mismatch", 19, "a node-map mismatch stays on a link whose two ends run the job's list, and "
+    .. "this run may not restart to clear it (the remedy is named)" },
+  { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
+    .. "read where a decision needs it; nothing changed" },
 }
 
 --- Outcome name -> exit code.

@@ -1,18 +1,52 @@
 #!/bin/sh
-# Slurm HealthCheckProgram= wrapper (slurm.conf: HealthCheckProgram=/usr/local/lib/imexguard/health.sh).
+# Slurm HealthCheckProgram= wrapper (slurm.conf: HealthCheckProgram=/usr/local/libexec/imexguard/health.sh).
 # slurmd runs it as root every HealthCheckInterval seconds, with no arguments, and does nothing with
-# its exit status: a health check program must drain the node itself. This runs `imexguard health`
-# (this node's IMEX, changing nothing, within 10 s) and, when it fails, drains this node with the
-# one line it printed ("imexguard: OUTCOME: cause"), as `sinfo -R` then shows. A healthy or
-# not applicable node is left as it is (a drained node is resumed by the admin: scontrol update
-# NodeName=... State=RESUME). Overrides for tests: IMEXGUARD (the binary), SCONTROL.
+# its exit status: a health check program must drain, and resume, the node itself. This runs
+# `imexguard health` (this node's IMEX, changing nothing, within 10 s) and then, as LBNL NHC does
+# for the nodes it drained itself:
+#   - unhealthy: drains this node with the one line it printed ("imexguard: OUTCOME: cause"), as
+#     `sinfo -R` then shows; a node already drained or down for another reason (an admin's, NHC's,
+#     Slurm's "Prolog error") keeps that reason;
+#   - healthy or not applicable: resumes this node when it is drained with imexguard's own reason
+#     (the prefix "imexguard:", set here or by the prolog's setting drain_reason); a node drained
+#     for any other reason is left as it is.
+# The node's state and reason come from `scontrol show node` (lines "State=IDLE+DRAIN ..." and
+# "Reason=TEXT [user@time]" of Slurm 22.05 and later). Exits with imexguard's status.
+# Overrides for tests: IMEXGUARD (the binary), SCONTROL.
 imexguard=${IMEXGUARD:-/usr/local/sbin/imexguard}
 scontrol=${SCONTROL:-scontrol}
 node=${SLURMD_NODENAME:-$(hostname -s)}
-reason=$("$imexguard" health)
+prefix="imexguard:"
+
+line=$("$imexguard" health)
 rc=$?
-[ "$rc" -eq 0 ] && exit 0
-reason=$(printf '%s\n' "$reason" | head -n 1 | cut -c 1-200)
-[ -n "$reason" ] || reason="imexguard: health check exited $rc"
-timeout 10 "$scontrol" update NodeName="$node" State=DRAIN Reason="$reason"
+show=$(timeout 10 "$scontrol" show node "$node" 2>/dev/null)
+state=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*State=\([^[:space:]]*\).*/\1/p' | head -n 1)
+current=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*Reason=//p' | head -n 1)
+ours=no
+case $current in "$prefix"*) ours=yes ;; esac
+
+if [ "$rc" -eq 0 ]; then
+	case $state in
+	*DRAIN*)
+		if [ "$ours" = yes ]; then
+			echo "imexguard health.sh: $node is healthy again: resuming it (was: $current)" >&2
+			timeout 10 "$scontrol" update NodeName="$node" State=RESUME
+		fi
+		;;
+	esac
+	exit 0
+fi
+
+line=$(printf '%s\n' "$line" | head -n 1 | cut -c 1-200)
+[ -n "$line" ] || line="imexguard: health check exited $rc"
+if [ -n "$current" ] && [ "$ours" = no ]; then
+	case $state in
+	*DRAIN* | *DOWN* | *FAIL*)
+		echo "imexguard health.sh: $node is already drained for another reason ($current): not replacing it with: $line" >&2
+		exit "$rc"
+		;;
+	esac
+fi
+timeout 10 "$scontrol" update NodeName="$node" State=DRAIN Reason="$line"
 exit "$rc"

@@ -107,7 +107,7 @@ $(SIM): $(SIM_SRC) $(wildcard contrib/imexsim/*.h)
 # (never Slurm or munge); deps-run: the runtime libraries of a node that gets the binary copied;
 # deps-pkg: build + debhelper, lintian, mandoc (`make deb`);
 # deps-test: what `make check` needs (installs Slurm and munge with their services left disabled).
-.PHONY: deps-build deps-run deps-demo deps-pkg deps-test man deb
+.PHONY: deps-build deps-run deps-demo deps-pkg deps-test man deb completion
 deps: deps-build
 deps-build:
 	@contrib/deps.sh build
@@ -159,30 +159,57 @@ $(B)/man/%: man/%.scd.in man/gen.lua man/tidy.lua $(FACTS)
 	lua5.4 man/gen.lua $< $(B)/man-src/$(@F).scd
 	scdoc < $(B)/man-src/$(@F).scd | lua5.4 man/tidy.lua > $@
 
+# The bash completion: generated from commands.lua, settings.lua and the options of the built
+# binary's usage text (contrib/completion/gen.lua).
+COMPLETION := $(B)/completion/imexguard
+completion: $(COMPLETION)
+$(COMPLETION): contrib/completion/gen.lua contrib/completion/imexguard.bash.in $(FACTS) $(BIN)
+	@mkdir -p $(@D)
+	$(BIN) --help | lua5.4 contrib/completion/gen.lua contrib/completion/imexguard.bash.in $@
+
 # The version: one place, IG_VERSION in src/imexguard.h (what `imexguard version` prints).
 VERSION = $(shell sed -n 's/^\#define IG_VERSION "\(.*\)"/\1/p' src/imexguard.h)
 
-install: $(BIN) $(MANPAGES)
+# Where make install puts things (the Debian package: PREFIX=/usr): the Slurm wrappers (prolog,
+# epilog, HealthCheckProgram) in libexec, the LBNL NHC check file, the bash completion, and the
+# docs and examples.
+LIBEXEC  = $(PREFIX)/libexec/imexguard
+DOCDIR   = $(PREFIX)/share/doc/imexguard
+COMPDIR  = $(PREFIX)/share/bash-completion/completions
+DOCS     := README.md docs/design.md docs/policy-api.md
+EXAMPLES := contrib/imexguard.conf.example contrib/slurm/slurm.conf.snippet contrib/nhc/nhc.conf
+
+install: $(BIN) $(MANPAGES) $(COMPLETION)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard
 	install -D -m 0644 contrib/imexguard.conf.example $(DESTDIR)/etc/imexguard/imexguard.conf.example
 	for hook in prolog epilog health; do \
 		sed 's|/usr/local/|$(PREFIX)/|g' contrib/slurm/$$hook.sh > $(B)/$$hook.sh && \
-		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(PREFIX)/lib/imexguard/$$hook.sh || exit 1; \
+		install -D -m 0755 $(B)/$$hook.sh $(DESTDIR)$(LIBEXEC)/$$hook.sh || exit 1; \
 	done
 	install -D -m 0644 $(B)/man/imexguard.8 $(DESTDIR)$(PREFIX)/share/man/man8/imexguard.8
 	install -D -m 0644 $(B)/man/imexguard.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/share/imexguard/policies
 	install -m 0644 $(POLICIES) $(DESTDIR)$(PREFIX)/share/imexguard/policies/
+	sed 's|/usr/sbin/imexguard|$(PREFIX)/sbin/imexguard|g' contrib/nhc/imexguard.nhc > $(B)/imexguard.nhc
+	install -D -m 0644 $(B)/imexguard.nhc $(DESTDIR)$(PREFIX)/share/imexguard/nhc/imexguard.nhc
+	install -D -m 0644 $(COMPLETION) $(DESTDIR)$(COMPDIR)/imexguard
+	install -d -m 0755 $(DESTDIR)$(DOCDIR)/examples
+	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+	install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(PREFIX)/lib/imexguard/prolog.sh \
-	      $(DESTDIR)$(PREFIX)/lib/imexguard/epilog.sh $(DESTDIR)$(PREFIX)/lib/imexguard/health.sh \
+	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(LIBEXEC)/prolog.sh \
+	      $(DESTDIR)$(LIBEXEC)/epilog.sh $(DESTDIR)$(LIBEXEC)/health.sh \
 	      $(DESTDIR)/etc/imexguard/imexguard.conf.example \
 	      $(DESTDIR)$(PREFIX)/share/man/man8/imexguard.8 \
 	      $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5 \
-	      $(patsubst policies/%,$(DESTDIR)$(PREFIX)/share/imexguard/policies/%,$(POLICIES))
-	-rmdir $(DESTDIR)$(PREFIX)/lib/imexguard $(DESTDIR)$(PREFIX)/share/imexguard/policies \
-	       $(DESTDIR)$(PREFIX)/share/imexguard 2>/dev/null
+	      $(patsubst policies/%,$(DESTDIR)$(PREFIX)/share/imexguard/policies/%,$(POLICIES)) \
+	      $(DESTDIR)$(PREFIX)/share/imexguard/nhc/imexguard.nhc $(DESTDIR)$(COMPDIR)/imexguard \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/,$(notdir $(DOCS))) \
+	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EXAMPLES)))
+	-rmdir $(DESTDIR)$(LIBEXEC) $(DESTDIR)$(PREFIX)/share/imexguard/policies \
+	       $(DESTDIR)$(PREFIX)/share/imexguard/nhc $(DESTDIR)$(PREFIX)/share/imexguard \
+	       $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
 
 # The Debian package imexguard_VERSION_ARCH.deb in $(B)/deb/, built with debhelper from a copy of
 # the committed and working-tree sources in $(B)/deb/src (the work tree stays clean).

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Slurm Prolog= wrapper (slurm.conf: Prolog=/usr/local/lib/imexguard/prolog.sh, PrologFlags=Alloc).
+# Slurm Prolog= wrapper (slurm.conf: Prolog=/usr/local/libexec/imexguard/prolog.sh, PrologFlags=Alloc).
 # slurmd runs it as root on every allocated node with the job's environment (SLURM_JOB_ID,
 # SLURM_NODELIST / SLURM_JOB_NODELIST, SLURMD_NODENAME). A non-zero exit drains the node and requeues
 # the job, so imexguard exits non-zero only when this node is at fault. Its one-line outcome goes to

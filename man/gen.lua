@@ -3,8 +3,10 @@
 -- `@SYNOPSIS@` and `@COMMANDS@` from lua/imexguard/commands.lua (name, arg, json, help, deadline),
 -- `@JSON_COMMANDS@` the commands whose output --json changes, `@DEADLINE@` the default of the
 -- setting `deadline`, `@SETTINGS@` from lua/imexguard/settings.lua (schema: name, kind, default,
--- doc) and `@OUTCOMES@` from lua/imexguard/outcomes.lua (name, exit code, meaning); an outcome
--- without a meaning fails the build.
+-- doc), `@OUTCOMES@` from lua/imexguard/outcomes.lua (name, exit code, meaning; an outcome
+-- without a meaning fails the build), `@METRICS@` from lua/imexguard/metrics.lua (family, type,
+-- labels, help) and `@METRICS_COMMANDS@` the commands whose runs are recorded, `@REASON_MAX@`
+-- the longest drain reason (lua/imexguard/drain.lua).
 -- A command's entry in @COMMANDS@ is its help, then the lines the template gives it: a line
 -- `@MORE NAME@` followed by lines that start with a tab (a block that names no command fails the
 -- build). Usage: lua5.4 man/gen.lua TEMPLATE OUTPUT (run from the top of the repository).
@@ -12,6 +14,8 @@ package.path = "lua/?.lua;" .. package.path
 local commands = require "imexguard.commands"
 local settings = require "imexguard.settings"
 local outcomes = require "imexguard.outcomes"
+local metrics = require "imexguard.metrics"
+local drain = require "imexguard.drain"
 
 local TYPES = { number = "number > 0", string = "string", path = "absolute path", boolean = "boolean",
   bus = "string: \"system\", \"user\" or a D-Bus address \"unix:...\"",
@@ -66,6 +70,18 @@ local function outcomes_section()
   end
   out[#out + 1] = "(usage or internal error), exit 1\n"
     .. "\ta bad command line, or an error of imexguard itself.\n"
+  return table.concat(out, "\n")
+end
+
+--- The metrics section: one entry per metric family, in the file's order.
+-- @return string scdoc text
+local function metrics_section()
+  local out = {}
+  for _, name in ipairs(metrics.ORDER) do
+    local h = metrics.HELP[name]
+    local labels = h[3] ~= "" and ("; labels " .. h[3]) or ""
+    out[#out + 1] = string.format("*%s* (%s%s)\n\t%s\n", esc(name), h[1], esc(labels), esc(h[2]))
+  end
   return table.concat(out, "\n")
 end
 
@@ -150,6 +166,13 @@ end)
 text = text:gsub("@DEADLINE@", function() return lit(settings.by_name.deadline.default) end)
 text = text:gsub("@SETTINGS@", function() return settings_section() end)
 text = text:gsub("@OUTCOMES@", function() return outcomes_section() end)
+text = text:gsub("@METRICS@", function() return metrics_section() end)
+text = text:gsub("@METRICS_COMMANDS@", function()
+  local names = {}
+  for _, name in ipairs(commands.names("metrics")) do names[#names + 1] = "*" .. esc(name) .. "*" end
+  return table.concat(names, ", ")
+end)
+text = text:gsub("@REASON_MAX@", function() return tostring(drain.MAX_REASON) end)
 local o = assert(io.open(dst, "wb"))
 o:write(text)
 o:close()

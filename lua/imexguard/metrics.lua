@@ -17,21 +17,30 @@ M.FILE = "imexguard.prom"
 M.MAX_BYTES = 1048576
 M.LOCK_TIMEOUT = 1 -- seconds
 
+--- The metric families: type, help text and labels (the man page's METRICS section is generated
+-- from this table, man/gen.lua).
 local HELP = {
-  imexguard_runs_total = { "counter", "Runs of imexguard by command and outcome." },
-  imexguard_restarts_total = { "counter", "Starts and restarts of the IMEX unit done by imexguard." },
+  imexguard_runs_total = { "counter", "Runs of imexguard by command and outcome.", "command, outcome" },
+  imexguard_restarts_total = { "counter", "Starts and restarts of the IMEX unit done by imexguard.", "" },
   imexguard_nudges_total = { "counter",
-    "SIGUSR1 sent by imexguard's health wait to the IMEX daemon: restart its outgoing connections now." },
-  imexguard_run_duration_seconds = { "summary", "Wall time of runs by command, in seconds." },
-  imexguard_last_run_timestamp_seconds = { "gauge", "When the last run of the command ended (Unix time)." },
-  imexguard_last_outcome = { "gauge", "1 for the outcome of the last run of the command." },
-  imexguard_last_exit_code = { "gauge", "Exit code of the last run of the command." },
+    "SIGUSR1 sent by imexguard's health wait to the IMEX daemon: restart its outgoing connections now.", "" },
+  imexguard_run_duration_seconds = { "summary", "Wall time of runs by command, in seconds.", "command" },
+  imexguard_last_run_timestamp_seconds = { "gauge", "When the last run of the command ended (Unix time).",
+    "command" },
+  imexguard_last_outcome = { "gauge", "1 for the outcome of the last run of the command.",
+    "command, outcome" },
+  imexguard_last_exit_code = { "gauge", "Exit code of the last run of the command.", "command" },
   imexguard_domain_node_status = { "gauge",
-    "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status)." },
+    "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status).",
+    "id, host, status" },
 }
 local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status" }
+--- Family name -> { type, help, labels (comma-separated, "" for none) }.
+M.HELP = HELP
+--- The family names in the file's order.
+M.ORDER = ORDER
 
 local function escape(v)
   return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"', ["\n"] = "\\n" }))

@@ -88,6 +88,30 @@ describe("man pages", function()
     assert.same(outcomes.codes, shown)
   end)
 
+  it("imexguard(8) documents the health check, drain reasons, metrics, files and examples", function()
+    local text = render("imexguard.8")
+    local metrics = require "imexguard.metrics"
+    local shown = {}
+    for _, l in ipairs(section(text, "METRICS")) do
+      local n = l:match("^       (imexguard_[%w_]+) %(")
+      if n then shown[#shown + 1] = n end
+    end
+    assert.same(metrics.ORDER, shown)
+    local health = table.concat(section(text, "HEALTH CHECKS"), "\n")
+    assert.matches("State=RESUME", health, 1, true)
+    assert.matches("check_imexguard", health, 1, true)
+    local reasons = table.concat(section(text, "DRAIN REASONS"), "\n")
+    assert.matches("at most " .. require("imexguard.drain").MAX_REASON .. " bytes", reasons, 1, true)
+    local files = table.concat(section(text, "FILES"), "\n")
+    for _, f in ipairs({ "/usr/libexec/imexguard/health.sh", "/usr/share/imexguard/nhc/imexguard.nhc",
+      "/usr/share/bash-completion/completions/imexguard", "/usr/share/doc/imexguard/" }) do
+      assert.matches(f, files, 1, true)
+    end
+    local examples = table.concat(section(text, "EXAMPLES"), "\n")
+    assert.matches("HealthCheckProgram=/usr/libexec/imexguard/health.sh", examples, 1, true)
+    assert.not_matches("/usr/lib/imexguard/", text) -- the wrappers are in libexec
+  end)
+
   it("the commented default settings file names every setting, its default commented out", function()
     local text = assert(H.read("contrib/imexguard.conf.example"))
     for l in text:gmatch("[^\n]+") do

@@ -143,7 +143,7 @@ e2e: deps-test
 
 demo: deps-demo
 	@$(MAKE) --no-print-directory all
-	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES))
+	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES)) $(if $(KEEP),--keep)
 
 # The bench uses the build of this make (B), unless IMEXGUARD_BUILD names another; bench/README.md.
 bench: deps-demo

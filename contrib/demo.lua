@@ -2,14 +2,21 @@
 -- systemd user manager. Run as `tests/with-systemd lua5.4 contrib/demo.lua [--nodes N]`.
 -- Every node's daemon starts with a stale node list (an earlier job's); job 1 runs the prolog on
 -- every node at once; job 2 and job 3 run on two nodes and show that only stale daemons restart.
+-- With --keep=DIR (`make demo KEEP=1`, through contrib/demo.sh) the rack then stays up for
+-- experiments: job 4 runs the prolog on every node (a healthy domain of all of them), DIR/rack
+-- holds the nodes' files, DIR/env the facts that contrib/demo/node needs to run a command on a
+-- node (the namespace's PID, the rack's directory, the build), and the demo waits until the
+-- process that contrib/demo.sh started is stopped (tests/with-systemd then stops the manager and
+-- with it every simulated daemon).
 package.path = "contrib/?.lua;" .. package.path
 package.cpath = (os.getenv("IMEXGUARD_BUILD") or "build") .. "/lua/?.so;" .. package.cpath
 local simdomain = require "simdomain"
 
-local nodes = 4
+local nodes, keep = 4, nil
 for _, a in ipairs(arg) do
   local n = a:match("^%-%-nodes=(%d+)$")
   if n then nodes = tonumber(n) end
+  keep = a:match("^%-%-keep=(/.+)$") or keep
 end
 assert(nodes >= 2 and nodes <= 72, "--nodes must be 2..72")
 
@@ -56,7 +63,15 @@ local function job(d, id, expr, names)
   return restarts, failed
 end
 
-local d = simdomain.new { nodes = nodes }
+-- Kept, each node's prolog drains it with imexguard's reason through the demo's scontrol
+-- (contrib/demo/scontrol: a file in DIR/slurm per node stands in for slurmctld).
+local settings
+if keep then
+  local _, cwd = simdomain.capture("pwd")
+  settings = { "drain_reason = true", string.format("scontrol = { \"/usr/bin/env\", %q, %q }",
+    "IMEXGUARD_DEMO_DIR=" .. keep, cwd:gsub("%s+$", "") .. "/contrib/demo/scontrol") }
+end
+local d = simdomain.new { nodes = nodes, root = keep and (keep .. "/rack"), settings = settings }
 local ok, err = xpcall(function()
   say("imexguard demo: a simulated %d-node IMEX domain under a private systemd user manager", nodes)
   say("  node files, settings and daemon logs: %s (removed at the end)", d.root)
@@ -87,6 +102,37 @@ local ok, err = xpcall(function()
     .. " job 3 restarted %d (daemons current)", r1, nodes, r2, r3)
   if f1 + f2 + f3 > 0 or r1 ~= nodes or r2 ~= 2 or r3 ~= 0 then
     error("demo: unexpected result (see the tables above)", 0)
+  end
+  if keep then
+    -- A job on every node that stays: the rack is one healthy domain to experiment with.
+    local res = d:prologs { job = 4, nodelist = "n[1-" .. nodes .. "]", names = all }
+    for _, n in ipairs(all) do
+      if res[n].status ~= 0 then error("demo: job 4's prolog failed on " .. n .. ": " .. res[n].output, 0) end
+    end
+    say("")
+    say("job 4 on n[1-%d]: prolog ok on every node; the rack stays up (--keep)", nodes)
+    local env = {
+      "# written by contrib/demo.lua --keep: the running demo rack (read by contrib/demo/node)",
+      "DEMO_NSPID=" .. simdomain.quote(assert(os.getenv("IMEXGUARD_TEST_MANAGER_PID"))),
+      "DEMO_ROOT=" .. simdomain.quote(d.root),
+      "DEMO_BUILD=" .. simdomain.quote(d.build),
+      "DEMO_XDG_RUNTIME_DIR=" .. simdomain.quote(os.getenv("XDG_RUNTIME_DIR") or ""),
+      "DEMO_NODES=" .. simdomain.quote(table.concat(all, " ")),
+      "DEMO_PREFIX=" .. simdomain.quote(d.prefix),
+      "DEMO_JOB=4",
+      "DEMO_NODELIST=" .. simdomain.quote("n[1-" .. nodes .. "]"),
+    }
+    -- Each node's imexguard: the binary with the node's settings (what health.sh runs).
+    for _, n in ipairs(all) do
+      local shim = d:dir(n) .. "/imexguard"
+      simdomain.write_file(shim, string.format("#!/bin/sh\nexec %s --config %s \"$@\"\n",
+        simdomain.quote(d.build .. "/imexguard"), simdomain.quote(d:config(n))))
+      os.execute("chmod 0755 " .. simdomain.quote(shim))
+    end
+    simdomain.write_file(keep .. "/env.new", table.concat(env, "\n") .. "\n")
+    assert(os.rename(keep .. "/env.new", keep .. "/env"))
+    -- Wait to be stopped (SIGTERM from tests/with-systemd's cleanup).
+    while true do os.execute("sleep 3600") end
   end
 end, function(e)
   -- A person reads the message; a traceback only helps when the demo itself is being debugged.

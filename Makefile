@@ -190,7 +190,7 @@ install: $(BIN) $(MANPAGES) $(COMPLETION)
 	install -D -m 0644 $(B)/man/imexguard.conf.5 $(DESTDIR)$(PREFIX)/share/man/man5/imexguard.conf.5
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/share/imexguard/policies
 	install -m 0644 $(POLICIES) $(DESTDIR)$(PREFIX)/share/imexguard/policies/
-	sed 's|/usr/sbin/imexguard|$(PREFIX)/sbin/imexguard|g' contrib/nhc/imexguard.nhc > $(B)/imexguard.nhc
+	sed 's|/usr/sbin/|$(PREFIX)/sbin/|g; s|/usr/share/|$(PREFIX)/share/|g' contrib/nhc/imexguard.nhc > $(B)/imexguard.nhc
 	install -D -m 0644 $(B)/imexguard.nhc $(DESTDIR)$(PREFIX)/share/imexguard/nhc/imexguard.nhc
 	install -D -m 0644 $(COMPLETION) $(DESTDIR)$(COMPDIR)/imexguard
 	install -d -m 0755 $(DESTDIR)$(DOCDIR)/examples

@@ -141,6 +141,8 @@ e2e: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/run e2e
 
+# The demo (contrib/demo.sh): NODES=N simulated nodes; KEEP=1 leaves the rack up in the background
+# (contrib/demo/node runs a command on one node; `kill PID`, as printed, stops it).
 demo: deps-demo
 	@$(MAKE) --no-print-directory all
 	@contrib/demo.sh $(if $(NODES),--nodes=$(NODES)) $(if $(KEEP),--keep)

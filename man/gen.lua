@@ -79,7 +79,7 @@ local function metrics_section()
   local out = {}
   for _, name in ipairs(metrics.ORDER) do
     local h = metrics.HELP[name]
-    local labels = h[3] ~= "" and ("; labels " .. h[3]) or ""
+    local labels = (h[3] or "") ~= "" and ("; labels " .. h[3]) or ""
     out[#out + 1] = string.format("*%s* (%s%s)\n\t%s\n", esc(name), h[1], esc(labels), esc(h[2]))
   end
   return table.concat(out, "\n")

@@ -2,6 +2,9 @@
 local testing = require "imexguard.testing"
 local ctl = require "imexguard.ctl"
 
+-- The ctl's query as the default policy runs it (the kit tells the ctl from other programs by argv).
+local CTL = { "/usr/bin/nvidia-imex-ctl", "-c", testing.CONFIG, "-N", "-j" }
+
 describe("testing.host", function()
   it("files: read, stat with mtime from the virtual clock, atomic write, injected failures", function()
     local h = testing.host{ fail = { ["/x/full"] = { write = "ENOSPC" } }, files = { ["/x/full"] = "old\n" } }
@@ -135,7 +138,7 @@ describe("testing.host", function()
   it("ctl: a queue whose last answer repeats; rendered domains parse to what was described", function()
     local h = testing.host{ ctl = { "garbage", { domain = { nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" } } } } } }
-    local argv = { "ctl", "-N", "-j" }
+    local argv = CTL
     assert.equal("garbage", h.run(argv, { timeout = 5 }).stdout)
     for _ = 1, 2 do
       local res = h.run(argv, { timeout = 5 })
@@ -153,21 +156,21 @@ describe("testing.host", function()
 
   it("ctl: auto with unhealthy nodes (or every node with '*')", function()
     local h = testing.host{ unhealthy = { ["10.0.0.2"] = "UNAVAILABLE" } }
-    local d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DEGRADED", d.status)
     assert.equal("UNAVAILABLE", d.by_host["10.0.0.2"].status)
     h = testing.host{ unhealthy = { ["*"] = "UNAVAILABLE" } }
-    d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DOWN", d.status)
   end)
 
   it("ctl: auto follows the unit and what the daemon was started with", function()
     local h = testing.host()
-    local d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("UP", d.status)
     assert.equal(2, #d.nodes)
     h.unit_job(testing.UNIT, "stop", 30)
-    local res = h.run({ "ctl" }, { timeout = 5 })
+    local res = h.run(CTL, { timeout = 5 })
     local _, _, kind = ctl.parse_domain(res.stdout, res.status)
     assert.equal("unreachable", kind)
   end)
@@ -175,12 +178,12 @@ describe("testing.host", function()
   it("ctl: a hang spends its timeout and reports timeout (or deadline)", function()
     local h = testing.host{ deadline = 7, ctl = { testing.HANG } }
     local t0 = h.now()
-    local r, _, code, res = h.run({ "ctl" }, { timeout = 5 })
+    local r, _, code, res = h.run(CTL, { timeout = 5 })
     assert.is_nil(r)
     assert.equal("timeout", code)
     assert.equal(15, res.signal)
     assert.near(5, h.now() - t0, 1e-9)
-    r, _, code = h.run({ "ctl" }, { timeout = 5 })
+    r, _, code = h.run(CTL, { timeout = 5 })
     assert.is_nil(r)
     assert.equal("deadline", code)
     assert.equal(0, h.remaining())
@@ -189,10 +192,10 @@ describe("testing.host", function()
   it("spawn: a command that runs while the clock moves; its wait spends what is left of its time", function()
     local h = testing.host{ ctl = { { stdout = "answer", elapsed = 0.5 } } }
     local t0 = h.now()
-    local p = assert(h.spawn({ "ctl", "-N", "-j" }, { timeout = 5 }))
+    local p = assert(h.spawn(CTL, { timeout = 5 }))
     assert.equal(t0, h.now()) -- returns at once
     assert.equal(1, h.count("run")) -- a command run, whichever primitive started it
-    assert.same({ "ctl", "-N", "-j" }, h.runs[1])
+    assert.same(CTL, h.runs[1])
     h.sleep(0.2) -- the policy's own work meanwhile
     local r = assert(p:wait())
     assert.equal("answer", r.stdout)
@@ -207,7 +210,7 @@ describe("testing.host", function()
       return names
     end)())
     -- a wait after the command's end spends nothing
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     h.sleep(1)
     local t1 = h.now()
     assert(p:wait())
@@ -217,7 +220,7 @@ describe("testing.host", function()
   it("spawn: a hang times out counted from the start; the budget at the start bounds it", function()
     local h = testing.host{ deadline = 7, ctl = { testing.HANG } }
     local t0 = h.now()
-    local p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    local p = assert(h.spawn(CTL, { timeout = 5 }))
     h.sleep(2)
     local r, msg, code, res = p:wait()
     assert.is_nil(r)
@@ -225,7 +228,7 @@ describe("testing.host", function()
     assert.matches("no answer within 5 s", msg)
     assert.equal(15, res.signal)
     assert.near(5, h.now() - t0, 1e-9)
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     r, msg, code = p:wait()
     assert.is_nil(r)
     assert.equal("deadline", code)
@@ -235,27 +238,27 @@ describe("testing.host", function()
 
   it("spawn: a program that cannot run fails at the start; close kills a command never waited for", function()
     local h = testing.host{ ctl = { { exec_error = "ENOENT" }, "x" } }
-    local p, msg, code = h.spawn({ "/no/ctl" }, { timeout = 5 })
+    local p, msg, code = h.spawn({ "/no/nvidia-imex-ctl", "-N", "-j" }, { timeout = 5 })
     assert.is_nil(p)
     assert.equal("ENOENT", code)
-    assert.matches("/no/ctl", msg, 1, true)
+    assert.matches("/no/nvidia-imex-ctl", msg, 1, true)
     assert.same({}, h.spawns)
     local t0 = h.now()
     do
-      local q <close> = assert(h.spawn({ "ctl" }, { timeout = 5 })) -- luacheck: ignore q
+      local q <close> = assert(h.spawn(CTL, { timeout = 5 })) -- luacheck: ignore q
     end
     assert.equal(t0, h.spawns[1].killed)
     assert.is_nil(h.spawns[1].waited)
     assert.equal(t0, h.now()) -- killed, not waited for
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     assert.is_true(p:close())
     assert.has_error(function() p:wait() end)
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     assert(p:wait())
     assert.has_error(function() p:wait() end)
     assert.is_true(p:close())
     assert.is_nil(h.spawns[3].killed)
-    assert.has_error(function() h.spawn({ "ctl" }) end)
+    assert.has_error(function() h.spawn(CTL) end)
   end)
 
   it("clock: sleep advances it and stops at the deadline", function()

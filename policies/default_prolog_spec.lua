@@ -30,7 +30,7 @@ describe("default policy prolog", function()
         return { { id = j[1].id, nodes = j[1].nodes } }
       end)())
       assert.same({}, h.jobs)
-      assert.equal(1, h.count("run"))
+      assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
       assert.equal(0, h.count("sleep"))
       assert.equal(1, #h.locks)
       assert_released(h)
@@ -47,7 +47,7 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.same({ STATE }, paths(h))
       assert.same({}, h.jobs)
-      assert.equal(1, h.count("run"))
+      assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
     end)
 
     it("runs the ctl while systemd is asked for the unit under the lock (the overlap)", function()
@@ -59,8 +59,10 @@ describe("default policy prolog", function()
         local n = c[1]
         if n == "unit" or n == "run" or n == "wait" or n == "lock" then order[#order + 1] = n end
       end
-      -- step 1's query, the lock, the ctl started, step 5a's query, the ctl's answer
-      assert.same({ "unit", "lock", "run", "unit", "wait" }, order)
+      -- step 1's query, the lock, the ctl started, step 5a's query, the ctl's answer, then the
+      -- fabric check (nvidia-smi, after the domain is healthy)
+      assert.same({ "unit", "lock", "run", "unit", "wait", "run" }, order)
+      assert.same({ "/usr/bin/nvidia-smi" }, { h.runs[2][1] })
       assert.equal(1, #h.spawns)
       assert.is_truthy(h.spawns[1].waited)
       assert.is_nil(h.spawns[1].killed)
@@ -481,7 +483,7 @@ describe("default policy prolog", function()
       local outcome, message = run(h, { env = env("n[1,3]") })
       assert.equal("ok", outcome)
       assert.matches("restarted", message)
-      assert.equal(3, h.count("run"))
+      assert.equal(3, #h.runs_of("nvidia-imex-ctl"))
       -- the first poll at once after the restart (the bucket's one token), then one whenever the
       -- bucket has a token again: every poll_interval + one ctl call (0.01 s here), as fixed
       -- polling every poll_interval did, although each answer was new
@@ -1449,8 +1451,8 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal(SITE_NODES, list_writes(h)[1].path)
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(SITE_NODES))
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES)) -- the packaged list is not touched
-      assert.is_true(#h.runs > 0)
-      for _, argv in ipairs(h.runs) do
+      assert.is_true(#h.runs_of("nvidia-imex-ctl") > 0)
+      for _, argv in ipairs(h.runs_of("nvidia-imex-ctl")) do
         local c
         for i, a in ipairs(argv) do if a == "-c" then c = argv[i + 1] end end
         assert.equal(SITE, c)

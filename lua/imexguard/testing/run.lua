@@ -148,7 +148,8 @@ end
 
 --- The program a command runs, for its script: the key of opts.commands that is its argv[1] or that
 -- path's basename, else "nvidia-smi", "scontrol" or "nvidia-imex-ctl" by basename (the ctl also by
--- its query `-N`, whatever wrapper the setting `ctl` names), else nil (unscripted).
+-- its query `-N`, nvidia-smi by its `--query-gpu=`, whatever wrapper the settings `ctl` and
+-- `nvidia_smi` name), else nil (unscripted).
 -- @param argv list of strings
 -- @param commands table|nil opts.commands
 -- @return string|nil key
@@ -161,6 +162,7 @@ function M.program(argv, commands)
   if name == "nvidia-smi" or name == "scontrol" or name == "nvidia-imex-ctl" then return name end
   for _, a in ipairs(argv) do
     if a == "-N" then return "nvidia-imex-ctl" end
+    if a:find("^%-%-query%-gpu=") then return "nvidia-smi" end
   end
   return nil
 end

@@ -12,9 +12,9 @@
 --   respect other jobs   P:may_restart(ctx, st, verdict)     the job registry decides
 --   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
 --                                                            job; names the unit's Result when it fails
---   wait for health      P:wait_healthy(ctx, want, verdict)  poll the ctl until the domain is healthy,
---                                                            then P:fabric: the GPUs' NVLink fabric
---                                                            registration (imexguard.fabric, C31)
+--   wait for health      P:wait_healthy(ctx, want, verdict)  P:fabric: the GPUs' NVLink fabric
+--                                                            registration (imexguard.fabric, C31), then
+--                                                            poll the ctl until the domain is healthy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
 -- corrupt one: conflict, nothing changed), asks stale? and then respect other jobs (a registered job
@@ -175,17 +175,17 @@ function Policy:fabric(ctx, want, wait) -- luacheck: no self
   return fabric.check(ctx, { wait = wait, domain = want and want.domain })
 end
 
---- Wait for health: poll the ctl until the job's domain is healthy (the verdict's ctl answer is the
--- first poll), then, when that outcome exits 0, P:fabric (waiting while a GPU registers): this node's
--- fabric fault outranks a peer's fault (the outcome names this node's GPU; peers are not blamed).
+--- Wait for health: P:fabric first (waiting while a GPU registers; this node's fabric fault ends the
+-- step at once: it outranks a peer's fault, names this node's GPU and blames no peer, and needs no
+-- wait on the domain), then poll the ctl until the job's domain is healthy (the verdict's ctl answer
+-- is the first poll).
 -- @return outcome, message
 function Policy:wait_healthy(ctx, want, verdict)
-  local outcome, msg = health.wait(ctx, want, verdict.answer)
-  if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
   local r, fo, fm = self:fabric(ctx, want, true)
-  if not r then return fo, text.one_line(fm .. "; IMEX: " .. msg) end
+  if not r then return fo, fm end
+  local outcome, msg = health.wait(ctx, want, verdict.answer)
   if r.state == "unknown" or (r.polls or 0) > 1 then msg = msg .. "; fabric: " .. r.message end
-  return outcome, msg
+  return outcome, text.one_line(msg)
 end
 
 --- Register: the fields of the job's registry entry beyond the default ones (register_extra hook).

@@ -89,14 +89,16 @@ function M.parse(text)
       end
       if not NA[f[4]] then
         if not f[4]:match(UUID) then
-          return nil, string.format("line %d: GPU %d: fabric.clusterUuid %s is not a UUID", n, index, show(f[4]))
+          return nil, string.format("line %d: GPU %d: fabric.clusterUuid %s is not a UUID", n, index,
+            show(f[4]))
         end
         g.cluster_uuid = f[4]:lower()
       end
       if not NA[f[5]] then
         g.clique_id = f[5]:match("^%d+$") and math.tointeger(tonumber(f[5]))
         if not g.clique_id then
-          return nil, string.format("line %d: GPU %d: fabric.cliqueId %s is not a number", n, index, show(f[5]))
+          return nil, string.format("line %d: GPU %d: fabric.cliqueId %s is not a number", n, index,
+            show(f[5]))
         end
       end
       gpus[#gpus + 1] = g
@@ -133,7 +135,8 @@ function M.parse_q(text)
         in_fabric = false
       else
         local k, v = line:match("^%s*(%S[^:]-)%s*:%s*(.-)%s*$")
-        if k and cur[k] == nil and (k == "State" or k == "Status" or k == "CliqueId" or k == "ClusterUUID") then
+        local wanted = k == "State" or k == "Status" or k == "CliqueId" or k == "ClusterUUID"
+        if wanted and cur[k] == nil then
           cur[k] = v
         end
       end
@@ -326,7 +329,8 @@ function M.check(ctx, opts)
   local start = h.now()
   local window = opts.wait and math.min(s.fabric_timeout, math.max(h.remaining() - M.MARGIN, 0)) or 0
   local p = pace.new(s.poll_interval, start)
-  local v, polls, cut = nil, 0, false
+  local v
+  local polls, cut = 0, false
   while true do
     local asked = h.now()
     local timeout = math.min(M.CALL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05))
@@ -362,8 +366,8 @@ function M.check(ctx, opts)
       .. "passed after %.1f s: %s", node, waited, v.message))
   end
   if v.kind == "pending" and opts.wait then
-    return nil, "fabric-fault", one_line(string.format("node %s: %s after waiting %.1f s (fabric_timeout %g s); "
-      .. "this node is at fault, not its peers", node, v.message, waited, s.fabric_timeout))
+    return nil, "fabric-fault", one_line(string.format("node %s: %s after waiting %.1f s (fabric_timeout "
+      .. "%g s); this node is at fault, not its peers", node, v.message, waited, s.fabric_timeout))
   end
   if v.kind == "none" then
     h.log("info", "node " .. node .. ": " .. v.message .. ": no fabric check")

@@ -391,8 +391,8 @@ function M.readonly(t, what, known)
   })
 end
 
---- The argv of a command setting (`ctl`, `scontrol`, `nvidia_smi`): the setting is a path, or a list of strings
--- used as the argv prefix (e.g. a wrapper and its arguments); `args` follow it.
+--- The argv of a command setting (`ctl`, `scontrol`, `nvidia_smi`): the setting is a path, or a list
+-- of strings used as the argv prefix (e.g. a wrapper and its arguments); `args` follow it.
 -- @param value string|table the setting's value
 -- @param args table list of strings appended
 -- @return table a new list of strings

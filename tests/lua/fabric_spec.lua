@@ -211,7 +211,8 @@ describe("fabric.matches (the domain map's partition name)", function()
   end)
 
   it("any other name: no comparison", function()
-    for _, name in ipairs({ "rack1", "b1", "", U, U .. ".", U .. ".x", "9c6f5af3.1", U .. ".1.2", "x" .. U .. ".1" }) do
+    for _, name in ipairs({ "rack1", "b1", "", U, U .. ".", U .. ".x", "9c6f5af3.1", U .. ".1.2",
+      "x" .. U .. ".1" }) do
       assert.is_nil(fabric.matches(p, name), name)
     end
     assert.is_nil(fabric.matches(p, nil))
@@ -239,7 +240,7 @@ describe("fabric.check on the kit's host", function()
     assert.equal(0, #h.runs)
   end)
 
-  it("waits while a GPU registers, paced, then ok; a GPU that stays is a fault after fabric_timeout", function()
+  it("waits while a GPU registers, paced, then ok; one that stays is a fault after fabric_timeout", function()
     local t0
     local function smi(_, _, h)
       t0 = t0 or h.now()
@@ -292,7 +293,9 @@ describe("fabric.check on the kit's host", function()
         assert.is_true(h.now() - t0 <= fabric.CALL_TIMEOUT + 1e-6) -- never a hang: one bounded call
         assert.equal(1, #h.runs)
         local warned = false
-        for _, l in ipairs(h.logs) do warned = warned or (l[1] == "warning" and l[2]:find(u[3], 1, true) ~= nil) end
+        for _, l in ipairs(h.logs) do
+          warned = warned or (l[1] == "warning" and l[2]:find(u[3], 1, true) ~= nil)
+        end
         assert.is_true(warned)
         c = ctx({ nvidia_smi = u[2] }, { on_fabric_unknown = "fail" })
         local ok, o, m = fabric.check(c, { wait = true })

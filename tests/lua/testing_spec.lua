@@ -438,6 +438,110 @@ describe("testing.scenario", function()
   end)
 end)
 
+describe("testing: commands scripted by argv (C40)", function()
+  local fabric = require "imexguard.fabric"
+  local SMI = { "/usr/bin/nvidia-smi", fabric.QUERY[1], fabric.QUERY[2] }
+
+  it("the ctl, nvidia-smi and scontrol each have their own script and count", function()
+    local h = testing.host{ ctl = { "garbage" }, nvidia_smi = { testing.gpus(2), testing.FABRIC_NONE },
+      scontrol = { status = 1, stderr = "refused" } }
+    assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
+    local g = assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))
+    assert.equal(2, #g)
+    assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
+    assert.is_true(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))[1].na)
+    assert.equal(1, h.run({ "/usr/bin/scontrol", "update" }, { timeout = 5 }).status)
+    assert.equal(2, #h.runs_of("nvidia-imex-ctl"))
+    assert.equal(2, #h.runs_of("nvidia-smi"))
+    assert.equal(1, #h.runs_of("scontrol"))
+  end)
+
+  it("defaults: nvidia-smi a healthy 4-GPU tray in the kit's partition, scontrol exit 0", function()
+    local h = testing.host()
+    local v = fabric.judge(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout)))
+    assert.equal("healthy", v.kind)
+    assert.equal(4, #v.gpus)
+    assert.equal(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, v.partition.id)
+    local r = h.run({ "/opt/slurm/bin/scontrol", "-Q", "update" }, { timeout = 5 })
+    assert.equal(0, r.status)
+    assert.equal("", r.stdout)
+  end)
+
+  it("wrappers: the ctl by its -N, nvidia-smi by its --query-gpu=", function()
+    local h = testing.host{ ctl = { "c" }, nvidia_smi = { "s" } }
+    assert.equal("c", h.run({ "/opt/sim/ctl", "--node", "1", "-N", "-j" }, { timeout = 5 }).stdout)
+    assert.equal("s", h.run({ "/opt/wrap", "gpu", fabric.QUERY[1] }, { timeout = 5 }).stdout)
+  end)
+
+  it("commands = {...} scripts any program, by path or basename, before the others", function()
+    local h = testing.host{ commands = { ["/opt/site/check-ib"] = { stdout = "ib ok\n" },
+      ["nvidia-smi"] = function(n, argv) return { stdout = n .. " " .. argv[2] } end } }
+    assert.equal("ib ok\n", h.run({ "/opt/site/check-ib" }, { timeout = 5 }).stdout)
+    assert.equal("1 -q", h.run({ "/usr/bin/nvidia-smi", "-q" }, { timeout = 5 }).stdout)
+    assert.equal("2 -L", h.run({ "nvidia-smi", "-L" }, { timeout = 5 }).stdout)
+  end)
+
+  it("an unscripted command raises an error naming it (run and spawn)", function()
+    local h = testing.host()
+    local ok, err = pcall(h.run, { "/opt/site/check-ib", "--port", "1" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches('unscripted command "/opt/site/check-ib"', err, 1, true)
+    assert.matches("--port 1", err, 1, true)
+    assert.matches('commands = {["check-ib"]', err, 1, true)
+    ok, err = pcall(h.spawn, { "/bin/true" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches("/bin/true", err, 1, true)
+  end)
+
+  for _, d in ipairs({ "hang", "unreachable", "unconfigured", "garbage" }) do
+    it("scenario{domain = \"" .. d .. "\"} scripts one answer, repeated for every ctl call", function()
+      local s = testing.scenario{ policy = { prolog = function() return "ok" end }, domain = d }
+      local first = table.pack(s.host.run(CTL, { timeout = 1 }))
+      for _ = 1, 3 do
+        local again = table.pack(s.host.run(CTL, { timeout = 1 }))
+        assert.equal(first.n, again.n)
+        if first[1] then
+          assert.equal(first[1].stdout, again[1].stdout)
+          assert.equal(first[1].status, again[1].status)
+        else
+          assert.equal(first[3], again[3])
+        end
+      end
+      assert.is_nil(((first[1] or {}).stdout or ""):find("testing.scenario", 1, true))
+    end)
+  end
+
+  it("check: a site policy that runs nvidia-smi passes the healthy world (the default tray)", function()
+    local check = require "imexguard.testing.check"
+    local default = require "policies.default"
+    local P = default.extend{ admit = function(ctx)
+      local r = ctx.host.run(fabric.argv(ctx.settings), { timeout = 5 })
+      local g = r and fabric.parse(r.stdout)
+      if not g or fabric.judge(g).kind ~= "healthy" then return nil, "fabric-fault", "GPUs not registered" end
+      return true
+    end }
+    local res = check.run_one(P, "healthy-job")
+    assert.is_true(res.ok, res.why)
+    assert.is_nil(res.not_applicable)
+  end)
+
+  it("check: a command the policy does not script fails the scenario, naming it; check_commands scripts it",
+    function()
+      local check = require "imexguard.testing.check"
+      local P = require("policies.default").extend{ admit = function(ctx)
+        local r = ctx.host.run({ "/opt/site/check-ib" }, { timeout = 5 })
+        if r.stdout ~= "ok\n" then return nil, "bad-input", "IB down" end
+        return true
+      end }
+      local res = check.run_one(P, "healthy-job")
+      assert.is_false(res.ok)
+      assert.matches("unscripted command \"/opt/site/check-ib\"", res.why, 1, true)
+      P.check_commands = { ["check-ib"] = { stdout = "ok\n" } }
+      res = check.run_one(P, "healthy-job")
+      assert.is_true(res.ok, res.why)
+    end)
+end)
+
 describe("testing: one module per primitive group, one public API", function()
   local GROUPS = {
     ["testing.clock"] = { "now", "wallclock", "remaining", "sleep", "set_deadline" },

@@ -28,9 +28,9 @@
 --                    "failed": the daemon died at once), invocation_id = the new InvocationID},
 --                    or a list of those consumed per job (then every job ends "done")
 --   ctl              what nvidia-imex-ctl answers (its basename, or any argv with `-N`, whatever
---                    wrapper the setting ctl names): "auto" (default: UP with the hosts the daemon was started with when the unit
---                    is active, else the "unreachable" answer), a list of answers consumed per call
---                    (the last one repeats), or function(n, argv, h) -> answer. An answer is a
+--                    wrapper the setting ctl names): "auto" (default: UP with the hosts the daemon
+--                    was started with when the unit is active, else the "unreachable" answer), a
+--                    list of answers consumed per call (the last one repeats), or function(n, argv, h) -> answer. An answer is a
 --                    string (stdout, exit 0), {stdout =, status =}, {hang = true}, {domain =
 --                    described domain (see render_domain, imexguard.testing.run)} or {exec_error = "ENOENT"};
 --                    testing.restarted_peer{...} is such a function for a peer that restarted while
@@ -60,8 +60,8 @@
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
 -- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists of the commands run,
 -- by host.run or host.spawn: h.count("run") counts both; h.runs_of("nvidia-smi"): one program's),
--- h.spawns (the commands host.spawn started: {argv =, pid =, started =, waited =, killed =}, times on the fake clock; a spawned
--- command's time runs from its start, so its wait spends only what is left: see
+-- h.spawns (the commands host.spawn started: {argv =, pid =, started =, waited =, killed =}, times
+-- on the fake clock; a spawned command's time runs from its start, so its wait spends only what is left: see
 -- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
 -- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =,
 -- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain

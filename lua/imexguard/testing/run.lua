@@ -41,7 +41,8 @@ function M.gpus(list)
     local st = g.state or "Completed"
     local na = st == "N/A"
     lines[i] = string.format("%d, %s, %s, %s, %s", i - 1, st, g.status or (na and "N/A" or "Success"),
-      g.cluster_uuid or (na and "N/A" or M.CLUSTER_UUID), tostring(g.clique_id or (na and "N/A" or M.CLIQUE_ID)))
+      g.cluster_uuid or (na and "N/A" or M.CLUSTER_UUID),
+      tostring(g.clique_id or (na and "N/A" or M.CLIQUE_ID)))
   end
   return { stdout = table.concat(lines, "\n") .. "\n", status = 0 }
 end

@@ -31,9 +31,9 @@
 --                    wrapper the setting ctl names): "auto" (default: UP with the hosts the daemon
 --                    was started with when the unit is active, else the "unreachable" answer), a
 --                    list of answers consumed per call (the last one repeats), or function(n, argv,
---                    h) -> answer. An answer is a string (stdout, exit 0), {stdout =, status =}, {hang = true}, {domain =
---                    described domain (see render_domain, imexguard.testing.run)} or
---                    {exec_error = "ENOENT"};
+--                    h) -> answer. An answer is a string (stdout, exit 0), {stdout =, status =},
+--                    {hang = true}, {domain = described domain (see render_domain,
+--                    imexguard.testing.run)} or {exec_error = "ENOENT"};
 --                    testing.restarted_peer{...} is such a function for a peer that restarted while
 --                    this node's daemon waits on its reconnect back-off (or on a nudge, SIGUSR1)
 --   nvidia_smi       what nvidia-smi answers (any argv whose program is nvidia-smi): an answer, a list

@@ -86,7 +86,8 @@ end
 --   (50000, 50005); `extra_cfg`: lines for every config.cfg; `settings`: extra imexguard settings
 --   (Lua source lines) for every node; `fabric`: true to give every node the simulator's nvidia-smi
 --   (contrib/imexsim/nvidia-smi, setting nvidia_smi) answering from the node's file `gpus`
---   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver)
+--   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver); without it the
+--   nodes have no GPUs: fabric_check = "off"
 -- @treturn table the domain (methods below)
 function M.new(opts)
   opts = opts or {}
@@ -159,6 +160,8 @@ function M:write_node_files(name, opts)
   if opts.fabric then
     settings[#settings + 1] = string.format("nvidia_smi = { %q, \"--state\", %q }",
       abspath(self.src_dir()) .. "/imexsim/nvidia-smi", dir .. "/gpus")
+  else
+    settings[#settings + 1] = 'fabric_check = "off"' -- simulated nodes have no GPUs
   end
   for _, l in ipairs(opts.settings or {}) do settings[#settings + 1] = l end
   write_file(dir .. "/imexguard.conf", table.concat(settings, "\n") .. "\n")

@@ -317,6 +317,8 @@ end
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
+  -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:fabric waits for it)
+  local fq <close> = fabric.start(ctx) -- luacheck: ignore fq (killed unless waited for)
   -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
   local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
   local until_t = ctx.host.now() + wait

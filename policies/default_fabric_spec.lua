@@ -193,6 +193,15 @@ describe("default policy: the NVLink fabric (C31)", function()
     end
   end)
 
+  it("the prolog starts nvidia-smi before the lock; a prolog that ends before step 8a kills it", function()
+    local s = scenario{ jobs = { { id = 100, nodes = "n[1-2]" } } }
+    local o = s:prolog{ nodelist = "n[1,3]" } -- a registered job on another list: conflict
+    assert.equal("conflict", o)
+    assert.equal(1, #s.host.runs_of("nvidia-smi"))
+    assert.is_truthy(s.host.spawns[1].killed)
+    assert.is_nil(s.host.spawns[1].waited)
+  end)
+
   it("fabric_check = off: nvidia-smi never runs", function()
     local s = scenario{ nvidia_smi = tray(1, { status = "Insufficient Resources" },
       nil), settings = { fabric_check = "off" } }

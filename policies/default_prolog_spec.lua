@@ -59,19 +59,22 @@ describe("default policy prolog", function()
         local n = c[1]
         if n == "unit" or n == "run" or n == "wait" or n == "lock" then order[#order + 1] = n end
       end
-      -- step 1's query, the lock, the ctl started, step 5a's query, the ctl's answer, then the
-      -- fabric check (nvidia-smi, after the domain is healthy)
-      assert.same({ "unit", "lock", "run", "unit", "wait", "run" }, order)
-      assert.same({ "/usr/bin/nvidia-smi" }, { h.runs[2][1] })
-      assert.equal(1, #h.spawns)
-      assert.is_truthy(h.spawns[1].waited)
-      assert.is_nil(h.spawns[1].killed)
+      -- step 1's query, nvidia-smi started (the fabric check's early query), the lock, the ctl
+      -- started, step 5a's query, the ctl's answer, then nvidia-smi's (the fabric check, step 8a)
+      assert.same({ "unit", "run", "lock", "run", "unit", "wait", "wait" }, order)
+      assert.same({ "/usr/bin/nvidia-smi" }, { h.runs[1][1] })
+      assert.equal(2, #h.spawns)
+      for _, sp in ipairs(h.spawns) do
+        assert.is_truthy(sp.waited)
+        assert.is_nil(sp.killed)
+      end
     end)
 
     it("runs the configured ctl argv with -c config.cfg -N -j", function()
       local h = testing.host()
       run(h, { settings = { ctl = { "/opt/sim/ctl", "--node", "1" } } })
-      assert.same({ "/opt/sim/ctl", "--node", "1", "-c", CONFIG, "-N", "-j" }, h.runs[1])
+      assert.same({ "/opt/sim/ctl", "--node", "1", "-c", CONFIG, "-N", "-j" },
+        h.runs_of("nvidia-imex-ctl")[1])
     end)
   end)
 

@@ -240,14 +240,47 @@ function M.judge(gpus)
   return v
 end
 
---- Run the query once and judge its answer.
--- @param ctx table policy context (ctx.host.run, ctx.settings.nvidia_smi)
+local Early = {}
+Early.__index = Early
+
+--- Kill and reap the early query unless it was waited for (also its __close). Idempotent.
+function Early:close()
+  if self.proc and not self.used then self.proc:close() end
+  self.used = true
+end
+Early.__close = Early.close
+
+--- Start the query early (host.spawn), so that nvidia-smi (about a second on a GB200 tray) runs
+-- while the prolog takes the lock and asks systemd and the ctl; the check's first read then waits
+-- for it (M.read). Nothing starts with fabric_check = "off" or without host.spawn.
+-- @param ctx table policy context (sets ctx.fabric_early)
+-- @return early query (use `local q <close> = early`: closing kills it when never waited for), or nil
+function M.start(ctx)
+  local h, s = ctx.host, ctx.settings
+  if s.fabric_check == "off" or type(h.spawn) ~= "function" then return nil end
+  local timeout = math.min(M.CALL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05))
+  local proc, err, code = h.spawn(M.argv(s), { timeout = timeout, max_output = M.MAX_OUTPUT })
+  local q = setmetatable({ proc = proc, err = err, code = code, timeout = timeout }, Early)
+  ctx.fabric_early = q
+  return q
+end
+
+--- Run the query once (or wait for the early one, M.start, when it was not used yet) and judge its
+-- answer.
+-- @param ctx table policy context (ctx.host.run, ctx.settings.nvidia_smi, ctx.fabric_early)
 -- @param timeout number seconds for the call
 -- @return verdict (judge's), or {kind = "unknown", message = one line (absent, hung, a failed exit,
 --   unparsable), code = the run's error code or nil}
 function M.read(ctx, timeout)
   local argv = M.argv(ctx.settings)
-  local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
+  local res, err, code
+  local q = ctx.fabric_early
+  if q and not q.used then
+    q.used, timeout = true, q.timeout
+    if q.proc then res, err, code = q.proc:wait() else err, code = q.err, q.code end
+  else
+    res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
+  end
   if not res then
     local why
     if code == "timeout" then

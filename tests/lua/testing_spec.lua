@@ -491,6 +491,10 @@ describe("testing: commands scripted by argv (C40)", function()
     ok, err = pcall(h.spawn, { "/bin/true" }, { timeout = 5 })
     assert.is_false(ok)
     assert.matches("/bin/true", err, 1, true)
+    -- the default nvidia-smi answers the fabric query only
+    ok, err = pcall(h.run, { "/usr/bin/nvidia-smi", "-q" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches('unscripted command "/usr/bin/nvidia-smi" (argv: /usr/bin/nvidia-smi -q)', err, 1, true)
   end)
 
   for _, d in ipairs({ "hang", "unreachable", "unconfigured", "garbage" }) do

@@ -40,7 +40,8 @@
 --                    consumed per call (the last repeats) or function(n, argv, h); default
 --                    testing.gpus(): 4 GPUs Completed, Success, in the partition
 --                    testing.CLUSTER_UUID . testing.CLIQUE_ID (a healthy GB200 tray, so a policy that
---                    checks the fabric passes in the default world); testing.FABRIC_NONE (all N/A),
+--                    checks the fabric passes in the default world), for imexguard.fabric's query
+--                    only (another nvidia-smi command is unscripted); testing.FABRIC_NONE (all N/A),
 --                    testing.ABSENT (not installed), testing.HANG
 --   scontrol         what scontrol answers (same forms; default exit 0, no output)
 --   commands         {[program path or basename] = script}: any program, before the ones above; a

@@ -9,6 +9,9 @@ local cjson = require "cjson"
 
 local M = {}
 
+-- The query of the fabric check (imexguard.fabric), the one the default nvidia-smi answers.
+local FABRIC_QUERY = require("imexguard.fabric").QUERY[1]
+
 --- Ctl answer of an unreachable local daemon (tests/fixtures/ctl/errors.txt, exit 1).
 M.UNREACHABLE = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to all "
   .. "addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Address family not supported by protocol\n" }
@@ -181,7 +184,8 @@ end
 -- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
 -- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
 --   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default M.gpus():
---   4 GPUs registered in one partition); scontrol = a script (default: exit 0, no output);
+--   4 GPUs registered in one partition, for the fabric query only: another nvidia-smi command is
+--   unscripted); scontrol = a script (default: exit 0, no output);
 --   commands = {[program path or basename] = script}: any program, before the others)
 function M.install(h, w, opts)
   local ctl = opts.ctl or "auto"
@@ -200,9 +204,16 @@ function M.install(h, w, opts)
   end
   local function answer(argv)
     local prog = M.program(argv, opts.commands)
+    -- the default nvidia-smi answers the fabric query only; another query is the policy's to script
+    if prog == "nvidia-smi" and opts.nvidia_smi == nil and not (opts.commands and opts.commands[prog]) then
+      local fabric_query = false
+      for _, a in ipairs(argv) do fabric_query = fabric_query or a == FABRIC_QUERY end
+      if not fabric_query then prog = nil end
+    end
     if not prog then
       error(string.format("testing: unscripted command %q (argv: %s): script it with the host option "
-        .. "commands = {[%q] = answers}", tostring(argv[1]), table.concat(argv, " "), basename(argv[1])), 0)
+        .. "commands = {[%q] = answers} (imexguard check: the policy's check_commands)", tostring(argv[1]),
+        table.concat(argv, " "), basename(argv[1])), 0)
     end
     counts[prog] = (counts[prog] or 0) + 1
     local n = counts[prog]

@@ -166,13 +166,14 @@ end
 -- with status Success, a non-zero ClusterUUID, all in one partition, and that partition the one the
 -- domain map names when want.domain's name is a fabric identity (fabric.matches). GPUs that report
 -- N/A have no multi-node NVLink (nothing checked, said once in the log). Sets ctx.fabric.
--- @param want table|nil the desired list (want.domain: this node's domain from the domain map, or nil)
+-- @param want table|nil the desired list (want.domain: this node's domain from the domain map,
+--   {name =, nodes =, source =}, or nil; else ctx.domain when set)
 -- @param wait boolean wait up to fabric_timeout while a GPU is registering (the prolog); false: one read
 --   (status, health, plan)
 -- @return result (fabric.check's), or nil, outcome ("fabric-fault", "fabric-unknown",
 --   "deadline-exceeded"), message
 function Policy:fabric(ctx, want, wait) -- luacheck: no self
-  return fabric.check(ctx, { wait = wait, domain = want and want.domain })
+  return fabric.check(ctx, { wait = wait, domain = (want and want.domain) or rawget(ctx, "domain") })
 end
 
 --- Wait for health: P:fabric first (waiting while a GPU registers; this node's fabric fault ends the

@@ -224,6 +224,23 @@ describe("default policy: the NVLink fabric (C31)", function()
     assert.matches(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, m, 1, true)
   end)
 
+  it("the domain from ctx.domain when want has none: compared the same way", function()
+    local default = require "policies.default"
+    local P = default.extend()
+    function P:prepare(ctx)
+      ctx.domain = { name = U .. ":7", nodes = { "n1", "n2" }, source = "spec" }
+      return default.prepare(self, ctx)
+    end
+    local o, m = scenario{ policy = P }:prolog{ nodelist = "n[1-2]" }
+    assert.equal("fabric-fault", o)
+    assert.matches(U .. ".7", m, 1, true)
+    function P:prepare(ctx)
+      ctx.domain = { name = testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, nodes = {}, source = "spec" }
+      return default.prepare(self, ctx)
+    end
+    assert.equal("ok", (scenario{ policy = P }:prolog{ nodelist = "n[1-2]" }))
+  end)
+
   it("status --json: the fabric's state, message and partition", function()
     local _, _, out = scenario{}:status{ json = true }
     local t = cjson.decode(out)

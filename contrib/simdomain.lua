@@ -84,7 +84,10 @@ end
 --   default IMEXGUARD_BUILD, else build/); `net`: third octet (random); `prefix`: unit name prefix
 --   ("imexsim"); `root`: directory to use (default: a new temp dir); `server_port`, `cmd_port`
 --   (50000, 50005); `extra_cfg`: lines for every config.cfg; `settings`: extra imexguard settings
---   (Lua source lines) for every node
+--   (Lua source lines) for every node; `fabric`: true to give every node the simulator's nvidia-smi
+--   (contrib/imexsim/nvidia-smi, setting nvidia_smi) answering from the node's file `gpus`
+--   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver); without it the
+--   nodes have no GPUs: fabric_check = "off"
 -- @treturn table the domain (methods below)
 function M.new(opts)
   opts = opts or {}
@@ -154,6 +157,12 @@ function M:write_node_files(name, opts)
     "log_journal = false",
     "poll_interval = 0.1",
   }
+  if opts.fabric then
+    settings[#settings + 1] = string.format("nvidia_smi = { %q, \"--state\", %q }",
+      abspath(self.src_dir()) .. "/imexsim/nvidia-smi", dir .. "/gpus")
+  else
+    settings[#settings + 1] = 'fabric_check = "off"' -- simulated nodes have no GPUs
+  end
   for _, l in ipairs(opts.settings or {}) do settings[#settings + 1] = l end
   write_file(dir .. "/imexguard.conf", table.concat(settings, "\n") .. "\n")
 end
@@ -222,6 +231,15 @@ function M:write_nodes(name, list)
   local lines = {}
   for _, n in ipairs(list) do lines[#lines + 1] = self.addr[n] or n end
   write_file(self:dir(name) .. "/nodes_config.cfg", table.concat(lines, "\n") .. "\n")
+end
+
+--- Write the GPUs the simulator's nvidia-smi reports for a node (M.new's `fabric`): the lines of
+-- its file `gpus` (the format is in contrib/imexsim/nvidia-smi: "0, Completed, Success, UUID,
+-- CLIQUE", a timed transition "...; until EPOCH: ...", "hang", "exit CODE TEXT").
+-- @tparam string name node name
+-- @tparam table lines list of strings
+function M:set_gpus(name, lines)
+  write_file(self:dir(name) .. "/gpus", table.concat(lines, "\n") .. "\n")
 end
 
 --- A node's nodes_config.cfg.

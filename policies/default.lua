@@ -12,7 +12,9 @@
 --   respect other jobs   P:may_restart(ctx, st, verdict)     the job registry decides
 --   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
 --                                                            job; names the unit's Result when it fails
---   wait for health      P:wait_healthy(ctx, want, verdict)  poll the ctl until the domain is healthy
+--   wait for health      P:wait_healthy(ctx, want, verdict)  P:fabric: the GPUs' NVLink fabric
+--                                                            registration (imexguard.fabric, C31), then
+--                                                            poll the ctl until the domain is healthy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
 -- corrupt one: conflict, nothing changed), asks stale? and then respect other jobs (a registered job
@@ -62,6 +64,7 @@ local channels = lazy "imexguard.channels"
 local nodelist = lazy "imexguard.nodelist"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
+local fabric = lazy "imexguard.fabric"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -159,11 +162,31 @@ function Policy:port_is_units(ctx, info, props) -- luacheck: no self
   return steps.check_port(ctx, info, props)
 end
 
---- Wait for health: poll the ctl until the job's domain is healthy (the verdict's ctl answer is the
--- first poll).
+--- Fabric: the GPUs' NVLink fabric registration (imexguard.fabric.check, C31): every GPU Completed
+-- with status Success, a non-zero ClusterUUID, all in one partition, and that partition the one the
+-- domain map names when want.domain's name is a fabric identity (fabric.matches). GPUs that report
+-- N/A have no multi-node NVLink (nothing checked, said once in the log). Sets ctx.fabric.
+-- @param want table|nil the desired list (want.domain: this node's domain from the domain map,
+--   {name =, nodes =, source =}, or nil; else ctx.domain when set)
+-- @param wait boolean wait up to fabric_timeout while a GPU is registering (the prolog); false: one read
+--   (status, health, plan)
+-- @return result (fabric.check's), or nil, outcome ("fabric-fault", "fabric-unknown",
+--   "deadline-exceeded"), message
+function Policy:fabric(ctx, want, wait) -- luacheck: no self
+  return fabric.check(ctx, { wait = wait, domain = (want and want.domain) or rawget(ctx, "domain") })
+end
+
+--- Wait for health: P:fabric first (waiting while a GPU registers; this node's fabric fault ends the
+-- step at once: it outranks a peer's fault, names this node's GPU and blames no peer, and needs no
+-- wait on the domain), then poll the ctl until the job's domain is healthy (the verdict's ctl answer
+-- is the first poll).
 -- @return outcome, message
-function Policy:wait_healthy(ctx, want, verdict) -- luacheck: no self
-  return health.wait(ctx, want, verdict.answer)
+function Policy:wait_healthy(ctx, want, verdict)
+  local r, fo, fm = self:fabric(ctx, want, true)
+  if not r then return fo, fm end
+  local outcome, msg = health.wait(ctx, want, verdict.answer)
+  if r.state == "unknown" or (r.polls or 0) > 1 then msg = msg .. "; fabric: " .. r.message end
+  return outcome, text.one_line(msg)
 end
 
 --- Register: the fields of the job's registry entry beyond the default ones (register_extra hook).
@@ -295,6 +318,8 @@ end
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
+  -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:fabric waits for it)
+  local fq <close> = fabric.start(ctx) -- luacheck: ignore fq (killed unless waited for)
   -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
   local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
   local until_t = ctx.host.now() + wait
@@ -385,8 +410,9 @@ function Policy:run_plan(ctx)
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
   local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
-  return outcome, self:channel_note(info, report.plan_message(f)),
-    self:channel_report(ctx, info, report.plan(f))
+  local message = self:channel_note(info, report.plan_message(f))
+  outcome, message = self:fabric_verdict(ctx, want, outcome, message)
+  return outcome, message, self:fabric_report(ctx, self:channel_report(ctx, info, report.plan(f)))
 end
 
 --- Slurm node names by address, from the address map when one is configured.
@@ -473,11 +499,43 @@ function Policy:run_status(ctx)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
-  msg = text.one_line(msg)
+  outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
   local out = report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
     outcome = outcome, message = msg, findings = findings, config = info and info.config,
     node_list = by_file and info.nodes_file or nil })
-  return outcome, msg, self:channel_report(ctx, nil, out)
+  return outcome, msg, self:fabric_report(ctx, self:channel_report(ctx, nil, out))
+end
+
+--- status, health and plan: the fabric read once (P:fabric without waiting) joined to an outcome
+-- that exits 0: a fault of this node's GPUs (or fabric-unknown with on_fabric_unknown = "fail")
+-- replaces it; GPUs still registering are named in the message, not a fault (the prolog waits for
+-- them); an outcome that is already non-zero stays, the fabric is not read.
+-- @param want table|nil (want.domain, see P:fabric)
+-- @return outcome, message (one line)
+function Policy:fabric_verdict(ctx, want, outcome, msg)
+  if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
+  local r, fo, fm = self:fabric(ctx, want, false)
+  if not r then return fo, text.one_line(fm .. "; " .. msg) end
+  if r.state == "pending" or r.state == "unknown" then msg = msg .. "; fabric: " .. r.message end
+  return outcome, text.one_line(msg)
+end
+
+--- A report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text "fabric: ...",
+-- JSON field `fabric` = {state, message, partition = "<ClusterUUID>.<CliqueId>" or null}. Unchanged
+-- when the fabric was not read.
+-- @param out string the report
+-- @return string the report
+function Policy:fabric_report(ctx, out) -- luacheck: no self
+  local f = ctx.fabric
+  if not f or type(out) ~= "string" then return out end
+  if ctx.json then
+    local cjson = require "cjson"
+    local ok, t = pcall(cjson.decode, out)
+    if not ok or type(t) ~= "table" then return out end
+    t.fabric = { state = f.state, message = f.message, partition = f.partition and f.partition.id or nil }
+    return cjson.encode(t) .. "\n"
+  end
+  return out .. "fabric: " .. f.state .. ": " .. f.message .. "\n"
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ describe("default policy prolog", function()
         return { { id = j[1].id, nodes = j[1].nodes } }
       end)())
       assert.same({}, h.jobs)
-      assert.equal(1, h.count("run"))
+      assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
       assert.equal(0, h.count("sleep"))
       assert.equal(1, #h.locks)
       assert_released(h)
@@ -47,7 +47,7 @@ describe("default policy prolog", function()
       assert.equal("ok", outcome)
       assert.same({ STATE }, paths(h))
       assert.same({}, h.jobs)
-      assert.equal(1, h.count("run"))
+      assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
     end)
 
     it("runs the ctl while systemd is asked for the unit under the lock (the overlap)", function()
@@ -59,17 +59,22 @@ describe("default policy prolog", function()
         local n = c[1]
         if n == "unit" or n == "run" or n == "wait" or n == "lock" then order[#order + 1] = n end
       end
-      -- step 1's query, the lock, the ctl started, step 5a's query, the ctl's answer
-      assert.same({ "unit", "lock", "run", "unit", "wait" }, order)
-      assert.equal(1, #h.spawns)
-      assert.is_truthy(h.spawns[1].waited)
-      assert.is_nil(h.spawns[1].killed)
+      -- step 1's query, nvidia-smi started (the fabric check's early query), the lock, the ctl
+      -- started, step 5a's query, the ctl's answer, then nvidia-smi's (the fabric check, step 8a)
+      assert.same({ "unit", "run", "lock", "run", "unit", "wait", "wait" }, order)
+      assert.same({ "/usr/bin/nvidia-smi" }, { h.runs[1][1] })
+      assert.equal(2, #h.spawns)
+      for _, sp in ipairs(h.spawns) do
+        assert.is_truthy(sp.waited)
+        assert.is_nil(sp.killed)
+      end
     end)
 
     it("runs the configured ctl argv with -c config.cfg -N -j", function()
       local h = testing.host()
       run(h, { settings = { ctl = { "/opt/sim/ctl", "--node", "1" } } })
-      assert.same({ "/opt/sim/ctl", "--node", "1", "-c", CONFIG, "-N", "-j" }, h.runs[1])
+      assert.same({ "/opt/sim/ctl", "--node", "1", "-c", CONFIG, "-N", "-j" },
+        h.runs_of("nvidia-imex-ctl")[1])
     end)
   end)
 
@@ -481,7 +486,7 @@ describe("default policy prolog", function()
       local outcome, message = run(h, { env = env("n[1,3]") })
       assert.equal("ok", outcome)
       assert.matches("restarted", message)
-      assert.equal(3, h.count("run"))
+      assert.equal(3, #h.runs_of("nvidia-imex-ctl"))
       -- the first poll at once after the restart (the bucket's one token), then one whenever the
       -- bucket has a token again: every poll_interval + one ctl call (0.01 s here), as fixed
       -- polling every poll_interval did, although each answer was new
@@ -1449,8 +1454,8 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal(SITE_NODES, list_writes(h)[1].path)
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(SITE_NODES))
       assert.equal("10.0.0.1\n10.0.0.2\n", h.file(NODES)) -- the packaged list is not touched
-      assert.is_true(#h.runs > 0)
-      for _, argv in ipairs(h.runs) do
+      assert.is_true(#h.runs_of("nvidia-imex-ctl") > 0)
+      for _, argv in ipairs(h.runs_of("nvidia-imex-ctl")) do
         local c
         for i, a in ipairs(argv) do if a == "-c" then c = argv[i + 1] end end
         assert.equal(SITE, c)
@@ -1529,7 +1534,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.equal("config-fault", o, m)
       assert.equal(14, outcomes.exit_code(o, testing.ctx{ host = h }.settings))
       assert.truthy(h.now() - start < 5, "stopped early: " .. (h.now() - start))
-      assert.truthy(#h.runs <= 4, #h.runs)
+      assert.truthy(#h.runs_of("nvidia-imex-ctl") <= 4, #h.runs)
       assert.truthy(m:find("not a peer fault", 1, true), m)
       assert.truthy(m:find("IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1", 1, true), m)
       assert.is_nil(m:find("peers are not", 1, true))

@@ -393,7 +393,8 @@ end
 
 --- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end
 -- (Unix seconds), the unit's starts and restarts and the nudges of this run, and the domain node
--- states the run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe).
+-- states the run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe), and the
+-- GPUs' fabric registration it read (ctx.fabric, set by imexguard.fabric.check).
 -- @param run table the run
 -- @param base table {host = the real primitives, settings}
 -- @param outcome string
@@ -409,9 +410,19 @@ function D.record_metrics(run, base, outcome, code)
       nodes[#nodes + 1] = { id = tostring(n.id), host = tostring(n.host), status = tostring(n.status) }
     end
   end
+  local gpus
+  local fab = run.ctx and rawget(run.ctx, 'fabric')
+  if type(fab) == 'table' and type(fab.gpus) == 'table' then
+    gpus = {}
+    for _, g in ipairs(fab.gpus) do
+      local part = g.cluster_uuid and (g.cluster_uuid .. '.' .. tostring(g.clique_id)) or 'N/A'
+      gpus[#gpus + 1] = { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
+        status = tostring(g.status or 'N/A'), partition = part }
+    end
+  end
   require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
     duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
-    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes })
+    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes, gpus = gpus })
 end
 
 -- ---- check ------------------------------------------------------------------------------------

@@ -33,10 +33,13 @@ local HELP = {
   imexguard_domain_node_status = { "gauge",
     "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status).",
     "id, host, status" },
+  imexguard_fabric_gpu = { "gauge",
+    "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
+    "gpu, state, status, partition" },
 }
 local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
-  "imexguard_last_exit_code", "imexguard_domain_node_status" }
+  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
 M.HELP = HELP
 --- The family names in the file's order.
@@ -122,7 +125,8 @@ end
 -- @tparam table samples from `parse` (changed in place)
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
---   wait, imexguard.nudge), nodes (optional list of {id, host, status})}`
+--   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
+--   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -150,6 +154,15 @@ function M.update(samples, run)
     for _, node in ipairs(run.nodes) do
       local labels = { id = node.id, host = node.host, status = node.status }
       samples[key("imexguard_domain_node_status", labels)] = 1
+    end
+  end
+  if run.gpus then
+    for k in pairs(samples) do
+      if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
+    end
+    for _, g in ipairs(run.gpus) do
+      samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
+        partition = g.partition })] = 1
     end
   end
   return samples

@@ -36,8 +36,9 @@ M.list = {
   { "config-mismatch", 15, "a setting names another config or node list than the one the unit's daemon "
     .. "reads (both paths named); nothing changed" },
   { "fabric-fault", 16, "a GPU of this node is not registered with the NVLink fabric (a failed status, "
-    .. "a zero ClusterUUID, GPUs in different partitions, or another partition than the domain map "
-    .. "names); the GPU and the fields are named" },
+    .. "a zero ClusterUUID, GPUs in different partitions, still registering after fabric_timeout, or "
+    .. "another partition than the domain map names); the GPU and the fields are named, peers are not "
+    .. "blamed" },
   { "fabric-unknown", 17, "the GPUs' fabric registration could not be read (nvidia-smi absent, hung or "
     .. "unparsable) and on_fabric_unknown is \"fail\"" },
   { "settings-error", 18, "imexguard.conf or a --set is wrong (the file, line and key are named); nothing "

@@ -61,6 +61,18 @@ M.schema = {
     doc = "seconds: how long this node's link to a READY peer may stay down before the nudge (twice the "
       .. "daemon's first reconnect back-off, 0.5 s, so that a link its own first retry brings up is "
       .. "left alone)" },
+  { name = "fabric_check", default = "auto", kind = "enum", values = { "auto", "off" },
+    doc = "the GPUs' NVLink fabric registration (nvidia-smi's fabric.state, fabric.status, ClusterUUID, "
+      .. "CliqueId): \"auto\" (checked by the prolog's health step, health and status; GPUs that "
+      .. "report N/A have no multi-node NVLink and are not checked) or \"off\"" },
+  { name = "nvidia_smi", default = "/usr/bin/nvidia-smi", kind = "argv",
+    doc = "nvidia-smi, used for the fabric check: a path, or a list of strings used as the argv prefix" },
+  { name = "fabric_timeout", default = 30, kind = "number",
+    doc = "seconds: how long the prolog waits for GPUs whose fabric registration is Not Started or "
+      .. "In Progress (after a reboot or a partition change) before it is a fabric-fault" },
+  { name = "on_fabric_unknown", default = "skip", kind = "enum", values = { "skip", "fail" },
+    doc = "when the fabric registration cannot be read (nvidia-smi absent, hung or unparsable): "
+      .. "\"skip\" (not checked, logged at warning) or \"fail\" (outcome fabric-unknown, exit 17)" },
   { name = "on_peer_fault", default = "warn", kind = "enum", values = { "warn", "fail" },
     doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
   { name = "restart_under_jobs", default = false, kind = "boolean",
@@ -379,8 +391,8 @@ function M.readonly(t, what, known)
   })
 end
 
---- The argv of a command setting (`ctl`, `scontrol`): the setting is a path, or a list of strings
--- used as the argv prefix (e.g. a wrapper and its arguments); `args` follow it.
+--- The argv of a command setting (`ctl`, `scontrol`, `nvidia_smi`): the setting is a path, or a list
+-- of strings used as the argv prefix (e.g. a wrapper and its arguments); `args` follow it.
 -- @param value string|table the setting's value
 -- @param args table list of strings appended
 -- @return table a new list of strings

@@ -4,7 +4,7 @@ local drain = require "imexguard.drain"
 
 describe("drain reason", function()
   local function ctx(answer, settings, env)
-    local h = testing.host{ ctl = function() return answer end }
+    local h = testing.host{ scontrol = function() return answer end }
     return testing.ctx{ host = h, settings = settings or { drain_reason = true }, env = env }, h
   end
 

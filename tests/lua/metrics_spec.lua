@@ -79,6 +79,24 @@ describe("metrics", function()
     assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.1,id=0,status=READY|1.0"))
   end)
 
+  it("the GPUs' fabric registration of the last run that read it, one gauge per GPU (C31)", function()
+    local run = { command = "prolog", outcome = "fabric-fault", exit_code = 16, duration = 1, ended = 1,
+      gpus = { { gpu = "0", state = "Completed", status = "Success", partition = "u.1" },
+        { gpu = "1", state = "Completed", status = "Insufficient Resources", partition = "N/A" } } }
+    local s = assert(metrics.parse(metrics.render(metrics.update({}, run))))
+    local lines = reference_parse(metrics.render(metrics.update(s, { command = "epilog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 2 })))
+    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,partition=N/A,state=Completed,"
+      .. "status=Insufficient Resources|1.0"), table.concat(lines, "\n"))
+    lines = reference_parse(metrics.render(metrics.update(s, { command = "prolog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 3, gpus = { { gpu = "0", state = "Completed", status = "Success",
+        partition = "u.1" } } })))
+    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=0,partition=u.1,state=Completed,"
+      .. "status=Success|1.0"))
+    assert.is_false(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,partition=N/A,state=Completed,"
+      .. "status=Insufficient Resources|1.0"))
+  end)
+
   it("escapes label values (backslash, quote, newline) so a host name cannot break the file", function()
     local run = { command = "status", outcome = "ok", exit_code = 0, duration = 0.1, ended = 1,
       nodes = { { id = "0", host = 'a"b\\c\nd', status = "READY" } } }

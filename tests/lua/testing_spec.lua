@@ -2,6 +2,9 @@
 local testing = require "imexguard.testing"
 local ctl = require "imexguard.ctl"
 
+-- The ctl's query as the default policy runs it (the kit tells the ctl from other programs by argv).
+local CTL = { "/usr/bin/nvidia-imex-ctl", "-c", testing.CONFIG, "-N", "-j" }
+
 describe("testing.host", function()
   it("files: read, stat with mtime from the virtual clock, atomic write, injected failures", function()
     local h = testing.host{ fail = { ["/x/full"] = { write = "ENOSPC" } }, files = { ["/x/full"] = "old\n" } }
@@ -135,7 +138,7 @@ describe("testing.host", function()
   it("ctl: a queue whose last answer repeats; rendered domains parse to what was described", function()
     local h = testing.host{ ctl = { "garbage", { domain = { nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" } } } } } }
-    local argv = { "ctl", "-N", "-j" }
+    local argv = CTL
     assert.equal("garbage", h.run(argv, { timeout = 5 }).stdout)
     for _ = 1, 2 do
       local res = h.run(argv, { timeout = 5 })
@@ -153,21 +156,21 @@ describe("testing.host", function()
 
   it("ctl: auto with unhealthy nodes (or every node with '*')", function()
     local h = testing.host{ unhealthy = { ["10.0.0.2"] = "UNAVAILABLE" } }
-    local d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DEGRADED", d.status)
     assert.equal("UNAVAILABLE", d.by_host["10.0.0.2"].status)
     h = testing.host{ unhealthy = { ["*"] = "UNAVAILABLE" } }
-    d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DOWN", d.status)
   end)
 
   it("ctl: auto follows the unit and what the daemon was started with", function()
     local h = testing.host()
-    local d = assert(ctl.parse_domain(h.run({ "ctl" }, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("UP", d.status)
     assert.equal(2, #d.nodes)
     h.unit_job(testing.UNIT, "stop", 30)
-    local res = h.run({ "ctl" }, { timeout = 5 })
+    local res = h.run(CTL, { timeout = 5 })
     local _, _, kind = ctl.parse_domain(res.stdout, res.status)
     assert.equal("unreachable", kind)
   end)
@@ -175,12 +178,12 @@ describe("testing.host", function()
   it("ctl: a hang spends its timeout and reports timeout (or deadline)", function()
     local h = testing.host{ deadline = 7, ctl = { testing.HANG } }
     local t0 = h.now()
-    local r, _, code, res = h.run({ "ctl" }, { timeout = 5 })
+    local r, _, code, res = h.run(CTL, { timeout = 5 })
     assert.is_nil(r)
     assert.equal("timeout", code)
     assert.equal(15, res.signal)
     assert.near(5, h.now() - t0, 1e-9)
-    r, _, code = h.run({ "ctl" }, { timeout = 5 })
+    r, _, code = h.run(CTL, { timeout = 5 })
     assert.is_nil(r)
     assert.equal("deadline", code)
     assert.equal(0, h.remaining())
@@ -189,10 +192,10 @@ describe("testing.host", function()
   it("spawn: a command that runs while the clock moves; its wait spends what is left of its time", function()
     local h = testing.host{ ctl = { { stdout = "answer", elapsed = 0.5 } } }
     local t0 = h.now()
-    local p = assert(h.spawn({ "ctl", "-N", "-j" }, { timeout = 5 }))
+    local p = assert(h.spawn(CTL, { timeout = 5 }))
     assert.equal(t0, h.now()) -- returns at once
     assert.equal(1, h.count("run")) -- a command run, whichever primitive started it
-    assert.same({ "ctl", "-N", "-j" }, h.runs[1])
+    assert.same(CTL, h.runs[1])
     h.sleep(0.2) -- the policy's own work meanwhile
     local r = assert(p:wait())
     assert.equal("answer", r.stdout)
@@ -207,7 +210,7 @@ describe("testing.host", function()
       return names
     end)())
     -- a wait after the command's end spends nothing
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     h.sleep(1)
     local t1 = h.now()
     assert(p:wait())
@@ -217,7 +220,7 @@ describe("testing.host", function()
   it("spawn: a hang times out counted from the start; the budget at the start bounds it", function()
     local h = testing.host{ deadline = 7, ctl = { testing.HANG } }
     local t0 = h.now()
-    local p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    local p = assert(h.spawn(CTL, { timeout = 5 }))
     h.sleep(2)
     local r, msg, code, res = p:wait()
     assert.is_nil(r)
@@ -225,7 +228,7 @@ describe("testing.host", function()
     assert.matches("no answer within 5 s", msg)
     assert.equal(15, res.signal)
     assert.near(5, h.now() - t0, 1e-9)
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     r, msg, code = p:wait()
     assert.is_nil(r)
     assert.equal("deadline", code)
@@ -235,27 +238,27 @@ describe("testing.host", function()
 
   it("spawn: a program that cannot run fails at the start; close kills a command never waited for", function()
     local h = testing.host{ ctl = { { exec_error = "ENOENT" }, "x" } }
-    local p, msg, code = h.spawn({ "/no/ctl" }, { timeout = 5 })
+    local p, msg, code = h.spawn({ "/no/nvidia-imex-ctl", "-N", "-j" }, { timeout = 5 })
     assert.is_nil(p)
     assert.equal("ENOENT", code)
-    assert.matches("/no/ctl", msg, 1, true)
+    assert.matches("/no/nvidia-imex-ctl", msg, 1, true)
     assert.same({}, h.spawns)
     local t0 = h.now()
     do
-      local q <close> = assert(h.spawn({ "ctl" }, { timeout = 5 })) -- luacheck: ignore q
+      local q <close> = assert(h.spawn(CTL, { timeout = 5 })) -- luacheck: ignore q
     end
     assert.equal(t0, h.spawns[1].killed)
     assert.is_nil(h.spawns[1].waited)
     assert.equal(t0, h.now()) -- killed, not waited for
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     assert.is_true(p:close())
     assert.has_error(function() p:wait() end)
-    p = assert(h.spawn({ "ctl" }, { timeout = 5 }))
+    p = assert(h.spawn(CTL, { timeout = 5 }))
     assert(p:wait())
     assert.has_error(function() p:wait() end)
     assert.is_true(p:close())
     assert.is_nil(h.spawns[3].killed)
-    assert.has_error(function() h.spawn({ "ctl" }) end)
+    assert.has_error(function() h.spawn(CTL) end)
   end)
 
   it("clock: sleep advances it and stops at the deadline", function()
@@ -433,6 +436,114 @@ describe("testing.scenario", function()
     local s = testing.scenario{}
     assert.equal("ok", (s:prolog{ nodelist = "n[1-2]" }))
   end)
+end)
+
+describe("testing: commands scripted by argv (C40)", function()
+  local fabric = require "imexguard.fabric"
+  local SMI = { "/usr/bin/nvidia-smi", fabric.QUERY[1], fabric.QUERY[2] }
+
+  it("the ctl, nvidia-smi and scontrol each have their own script and count", function()
+    local h = testing.host{ ctl = { "garbage" }, nvidia_smi = { testing.gpus(2), testing.FABRIC_NONE },
+      scontrol = { status = 1, stderr = "refused" } }
+    assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
+    local g = assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))
+    assert.equal(2, #g)
+    assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
+    assert.is_true(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))[1].na)
+    assert.equal(1, h.run({ "/usr/bin/scontrol", "update" }, { timeout = 5 }).status)
+    assert.equal(2, #h.runs_of("nvidia-imex-ctl"))
+    assert.equal(2, #h.runs_of("nvidia-smi"))
+    assert.equal(1, #h.runs_of("scontrol"))
+  end)
+
+  it("defaults: nvidia-smi a healthy 4-GPU tray in the kit's partition, scontrol exit 0", function()
+    local h = testing.host()
+    local v = fabric.judge(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout)))
+    assert.equal("healthy", v.kind)
+    assert.equal(4, #v.gpus)
+    assert.equal(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, v.partition.id)
+    local r = h.run({ "/opt/slurm/bin/scontrol", "-Q", "update" }, { timeout = 5 })
+    assert.equal(0, r.status)
+    assert.equal("", r.stdout)
+  end)
+
+  it("wrappers: the ctl by its -N, nvidia-smi by its --query-gpu=", function()
+    local h = testing.host{ ctl = { "c" }, nvidia_smi = { "s" } }
+    assert.equal("c", h.run({ "/opt/sim/ctl", "--node", "1", "-N", "-j" }, { timeout = 5 }).stdout)
+    assert.equal("s", h.run({ "/opt/wrap", "gpu", fabric.QUERY[1] }, { timeout = 5 }).stdout)
+  end)
+
+  it("commands = {...} scripts any program, by path or basename, before the others", function()
+    local h = testing.host{ commands = { ["/opt/site/check-ib"] = { stdout = "ib ok\n" },
+      ["nvidia-smi"] = function(n, argv) return { stdout = n .. " " .. argv[2] } end } }
+    assert.equal("ib ok\n", h.run({ "/opt/site/check-ib" }, { timeout = 5 }).stdout)
+    assert.equal("1 -q", h.run({ "/usr/bin/nvidia-smi", "-q" }, { timeout = 5 }).stdout)
+    assert.equal("2 -L", h.run({ "nvidia-smi", "-L" }, { timeout = 5 }).stdout)
+  end)
+
+  it("an unscripted command raises an error naming it (run and spawn)", function()
+    local h = testing.host()
+    local ok, err = pcall(h.run, { "/opt/site/check-ib", "--port", "1" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches('unscripted command "/opt/site/check-ib"', err, 1, true)
+    assert.matches("--port 1", err, 1, true)
+    assert.matches('commands = {["check-ib"]', err, 1, true)
+    ok, err = pcall(h.spawn, { "/bin/true" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches("/bin/true", err, 1, true)
+    -- the default nvidia-smi answers the fabric query only
+    ok, err = pcall(h.run, { "/usr/bin/nvidia-smi", "-q" }, { timeout = 5 })
+    assert.is_false(ok)
+    assert.matches('unscripted command "/usr/bin/nvidia-smi" (argv: /usr/bin/nvidia-smi -q)', err, 1, true)
+  end)
+
+  for _, d in ipairs({ "hang", "unreachable", "unconfigured", "garbage" }) do
+    it("scenario{domain = \"" .. d .. "\"} scripts one answer, repeated for every ctl call", function()
+      local s = testing.scenario{ policy = { prolog = function() return "ok" end }, domain = d }
+      local first = table.pack(s.host.run(CTL, { timeout = 1 }))
+      for _ = 1, 3 do
+        local again = table.pack(s.host.run(CTL, { timeout = 1 }))
+        assert.equal(first.n, again.n)
+        if first[1] then
+          assert.equal(first[1].stdout, again[1].stdout)
+          assert.equal(first[1].status, again[1].status)
+        else
+          assert.equal(first[3], again[3])
+        end
+      end
+      assert.is_nil(((first[1] or {}).stdout or ""):find("testing.scenario", 1, true))
+    end)
+  end
+
+  it("check: a site policy that runs nvidia-smi passes the healthy world (the default tray)", function()
+    local check = require "imexguard.testing.check"
+    local default = require "policies.default"
+    local P = default.extend{ admit = function(ctx)
+      local r = ctx.host.run(fabric.argv(ctx.settings), { timeout = 5 })
+      local g = r and fabric.parse(r.stdout)
+      if not g or fabric.judge(g).kind ~= "healthy" then return nil, "fabric-fault", "GPUs not registered" end
+      return true
+    end }
+    local res = check.run_one(P, "healthy-job")
+    assert.is_true(res.ok, res.why)
+    assert.is_nil(res.not_applicable)
+  end)
+
+  it("check: a command the policy does not script fails the scenario, naming it; check_commands scripts it",
+    function()
+      local check = require "imexguard.testing.check"
+      local P = require("policies.default").extend{ admit = function(ctx)
+        local r = ctx.host.run({ "/opt/site/check-ib" }, { timeout = 5 })
+        if r.stdout ~= "ok\n" then return nil, "bad-input", "IB down" end
+        return true
+      end }
+      local res = check.run_one(P, "healthy-job")
+      assert.is_false(res.ok)
+      assert.matches("unscripted command \"/opt/site/check-ib\"", res.why, 1, true)
+      P.check_commands = { ["check-ib"] = { stdout = "ok\n" } }
+      res = check.run_one(P, "healthy-job")
+      assert.is_true(res.ok, res.why)
+    end)
 end)
 
 describe("testing: one module per primitive group, one public API", function()

@@ -16,6 +16,12 @@
 -- values, so that a check on a workstation needs none of the node's files. A policy that needs files
 -- of its own (a site's map file...) lists them in its table as `check_files = {[path] = contents}`;
 -- they are added to every scenario's world (the scenario's own files win).
+-- Commands are scripted by argv (imexguard.testing.run, C40): the ctl answers as each scenario says,
+-- nvidia-smi as a healthy GB200 tray (4 GPUs registered in one NVLink partition), scontrol with exit
+-- 0; a policy that runs another program (or nvidia-smi with another query) scripts it in its table as
+-- `check_commands = {[program path or basename] = answer | list of answers | function(n, argv, h)}`
+-- (added to every scenario's world; the scenario's own scripts win). A command nobody scripted
+-- raises "testing: unscripted command ..." naming it: the scenario fails with that message.
 --
 -- Use from busted (a site's own spec):
 --   local scenarios = require "imexguard.testing.check"
@@ -35,7 +41,7 @@ local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
 
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
-  "address_map", "policy" }
+  "address_map", "policy", "nvidia_smi", "scontrol" }
 
 --- The job's node list (n[1-2]) as the policy must write it.
 M.WANT = "10.0.0.1\n10.0.0.2\n"
@@ -102,6 +108,12 @@ function M.call(policy, o)
     local files = copy(policy.check_files)
     for k, v in pairs(hopts.files or {}) do files[k] = v end
     hopts.files = files
+  end
+  -- commands the policy runs beyond the ctl, nvidia-smi and scontrol (policy.check_commands)
+  if type(rawget(policy, "check_commands")) == "table" then
+    local cmds = copy(policy.check_commands)
+    for k, v in pairs(hopts.commands or {}) do cmds[k] = v end
+    hopts.commands = cmds
   end
   local over = M.settings_over(o.settings)
   local budget = hopts.deadline or over.deadline or DEFAULT_DEADLINE

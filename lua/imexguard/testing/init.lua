@@ -27,13 +27,26 @@
 --                    the unit's state right after a "done" start/restart (default "active"; e.g.
 --                    "failed": the daemon died at once), invocation_id = the new InvocationID},
 --                    or a list of those consumed per job (then every job ends "done")
---   ctl              "auto" (default: UP with the hosts the daemon was started with when the unit
---                    is active, else the "unreachable" answer), a list of answers consumed per call
---                    (the last one repeats), or function(n, argv, h) -> answer. An answer is a
---                    string (stdout, exit 0), {stdout =, status =}, {hang = true}, {domain =
---                    described domain (see render_domain, imexguard.testing.run)} or {exec_error = "ENOENT"};
+--   ctl              what nvidia-imex-ctl answers (its basename, or any argv with `-N`, whatever
+--                    wrapper the setting ctl names): "auto" (default: UP with the hosts the daemon
+--                    was started with when the unit is active, else the "unreachable" answer), a
+--                    list of answers consumed per call (the last one repeats), or function(n, argv,
+--                    h) -> answer. An answer is a string (stdout, exit 0), {stdout =, status =},
+--                    {hang = true}, {domain = described domain (see render_domain,
+--                    imexguard.testing.run)} or {exec_error = "ENOENT"};
 --                    testing.restarted_peer{...} is such a function for a peer that restarted while
 --                    this node's daemon waits on its reconnect back-off (or on a nudge, SIGUSR1)
+--   nvidia_smi       what nvidia-smi answers (any argv whose program is nvidia-smi): an answer, a list
+--                    consumed per call (the last repeats) or function(n, argv, h); default
+--                    testing.gpus(): 4 GPUs Completed, Success, in the partition
+--                    testing.CLUSTER_UUID . testing.CLIQUE_ID (a healthy GB200 tray, so a policy that
+--                    checks the fabric passes in the default world), for imexguard.fabric's query
+--                    only (another nvidia-smi command is unscripted); testing.FABRIC_NONE (all N/A),
+--                    testing.ABSENT (not installed), testing.HANG
+--   scontrol         what scontrol answers (same forms; default exit 0, no output)
+--   commands         {[program path or basename] = script}: any program, before the ones above; a
+--                    command no script covers (not the ctl, nvidia-smi, scontrol or a key here) raises
+--                    "testing: unscripted command ..." naming it (C40)
 --   daemon_nodes     the list the running daemon was started with (default: the nodes file)
 --   unhealthy        {[address] = node status} for the "auto" ctl: those daemon nodes are listed with
 --                    that status (e.g. "UNAVAILABLE"), the others READY; key "*": every node
@@ -48,9 +61,9 @@
 --
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
 -- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists of the commands run,
--- by host.run or host.spawn: h.count("run") counts both), h.spawns (the commands host.spawn
--- started: {argv =, pid =, started =, waited =, killed =}, times on the fake clock; a spawned
--- command's time runs from its start, so its wait spends only what is left: see
+-- by host.run or host.spawn: h.count("run") counts both; h.runs_of("nvidia-smi"): one program's),
+-- h.spawns (the commands host.spawn started: {argv =, pid =, started =, waited =, killed =}, times
+-- on the fake clock; a spawned command's time runs from its start, so its wait spends only what is left: see
 -- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
 -- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =,
 -- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
@@ -85,6 +98,8 @@ M.UNIT, M.CONFIG, M.NODES, M.STATE, M.WALL0 = base.UNIT, base.CONFIG, base.NODES
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.HANG
 M.render_domain, M.up, M.restarted_peer = run.render_domain, run.up, run.restarted_peer
+M.gpus, M.FABRIC_NONE, M.ABSENT = run.gpus, run.FABRIC_NONE, run.ABSENT
+M.CLUSTER_UUID, M.CLIQUE_ID = run.CLUSTER_UUID, run.CLIQUE_ID
 --- Addresses of the default nodes n1..n4.
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 

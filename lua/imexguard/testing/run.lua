@@ -1,10 +1,16 @@
---- The fake host's commands (src/run.c's primitives `run` and `spawn`): every argv is taken as a
--- call of nvidia-imex-ctl, answered from a script or, by default, from the running daemon's node list.
--- Also the ctl answers the kit names (UNREACHABLE, UNCONFIGURED, HANG) and render_domain, which
--- prints a described domain as `nvidia-imex-ctl -N -j` does. Test infrastructure of imexguard.testing.
+--- The fake host's commands (src/run.c's primitives `run` and `spawn`), scripted by program (C40 of
+-- docs/design.md): the ctl (`nvidia-imex-ctl`, or any argv with its query `-N`), `nvidia-smi` and
+-- `scontrol` each have their own script and a default; the option `commands` scripts these or any
+-- other program; a command nobody scripted raises an error naming it. Also the ctl answers the kit
+-- names (UNREACHABLE, UNCONFIGURED, HANG), render_domain, which prints a described domain as
+-- `nvidia-imex-ctl -N -j` does, and the nvidia-smi answers (gpus, FABRIC_*). Test infrastructure of
+-- imexguard.testing.
 local cjson = require "cjson"
 
 local M = {}
+
+-- The query of the fabric check (imexguard.fabric), the one the default nvidia-smi answers.
+local FABRIC_QUERY = require("imexguard.fabric").QUERY[1]
 
 --- Ctl answer of an unreachable local daemon (tests/fixtures/ctl/errors.txt, exit 1).
 M.UNREACHABLE = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to all "
@@ -13,6 +19,41 @@ M.UNREACHABLE = { status = 1, stdout = "Query Status returned error code: 14 - f
 M.UNCONFIGURED = { status = 255, stdout = "Failed to read node configuration file\n" }
 --- A ctl that never answers.
 M.HANG = { hang = true }
+
+--- The ClusterUUID and CliqueId of the kit's NVLink partition (the GPUs of the default nvidia-smi).
+M.CLUSTER_UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
+M.CLIQUE_ID = 32766
+
+--- The answer of `nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,
+-- fabric.cliqueId --format=csv,noheader` for described GPUs (one line per GPU, as nvidia-smi prints
+-- it: fields separated by ", ", N/A for a field without a value).
+-- @param list table|nil GPUs, each {state = "Completed" (default) | "In Progress" | "Not Started" |
+--   "N/A", status = "Success" (default; "N/A" when the state is N/A), cluster_uuid = (default
+--   M.CLUSTER_UUID; N/A when the state is), clique_id = (default M.CLIQUE_ID)}, or a number of healthy
+--   GPUs; default 4 healthy GPUs (a GB200 compute tray) in the kit's partition
+-- @return answer {stdout =, status = 0}
+function M.gpus(list)
+  list = list or 4
+  if type(list) == "number" then
+    local n = list
+    list = {}
+    for i = 1, n do list[i] = {} end
+  end
+  local lines = {}
+  for i, g in ipairs(list) do
+    local st = g.state or "Completed"
+    local na = st == "N/A"
+    lines[i] = string.format("%d, %s, %s, %s, %s", i - 1, st, g.status or (na and "N/A" or "Success"),
+      g.cluster_uuid or (na and "N/A" or M.CLUSTER_UUID),
+      tostring(g.clique_id or (na and "N/A" or M.CLIQUE_ID)))
+  end
+  return { stdout = table.concat(lines, "\n") .. "\n", status = 0 }
+end
+
+--- nvidia-smi on a node without NVSwitch: every fabric field N/A (4 GPUs).
+M.FABRIC_NONE = M.gpus({ { state = "N/A" }, { state = "N/A" }, { state = "N/A" }, { state = "N/A" } })
+--- nvidia-smi not installed (host.run cannot execute it).
+M.ABSENT = { exec_error = "ENOENT" }
 
 --- Render a described domain as `nvidia-imex-ctl -N -j` prints it (objects keyed by decimal ids).
 -- @param d table {status = "UP"|... (default: derived), timestamp = string, nodes = list of
@@ -96,26 +137,62 @@ function M.restarted_peer(o)
   end
 end
 
+-- The basename of a program path.
+local function basename(p)
+  return tostring(p):match("([^/]*)$")
+end
+
+-- An answer from a script: a function(n, argv, h), a list of answers consumed per call (the last one
+-- repeats), or one answer (a string, or a table with stdout, status, hang, domain or exec_error).
+local function scripted(script, n, argv, h)
+  if type(script) == "function" then return script(n, argv, h) end
+  if type(script) == "table" and script[1] ~= nil then return script[math.min(n, #script)] end
+  return script
+end
+
+--- The program a command runs, for its script: the key of opts.commands that is its argv[1] or that
+-- path's basename, else "nvidia-smi", "scontrol" or "nvidia-imex-ctl" by basename (the ctl also by
+-- its query `-N`, nvidia-smi by its `--query-gpu=`, whatever wrapper the settings `ctl` and
+-- `nvidia_smi` name), else nil (unscripted).
+-- @param argv list of strings
+-- @param commands table|nil opts.commands
+-- @return string|nil key
+function M.program(argv, commands)
+  local name = basename(argv[1])
+  if commands then
+    if commands[argv[1]] ~= nil then return argv[1] end
+    if commands[name] ~= nil then return name end
+  end
+  if name == "nvidia-smi" or name == "scontrol" or name == "nvidia-imex-ctl" then return name end
+  for _, a in ipairs(argv) do
+    if a == "-N" then return "nvidia-imex-ctl" end
+    if a:find("^%-%-query%-gpu=") then return "nvidia-smi" end
+  end
+  return nil
+end
+
 --- Add the run and spawn primitives to a fake host.
 -- A command's answer is decided when it starts (the daemon answers the ctl as it is then) and takes
 -- its `elapsed` seconds (0.01 by default; a hang: the whole timeout) of the fake clock from its
 -- start: host.run spends them at once; a spawned command runs while the clock moves on, and its
 -- wait spends only what is left of them. Both record the command as a run (h.calls "run", h.runs):
--- h.count("run") counts the commands, whichever primitive started them.
+-- h.count("run") counts the commands, whichever primitive started them; h.runs_of(program) lists
+-- the argv of one program's (its M.program key).
 -- @param h table the fake host (gets run, spawn and the recording h.spawns: per spawned command
 --   {argv =, pid =, started = h.now() at the start, waited = h.now() at the end of its wait or nil,
 --   killed = h.now() when closed unwaited or nil}; a wait is also in h.calls as {"wait", argv})
 -- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
 -- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
---   unhealthy = {[address] = status} for the auto answer)
+--   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default M.gpus():
+--   4 GPUs registered in one partition, for the fabric query only: another nvidia-smi command is
+--   unscripted); scontrol = a script (default: exit 0, no output);
+--   commands = {[program path or basename] = script}: any program, before the others)
 function M.install(h, w, opts)
   local ctl = opts.ctl or "auto"
-  local n = 0
+  local counts = {}
   local unhealthy = opts.unhealthy or {}
-  local function answer(argv)
-    n = n + 1
-    if type(ctl) == "function" then return ctl(n, argv, h) end
-    if type(ctl) == "table" then return ctl[math.min(n, #ctl)] end
+  local function ctl_answer(n, argv)
+    if ctl ~= "auto" then return scripted(ctl, n, argv, h) end
     if w.unit.active_state == "active" and #w.daemon_nodes > 0 then
       local nodes = {}
       for i, a in ipairs(w.daemon_nodes) do
@@ -124,6 +201,33 @@ function M.install(h, w, opts)
       return { domain = { nodes = nodes } }
     end
     return M.UNREACHABLE
+  end
+  local function answer(argv)
+    local prog = M.program(argv, opts.commands)
+    -- the default nvidia-smi answers the fabric query only; another query is the policy's to script
+    if prog == "nvidia-smi" and opts.nvidia_smi == nil and not (opts.commands and opts.commands[prog]) then
+      local fabric_query = false
+      for _, a in ipairs(argv) do fabric_query = fabric_query or a == FABRIC_QUERY end
+      if not fabric_query then prog = nil end
+    end
+    if not prog then
+      error(string.format("testing: unscripted command %q (argv: %s): script it with the host option "
+        .. "commands = {[%q] = answers} (imexguard check: the policy's check_commands)", tostring(argv[1]),
+        table.concat(argv, " "), basename(argv[1])), 0)
+    end
+    counts[prog] = (counts[prog] or 0) + 1
+    local n = counts[prog]
+    if opts.commands and opts.commands[prog] ~= nil then return scripted(opts.commands[prog], n, argv, h) end
+    if prog == "nvidia-smi" then return scripted(opts.nvidia_smi or M.gpus(), n, argv, h) end
+    if prog == "scontrol" then return scripted(opts.scontrol or { status = 0, stdout = "" }, n, argv, h) end
+    return ctl_answer(n, argv)
+  end
+  function h.runs_of(prog)
+    local out = {}
+    for _, argv in ipairs(h.runs) do
+      if M.program(argv, opts.commands) == prog then out[#out + 1] = argv end
+    end
+    return out
   end
   -- A command starts: checked, recorded, answered.
   local function start(argv, o)

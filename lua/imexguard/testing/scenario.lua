@@ -52,7 +52,9 @@ local function domain_option(self, d, hopts)
   elseif d == "down" then
     hopts.unhealthy = { ["*"] = "UNAVAILABLE" }
   elseif type(d) == "string" then
-    hopts.ctl = { assert(DOMAIN_ANSWERS[d], "testing.scenario: unknown domain '" .. d .. "'") }
+    -- one answer: assert returns its message too, so its call is in parentheses (C40: a list of two
+    -- answers, the second the message as stdout, answered every ctl call after the first)
+    hopts.ctl = { (assert(DOMAIN_ANSWERS[d], "testing.scenario: unknown domain '" .. d .. "'")) }
   elseif type(d) == "table" and d.unhealthy then
     hopts.unhealthy = {}
     for k, v in pairs(d.unhealthy) do hopts.unhealthy[self:address(k)] = v end
@@ -108,7 +110,7 @@ local function host_options(self, o)
   hopts.unit = unit_option(o.unit)
   domain_option(self, o.domain, hopts)
   for _, k in ipairs({ "restart", "lock", "deadline", "fail", "fresh_boot", "absent_dirs", "clock",
-    "unit_script" }) do
+    "unit_script", "nvidia_smi", "scontrol", "commands" }) do
     if o[k] ~= nil then hopts[k] = o[k] end
   end
   if o.unhealthy then hopts.unhealthy = o.unhealthy end
@@ -137,7 +139,10 @@ end
 --   jobs      registered jobs: {{id = 100, nodes = {"n1", "n3"} or "n[1,3]", age = seconds
 --             (600), shared = ...}, ...} or {[100] = {"n1", "n3"}}
 --   settings  setting overrides for every run; restart, lock, deadline, files, fail, resolve,
---             fresh_boot, absent_dirs, unhealthy: as testing.host; host: more testing.host options
+--             fresh_boot, absent_dirs, unhealthy, nvidia_smi (the GPUs' fabric registration:
+--             testing.gpus{...}, testing.FABRIC_NONE, testing.ABSENT, testing.HANG, a list or a
+--             function), scontrol, commands (any other program): as testing.host; host: more
+--             testing.host options
 -- @return scenario object (methods below)
 function M.new(kit, o)
   o = o or {}

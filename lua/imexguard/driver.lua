@@ -411,7 +411,7 @@ function D.record_metrics(run, base, outcome, code)
   end
   require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
     duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
-    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes })
+    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes, version = host.version })
 end
 
 -- ---- check ------------------------------------------------------------------------------------

@@ -54,6 +54,11 @@ D.DRY_RUN = commands_with('dry_run')
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = commands_with('metrics')
 
+-- Commands whose last run is recorded for `status` (imexguard.state.LAST; the driver does not
+-- load that module on every run: driver_spec checks that they agree).
+local state_last = { prolog = true, epilog = true }
+D.LAST = state_last
+
 -- The answer that ends the run with `outcome`.
 local function ends(run, outcome, message, output)
   return { outcome = outcome, code = outcomes.exit_code(outcome, run.settings), message = message,
@@ -385,10 +390,33 @@ function D.after(run, outcome, code, message)
     local ok, err = pcall(require('imexguard.drain').set, base, outcome, message)
     if not ok then after_failed(run, 'drain reason', err) end
   end
+  if state_last[run.command] and not D.DRY_RUN[run.command] then
+    local ok, err = pcall(D.record_last, run, base, outcome, code, message)
+    if not ok then after_failed(run, 'last run record', err) end
+  end
   if D.METRICS[run.command] and run.settings.metrics_dir then
     local ok, err = pcall(D.record_metrics, run, base, outcome, code)
     if not ok then after_failed(run, 'metrics', err) end
   end
+end
+
+--- Record the run as the last one of its command (imexguard.state.save_last: what `status`
+-- shows as the last prolog and epilog). A state directory that does not exist yet (no run took the
+-- node lock: nothing to show either) is skipped; another failure is a log line.
+-- @param run table the run
+-- @param base table {host = the real primitives, settings}
+-- @param outcome string
+-- @param code integer
+-- @param message string one line
+function D.record_last(run, base, outcome, code, message)
+  local host = base.host
+  local now = host.now()
+  local job = run.ctx and run.ctx.job and run.ctx.job.id
+  local ok, err, ecode = require('imexguard.state').save_last(host, run.settings, run.command, {
+    outcome = outcome, exit_code = code, job = job ~= nil and tostring(job) or nil,
+    ended_us = host.wallclock() * 1e6, duration = math.max(0, now - (run.started or now)),
+    message = D.counts(run, message) })
+  if not ok and ecode ~= 'ENOENT' then after_failed(run, 'last run record', err) end
 end
 
 --- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end

@@ -412,6 +412,40 @@ describe("driver", function()
     end)
   end)
 
+  describe("the last prolog and epilog (imexguard.state.save_last, shown by status)", function()
+    local SITE = "/etc/imexguard/site.lua"
+    local function go(run)
+      local a = D.settings(run)
+      if a.outcome then return a end
+      a = D.prepare(run)
+      if a.outcome then return a end
+      D.invoke(run)
+      return D.finish(run)
+    end
+
+    it("each prolog and epilog records its outcome, exit code, job and time; plan and status not", function()
+      assert.same(require("imexguard.state").LAST, D.LAST)
+      local text = policy_text{ prolog = "return 'conflict', 'job 1 holds it'", epilog = "return 'ok', 'gone'",
+        status = "return 'ok'", plan = "return 'ok'" }
+      h = testing.host()
+      package.loaded["imexguard.host"] = h
+      h.mkdir("/run/imexguard", 493)
+      for _, cmd in ipairs({ "prolog", "epilog", "status", "plan" }) do
+        local run = new_run{ command = cmd, policy = SITE, files = { [SITE] = text } }
+        go(run)
+      end
+      local st = require("imexguard.state")
+      local settings = { state_dir = "/run/imexguard" }
+      local p = assert(st.load_last(h, settings, "prolog"))
+      assert.same({ "prolog", "conflict", 5, "job 1 holds it" }, { p.command, p.outcome, p.exit_code, p.message })
+      assert.is_true(p.ended_us >= 1.6e15 and p.ended_us <= h.wallclock() * 1e6)
+      local e = assert(st.load_last(h, settings, "epilog"))
+      assert.same({ "ok", 0 }, { e.outcome, e.exit_code })
+      assert.is_nil(h.file("/run/imexguard/last-status.json"))
+      assert.is_nil(h.file("/run/imexguard/last-plan.json"))
+    end)
+  end)
+
   describe("the nudges (imexguard.nudge): counted by the host, in the final line and the metrics", function()
     local JOB = { "10.0.0.1", "10.0.0.2" }
     local PROM = "/var/lib/prometheus/node-exporter/imexguard.prom"

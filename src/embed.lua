@@ -125,6 +125,8 @@ local function facts()
   out[#out + 1] = "\t{NULL, NULL},\n};"
   out[#out + 1] = string_def("const char ig_command_names[]", table.concat(commands.names(), ", "))
   out[#out + 1] = string_def("const char ig_json_commands[]", table.concat(commands.names("json"), ", "))
+  out[#out + 1] = string_def("const char ig_verbosity_commands[]",
+    table.concat(commands.names("verbosity"), ", "))
   out[#out + 1] = string_def("const char ig_commands_usage[]", commands_usage(commands))
 
   out[#out + 1] = "\nint ig_outcome_code(const char *name)\n{"

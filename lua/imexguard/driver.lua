@@ -59,10 +59,18 @@ D.METRICS = commands_with('metrics')
 local state_last = { prolog = true, epilog = true }
 D.LAST = state_last
 
+-- With --json, a run that ends without a report prints the error object (imexguard.json,
+-- docs/json.md): a JSON reader gets JSON on every path.
+local function json_output(run, outcome, code, message, output)
+  if output ~= nil or not run.json then return output end
+  return require('imexguard.json').error_report(run.command, outcome, code, message)
+end
+
 -- The answer that ends the run with `outcome`.
 local function ends(run, outcome, message, output)
-  return { outcome = outcome, code = outcomes.exit_code(outcome, run.settings), message = message,
-    output = output }
+  local code = outcomes.exit_code(outcome, run.settings)
+  return { outcome = outcome, code = code, message = message,
+    output = json_output(run, outcome, code, message, output) }
 end
 
 -- ---- settings ------------------------------------------------------------------------------
@@ -270,6 +278,7 @@ function D.prepare(run)
     env = S.readonly(env, 'ctx.env'),
     job = D.job(env, run.c.has_module('imexguard.slurmenv')),
     dry_run = dry_run, json = run.json, planned = planned,
+    verbosity = run.verbosity or 0, arg = run.arg,
   }
   local id = ctx.job.id
   if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end
@@ -354,7 +363,8 @@ function D.finish(run)
   end
   local ok, out = pcall(output, r[3])
   D.after(run, name, code, message)
-  return { outcome = name, code = code, message = D.counts(run, message), output = ok and out or nil }
+  return { outcome = name, code = code, message = D.counts(run, message),
+    output = json_output(run, name, code, message, ok and out or nil) }
 end
 
 --- The final line's message with the run's counts that no message carries by itself: `; nudges=N`

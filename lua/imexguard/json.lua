@@ -156,15 +156,16 @@ function M.report(command)
   return M.object():set("schema", M.SCHEMA):set("command", command)
 end
 
---- The report of a run that ended without one (an error, or a command whose report is only its
--- outcome): {"schema", "command", "ok": false, "outcome", "exit_code", "message"}.
+--- The report of a run that ended without one (an error: bad input, a settings or policy error,
+-- the deadline; or a policy whose entry point gave no report): {"schema", "command", "ok" (exit
+-- code 0), "outcome", "exit_code", "message"}.
 -- @tparam string command
 -- @tparam string outcome
 -- @tparam integer|nil code the exit code
 -- @tparam string|nil message
 -- @treturn string JSON text, newline-terminated
 function M.error_report(command, outcome, code, message)
-  return M.encode(M.report(command):set("ok", false):set("outcome", outcome):set("exit_code", code)
+  return M.encode(M.report(command):set("ok", code == 0):set("outcome", outcome):set("exit_code", code)
     :set("message", message))
 end
 

@@ -21,11 +21,13 @@ describe("default policy status", function()
     assert_one_line(message)
     local lines = {}
     for l in report:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    assert.matches("^Domain DEGRADED", lines[1])
-    assert.matches("^ID", lines[2])
-    assert.matches("^0%*%s+10.0.0.1", lines[3])
-    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[4])
-    assert.matches("^2%s+10.0.0.3", lines[5])
+    local at = 1
+    while lines[at] and not lines[at]:match("^IMEX domain ") do at = at + 1 end
+    assert.matches("^IMEX domain DEGRADED", lines[at])
+    assert.matches("^ID", lines[at + 1])
+    assert.matches("^0%*%s+10.0.0.1", lines[at + 2])
+    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[at + 3])
+    assert.matches("^2%s+10.0.0.3", lines[at + 4])
     assert.same({}, h.writes)
     assert.same({}, h.jobs)
   end)
@@ -54,7 +56,8 @@ describe("default policy status", function()
     local h = testing.host{ unit = { unit_file_state = "disabled" }, ctl = { testing.UNCONFIGURED } }
     local outcome, _, report = run(h, { command = "status" })
     assert.equal("skipped", outcome)
-    assert.matches("^skipped: ", report)
+    assert.matches("\nskipped: ", report)
+    assert.matches("^node %s+n1\nunit %s+nvidia%-imex.service: active %(running%)", report)
   end)
 
   it("garbage: ctl-unusable", function()

@@ -37,7 +37,7 @@ M.list = {
   -- admin needs when an epilog never ran (slurmd crashed) and a registration blocks the next job
   { name = "registrations", json = true, verbosity = true, entry = "optional", dry_run = true,
     help = "list the jobs registered on this node (the job registry): job, hosts, since when" },
-  { name = "unregister", arg = "JOBID", entry = "optional",
+  { name = "forget", arg = "JOBID", entry = "optional",
     help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
   { name = "check", arg = "POLICY", json = true,

@@ -69,8 +69,8 @@ describe("driver", function()
   end)
 
   describe("the tables derived from commands.lua", function()
-    it("DRY_RUN: plan and health change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true }, D.DRY_RUN)
+    it("DRY_RUN: plan, health and registrations change nothing, as commands.lua says", function()
+      assert.same({ plan = true, health = true, registrations = true }, D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
@@ -542,7 +542,8 @@ describe("driver", function()
         files = { [P] = "return require('policies.default')" } }
       D.settings(run)
       local a = D.check_begin(run)
-      assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health\n", a.output)
+      assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health, registrations, "
+        .. "forget\n", a.output)
       assert.is_table(seen.preloaded["imexguard.host"])
       local names = require("imexguard.testing.check").names()
       local n = 0
@@ -557,8 +558,8 @@ describe("driver", function()
       local e = D.check_end(run)
       assert.equal("ok", e.outcome)
       assert.equal(0, e.code)
-      assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health; all %d scenarios "
-        .. "passed", P, #names), e.message)
+      assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health, registrations, "
+        .. "forget; all %d scenarios passed", P, #names), e.message)
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
     end)
 

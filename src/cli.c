@@ -162,12 +162,6 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 			return usage_error("%s: missing %s", c->name, c->arg);
 		o->arg = argv[optind++];
 	}
-	if (strcmp(o->command, "version") == 0) {
-		print_version();
-		return 0;
-	}
-	if (optind < argc)
-		return usage_error("unexpected argument '%s'", argv[optind]);
 	/* every command either supports --json or refuses it (docs/json.md); -q/-v likewise */
 	if (o->json && !in_list(ig_json_commands, c->name))
 		return usage_error("--json: %s has no JSON output (only %s)", c->name,
@@ -175,6 +169,12 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 	if (o->verbosity && !in_list(ig_verbosity_commands, c->name))
 		return usage_error("%s: %s has no quiet or verbose form (only %s)",
 				   o->verbosity < 0 ? "-q" : "-v", c->name, ig_verbosity_commands);
+	if (strcmp(o->command, "version") == 0) {
+		print_version();
+		return 0;
+	}
+	if (optind < argc)
+		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (o->lua_dir && o->lua_dir[0] != '/')
 		return usage_error("--lua-dir %s: must be an absolute directory", o->lua_dir);
 	return -1;

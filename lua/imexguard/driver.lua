@@ -533,14 +533,22 @@ local function tally(results)
   return t
 end
 
-local function check_json(run, t)
-  local cjson = require 'cjson'
+-- The check report as JSON (docs/json.md, "check"): ordered keys, arrays as arrays.
+local function check_json(run, t, outcome, code, message)
+  local json = require 'imexguard.json'
   local e = {}
   for w in run.check.entries:gmatch('[^, ]+') do e[#e + 1] = w end
-  local function array(list) return setmetatable(list, cjson.array_mt) end
-  return cjson.encode({ policy = run.check_path, entry_points = array(e),
-    scenarios = array(run.check.results), passed = t.passed, failed = t.failed, not_run = t.not_run,
-    not_applicable = t.not_applicable, exercised = array(t.exercised) }) .. '\n'
+  local scenarios = {}
+  for i, res in ipairs(run.check.results) do
+    local verdict = res.not_run and 'not-run' or (not res.ok and 'fail') or (res.not_applicable and 'n/a') or 'pass'
+    scenarios[i] = json.object():set('name', res.name):set('title', res.title):set('result', verdict)
+      :set('ok', res.ok == true):set('not_applicable', res.not_applicable == true):set('why', res.why)
+      :set('detail', res.detail)
+  end
+  return json.encode(json.report('check'):set('ok', code == 0):set('outcome', outcome):set('exit_code', code)
+    :set('message', message):set('policy', run.check_path):set('entry_points', json.array(e))
+    :set('scenarios', json.array(scenarios)):set('passed', t.passed):set('failed', t.failed)
+    :set('not_run', t.not_run):set('not_applicable', t.not_applicable):set('exercised', json.array(t.exercised)))
 end
 
 -- The summary: the line for stdout and the final line's message.
@@ -574,12 +582,13 @@ end
 function D.check_end(run)
   local t = tally(run.check.results)
   local line, msg = summary(run, t)
-  local out = run.json and check_json(run, t) or 'check: ' .. line .. '\n'
+  local outcome, message = 'policy-error', string.format('policy %s: %s', run.check_path, msg)
   if t.failed + t.not_run == 0 then
-    local valid = string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
-    return ends(run, 'ok', valid, out)
+    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
   end
-  return ends(run, 'policy-error', string.format('policy %s: %s', run.check_path, msg), out)
+  local out = run.json and check_json(run, t, outcome, outcomes.exit_code(outcome, run.settings), message)
+    or 'check: ' .. line .. '\n'
+  return ends(run, outcome, message, out)
 end
 
 return D

@@ -514,7 +514,8 @@ function Policy:run_status(ctx)
   msg = text.one_line(msg)
   local opts = status_opts(self, ctx, outcome)
   opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
-  opts.findings, opts.config, opts.node_list = findings, info and info.config, by_file and info.nodes_file or nil
+  opts.findings, opts.config = findings, info and info.config
+  opts.node_list = by_file and info.nodes_file or nil
   local out = report.status(domain, v, opts)
   if ctx.verbosity and ctx.verbosity < 0 then return outcome, msg, out end
   return outcome, msg, self:channel_report(ctx, nil, out)
@@ -531,9 +532,11 @@ function Policy:run_registrations(ctx) -- luacheck: no self
   if not st then return steps.registry_unknown(ctx, serr) end
   local jobs = registry.jobs(st)
   local msg = #jobs == 0 and string.format("node %s: no job registered", steps.node_name(ctx))
-    or string.format("node %s: %d job%s registered: %s", steps.node_name(ctx), #jobs, #jobs == 1 and "" or "s",
+    or string.format("node %s: %d job%s registered: %s", steps.node_name(ctx), #jobs,
+      #jobs == 1 and "" or "s",
       registry.ids(jobs))
-  local facts = { node = steps.node_name(ctx), now = host.wallclock(), jobs = jobs, state_path = state.path(s) }
+  local facts = { node = steps.node_name(ctx), now = host.wallclock(), jobs = jobs,
+    state_path = state.path(s) }
   return "ok", msg, report.registrations(facts, { json = ctx.json, verbosity = ctx.verbosity, outcome = "ok",
     exit_code = 0, message = msg })
 end
@@ -545,7 +548,8 @@ end
 function Policy:run_forget(ctx)
   local id = ctx.arg
   if type(id) ~= "string" or not id:match(steps.JOB_ID_PATTERN) or #id > steps.JOB_ID_MAX then
-    return "bad-input", string.format("forget: %s is not a Slurm job id (digits)", text.quote(tostring(id), 80))
+    return "bad-input", string.format("forget: %s is not a Slurm job id (digits)",
+      text.quote(tostring(id), 80))
   end
   id = id:gsub("^0+(%d)", "%1")
   local s, node = ctx.settings, steps.node_name(ctx)
@@ -557,7 +561,8 @@ function Policy:run_forget(ctx)
   local entry = registry.unregister(st, id)
   if not entry then
     local jobs = registry.jobs(st)
-    return "bad-input", string.format("node %s: job %s is not registered here; nothing removed (registered: %s)",
+    return "bad-input",
+      string.format("node %s: job %s is not registered here; nothing removed (registered: %s)",
       node, id, #jobs == 0 and "none" or registry.ids(jobs))
   end
   local ok, err, code = state.save(ctx.host, s, st)

@@ -172,14 +172,17 @@ describe("default policy status: the node's facts, -q and -v, a rack", function(
     return testing.host(o)
   end
 
-  it("shows the unit and since when, its invocation, the last prolog and epilog, the jobs, the lock", function()
-    local h = host{ unit = { state_change_us = 1699990000000000, invocation_id = "0123456789abcdef0123456789abcdef",
+  it("shows the unit and since when, its invocation, the last prolog and epilog, the jobs, the lock",
+    function()
+    local h = host{ unit = { state_change_us = 1699990000000000,
+      invocation_id = "0123456789abcdef0123456789abcdef",
       main_pid = 4242 }, lock = { pid = 777, owner = "job=103", since = 1699999990 } }
     local outcome, _, report = run(h, { command = "status" })
     assert.equal("ok", outcome)
     assert.matches("\nunit +nvidia%-imex.service: active %(running%) since 2023%-11%-14T19:26:40Z; "
       .. "invocation 01234567; main PID 4242\n", report)
-    assert.matches("\nlast prolog +conflict at 2023%-11%-14T22:11:40Z, job 102, 0.25 s: job 101 %(n%[1%-2%]", report)
+    assert.matches("\nlast prolog +conflict at 2023%-11%-14T22:11:40Z, job 102, 0.25 s: job 101 "
+      .. "%(n%[1%-2%]", report)
     assert.matches("\nlast epilog +none recorded\n", report)
     assert.matches("\njobs +1 registered: 101 %(n%[1%-2%], 10m00s ago%)\n", report)
     assert.matches("\nnode lock +held by pid 777 %(job=103%) since 2023%-11%-14T22:13:10Z\n", report)

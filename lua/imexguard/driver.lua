@@ -540,7 +540,8 @@ local function check_json(run, t, outcome, code, message)
   for w in run.check.entries:gmatch('[^, ]+') do e[#e + 1] = w end
   local scenarios = {}
   for i, res in ipairs(run.check.results) do
-    local verdict = res.not_run and 'not-run' or (not res.ok and 'fail') or (res.not_applicable and 'n/a') or 'pass'
+    local verdict = res.not_run and 'not-run' or (not res.ok and 'fail') or (res.not_applicable and 'n/a')
+      or 'pass'
     scenarios[i] = json.object():set('name', res.name):set('title', res.title):set('result', verdict)
       :set('ok', res.ok == true):set('not_applicable', res.not_applicable == true):set('why', res.why)
       :set('detail', res.detail)
@@ -548,7 +549,8 @@ local function check_json(run, t, outcome, code, message)
   return json.encode(json.report('check'):set('ok', code == 0):set('outcome', outcome):set('exit_code', code)
     :set('message', message):set('policy', run.check_path):set('entry_points', json.array(e))
     :set('scenarios', json.array(scenarios)):set('passed', t.passed):set('failed', t.failed)
-    :set('not_run', t.not_run):set('not_applicable', t.not_applicable):set('exercised', json.array(t.exercised)))
+    :set('not_run', t.not_run):set('not_applicable', t.not_applicable):set('exercised',
+      json.array(t.exercised)))
 end
 
 -- The summary: the line for stdout and the final line's message.
@@ -584,7 +586,8 @@ function D.check_end(run)
   local line, msg = summary(run, t)
   local outcome, message = 'policy-error', string.format('policy %s: %s', run.check_path, msg)
   if t.failed + t.not_run == 0 then
-    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
+    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries,
+      msg)
   end
   local out = run.json and check_json(run, t, outcome, outcomes.exit_code(outcome, run.settings), message)
     or 'check: ' .. line .. '\n'

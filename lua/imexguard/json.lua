@@ -122,7 +122,8 @@ end
 -- @tparam number|nil seconds since the epoch (nil, 0 or negative: nil, "never")
 -- @treturn string|nil
 function M.time(seconds)
-  if type(seconds) ~= "number" or seconds ~= seconds or seconds <= 0 or seconds == math.huge then return nil end
+  if type(seconds) ~= "number" or seconds ~= seconds or seconds <= 0
+    or seconds == math.huge then return nil end
   local s = math.floor(seconds)
   local days, rest = s // 86400, s % 86400
   local y, m, d = civil(days)

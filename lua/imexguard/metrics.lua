@@ -31,7 +31,8 @@ local HELP = {
       .. "other statuses (id, host, status)." },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file." },
 }
-local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total", "imexguard_nudges_total",
+local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
+  "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status" }
 

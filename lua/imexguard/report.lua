@@ -1,7 +1,6 @@
 --- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
 -- (or JSON with --json), the per-node domain table of `status` included. Pure functions of the
 -- facts the policy gathered; no primitive is called.
-local cjson = require "cjson"
 local json = require "imexguard.json"
 local hostlist = require "imexguard.hostlist"
 local health = require "imexguard.health"
@@ -184,7 +183,9 @@ function M.unit_line(facts, verbose)
   if inv then parts[#parts + 1] = "invocation " .. inv end
   if (u.main_pid or 0) > 0 then parts[#parts + 1] = "main PID " .. u.main_pid end
   if verbose and u.result and u.result ~= "" then parts[#parts + 1] = "result " .. u.result end
-  if u.unit_file_state and u.unit_file_state ~= "enabled" then parts[#parts + 1] = tostring(u.unit_file_state) end
+  if u.unit_file_state and u.unit_file_state ~= "enabled" then
+    parts[#parts + 1] = tostring(u.unit_file_state)
+  end
   return table.concat(parts, "; ")
 end
 
@@ -366,7 +367,8 @@ end
 function M.status_plain(outcome, message, json_out, opts)
   opts = opts or {}
   if json_out then
-    local o = status_head({ facts = opts.facts, outcome = outcome, message = message, exit_code = opts.exit_code })
+    local o = status_head({ facts = opts.facts, outcome = outcome, message = message,
+      exit_code = opts.exit_code })
     return json.encode(domain_keys(o, nil, nil, {}, {}))
   end
   if (opts.verbosity or 0) < 0 then return M.quiet_line(outcome, message, nil, opts.facts) end
@@ -399,11 +401,12 @@ function M.quiet_line(outcome, message, domain, facts, names)
   end
   if facts then
     local u = facts.unit or {}
-    parts[#parts + 1] = string.format("%s %s", tostring(facts.unit_name), tostring(u.active_state or "unknown"))
+    parts[#parts + 1] = string.format("%s %s", tostring(facts.unit_name),
+      tostring(u.active_state or "unknown"))
     local ids = {}
     for i, e in ipairs(facts.jobs or {}) do ids[i] = e.id end
-    parts[#parts + 1] = facts.jobs_error and "jobs unknown" or ("jobs " .. (#ids > 0 and table.concat(ids, ",")
-      or "none"))
+    local jobs = #ids > 0 and table.concat(ids, ",") or "none"
+    parts[#parts + 1] = facts.jobs_error and "jobs unknown" or ("jobs " .. jobs)
   end
   return text.one_line(outcome .. ": " .. table.concat(parts, "; ")) .. "\n"
 end

@@ -71,7 +71,8 @@ describe("a command added to lua/imexguard/commands.lua", function()
     for line in list:gmatch("[^\n]+") do
       assert.is_true(#line <= 80, line)
     end
-    assert.matches("machine-readable output (status, plan, registrations, check, frobnicate)", r.stdout, 1, true)
+    assert.matches("machine-readable output (status, plan, registrations, check, frobnicate)", r.stdout, 1,
+      true)
   end)
 
   it("is in the usage error's list of commands", function()

@@ -425,7 +425,8 @@ describe("driver", function()
 
     it("each prolog and epilog records its outcome, exit code, job and time; plan and status not", function()
       assert.same(require("imexguard.state").LAST, D.LAST)
-      local text = policy_text{ prolog = "return 'conflict', 'job 1 holds it'", epilog = "return 'ok', 'gone'",
+      local text = policy_text{ prolog = "return 'conflict', 'job 1 holds it'",
+        epilog = "return 'ok', 'gone'",
         status = "return 'ok'", plan = "return 'ok'" }
       h = testing.host()
       package.loaded["imexguard.host"] = h
@@ -437,7 +438,8 @@ describe("driver", function()
       local st = require("imexguard.state")
       local settings = { state_dir = "/run/imexguard" }
       local p = assert(st.load_last(h, settings, "prolog"))
-      assert.same({ "prolog", "conflict", 5, "job 1 holds it" }, { p.command, p.outcome, p.exit_code, p.message })
+      assert.same({ "prolog", "conflict", 5, "job 1 holds it" }, { p.command, p.outcome, p.exit_code,
+        p.message })
       assert.is_true(p.ended_us >= 1.6e15 and p.ended_us <= h.wallclock() * 1e6)
       local e = assert(st.load_last(h, settings, "epilog"))
       assert.same({ "ok", 0 }, { e.outcome, e.exit_code })

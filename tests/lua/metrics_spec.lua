@@ -53,7 +53,8 @@ describe("metrics", function()
   end)
 
   it("has imexguard_build_info{version} 1, one series, replaced by a new version", function()
-    local run = { command = "epilog", outcome = "ok", exit_code = 0, duration = 0.1, ended = 1, version = "0.9" }
+    local run = { command = "epilog", outcome = "ok", exit_code = 0, duration = 0.1, ended = 1,
+      version = "0.9" }
     local s = assert(metrics.parse(metrics.render(metrics.update({}, run))))
     run.version = "1.0"
     local text = metrics.render(metrics.update(s, run))

@@ -351,8 +351,8 @@ describe("steps", function()
       assert.equal(2, #entries)
       assert.equal("node n1: jobs 100 (10.0.0.[1-2], registered 1h00m ago), 102 (10.0.0.[1-2], registered "
         .. "1h00m ago) use the running daemon, and a restart drops every import; job 101 would restart "
-        .. "nvidia-imex.service for n[1-2]; nothing written or restarted; if one of them no longer runs here: "
-        .. "imexguard forget JOBID", msg)
+        .. "nvidia-imex.service for n[1-2]; nothing written or restarted; if one of them no longer runs "
+        .. "here: imexguard forget JOBID", msg)
     end)
 
     it("another job with a different list: refused naming it, its list, age and the cleanup", function()
@@ -362,8 +362,8 @@ describe("steps", function()
       assert.equal(1, #entries)
       assert.equal("102", entries[1].id)
       assert.equal("node n1: job 102 (10.0.0.[1,3], registered 1h00m ago) uses nvidia-imex.service with "
-        .. "another node list; job 101 would rewrite the node list and restart nvidia-imex.service for n[1-2]; "
-        .. "nothing written or restarted; if job 102 no longer runs here: imexguard forget 102", msg)
+        .. "another node list; job 101 would rewrite the node list and restart nvidia-imex.service for "
+        .. "n[1-2]; nothing written or restarted; if job 102 no longer runs here: imexguard forget 102", msg)
     end)
 
     it("this job's own entry never conflicts", function()
@@ -497,7 +497,8 @@ describe("conflict_message", function()
       .. "nothing written or restarted; if one of them no longer runs here: imexguard forget JOBID", m)
   end)
 
-  it("a rack: the cause first, host names compressed as Slurm writes them, well under a drain reason", function()
+  it("a rack: the cause first, host names compressed as Slurm writes them, well under a drain reason",
+    function()
     local h = testing.host()
     local ctx = testing.ctx{ host = h, env = { SLURM_JOB_ID = "102", SLURM_JOB_NODELIST = "gb[01-18]",
       SLURMD_NODENAME = "gb03" } }

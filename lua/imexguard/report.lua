@@ -97,7 +97,7 @@ local function plan_json(f)
     :set("removed", json.array(removed)):set("added", json.array(added)):set("unreadable", f.old_err)
     :set("unit_state", v.unit.active_state):set("action", v.action):set("reason", v.reason)
     :set("domain_status", domain and domain.status or nil):set("healthy", domain and domain.healthy or nil)
-    :set("order", v.order and json.object():set("kind", v.order.kind):set("summary", v.order.summary) or nil)
+    :set("order", v.order)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs)))
@@ -305,7 +305,9 @@ end
 local function lock_json(facts)
   local l = facts.lock or {}
   local h = l.holder
-  return json.object():set("path", l.path):set("held", h ~= nil and true or (l.error == nil and false or nil))
+  local held
+  if h ~= nil then held = true elseif l.error == nil then held = false end
+  return json.object():set("path", l.path):set("held", held)
     :set("pid", h and h.pid):set("owner", h and h.owner):set("since", h and json.time(h.since))
     :set("error", l.error)
 end

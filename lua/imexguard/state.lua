@@ -228,6 +228,7 @@ function M.load_last(host, settings, command)
     if scalar(v) then rec[k] = v end
   end
   rec.ended_us = time_us(t.ended_us)
+  rec.exit_code = math.tointeger(rec.exit_code) or rec.exit_code
   return rec
 end
 

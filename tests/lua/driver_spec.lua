@@ -565,6 +565,27 @@ describe("driver", function()
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
     end)
 
+    it("--json: one ordered object (docs/json.md, check); a policy that cannot load: the outcome object",
+      function()
+      local run = new_run{ command = "check", check_path = P, json = true,
+        files = { [P] = "return require('policies.default')" } }
+      D.settings(run)
+      assert.is_nil(D.check_begin(run).output)
+      while not D.check_next(run).done do D.check_scenario(run) end
+      local e = D.check_end(run)
+      assert.matches('^{"schema":1,"command":"check","ok":true,"outcome":"ok","exit_code":0,"message":"policy '
+        .. '[^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","status","plan","health","registrations",'
+        .. '"forget"%],"scenarios":%[{"name":"healthy%-job","title":"[^"]+","result":"pass","ok":true,'
+        .. '"not_applicable":false,"why":null,"detail":"[^"]*"}', e.output)
+      assert.matches(',"passed":10,"failed":0,"not_run":0,"not_applicable":0,"exercised":%[[^%]]+%]}\n$', e.output)
+      run = new_run{ command = "check", check_path = P, json = true, files = { [P] = "return 5" } }
+      D.settings(run)
+      e = D.check_begin(run)
+      assert.equal("policy-error", e.outcome)
+      assert.equal('{"schema":1,"command":"check","ok":false,"outcome":"policy-error","exit_code":3,'
+        .. '"message":' .. cjson.encode(e.message) .. '}\n', e.output)
+    end)
+
     it("a scenario that failed outside run_one and the ones not run: policy-error naming them", function()
       local run = new_run{ command = "check", check_path = P,
         files = { [P] = "return require('policies.default')" } }

@@ -135,7 +135,8 @@ local SHAPES = {
     .. "since:null,error:null},domain:null,fabric:null,status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
     .. "order:{kind:string,summary:string},nodes:[{id:integer,host:string,name:string,self:boolean,"
-    .. "status:string,version:string,connected:integer,links:integer,down:[],map:string,diagnosis:string}],channel:string}",
+    .. "status:string,version:string,connected:integer,links:integer,down:[],map:string,"
+    .. "diagnosis:string}],channel:string}",
   registrations = "{schema:integer,command:string,ok:boolean,outcome:string,exit_code:integer,"
     .. "message:string,time:string,node:string,state_file:string,registrations:[{id:string,hosts:string,"
     .. "nodes:[string],registered:string,invocation_id:string}]}",

@@ -69,7 +69,10 @@ local function encode(v, out, path)
     elseif math.type(v) == "integer" then
       out[#out + 1] = string.format("%d", v)
     else
-      out[#out + 1] = string.format("%.17g", v):gsub("^(-?%d+)$", "%1.0")
+      -- the shortest of 15 or 17 significant digits that reads back as the same number
+      local t = string.format("%.15g", v)
+      if tonumber(t) ~= v then t = string.format("%.17g", v) end
+      out[#out + 1] = t:gsub("^(-?%d+)$", "%1.0")
     end
   elseif getmetatable(v) == Object then
     out[#out + 1] = "{"

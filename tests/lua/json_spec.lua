@@ -96,6 +96,7 @@ describe("imexguard.json", function()
       and setmetatable({ 1, "x", true, n = 4 }, getmetatable(json.array()))))
     assert.equal('{"x":0.5,"y":2.0,"z":null}\n', json.encode(json.object():set("x", 0.5):set("y", 2.0)
       :set("z", 0 / 0)))
+    assert.equal('[0.41,0.1,0.30000000000000004]\n', json.encode(json.array({ 0.41, 0.1, 0.1 + 0.2 })))
   end)
 
   it("refuses a plain table, naming where it is", function()

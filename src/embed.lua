@@ -82,6 +82,7 @@ local function commands_usage(commands)
   local pad = string.rep(" ", HELP_COLUMN)
   for _, c in ipairs(commands.list) do
     local head = "  " .. c.name .. (c.arg and " " .. c.arg or "") .. (c.json and " [--json]" or "")
+      .. (c.verbosity and " [-q|-v]" or "")
     local help = c.help .. (c.deadline and "; budget " .. c.deadline .. " s unless --deadline" or "")
     local line
     if #head < HELP_COLUMN then

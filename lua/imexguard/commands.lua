@@ -23,9 +23,8 @@ M.list = {
   { name = "epilog", entry = "required", metrics = true,
     help = "the job ended (Slurm Epilog)" },
   { name = "status", json = true, verbosity = true, entry = "optional", metrics = true,
-    help = "show this node's IMEX: the unit and since when, the last prolog and epilog, the registered "
-      .. "jobs, the node lock, and the domain with a diagnosis per unhealthy node (-q: one line, the "
-      .. "same on every healthy node)" },
+    help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
+      .. "domain, with a diagnosis per unhealthy node" },
   { name = "plan", json = true, entry = "optional", dry_run = true,
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's

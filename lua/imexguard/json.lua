@@ -70,9 +70,9 @@ local function encode(v, out, path)
       out[#out + 1] = string.format("%d", v)
     else
       -- the shortest of 15 or 17 significant digits that reads back as the same number
-      local t = string.format("%.15g", v)
-      if tonumber(t) ~= v then t = string.format("%.17g", v) end
-      out[#out + 1] = t:gsub("^(-?%d+)$", "%1.0")
+      local s = string.format("%.15g", v)
+      if tonumber(s) ~= v then s = string.format("%.17g", v) end
+      out[#out + 1] = s:gsub("^(-?%d+)$", "%1.0")
     end
   elseif getmetatable(v) == Object then
     out[#out + 1] = "{"

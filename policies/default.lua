@@ -476,7 +476,7 @@ end
 function Policy:run_status(ctx)
   local info, o, why = self:applies(ctx)
   if not info and o ~= "unit-unknown" then
-    return o, why, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o))
+    return o, why, self:status_report(ctx, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o)))
   end
   local ans = health.probe(ctx, nil, info and info.config)
   if not ans.domain then
@@ -486,7 +486,8 @@ function Policy:run_status(ctx)
     local findings = report.config_findings(info, ordered_node_list(ctx, info) or {})
     if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
     msg = text.one_line(msg)
-    return outcome, msg, report.status_plain(outcome, msg, ctx.json, status_opts(self, ctx, outcome))
+    return outcome, msg, self:status_report(ctx,
+      report.status_plain(outcome, msg, ctx.json, status_opts(self, ctx, outcome)))
   end
   local domain = ans.domain
   local expected = ordered_node_list(ctx, info)
@@ -516,9 +517,14 @@ function Policy:run_status(ctx)
   opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
   opts.findings, opts.config = findings, info and info.config
   opts.node_list = by_file and info.nodes_file or nil
-  local out = report.status(domain, v, opts)
-  if ctx.verbosity and ctx.verbosity < 0 then return outcome, msg, out end
-  return outcome, msg, self:channel_report(ctx, nil, out)
+  return outcome, msg, self:status_report(ctx, report.status(domain, v, opts))
+end
+
+--- A status report with the channel's state (P:channel_report), except the one line of -q.
+function Policy:status_report(ctx, out)
+  if ctx.command ~= "status" then return out end -- health prints its own line
+  if ctx.verbosity and ctx.verbosity < 0 then return out end
+  return self:channel_report(ctx, nil, out)
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -184,6 +184,13 @@ describe("the --json reports of the built-in policy (their shapes, pinned)", fun
       "registrations:[]"), shape(read(out)):match("^(.-),lock:"))
     assert.equal("null", shape(j.v.status))
     assert.equal("[]", shape(j.v.nodes))
+    -- the same keys as with a domain, in the same order
+    local top = { "schema", "command", "ok", "outcome", "exit_code", "message", "time", "node", "unit",
+      "last_prolog", "last_epilog", "registrations", "registrations_error", "lock", "domain", "fabric",
+      "status", "timestamp", "self", "self_id", "verdict", "node_list", "config", "config_findings", "order",
+      "nodes", "channel" }
+    assert.same(top, j.keys)
+    assert.same(top, read(report("status")).keys)
   end)
 
   it("registrations", function()

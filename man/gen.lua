@@ -86,9 +86,10 @@ local function metrics_section()
 end
 
 -- A command as the synopsis and the COMMANDS section write it after its name: " _ARG_" and
--- " [*--json*]".
+-- " [*--json*]" and " [*-q*|*-v*]".
 local function form(c)
   return (c.arg and " _" .. esc(c.arg) .. "_" or "") .. (c.json and " [*--json*]" or "")
+    .. (c.verbosity and " [*-q*|*-v*]" or "")
 end
 
 --- The SYNOPSIS lines: one per run of consecutive commands of the same form ("*a*|*b* [*--json*]").

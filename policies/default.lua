@@ -65,6 +65,7 @@ local nodelist = lazy "imexguard.nodelist"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local fabric = lazy "imexguard.fabric"
+local json = lazy "imexguard.json"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -459,13 +460,51 @@ local function ordered_node_list(ctx, info)
   return list and #list > 0 and list or nil
 end
 
---- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node
--- map is compared with this node's node list file (same nodes in another order is a local fault,
--- C21); config.cfg's findings (imexcfg.lint: a command port on loopback, IMEX_CMD_ENABLED=0...)
--- are flagged before any job runs (C22).
+--- The facts of this node that `status` shows beside the domain, what `systemctl status` and
+-- more would tell an admin: the unit's state and since when, its invocation, the last prolog and
+-- epilog (state.load_last), the registered jobs (the state file), the node lock's holder
+-- (host.lock_holder: never waits, never holds it), and this node's domain and fabric when a step
+-- set ctx.domain ({name, nodes, source}) or ctx.fabric. Reads only; an unreadable part is named
+-- in its place, never an error of the run.
+-- @return table facts (report.status' opts.facts)
+function Policy:node_facts(ctx) -- luacheck: no self
+  local host, s = ctx.host, ctx.settings
+  local f = { node = steps.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
+    state_path = state.path(s), last = {} }
+  local props, uerr = host.unit(s.unit)
+  f.unit = props or { error = text.one_line(tostring(uerr), 200) }
+  for _, c in ipairs({ "prolog", "epilog" }) do
+    local rec, err = state.load_last(host, s, c)
+    f.last[c] = rec or (err and { error = err }) or nil
+  end
+  local st, serr = state.load(host, s)
+  if st then f.jobs = registry.jobs(st) else f.jobs_error = serr end
+  local path = s.state_dir .. "/lock"
+  f.lock = { path = path }
+  if type(host.lock_holder) == "function" then
+    local holder, herr = host.lock_holder(path)
+    if herr then f.lock.error = tostring(herr) else f.lock.holder = holder end
+  end
+  f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
+  return f
+end
+
+-- The options of a status report that every path shares: facts (status only: health needs none),
+-- verbosity, the exit code.
+local function status_opts(self, ctx, outcome)
+  return { facts = ctx.command == "status" and self:node_facts(ctx) or nil, verbosity = ctx.verbosity,
+    exit_code = outcomes.exit_code(outcome, ctx.settings) }
+end
+
+--- Entry point `status`: the node's facts (node_facts), then the domain as a table, with a
+-- diagnosis per node. The ctl's ordered node map is compared with this node's node list file (same
+-- nodes in another order is a local fault, C21); config.cfg's findings (imexcfg.lint: a command port
+-- on loopback, IMEX_CMD_ENABLED=0...) are flagged before any job runs (C22).
 function Policy:run_status(ctx)
   local info, o, why = self:applies(ctx)
-  if not info and o ~= "unit-unknown" then return o, why, report.status_plain(o, why, ctx.json) end
+  if not info and o ~= "unit-unknown" then
+    return o, why, self:status_report(ctx, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o)))
+  end
   local ans = health.probe(ctx, nil, info and info.config)
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
@@ -474,7 +513,8 @@ function Policy:run_status(ctx)
     local findings = report.config_findings(info, ordered_node_list(ctx, info) or {})
     if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
     msg = text.one_line(msg)
-    return outcome, msg, report.status_plain(outcome, msg, ctx.json)
+    return outcome, msg, self:status_report(ctx,
+      report.status_plain(outcome, msg, ctx.json, status_opts(self, ctx, outcome)))
   end
   local domain = ans.domain
   local expected = ordered_node_list(ctx, info)
@@ -500,10 +540,18 @@ function Policy:run_status(ctx)
   local findings = report.config_findings(info, expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
-  local out = report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
-    outcome = outcome, message = msg, findings = findings, config = info and info.config,
-    node_list = by_file and info.nodes_file or nil })
-  return outcome, msg, self:fabric_report(ctx, self:channel_report(ctx, nil, out))
+  local opts = status_opts(self, ctx, outcome)
+  opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
+  opts.findings, opts.config = findings, info and info.config
+  opts.node_list = by_file and info.nodes_file or nil
+  return outcome, msg, self:status_report(ctx, report.status(domain, v, opts))
+end
+
+--- A status report with the channel's state (P:channel_report), except the one line of -q.
+function Policy:status_report(ctx, out)
+  if ctx.command ~= "status" then return out end -- health prints its own line
+  if ctx.verbosity and ctx.verbosity < 0 then return out end
+  return self:channel_report(ctx, nil, out)
 end
 
 --- status, health and plan: the fabric read once (P:fabric without waiting) joined to an outcome
@@ -520,22 +568,78 @@ function Policy:fabric_verdict(ctx, want, outcome, msg)
   return outcome, text.one_line(msg)
 end
 
---- A report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text "fabric: ...",
--- JSON field `fabric` = {state, message, partition = "<ClusterUUID>.<CliqueId>" or null}. Unchanged
--- when the fabric was not read.
+--- plan's report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text
+-- "fabric: STATE: message", JSON a last field `fabric` = {state, message, partition =
+-- "<ClusterUUID>.<CliqueId>" or null} (docs/json.md). Unchanged when the fabric was not read.
 -- @param out string the report
 -- @return string the report
 function Policy:fabric_report(ctx, out) -- luacheck: no self
   local f = ctx.fabric
   if not f or type(out) ~= "string" then return out end
   if ctx.json then
-    local cjson = require "cjson"
-    local ok, t = pcall(cjson.decode, out)
-    if not ok or type(t) ~= "table" then return out end
-    t.fabric = { state = f.state, message = f.message, partition = f.partition and f.partition.id or nil }
-    return cjson.encode(t) .. "\n"
+    local body = out:match("^(.*)}%s*$")
+    if not body then return out end
+    return body .. ',"fabric":' .. json.encode(report.fabric_json(f)):gsub("\n$", "") .. "}\n"
   end
-  return out .. "fabric: " .. f.state .. ": " .. f.message .. "\n"
+  return out .. "fabric: " .. report.fabric_line(f) .. "\n"
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- The job registry by hand: registrations and forget.
+
+--- Entry point `registrations`: the jobs registered on this node (reads the state file, takes no
+-- lock: the file is replaced atomically, so it is the old or the new registry).
+function Policy:run_registrations(ctx) -- luacheck: no self
+  local host, s = ctx.host, ctx.settings
+  local st, serr = state.load(host, s)
+  if not st then return steps.registry_unknown(ctx, serr) end
+  local jobs = registry.jobs(st)
+  local msg = #jobs == 0 and string.format("node %s: no job registered", steps.node_name(ctx))
+    or string.format("node %s: %d job%s registered: %s", steps.node_name(ctx), #jobs,
+      #jobs == 1 and "" or "s",
+      registry.ids(jobs))
+  local facts = { node = steps.node_name(ctx), now = host.wallclock(), jobs = jobs,
+    state_path = state.path(s) }
+  return "ok", msg, report.registrations(facts, { json = ctx.json, verbosity = ctx.verbosity, outcome = "ok",
+    exit_code = 0, message = msg })
+end
+
+--- Entry point `forget JOBID` (ctx.arg): remove the job's entry from this node's registry under
+-- the node lock, for a job whose epilog never ran (slurmd crashed, the node rebooted without
+-- clearing state_dir); IMEX is left as it is and P:after_unregister is not run (that is the
+-- epilog's). A job that is not registered is bad-input: nothing removed.
+function Policy:run_forget(ctx)
+  local id = ctx.arg
+  if type(id) ~= "string" or not id:match(steps.JOB_ID_PATTERN) or #id > steps.JOB_ID_MAX then
+    return "bad-input", string.format("forget: %s is not a Slurm job id (digits)",
+      text.quote(tostring(id), 80))
+  end
+  id = id:gsub("^0+(%d)", "%1")
+  local s, node = ctx.settings, steps.node_name(ctx)
+  local guard, o, m = self:lock(ctx)
+  if not guard then return o, m end
+  local lk <close> = guard -- luacheck: ignore lk
+  local st, serr = state.load(ctx.host, s)
+  if not st then return steps.registry_unknown(ctx, serr) end
+  local entry = registry.unregister(st, id)
+  if not entry then
+    local jobs = registry.jobs(st)
+    return "bad-input",
+      string.format("node %s: job %s is not registered here; nothing removed (registered: %s)",
+      node, id, #jobs == 0 and "none" or registry.ids(jobs))
+  end
+  local ok, err, code = state.save(ctx.host, s, st)
+  if not ok then
+    return steps.by_code(code, "write-failed"), text.one_line(string.format(
+      "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
+      state.path(s), tostring(err)))
+  end
+  local remaining = registry.jobs(st)
+  local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
+  return "ok", text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
+    .. "ago); %s; %s left as it is", node, id, steps.entry_hosts(entry), age or "?",
+    #remaining == 0 and "no job registered now" or ("still registered: job " .. registry.ids(remaining)),
+    s.unit))
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -571,11 +675,10 @@ function Policy:channel_report(ctx, info, out) -- luacheck: no self
   local line = info and info.channel or channels.state(ctx)
   if type(out) ~= "string" then return out end
   if ctx.json then
-    local cjson = require "cjson"
-    local ok, t = pcall(cjson.decode, out)
-    if not ok or type(t) ~= "table" then return out end
-    t.channel = line
-    return cjson.encode(t) .. "\n"
+    -- the last key of the report's object (docs/json.md): `"channel": LINE` before its final "}"
+    local head = out:match("^(.*)}\n$")
+    if not head then return out end
+    return head .. ',"channel":' .. require("cjson").encode(line) .. "}\n"
   end
   return out .. line .. "\n"
 end

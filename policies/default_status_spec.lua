@@ -21,11 +21,13 @@ describe("default policy status", function()
     assert_one_line(message)
     local lines = {}
     for l in report:gmatch("[^\n]+") do lines[#lines + 1] = l end
-    assert.matches("^Domain DEGRADED", lines[1])
-    assert.matches("^ID", lines[2])
-    assert.matches("^0%*%s+10.0.0.1", lines[3])
-    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[4])
-    assert.matches("^2%s+10.0.0.3", lines[5])
+    local at = 1
+    while lines[at] and not lines[at]:match("^IMEX domain ") do at = at + 1 end
+    assert.matches("^IMEX domain DEGRADED", lines[at])
+    assert.matches("^ID", lines[at + 1])
+    assert.matches("^0%*%s+10.0.0.1", lines[at + 2])
+    assert.matches("^1%s+10.0.0.2.*UNAVAILABLE.*status UNAVAILABLE", lines[at + 3])
+    assert.matches("^2%s+10.0.0.3", lines[at + 4])
     assert.same({}, h.writes)
     assert.same({}, h.jobs)
   end)
@@ -54,7 +56,8 @@ describe("default policy status", function()
     local h = testing.host{ unit = { unit_file_state = "disabled" }, ctl = { testing.UNCONFIGURED } }
     local outcome, _, report = run(h, { command = "status" })
     assert.equal("skipped", outcome)
-    assert.matches("^skipped: ", report)
+    assert.matches("\nskipped: ", report)
+    assert.matches("^node %s+n1\nunit %s+nvidia%-imex.service: active %(running%)", report)
   end)
 
   it("garbage: ctl-unusable", function()
@@ -150,5 +153,138 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.truthy(sm:find("IMEX_CMD_ENABLED=0", 1, true), sm)
       assert.truthy(srep:find("IMEX_CMD_ENABLED=0", 1, true), srep)
     end)
+  end)
+end)
+
+-- What `systemctl status` shows and more (issue 20, point 5), the rack's output (point 2).
+describe("default policy status: the node's facts, -q and -v, a rack", function()
+  local STATE = "/run/imexguard/state.json"
+  local REGISTERED = '{"jobs": [{"id": "101", "nodes": "10.0.0.1\\n10.0.0.2\\n", "hosts": "n[1-2]", '
+    .. '"registered_us": "1699999400000000", "invocation_id": "abc"}]}'
+
+  local function host(o)
+    o = o or {}
+    o.files = o.files or {}
+    o.files[STATE] = o.files[STATE] or REGISTERED
+    o.files["/run/imexguard/last-prolog.json"] = '{"command": "prolog", "outcome": "conflict", '
+      .. '"exit_code": 5, "job": "102", "ended_us": "1699999900000000", "duration": 0.25, '
+      .. '"message": "job 101 (n[1-2], registered 8m20s ago) uses nvidia-imex.service"}'
+    return testing.host(o)
+  end
+
+  it("shows the unit and since when, its invocation, the last prolog and epilog, the jobs, the lock",
+    function()
+    local h = host{ unit = { state_change_us = 1699990000000000,
+      invocation_id = "0123456789abcdef0123456789abcdef",
+      main_pid = 4242 }, lock = { pid = 777, owner = "job=103", since = 1699999990 } }
+    local outcome, _, report = run(h, { command = "status" })
+    assert.equal("ok", outcome)
+    assert.matches("\nunit +nvidia%-imex.service: active %(running%) since 2023%-11%-14T19:26:40Z; "
+      .. "invocation 01234567; main PID 4242\n", report)
+    assert.matches("\nlast prolog +conflict at 2023%-11%-14T22:11:40Z, job 102, 0.25 s: job 101 "
+      .. "%(n%[1%-2%]", report)
+    assert.matches("\nlast epilog +none recorded\n", report)
+    assert.matches("\njobs +1 registered: 101 %(n%[1%-2%], 10m00s ago%)\n", report)
+    assert.matches("\nnode lock +held by pid 777 %(job=103%) since 2023%-11%-14T22:13:10Z\n", report)
+    assert.matches("\ndomain +%(not defined%)\nfabric +%(not known%)\n", report)
+    -- status reads, it never takes the lock nor writes
+    assert.same({}, h.writes)
+    assert.equal(0, #h.locks)
+  end)
+
+  it("prints the domain and fabric of this node when a step set them (ctx.domain, ctx.fabric)", function()
+    local h = host()
+    local ctx = testing.ctx{ host = h, command = "status" }
+    ctx.domain = { name = "rack7", nodes = { "gb03", "gb01", "gb02" }, source = "/etc/imexguard/domains" }
+    ctx.fabric = { cluster_uuid = "c0ffee", clique_id = 4 }
+    local _, _, report = P.status(ctx)
+    assert.matches("\ndomain +rack7 gb%[01%-03%] %(from /etc/imexguard/domains%)\n", report)
+    assert.matches("\nfabric +cluster_uuid c0ffee, clique_id 4\n", report)
+    ctx.json = true
+    local j = cjson.decode((select(3, P.status(ctx))))
+    assert.same({ "rack7", "/etc/imexguard/domains" }, { j.domain.name, j.domain.source })
+    assert.equal("c0ffee", j.fabric.cluster_uuid)
+  end)
+
+  it("-q: one line without this node's name or time, the same on every node of a healthy domain", function()
+    local lines = {}
+    for i, node in ipairs({ "n1", "n2" }) do
+      local ctx = testing.ctx{ host = host(), command = "status", verbosity = -1,
+        env = { SLURMD_NODENAME = node } }
+      local _, _, report = P.status(ctx)
+      lines[i] = report
+    end
+    assert.equal(lines[1], lines[2])
+    assert.equal("ok: IMEX UP, 2/2 READY; nvidia-imex.service active; jobs 101\n", lines[1])
+  end)
+
+  it("a rack of 18 with one node cut off: short rows, hosts compressed in numeric order", function()
+    local nodes, map = {}, {}
+    for i = 1, 18 do
+      local a = "10.0.0." .. i
+      nodes[i] = { host = a, status = i == 5 and "UNAVAILABLE" or nil }
+      map[#map + 1] = string.format("gb%02d %s", i, a)
+    end
+    local h = testing.host{ ctl = { { domain = { nodes = nodes } } },
+      files = { ["/etc/imexguard/addresses"] = table.concat(map, "\n") .. "\n" } }
+    local outcome, message, report = run(h, { command = "status",
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+    assert.equal("peers-unhealthy", outcome)
+    assert.matches(": gb05: status UNAVAILABLE", message)
+    for line in report:gmatch("[^\n]+") do
+      assert.is_true(#line <= 160, "a line of " .. #line .. " columns: " .. line)
+    end
+    -- node 5's own row: its links are down, named as one range; the others name gb05 alone
+    assert.matches("\n4 +10.0.0.5 +gb05 +UNAVAILABLE +0/18 connected; INVALID gb%[01%-18%] ", report)
+    assert.matches("\n5 +10.0.0.6 +gb06 +READY +17/18 connected; INVALID gb05 ", report)
+    -- -v: every link with its address
+    local _, _, verbose = run(h, { command = "status", verbosity = 1,
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+    assert.matches("gb09 10.0.0.9 INVALID, gb10 10.0.0.10 INVALID", verbose, 1, true)
+  end)
+end)
+
+describe("default policy registrations and forget", function()
+  local STATE = "/run/imexguard/state.json"
+  local TWO = '{"jobs": [{"id": "101", "nodes": "10.0.0.1\\n10.0.0.2\\n", "hosts": "n[1-2]", '
+    .. '"registered_us": "1699999400000000", "invocation_id": "abc"}, {"id": "102", "nodes": "10.0.0.1\\n", '
+    .. '"registered_us": "1699996400000000", "invocation_id": ""}]}'
+
+  it("registrations lists job, hosts, since when; -q the ids; none is said", function()
+    local h = testing.host{ files = { [STATE] = TWO } }
+    local outcome, message, report = run(h, { command = "registrations" })
+    assert.equal("ok", outcome)
+    assert.equal("node n1: 2 jobs registered: 101, 102", message)
+    assert.matches("^JOB +HOSTS +REGISTERED +AGE\n101 +n%[1%-2%] +2023%-11%-14T22:03:20Z +10m00s\n"
+      .. "102 +10.0.0.1 +2023%-11%-14T21:13:20Z +1h00m\n$", report)
+    local _, _, quiet = run(h, { command = "registrations", verbosity = -1 })
+    assert.equal("101 102\n", quiet)
+    local _, _, none = run(testing.host(), { command = "registrations" })
+    assert.equal("no job registered on node n1\n", none)
+    assert.same({}, h.writes)
+  end)
+
+  it("forget JOBID removes that registration under the node lock and says what it removed", function()
+    local h = testing.host{ files = { [STATE] = TWO } }
+    local outcome, message = run(h, { command = "forget", arg = "101", env = { SLURMD_NODENAME = "n1" } })
+    assert.equal("ok", outcome)
+    assert.equal("node n1: removed the registration of job 101 (n[1-2], registered 10m00s ago); still "
+      .. "registered: job 102; nvidia-imex.service left as it is", message)
+    assert.equal(1, #h.locks)
+    local st = cjson.decode(h.file(STATE))
+    assert.equal(1, #st.jobs)
+    assert.equal("102", st.jobs[1].id)
+    assert.same({}, h.jobs) -- the unit is not touched
+  end)
+
+  it("forget of a job that is not registered, or not a job id: bad-input, nothing written", function()
+    local h = testing.host{ files = { [STATE] = TWO } }
+    local outcome, message = run(h, { command = "forget", arg = "7" })
+    assert.equal("bad-input", outcome)
+    assert.equal("node n1: job 7 is not registered here; nothing removed (registered: 101, 102)", message)
+    outcome, message = run(h, { command = "forget", arg = "12x" })
+    assert.equal("bad-input", outcome)
+    assert.matches('"12x" is not a Slurm job id', message)
+    assert.same({}, h.writes)
   end)
 end)

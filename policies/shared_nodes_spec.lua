@@ -29,7 +29,7 @@ describe("shared_nodes policy", function()
       files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "OK" }
     assert.equal("conflict", outcome)
-    assert.matches("job 100 %({10.0.0.1 10.0.0.2}, shared OK, registered 10m00s ago%)", message)
+    assert.matches("job 100 %(10.0.0.%[1%-2%], shared OK, registered 10m00s ago%)", message)
     assert.matches("shared node", message)
     assert.equal(0, s:restarts())
     assert.same({ "100" }, s:registered())

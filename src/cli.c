@@ -40,6 +40,9 @@ static void usage(FILE *f)
 		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 		"                      development; also IMEXGUARD_LUA_DIR)\n"
 		"  --json              machine-readable output (%s)\n"
+		"  -q, --quiet         one line (status: the same on every healthy node, for\n"
+		"                      pdsh ... | dshbak -c)\n"
+		"  -v, --verbose       more detail (status: every peer's address and state)\n"
 		"  --timing            at the end, where the run's time went on stderr\n"
 		"                      (phases, primitive calls; milliseconds)\n"
 		"  -h, --help          this help\n"
@@ -78,6 +81,16 @@ static int usage_error(const char *fmt, ...)
 
 enum { OPT_CONFIG = 256, OPT_POLICY, OPT_DEADLINE, OPT_SET, OPT_LUA_DIR, OPT_JSON, OPT_TIMING };
 
+/* Is name one of list, a ", "-separated list of names (generated.h)? */
+static int in_list(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	return 0;
+}
+
 /* Take one option c (getopt_long's value) with its argument optarg.  Returns -1 to go on, or the
  * exit code (0 after --help/--version, ig_usage_exit after a usage error on stderr). */
 static int take_option(int c, char **argv, struct ig_opts *o)
@@ -113,6 +126,12 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 	case OPT_TIMING:
 		o->timing = 1;
 		return -1;
+	case 'q':
+		o->verbosity = -1;
+		return -1;
+	case 'v':
+		o->verbosity = o->verbosity < 0 ? 1 : o->verbosity + 1;
+		return -1;
 	case 'h':
 		usage(stdout);
 		return 0;
@@ -143,6 +162,13 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 			return usage_error("%s: missing %s", c->name, c->arg);
 		o->arg = argv[optind++];
 	}
+	/* every command either supports --json or refuses it (docs/json.md); -q/-v likewise */
+	if (o->json && !in_list(ig_json_commands, c->name))
+		return usage_error("--json: %s has no JSON output (only %s)", c->name,
+				   ig_json_commands);
+	if (o->verbosity && !in_list(ig_verbosity_commands, c->name))
+		return usage_error("%s: %s has no quiet or verbose form (only %s)",
+				   o->verbosity < 0 ? "-q" : "-v", c->name, ig_verbosity_commands);
 	if (strcmp(o->command, "version") == 0) {
 		print_version();
 		return 0;
@@ -164,6 +190,8 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"lua-dir", required_argument, NULL, OPT_LUA_DIR},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"timing", no_argument, NULL, OPT_TIMING},
+	    {"quiet", no_argument, NULL, 'q'},
+	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -180,7 +208,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	}
 	int c, rc;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":hV", longopts, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, ":hVqv", longopts, NULL)) != -1)
 		if ((rc = take_option(c, argv, o)) >= 0)
 			return rc;
 	return take_command(argc, argv, o);

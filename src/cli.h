@@ -17,6 +17,7 @@ struct ig_opts {
 	const char *lua_dir; /* --lua-dir or IMEXGUARD_LUA_DIR, or NULL */
 	int json;	     /* --json */
 	int timing;	     /* --timing */
+	int verbosity;	     /* -q: -1, none: 0, -v: 1 (each -v one more) */
 };
 
 /* Parse the arguments into o (GNU getopt_long permutes, so options may follow the command:

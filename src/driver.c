@@ -115,12 +115,15 @@ void ig_driver_open(struct ig_run *r)
 	ig_run_set(r, "config", o->config);
 	ig_run_set(r, "policy", o->policy);
 	ig_run_set(r, "check_path", o->arg);
+	ig_run_set(r, "arg", o->arg);
 	ig_run_set(r, "deadline_arg", o->deadline_arg);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, r->table);
 	lua_pushboolean(L, o->config_explicit);
 	lua_setfield(L, -2, "config_explicit");
 	lua_pushboolean(L, o->json);
 	lua_setfield(L, -2, "json");
+	lua_pushinteger(L, o->verbosity);
+	lua_setfield(L, -2, "verbosity");
 	lua_createtable(L, o->nsets, 0);
 	for (int i = 0; i < o->nsets; i++) {
 		lua_pushstring(L, o->sets[i]);

@@ -82,6 +82,7 @@ local function commands_usage(commands)
   local pad = string.rep(" ", HELP_COLUMN)
   for _, c in ipairs(commands.list) do
     local head = "  " .. c.name .. (c.arg and " " .. c.arg or "") .. (c.json and " [--json]" or "")
+      .. (c.verbosity and " [-q|-v]" or "")
     local help = c.help .. (c.deadline and "; budget " .. c.deadline .. " s unless --deadline" or "")
     local line
     if #head < HELP_COLUMN then
@@ -125,6 +126,8 @@ local function facts()
   out[#out + 1] = "\t{NULL, NULL},\n};"
   out[#out + 1] = string_def("const char ig_command_names[]", table.concat(commands.names(), ", "))
   out[#out + 1] = string_def("const char ig_json_commands[]", table.concat(commands.names("json"), ", "))
+  out[#out + 1] = string_def("const char ig_verbosity_commands[]",
+    table.concat(commands.names("verbosity"), ", "))
   out[#out + 1] = string_def("const char ig_commands_usage[]", commands_usage(commands))
 
   out[#out + 1] = "\nint ig_outcome_code(const char *name)\n{"

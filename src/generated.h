@@ -23,6 +23,8 @@ extern const struct ig_command ig_commands[];
 extern const char ig_command_names[];
 /* The names of the commands whose output --json changes, ", " between them. */
 extern const char ig_json_commands[];
+/* The names of the commands that take -q and -v, ", " between them. */
+extern const char ig_verbosity_commands[];
 /* The usage text's list of commands: one entry per command ("  NAME [ARG] [--json]", its help
  * from column 18, wrapped at 80 characters), each line ending in a newline. */
 extern const char ig_commands_usage[];

@@ -749,8 +749,9 @@ static void push_exec_start(lua_State *L, const struct unit_props *p)
  *   bounded by the run's budget.
  *   properties: {load_state, unit_file_state, active_state, sub_state, result (strings; result
  *   "" for a unit that is not a service), main_pid (number, 0 when none), invocation_id (32
- *   lowercase hex chars, "" when never started), exec_main_start_us, active_enter_us
- *   (microseconds since the epoch, 0 when never)}.  A unit without a unit file answers with
+ *   lowercase hex chars, "" when never started), exec_main_start_us, active_enter_us,
+ *   state_change_us (StateChangeTimestamp: the "since" of `systemctl status`) (microseconds since
+ *   the epoch, 0 when never)}.  A unit without a unit file answers with
  *   load_state "not-found" (not an error).
  *   Errors: code "timeout" (our timeout), "deadline" (the budget), "bus" (a D-Bus error or no
  *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
@@ -772,7 +773,7 @@ static int l_unit(lua_State *L)
 
 	if (unit_query(name, timeout, &p, &e) < 0)
 		return ig_push_error(L, e.code, "%s", e.msg);
-	lua_createtable(L, 0, 10);
+	lua_createtable(L, 0, 11);
 	ig_set_string(L, "load_state", p.load_state);
 	ig_set_string(L, "unit_file_state", p.unit_file_state);
 	ig_set_string(L, "active_state", p.active_state);
@@ -782,6 +783,7 @@ static int l_unit(lua_State *L)
 	ig_set_string(L, "invocation_id", p.invocation_id);
 	ig_set_integer(L, "exec_main_start_us", (lua_Integer)p.exec_main_start_us);
 	ig_set_integer(L, "active_enter_us", (lua_Integer)p.active_enter_us);
+	ig_set_integer(L, "state_change_us", (lua_Integer)p.state_change_us);
 	push_exec_start(L, &p);
 	lua_setfield(L, -2, "exec_start");
 	return 1;

@@ -8,7 +8,8 @@ local M = {}
 --- The commands in the order --help lists them. Each entry:
 -- name: the word on the command line;
 -- arg: the one argument it takes (nil: none), as the usage text names it;
--- json: true when --json changes its output;
+-- json: true when --json changes its output (any other command refuses --json: a usage error);
+-- verbosity: true when it takes -q (one line) and -v (more detail); any other refuses them;
 -- entry: "required" (every policy has this entry point), "optional" (a policy file without it
 --   uses the built-in policy's), or nil (the host runs the command itself: no entry point);
 -- dry_run: true when it changes nothing (the host's side effects are recorders, driver.lua);
@@ -21,8 +22,9 @@ M.list = {
     help = "make this node's IMEX domain match the job (Slurm Prolog)" },
   { name = "epilog", entry = "required", metrics = true,
     help = "the job ended (Slurm Epilog)" },
-  { name = "status", json = true, entry = "optional", metrics = true,
-    help = "show the domain, with a diagnosis per unhealthy node" },
+  { name = "status", json = true, verbosity = true, entry = "optional", metrics = true,
+    help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
+      .. "domain, with a diagnosis per unhealthy node" },
   { name = "plan", json = true, entry = "optional", dry_run = true,
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
@@ -30,6 +32,13 @@ M.list = {
   { name = "health", entry = "optional", dry_run = true, metrics = true, deadline = 10,
     help = "check this node's IMEX, changing nothing (Slurm HealthCheckProgram, LBNL NHC): exit 0 "
       .. "healthy or not applicable, else one line 'imexguard: OUTCOME: cause' on stdout" },
+  -- the job registry by hand (docs/design.md "The state file and the job registry"): what an
+  -- admin needs when an epilog never ran (slurmd crashed) and a registration blocks the next job
+  { name = "registrations", json = true, verbosity = true, entry = "optional", dry_run = true,
+    help = "list the jobs registered on this node (the job registry): job, hosts, since when" },
+  { name = "forget", arg = "JOBID", entry = "optional",
+    help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
+      .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
   { name = "check", arg = "POLICY", json = true,
     help = "compile a policy in the sandbox, run standard scenarios" },
   { name = "version",

@@ -15,25 +15,65 @@ local rtrim = require("imexguard.text").rtrim
 
 local M = {}
 
---- Bytes of the reason at most. slurmctld stores any length, but `sinfo -R`, `scontrol show node`
--- and the accounting database (node_reason in slurmdbd) are read by people: one short line.
-M.MAX_REASON = 200
+--- Bytes of the reason at most: slurmdbd keeps a node's reason in the `reason` column of its
+-- event table, a MySQL `tinytext` (255 bytes; Slurm's accounting_storage/mysql), which is what
+-- `sacctmgr show event` and the node's history show. slurmctld itself takes any length.
+M.MAX_REASON = 255
+--- Characters of the reason `sinfo -R` shows by default (its format "%20E %9u %19H %N"): the
+-- prefix and the outcome fill them, so the outcome comes right after the prefix and the cause
+-- right after it; `sinfo -R -o "%80E %N"` shows more.
+M.SINFO_WIDTH = 20
+--- The reason's prefix: the drains of imexguard (prolog, health check) start with it, so that an
+-- admin or a resume script (`sinfo -R`, NHC's own "NHC:") can tell them from others.
+M.PREFIX = "imexguard: "
 --- Seconds the scontrol call may take at most (within the run's remaining budget).
 M.TIMEOUT = 5
 --- Seconds of the run's budget that must be left to try at all.
 M.MIN_LEFT = 0.2
 
---- The reason text: `imexguard: OUTCOME: cause`, one line, at most MAX_REASON bytes.
+-- The cause for a node's reason: one line, without the "node NAME: " that starts most messages
+-- (Slurm shows the reason next to the node's name).
+local function cause_of(cause)
+  local c = rtrim((tostring(cause or ""):gsub("[%c]+", " ")))
+  return (c:gsub("^node [^%s:]+: ", "", 1))
+end
+
+-- s cut to at most max bytes, cleanly: at the last clause ("; "), else the last ", ", else the
+-- last blank that leaves at least half of it, then "..."; never inside a UTF-8 sequence.
+local function cut(s, max)
+  if #s <= max then return s end
+  local room = max - 3
+  local head = s:sub(1, room)
+  local at
+  for _, sep in ipairs({ "; ", ", ", " " }) do
+    local i, last = 0, nil
+    while true do
+      i = head:find(sep, i + 1, true)
+      if not i then break end
+      last = i
+    end
+    if last and last > room / 2 then at = last - 1; break end
+  end
+  head = rtrim(head:sub(1, at or room)):gsub("[\128-\255]*$", "")
+  return head .. "..."
+end
+
+--- The reason text: `imexguard: OUTCOME: cause`, one line, at most MAX_REASON bytes. The cause is
+-- the run's message without its leading "node NAME: " (Slurm shows the node), cut at a clause
+-- boundary with "..." when it is too long: the messages put their cause first and the detail (host
+-- lists, what to do) after it.
 -- @tparam string outcome the outcome's name
 -- @tparam string|nil cause the run's message
 -- @treturn string
 function M.reason(outcome, cause)
-  local line = string.format("imexguard: %s: %s", tostring(outcome), tostring(cause or ""))
-  line = rtrim((line:gsub("[%c]+", " ")))
-  if #line > M.MAX_REASON then
-    line = line:sub(1, M.MAX_REASON - 3):gsub("[\128-\255]*$", "") .. "..."
-  end
-  return line
+  return cut(string.format("%s%s: %s", M.PREFIX, tostring(outcome), cause_of(cause)), M.MAX_REASON)
+end
+
+--- Is a Slurm reason one that imexguard set (starts with M.PREFIX)?
+-- @tparam string|nil reason
+-- @treturn boolean
+function M.ours(reason)
+  return type(reason) == "string" and reason:sub(1, #M.PREFIX) == M.PREFIX
 end
 
 --- The argv of the scontrol call (settings.scontrol is a path or an argv prefix).

@@ -54,10 +54,23 @@ D.DRY_RUN = commands_with('dry_run')
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = commands_with('metrics')
 
+-- Commands whose last run is recorded for `status` (imexguard.state.LAST; the driver does not
+-- load that module on every run: driver_spec checks that they agree).
+local state_last = { prolog = true, epilog = true }
+D.LAST = state_last
+
+-- With --json, a run that ends without a report prints the error object (imexguard.json,
+-- docs/json.md): a JSON reader gets JSON on every path.
+local function json_output(run, outcome, code, message, output)
+  if output ~= nil or not run.json then return output end
+  return require('imexguard.json').error_report(run.command, outcome, code, message)
+end
+
 -- The answer that ends the run with `outcome`.
 local function ends(run, outcome, message, output)
-  return { outcome = outcome, code = outcomes.exit_code(outcome, run.settings), message = message,
-    output = output }
+  local code = outcomes.exit_code(outcome, run.settings)
+  return { outcome = outcome, code = code, message = message,
+    output = json_output(run, outcome, code, message, output) }
 end
 
 -- ---- settings ------------------------------------------------------------------------------
@@ -265,6 +278,7 @@ function D.prepare(run)
     env = S.readonly(env, 'ctx.env'),
     job = D.job(env, run.c.has_module('imexguard.slurmenv')),
     dry_run = dry_run, json = run.json, planned = planned,
+    verbosity = run.verbosity or 0, arg = run.arg,
   }
   local id = ctx.job.id
   if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end
@@ -349,7 +363,8 @@ function D.finish(run)
   end
   local ok, out = pcall(output, r[3])
   D.after(run, name, code, message)
-  return { outcome = name, code = code, message = D.counts(run, message), output = ok and out or nil }
+  return { outcome = name, code = code, message = D.counts(run, message),
+    output = json_output(run, name, code, message, ok and out or nil) }
 end
 
 --- The final line's message with the run's counts that no message carries by itself: `; nudges=N`
@@ -385,10 +400,33 @@ function D.after(run, outcome, code, message)
     local ok, err = pcall(require('imexguard.drain').set, base, outcome, message)
     if not ok then after_failed(run, 'drain reason', err) end
   end
+  if state_last[run.command] and not D.DRY_RUN[run.command] then
+    local ok, err = pcall(D.record_last, run, base, outcome, code, message)
+    if not ok then after_failed(run, 'last run record', err) end
+  end
   if D.METRICS[run.command] and run.settings.metrics_dir then
     local ok, err = pcall(D.record_metrics, run, base, outcome, code)
     if not ok then after_failed(run, 'metrics', err) end
   end
+end
+
+--- Record the run as the last one of its command (imexguard.state.save_last: what `status`
+-- shows as the last prolog and epilog). A state directory that does not exist yet (no run took the
+-- node lock: nothing to show either) is skipped; another failure is a log line.
+-- @param run table the run
+-- @param base table {host = the real primitives, settings}
+-- @param outcome string
+-- @param code integer
+-- @param message string one line
+function D.record_last(run, base, outcome, code, message)
+  local host = base.host
+  local now = host.now()
+  local job = run.ctx and run.ctx.job and run.ctx.job.id
+  local ok, err, ecode = require('imexguard.state').save_last(host, run.settings, run.command, {
+    outcome = outcome, exit_code = code, job = job ~= nil and tostring(job) or nil,
+    ended_us = host.wallclock() * 1e6, duration = math.max(0, now - (run.started or now)),
+    message = D.counts(run, message) })
+  if not ok and ecode ~= 'ENOENT' then after_failed(run, 'last run record', err) end
 end
 
 --- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end
@@ -422,7 +460,8 @@ function D.record_metrics(run, base, outcome, code)
   end
   require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
     duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
-    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes, gpus = gpus })
+    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes, gpus = gpus,
+    version = host.version })
 end
 
 -- ---- check ------------------------------------------------------------------------------------
@@ -506,14 +545,24 @@ local function tally(results)
   return t
 end
 
-local function check_json(run, t)
-  local cjson = require 'cjson'
+-- The check report as JSON (docs/json.md, "check"): ordered keys, arrays as arrays.
+local function check_json(run, t, outcome, code, message)
+  local json = require 'imexguard.json'
   local e = {}
   for w in run.check.entries:gmatch('[^, ]+') do e[#e + 1] = w end
-  local function array(list) return setmetatable(list, cjson.array_mt) end
-  return cjson.encode({ policy = run.check_path, entry_points = array(e),
-    scenarios = array(run.check.results), passed = t.passed, failed = t.failed, not_run = t.not_run,
-    not_applicable = t.not_applicable, exercised = array(t.exercised) }) .. '\n'
+  local scenarios = {}
+  for i, res in ipairs(run.check.results) do
+    local verdict = res.not_run and 'not-run' or (not res.ok and 'fail') or (res.not_applicable and 'n/a')
+      or 'pass'
+    scenarios[i] = json.object():set('name', res.name):set('title', res.title):set('result', verdict)
+      :set('ok', res.ok == true):set('not_applicable', res.not_applicable == true):set('why', res.why)
+      :set('detail', res.detail)
+  end
+  return json.encode(json.report('check'):set('ok', code == 0):set('outcome', outcome):set('exit_code', code)
+    :set('message', message):set('policy', run.check_path):set('entry_points', json.array(e))
+    :set('scenarios', json.array(scenarios)):set('passed', t.passed):set('failed', t.failed)
+    :set('not_run', t.not_run):set('not_applicable', t.not_applicable):set('exercised',
+      json.array(t.exercised)))
 end
 
 -- The summary: the line for stdout and the final line's message.
@@ -547,12 +596,14 @@ end
 function D.check_end(run)
   local t = tally(run.check.results)
   local line, msg = summary(run, t)
-  local out = run.json and check_json(run, t) or 'check: ' .. line .. '\n'
+  local outcome, message = 'policy-error', string.format('policy %s: %s', run.check_path, msg)
   if t.failed + t.not_run == 0 then
-    local valid = string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries, msg)
-    return ends(run, 'ok', valid, out)
+    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries,
+      msg)
   end
-  return ends(run, 'policy-error', string.format('policy %s: %s', run.check_path, msg), out)
+  local out = run.json and check_json(run, t, outcome, outcomes.exit_code(outcome, run.settings), message)
+    or 'check: ' .. line .. '\n'
+  return ends(run, outcome, message, out)
 end
 
 return D

@@ -87,6 +87,42 @@ function M.label(host, names)
   return tostring(host)
 end
 
+--- The hosts of a list for a person: their Slurm names compressed as Slurm writes them
+-- ("gb[05,07]") when every one has a name, else their addresses compressed ("10.0.0.[5,7]").
+-- @param hosts list of addresses
+-- @param names table|nil {[address] = Slurm name}
+-- @return string
+function M.show_hosts(hosts, names)
+  local hostlist = require "imexguard.hostlist" -- only on a fault: the healthy paths do not load it
+  local shown = {}
+  for i, h in ipairs(hosts) do
+    local n = names and names[h]
+    if not n then return hostlist.show(hosts) end
+    shown[i] = n
+  end
+  return hostlist.show(shown)
+end
+
+--- The faulty peers of a verdict, one part per reason: "gb[05,07]: status UNAVAILABLE" (hosts as
+-- M.show_hosts), in the order the reasons first appear; this node (self) is left out.
+-- @param faulty list|nil {host =, reason =} (verdict.health's faulty)
+-- @param self string|nil this node's address
+-- @param names table|nil {[address] = Slurm name}
+-- @return list of strings
+function M.group_faults(faulty, self, names)
+  local order, by = {}, {}
+  for _, f in ipairs(faulty or {}) do
+    if f.host ~= self then
+      local r = tostring(f.reason)
+      if not by[r] then by[r] = {}; order[#order + 1] = r end
+      by[r][#by[r] + 1] = f.host
+    end
+  end
+  local parts = {}
+  for i, r in ipairs(order) do parts[i] = M.show_hosts(by[r], names) .. ": " .. r end
+  return parts
+end
+
 --- Verdict of one usable answer.
 -- @param answer table from probe
 -- @param expected list of addresses
@@ -254,12 +290,7 @@ function M.blame(ctx, want, v, waited)
   if why then
     return "domain-unhealthy", one_line(string.format("this node %s is not healthy%s: %s", me, after, why))
   end
-  local peers = {}
-  for _, f in ipairs(v.faulty or {}) do
-    if f.host ~= want.self then
-      peers[#peers + 1] = M.label(f.host, want.names) .. ": " .. tostring(f.reason)
-    end
-  end
+  local peers = M.group_faults(v.faulty, want.self, want.names)
   if #peers > 0 then
     local msg = one_line(string.format("this node %s is healthy, peers are not%s: %s (domain %s)", me, after,
       table.concat(peers, "; "), tostring(v.status)))

@@ -273,4 +273,84 @@ function M.compress(names)
   return table.concat(parts, ",")
 end
 
+-- A name split for sorting: its text and number chunks ("r10n2" -> {"r", 10, "n", 2}), the
+-- numbers with their widths, so that names compare in numeric order ("n3" before "n10").
+local function chunks(name)
+  local out = {}
+  for text, digits in name:gmatch("(%D*)(%d*)") do
+    if text ~= "" then out[#out + 1] = text end
+    if digits ~= "" then
+      out[#out + 1] = { v = math.tointeger(tonumber(digits)) or math.huge, w = #digits }
+    end
+  end
+  return out
+end
+
+-- Slurm's order of hostlistsorted: names compare chunk by chunk, text as text and numbers by
+-- value (Slurm's strnatcmp of the prefixes, then the numeric suffix), a shorter name first, and of
+-- two equal values the narrower first ("n1" before "n01").
+local function before(a, b)
+  local ca, cb = a.key, b.key
+  for i = 1, math.max(#ca, #cb) do
+    local x, y = ca[i], cb[i]
+    if x == nil then return true end
+    if y == nil then return false end
+    local tx, ty = type(x), type(y)
+    if tx ~= ty then return tx == "string" end -- "n" before "n1": the name without a number first
+    if tx == "string" then
+      if x ~= y then return x < y end
+    elseif x.v ~= y.v then
+      return x.v < y.v
+    elseif x.w ~= y.w then
+      return x.w < y.w
+    end
+  end
+  return a.name < b.name
+end
+
+--- Names in numeric order, each once: what a person reads (`gb3` before `gb10`; addresses too:
+-- `10.0.0.3` before `10.0.0.10`).
+-- @tparam {string,...} names
+-- @treturn {string,...} a new list
+-- @raise when names is not a table of strings
+function M.sort(names)
+  if type(names) ~= "table" then
+    error("hostlist.sort: expected a table, got " .. type(names), 2)
+  end
+  local seen, items = {}, {}
+  for i, name in ipairs(names) do
+    if type(name) ~= "string" then error("hostlist.sort: entry " .. i .. " is a " .. type(name), 2) end
+    if not seen[name] then
+      seen[name] = true
+      items[#items + 1] = { name = name, key = chunks(name) }
+    end
+  end
+  table.sort(items, before)
+  local out = {}
+  for i, it in ipairs(items) do out[i] = it.name end
+  return out
+end
+
+--- Compress a set of names the way Slurm writes one for a person (`scontrol show hostlistsorted`,
+-- Slurm's hostlist_sort then hostlist_ranged_string): in numeric order, duplicates dropped, one
+-- bracket per common prefix with zero-padded ranges, e.g. {"gb10", "gb3", "gb04"} ->
+-- "gb[3,04,10]", and the 18 nodes gb01..gb18 -> "gb[01-18]". Only the number that ends a name is
+-- ranged, as Slurm does: "r1n[1-2],r2n1". The inverse of expand up to order and duplicates.
+-- @tparam {string,...} names
+-- @treturn[1] string (`""` for an empty list)
+-- @treturn[2] nil
+-- @treturn[2] string error naming a name that cannot appear in a hostlist
+-- @raise when names is not a table of strings
+function M.ranged(names)
+  return M.compress(M.sort(names))
+end
+
+--- `ranged`, or the names joined by "," when one of them cannot be written in a hostlist (a
+-- message must still name them): for what a person reads.
+-- @tparam {string,...} names
+-- @treturn string
+function M.show(names)
+  return M.ranged(names) or table.concat(M.sort(names), ",")
+end
+
 return M

@@ -31,13 +31,15 @@ local HELP = {
     "command, outcome" },
   imexguard_last_exit_code = { "gauge", "Exit code of the last run of the command.", "command" },
   imexguard_domain_node_status = { "gauge",
-    "1 for each IMEX node as the last run that asked nvidia-imex-ctl saw it (id, host, status).",
-    "id, host, status" },
+    "1 for the status of each IMEX node as the last run that asked nvidia-imex-ctl saw it, 0 for its "
+      .. "other statuses (id, host, status).", "id, host, status" },
   imexguard_fabric_gpu = { "gauge",
     "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
     "gpu, state, status, partition" },
+  imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
 }
-local ORDER = { "imexguard_runs_total", "imexguard_restarts_total", "imexguard_nudges_total",
+local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
+  "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
@@ -121,12 +123,19 @@ local function family(name)
   return name:gsub("_sum$", ""):gsub("_count$", "")
 end
 
---- Update the samples for one finished run.
+--- Update the samples for one finished run. Every series a query may name is present, 0 when
+-- nothing happened (Prometheus' naming practices: a series that appears only once something
+-- happens makes rate() and absent() lie): the run counts of every command that records metrics
+-- (imexguard.commands) by every outcome (imexguard.outcomes), the last outcome of the command
+-- as a state set (1 for the outcome, 0 for the others), each node's status likewise (the
+-- statuses of imexguard.ctl.STATES), and `imexguard_build_info{version} 1`.
 -- @tparam table samples from `parse` (changed in place)
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
 --   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
+--   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
+--   optional: imexguard's version, host.version)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -135,6 +144,17 @@ function M.update(samples, run)
     samples[k] = (samples[k] or 0) + v
   end
   local cmd = { command = run.command }
+  local names = {}
+  for _, o in ipairs(require("imexguard.outcomes").list) do names[#names + 1] = o[1] end
+  for _, c in ipairs(require("imexguard.commands").names("metrics")) do
+    for _, o in ipairs(names) do add("imexguard_runs_total", { command = c, outcome = o }, 0) end
+  end
+  if run.version then
+    for k in pairs(samples) do
+      if k:find("^imexguard_build_info{") then samples[k] = nil end
+    end
+    samples[key("imexguard_build_info", { version = run.version })] = 1
+  end
   add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
   add("imexguard_restarts_total", {}, run.restarts or 0)
   add("imexguard_nudges_total", {}, run.nudges or 0)
@@ -146,12 +166,20 @@ function M.update(samples, run)
   for k in pairs(samples) do
     if k:find("^" .. prefix) then samples[k] = nil end
   end
+  for _, o in ipairs(names) do
+    samples[key("imexguard_last_outcome", { command = run.command, outcome = o })] = 0
+  end
   samples[key("imexguard_last_outcome", { command = run.command, outcome = run.outcome })] = 1
   if run.nodes then
     for k in pairs(samples) do
       if k:find("^imexguard_domain_node_status{") then samples[k] = nil end
     end
+    local states = {}
+    for st in pairs(require("imexguard.ctl").STATES) do states[#states + 1] = st end
     for _, node in ipairs(run.nodes) do
+      for _, st in ipairs(states) do
+        samples[key("imexguard_domain_node_status", { id = node.id, host = node.host, status = st })] = 0
+      end
       local labels = { id = node.id, host = node.host, status = node.status }
       samples[key("imexguard_domain_node_status", labels)] = 1
     end

@@ -7,13 +7,16 @@
 -- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
 -- epoch), invocation_id = string (systemd's InvocationID of the daemon the job was admitted to,
--- "" when unknown)}; a policy may add scalar fields (e.g. shared = "YES").
+-- "" when unknown), hosts = string (the job's Slurm node names compressed, "gb[03-18]": what
+-- messages and `imexguard registrations` show; absent in entries of older versions)}; a policy
+-- may add scalar fields (e.g. shared = "YES").
 --
 -- Stale entries (a job whose epilog never ran, e.g. slurmd crashed) would block restarts for
 -- ever. The ways out, in the order an admin meets them:
 --   1. state_dir is /run/imexguard, a tmpfs: a reboot (which ends every job) clears the registry.
---   2. `SLURM_JOB_ID=<id> imexguard epilog` on the node unregisters job <id> by hand (the epilog
---      needs nothing else from the environment); every conflict message names this command.
+--   2. `imexguard forget <id>` on the node removes job <id>'s registration by hand, under the
+--      node lock, leaving IMEX as it is (`SLURM_JOB_ID=<id> imexguard epilog` does the same and runs
+--      the policy's after_unregister); every conflict message names the command.
 --   3. A job id registered again (requeue, retried prolog) replaces its old entry.
 --   4. Optionally an age limit (M.prune, the setting registration_max_age when the schema has
 --      it): entries older than the site's longest job (Slurm's MaxTime) no longer count.

@@ -1,13 +1,19 @@
 --- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
 -- (or JSON with --json), the per-node domain table of `status` included. Pure functions of the
 -- facts the policy gathered; no primitive is called.
-local cjson = require "cjson"
+local json = require "imexguard.json"
+local hostlist = require "imexguard.hostlist"
 local health = require "imexguard.health"
 local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
 
 local M = {}
+
+-- A registry entry's hosts for a person (steps.entry_hosts; steps is loaded by every policy).
+local function steps_hosts(e)
+  return require("imexguard.steps").entry_hosts(e)
+end
 
 --- Lines of a node list that only the old one has, and lines that only the new one has.
 -- @param old string|nil current bytes (nil: unreadable, taken as empty)
@@ -71,24 +77,30 @@ function M.plan_message(f)
   return text.one_line("nothing to do: node list unchanged, " .. s.unit .. " current" .. cf)
 end
 
---- The plan as JSON (one object, newline-terminated).
+--- The plan as JSON (one object, newline-terminated; docs/json.md, "plan").
 local function plan_json(f)
   local want, v = f.want, f.verdict
   local nodes = {}
   for i, a in ipairs(want.addrs) do
-    nodes[i] = { name = want.list[i], address = a, self = a == want.self }
+    nodes[i] = json.object():set("name", want.list[i]):set("address", a):set("self", a == want.self)
   end
   local removed, added = M.diff(f.old, want.bytes)
   local domain = f.domain
-  return cjson.encode({
-    job = f.job, source = want.source, hostlist = want.expr, nodes = nodes,
-    nodes_file = f.info.nodes_file, changed = f.changed, removed = removed, added = added,
-    unreadable = f.old_err, unit_state = v.unit.active_state, action = v.action, reason = v.reason,
-    domain = domain and domain.status or nil, healthy = domain and domain.healthy or nil,
-    order = v.order, config = f.info.config, config_source = f.info.config_source,
-    config_findings = f.findings, config_fault = f.config_fault or nil,
-    conflict = not f.allowed and f.why or nil, registered = registry.ids(registry.jobs(f.st)),
-  }) .. "\n"
+  local regs = {}
+  for i, e in ipairs(registry.jobs(f.st)) do regs[i] = M.registration_json(e) end
+  local outcome = not f.allowed and "conflict" or (f.config_fault and "config-fault" or "ok")
+  return json.encode(json.report("plan"):set("ok", f.allowed and not f.config_fault)
+    :set("outcome", outcome):set("message", M.plan_message(f))
+    :set("job", f.job):set("node", f.node):set("source", want.source):set("hostlist", want.expr)
+    :set("hosts", hostlist.show(want.list)):set("nodes", json.array(nodes))
+    :set("nodes_file", f.info.nodes_file):set("changed", f.changed)
+    :set("removed", json.array(removed)):set("added", json.array(added)):set("unreadable", f.old_err)
+    :set("unit_state", v.unit.active_state):set("action", v.action):set("reason", v.reason)
+    :set("domain_status", domain and domain.status or nil):set("healthy", domain and domain.healthy or nil)
+    :set("order", v.order)
+    :set("config", f.info.config):set("config_source", f.info.config_source)
+    :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
+    :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs)))
 end
 
 --- The node list part of the text plan: the desired list, then what happens to the file.
@@ -145,63 +157,306 @@ function M.plan(f)
   return plan_text(f)
 end
 
---- The report of a `status` that found no domain to show: the outcome and its message.
+-- ---- the node's facts (status) ----------------------------------------------------------------
+
+-- "3f2a9c0e" and the rest: an invocation ID, shortened unless verbose (systemctl's journal
+-- cursor style: 8 characters name it among a node's invocations).
+local function short_id(id, verbose)
+  if type(id) ~= "string" or id == "" then return nil end
+  return verbose and id or id:sub(1, 8)
+end
+
+--- The unit line of status: "nvidia-imex.service: active (running) since 2026-12-01T22:10:05Z;
+-- invocation 3f2a9c0e; main PID 4242" (what `systemctl status` shows first).
+-- @param facts table the node's facts (unit_name, unit = host.unit's properties or {error =})
+-- @param verbose boolean the whole invocation ID and the unit's result
+-- @return string
+function M.unit_line(facts, verbose)
+  local u = facts.unit or {}
+  if u.error then return string.format("%s: state unknown (%s)", tostring(facts.unit_name), u.error) end
+  if u.load_state == "not-found" then return tostring(facts.unit_name) .. ": not installed" end
+  local parts = { string.format("%s: %s (%s)", tostring(facts.unit_name), tostring(u.active_state),
+    tostring(u.sub_state)) }
+  local since = json.time_us(u.state_change_us) or json.time_us(u.active_enter_us)
+  if since then parts[1] = parts[1] .. " since " .. since end
+  local inv = short_id(u.invocation_id, verbose)
+  if inv then parts[#parts + 1] = "invocation " .. inv end
+  if (u.main_pid or 0) > 0 then parts[#parts + 1] = "main PID " .. u.main_pid end
+  if verbose and u.result and u.result ~= "" then parts[#parts + 1] = "result " .. u.result end
+  if u.unit_file_state and u.unit_file_state ~= "enabled" then
+    parts[#parts + 1] = tostring(u.unit_file_state)
+  end
+  return table.concat(parts, "; ")
+end
+
+-- "ok at 2026-12-02T00:30:01Z, job 102, 0.41 s" or "never (on this boot)".
+local function last_line(rec, verbose)
+  if rec == nil then return "none recorded" end
+  if rec.error then return "unknown: " .. rec.error end
+  local s = string.format("%s at %s", tostring(rec.outcome), json.time_us(rec.ended_us) or "?")
+  if rec.job then s = s .. ", job " .. tostring(rec.job) end
+  if type(rec.duration) == "number" then s = s .. string.format(", %.2f s", rec.duration) end
+  if (verbose or rec.exit_code ~= 0) and type(rec.message) == "string" and rec.message ~= "" then
+    s = s .. ": " .. rec.message
+  end
+  return s
+end
+
+-- The registrations for a person: "102 (gb[01-18], 6m10s ago)"; verbose adds each node list.
+local function jobs_line(facts, verbose)
+  if facts.jobs_error then return "unknown: " .. facts.jobs_error end
+  local jobs = facts.jobs or {}
+  if #jobs == 0 then return "none" end
+  local parts = {}
+  for i, e in ipairs(jobs) do
+    local age = e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) .. " ago" or "?"
+    parts[i] = string.format("%s (%s, %s%s)", e.id, steps_hosts(e), age,
+      verbose and ("; invocation " .. tostring(short_id(e.invocation_id, true) or "unknown")) or "")
+  end
+  return string.format("%d registered: %s", #jobs, table.concat(parts, ", "))
+end
+
+-- "free" or "held by pid 4242 (job=102) since 2026-12-02T00:30:01Z".
+local function lock_line(facts, verbose)
+  local l = facts.lock or {}
+  local where = verbose and l.path and (" (" .. l.path .. ")") or ""
+  if l.error then return "unknown: " .. l.error .. where end
+  if not l.holder then return "free" .. where end
+  local h = l.holder
+  return string.format("held by %s%s%s%s", h.pid and ("pid " .. h.pid) or "an unknown process",
+    h.owner and (" (" .. h.owner .. ")") or "", h.since and (" since " .. (json.time(h.since) or "?")) or "",
+    where)
+end
+
+--- This node's domain as a site defined it (ctx.domain: {name, nodes, source}) for a person.
+-- @param d table|nil
+-- @return string "(not defined)" when nil
+function M.domain_line(d)
+  if type(d) ~= "table" then return "(not defined)" end
+  local nodes = type(d.nodes) == "table" and hostlist.show(d.nodes) or nil
+  return string.format("%s%s%s", tostring(d.name or "(unnamed)"), nodes and (" " .. nodes) or "",
+    d.source and (" (from " .. tostring(d.source) .. ")") or "")
+end
+
+--- This node's NVLink fabric registration (ctx.fabric, set by imexguard.fabric.check) for a person.
+-- @param f table|string|nil {state, message, partition = {id}} or a string
+-- @return string "(not read)" when nil, else "STATE: message"
+function M.fabric_line(f)
+  if f == nil then return "(not read)" end
+  if type(f) ~= "table" then return tostring(f) end
+  return string.format("%s: %s", tostring(f.state), tostring(f.message))
+end
+
+--- The node's facts for a person: one "key  value" line each (status' head).
+-- @param facts table see M.status
+-- @param verbose boolean
+-- @return list of lines
+function M.facts_lines(facts, verbose)
+  local rows = {
+    { "node", tostring(facts.node) },
+    { "unit", M.unit_line(facts, verbose) },
+    { "last prolog", last_line(facts.last and facts.last.prolog, verbose) },
+    { "last epilog", last_line(facts.last and facts.last.epilog, verbose) },
+    { "jobs", jobs_line(facts, verbose) },
+    { "node lock", lock_line(facts, verbose) },
+    { "domain", M.domain_line(facts.domain) },
+    { "fabric", M.fabric_line(facts.fabric) },
+  }
+  if verbose and facts.state_path then rows[#rows + 1] = { "state file", facts.state_path } end
+  local out = {}
+  for i, r in ipairs(rows) do out[i] = string.format("%-12s %s", r[1], r[2]) end
+  return out
+end
+
+-- ---- JSON of the facts ------------------------------------------------------------------------
+
+local function unit_json(facts)
+  local u = facts.unit or {}
+  return json.object():set("name", facts.unit_name):set("load_state", u.load_state)
+    :set("active_state", u.active_state):set("sub_state", u.sub_state):set("result", u.result)
+    :set("unit_file_state", u.unit_file_state)
+    :set("since", json.time_us(u.state_change_us) or json.time_us(u.active_enter_us))
+    :set("invocation_id", u.invocation_id ~= "" and u.invocation_id or nil)
+    :set("main_pid", (u.main_pid or 0) > 0 and u.main_pid or nil):set("error", u.error)
+end
+
+local function last_json(rec)
+  if rec == nil then return nil end
+  return json.object():set("outcome", rec.outcome):set("exit_code", rec.exit_code):set("job", rec.job)
+    :set("time", json.time_us(rec.ended_us)):set("duration", rec.duration):set("message", rec.message)
+    :set("error", rec.error)
+end
+
+--- A registry entry as JSON: {id, hosts, nodes (addresses), registered (ISO 8601), invocation_id}.
+-- @param e table registry entry
+-- @return json object
+function M.registration_json(e)
+  local addrs = {}
+  for a in tostring(e.nodes):gmatch("[^\n]+") do addrs[#addrs + 1] = a end
+  return json.object():set("id", e.id):set("hosts", steps_hosts(e)):set("nodes", json.array(addrs))
+    :set("registered", json.time_us(e.registered_us))
+    :set("invocation_id", e.invocation_id ~= "" and e.invocation_id or nil)
+end
+
+local function lock_json(facts)
+  local l = facts.lock or {}
+  local h = l.holder
+  local held
+  if h ~= nil then held = true elseif l.error == nil then held = false end
+  return json.object():set("path", l.path):set("held", held)
+    :set("pid", h and h.pid):set("owner", h and h.owner):set("since", h and json.time(h.since))
+    :set("error", l.error)
+end
+
+local function domain_json(d)
+  if type(d) ~= "table" then return nil end
+  return json.object():set("name", d.name)
+    :set("nodes", json.array(type(d.nodes) == "table" and d.nodes or {})):set("source", d.source)
+end
+
+--- This node's fabric registration as a JSON object (docs/json.md): {state, message, partition}.
+-- @param f table|string|nil ctx.fabric
+-- @return json object, or nil
+function M.fabric_json(f)
+  if f == nil then return nil end
+  if type(f) ~= "table" then return json.object():set("state", tostring(f)) end
+  return json.object():set("state", f.state):set("message", f.message)
+    :set("partition", type(f.partition) == "table" and f.partition.id or nil)
+end
+
+-- The head of the status JSON: schema, command, ok, outcome, exit_code, message, time and the
+-- node's facts (null where unknown).
+local function status_head(opts)
+  local facts = opts.facts or {}
+  local regs
+  if facts.jobs then
+    regs = {}
+    for i, e in ipairs(facts.jobs) do regs[i] = M.registration_json(e) end
+  end
+  return json.report("status"):set("ok", opts.exit_code == 0):set("outcome", opts.outcome)
+    :set("exit_code", opts.exit_code):set("message", opts.message)
+    :set("time", json.time(facts.now)):set("node", facts.node)
+    :set("unit", opts.facts and unit_json(facts) or nil)
+    :set("last_prolog", last_json(facts.last and facts.last.prolog))
+    :set("last_epilog", last_json(facts.last and facts.last.epilog))
+    :set("registrations", regs and json.array(regs) or nil)
+    :set("registrations_error", facts.jobs_error)
+    :set("lock", opts.facts and lock_json(facts) or nil)
+    :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
+end
+
+-- The domain keys of the status JSON (null without a domain).
+local function domain_keys(o, domain, v, opts, rows)
+  local order = v and v.order
+  o:set("status", domain and domain.status):set("timestamp", domain and json.ctl_time(domain.timestamp))
+    :set("self", opts.self):set("self_id", v and v.self_id):set("verdict", v and v.verdict)
+    :set("node_list", opts.node_list):set("config", opts.config)
+    :set("config_findings", json.array(opts.findings))
+    :set("order", order and json.object():set("kind", order.kind):set("summary", order.summary) or nil)
+    :set("nodes", json.array(rows))
+  return o
+end
+
+--- The report of a `status` that found no domain to show: the node's facts (when known), the
+-- outcome and its message.
 -- @param outcome string
 -- @param message string one line
--- @param json boolean
+-- @param json_out boolean
+-- @param opts table|nil {facts = M.status' facts, exit_code = integer, verbosity = -1|0|1}
 -- @return string report (newline-terminated)
-function M.status_plain(outcome, message, json)
-  if json then return cjson.encode({ outcome = outcome, message = message }) .. "\n" end
-  return outcome .. ": " .. message .. "\n"
+function M.status_plain(outcome, message, json_out, opts)
+  opts = opts or {}
+  if json_out then
+    local o = status_head({ facts = opts.facts, outcome = outcome, message = message,
+      exit_code = opts.exit_code })
+    return json.encode(domain_keys(o, nil, nil, {}, {}))
+  end
+  if (opts.verbosity or 0) < 0 then return M.quiet_line(outcome, message, nil, opts.facts) end
+  local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
+  out[#out + 1] = outcome .. ": " .. message
+  return table.concat(out, "\n") .. "\n"
+end
+
+--- The one-line form of status (-q): the same on every node that sees the same domain, so that
+-- `pdsh -w gb[01-18] imexguard status -q | dshbak -c` folds a healthy rack into one group:
+-- "OUTCOME: IMEX STATUS, R/N READY[, not READY: HOSTS]; UNIT ACTIVE; jobs IDS" (no node name, no
+-- time, no ID of this node).
+-- @param outcome string
+-- @param message string the run's message (used only when there is no domain)
+-- @param domain table|nil the parsed domain
+-- @param facts table|nil the node's facts
+-- @param names table|nil {[address] = Slurm name}
+-- @return string one line, newline-terminated
+function M.quiet_line(outcome, message, domain, facts, names)
+  local parts = {}
+  if domain then
+    local ready, bad = 0, {}
+    for _, n in ipairs(domain.nodes) do
+      if n.status == "READY" then ready = ready + 1 else bad[#bad + 1] = n.host end
+    end
+    parts[1] = string.format("IMEX %s, %d/%d READY%s", tostring(domain.status), ready, #domain.nodes,
+      #bad > 0 and (", not READY: " .. health.show_hosts(bad, names)) or "")
+  else
+    parts[1] = (tostring(message):gsub("^node [^%s:]+: ", ""))
+  end
+  if facts then
+    local u = facts.unit or {}
+    parts[#parts + 1] = string.format("%s %s", tostring(facts.unit_name),
+      tostring(u.active_state or "unknown"))
+    local ids = {}
+    for i, e in ipairs(facts.jobs or {}) do ids[i] = e.id end
+    local jobs = #ids > 0 and table.concat(ids, ",") or "none"
+    parts[#parts + 1] = facts.jobs_error and "jobs unknown" or ("jobs " .. jobs)
+  end
+  return text.one_line(outcome .. ": " .. table.concat(parts, "; ")) .. "\n"
 end
 
 -- ---- the status table -------------------------------------------------------------------------
 
--- Every host named in a connection of the domain, sorted, and the count of each node's connections:
--- sorted once for the whole table, so the summaries cost n^2, not n^2 log n.
-local function connection_hosts(domain)
-  local seen, hosts, counts = {}, {}, {}
-  for _, node in ipairs(domain.nodes) do
-    local k = 0
-    for host in pairs(node.connections or {}) do
-      k = k + 1
-      if not seen[host] then
-        seen[host] = true
-        hosts[#hosts + 1] = host
-      end
-    end
-    counts[node] = k
-  end
-  table.sort(hosts)
-  return { hosts = hosts, counts = counts }
-end
-
--- The hosts of one node's connections, sorted: picked from the domain's sorted hosts when the node
--- names at least a quarter of them (the usual case: every node names every node), else sorted alone.
-local function sorted_connections(node, all)
-  local conns, hosts = node.connections or {}, {}
-  if all.counts[node] * 4 >= #all.hosts then
-    for _, host in ipairs(all.hosts) do
-      if conns[host] ~= nil then hosts[#hosts + 1] = host end
-    end
-    return hosts
-  end
-  for host in pairs(conns) do hosts[#hosts + 1] = host end
-  table.sort(hosts)
-  return hosts
-end
-
---- Connections summary of one node: "3/4 connected; 10.0.0.4 INVALID".
-local function conn_summary(node, all)
+-- A node's connections: counts and the links not CONNECTED ({host, state}), in numeric order of
+-- the hosts (10.0.0.9 before 10.0.0.10).
+local function connections(node)
   local total, up, bad = 0, 0, {}
-  for _, host in ipairs(sorted_connections(node, all)) do
-    local st = node.connections[host]
+  for host, st in pairs(node.connections or {}) do
     total = total + 1
-    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = host .. " " .. tostring(st) end
+    if st == "CONNECTED" then up = up + 1 else bad[#bad + 1] = { host = host, state = tostring(st) } end
   end
+  if #bad > 1 then
+    local hosts, by = {}, {}
+    for _, b in ipairs(bad) do hosts[#hosts + 1] = b.host; by[b.host] = b end
+    bad = {}
+    for i, h in ipairs(hostlist.sort(hosts)) do bad[i] = by[h] end
+  end
+  return total, up, bad
+end
+
+--- Connections summary of one node for a person: "17/17 connected", or "15/17 connected;
+-- UNAVAILABLE gb[05,07]" (the links not CONNECTED by state, hosts as health.show_hosts); verbose:
+-- each link "gb05 10.0.0.5 UNAVAILABLE".
+-- @param node table a node of the parsed domain
+-- @param names table|nil {[address] = Slurm name}
+-- @param verbose boolean
+-- @return string
+function M.conn_summary(node, names, verbose)
+  local total, up, bad = connections(node)
   local s = string.format("%d/%d connected", up, total)
-  if #bad > 0 then s = s .. "; " .. table.concat(bad, ", ") end
-  return s
+  if #bad == 0 then return s end
+  local parts = {}
+  if verbose then
+    for i, b in ipairs(bad) do
+      local n = names and names[b.host]
+      parts[i] = (n and (n .. " ") or "") .. b.host .. " " .. b.state
+    end
+    return s .. "; " .. table.concat(parts, ", ")
+  end
+  local states, by = {}, {}
+  for _, b in ipairs(bad) do
+    if not by[b.state] then by[b.state] = {}; states[#states + 1] = b.state end
+    by[b.state][#by[b.state] + 1] = b.host
+  end
+  table.sort(states)
+  for i, st in ipairs(states) do parts[i] = st .. " " .. health.show_hosts(by[st], names) end
+  return s .. "; " .. table.concat(parts, "; ")
 end
 
 -- Diagnosis of each node by host: the verdict's blame, node-map findings, configuration fault.
@@ -235,40 +490,58 @@ local function self_line(v, opts)
   return line
 end
 
---- The report of `status` with a domain: the domain for a person (or as JSON), one row per node:
--- ID (`*` marks this node), host, name, state, connections, node-map finding, diagnosis.
--- @param domain table parsed domain
--- @param v table|nil verdict (verdict.health; nil: the node-map findings are computed here)
--- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
---   findings = list of config.cfg findings (lines), config = config path, node_list = path of the
---   ordered list the map was compared with}
--- @return string report (newline-terminated), with a line naming this node's ID; JSON adds
---   `node_list`, `config`, `config_findings`, `verdict`, `self_id`, `order` (compare_map's
---   kind and summary) and per node `map` ("ok" or the node-map finding)
-function M.status(domain, v, opts)
+-- The rows of the table: one per node, with the JSON object of each.
+local function node_rows(domain, v, opts)
   local names = opts.names or {}
   local diag = diagnoses(v)
   local map_of = {}
   for _, m in ipairs(v and v.map_faults or verdict.map_faults(domain)) do map_of[m.id] = m.text end
-  local rows, all = {}, connection_hosts(domain)
+  local rows, objs = {}, {}
   for _, node in ipairs(domain.nodes) do
-    rows[#rows + 1] = {
-      id = node.id, host = node.host, name = names[node.host] or "",
-      status = tostring(node.status), version = node.version,
-      connections = conn_summary(node, all), self = node.host == opts.self, map = map_of[node.id] or "ok",
+    local total, up, bad = connections(node)
+    local down = {}
+    for i, b in ipairs(bad) do
+      down[i] = json.object():set("host", b.host):set("name", names[b.host]):set("state", b.state)
+    end
+    local r = {
+      id = node.id, host = node.host, name = names[node.host] or "", status = tostring(node.status),
+      self = node.host == opts.self, map = map_of[node.id] or "ok",
+      connections = M.conn_summary(node, names, (opts.verbosity or 0) > 0),
       -- the verdict blames expected hosts; any other node that is not READY says so itself
       diagnosis = diag[node.host] or map_of[node.id]
         or (node.status ~= "READY" and ("status " .. tostring(node.status)))
         or "ok",
     }
+    rows[#rows + 1] = r
+    objs[#objs + 1] = json.object():set("id", node.id):set("host", node.host):set("name", names[node.host])
+      :set("self", r.self):set("status", r.status):set("version", node.version)
+      :set("connected", up):set("links", total):set("down", json.array(down))
+      :set("map", r.map):set("diagnosis", r.diagnosis)
   end
+  return rows, objs
+end
+
+--- The report of `status` with a domain: the node's facts (the unit and since when, the last
+-- prolog and epilog, the registered jobs, the node lock, the domain and fabric of this node), then
+-- the domain for a person (or as JSON), one row per node: ID (`*` marks this node), host, name,
+-- state, connections, diagnosis.
+-- @param domain table parsed domain
+-- @param v table|nil verdict (verdict.health; nil: the node-map findings are computed here)
+-- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
+--   exit_code = integer, verbosity = -1 (one line, M.quiet_line) | 0 | 1 (every link), findings = list
+--   of config.cfg findings (lines), config = config path, node_list = path of the ordered list the
+--   map was compared with, facts = {node, now (Unix seconds), unit_name, unit = host.unit's
+--   properties or {error}, last = {prolog, epilog = state.load_last's records or {error}}, jobs =
+--   registry entries or nil with jobs_error, lock = {path, holder = host.lock_holder's or nil,
+--   error}, domain = ctx.domain or nil, fabric = ctx.fabric or nil, state_path} (nil: no facts)}
+-- @return string report (newline-terminated); JSON: docs/json.md, "status"
+function M.status(domain, v, opts)
+  local rows, objs = node_rows(domain, v, opts)
   if opts.json then
-    local order = v and v.order
-    return cjson.encode({ status = domain.status, timestamp = domain.timestamp, self = opts.self,
-      self_id = v and v.self_id, verdict = v and v.verdict, node_list = opts.node_list, config = opts.config,
-      config_findings = opts.findings,
-      order = order and { kind = order.kind, summary = order.summary },
-      outcome = opts.outcome, message = opts.message, nodes = rows }) .. "\n"
+    return json.encode(domain_keys(status_head(opts), domain, v, opts, objs))
+  end
+  if (opts.verbosity or 0) < 0 then
+    return M.quiet_line(opts.outcome or "ok", opts.message or "", domain, opts.facts, opts.names)
   end
   local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
   local cells = { head }
@@ -280,8 +553,9 @@ function M.status(domain, v, opts)
   for _, row in ipairs(cells) do
     for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
   end
-  local out = { string.format("Domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
-    tostring(domain.timestamp), #rows) }
+  local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
+  out[#out + 1] = string.format("IMEX domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
+    tostring(json.ctl_time(domain.timestamp)), #rows)
   for _, row in ipairs(cells) do
     local parts = {}
     for i, c in ipairs(row) do
@@ -293,6 +567,54 @@ function M.status(domain, v, opts)
   if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
   for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
   if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- ---- registrations ----------------------------------------------------------------------------
+
+--- The report of `registrations`: the job registry of this node.
+-- @param facts table {node, now (Unix seconds), jobs = registry entries, state_path}
+-- @param opts table {json = boolean, verbosity = -1|0|1, outcome, exit_code, message}
+-- @return string report (newline-terminated): text "JOB  HOSTS  REGISTERED  AGE" rows (-q: the job
+--   ids on one line; -v: the node list's addresses and the daemon's invocation too), or JSON
+--   (docs/json.md, "registrations")
+function M.registrations(facts, opts)
+  local jobs = facts.jobs or {}
+  if opts.json then
+    local regs = {}
+    for i, e in ipairs(jobs) do regs[i] = M.registration_json(e) end
+    return json.encode(json.report("registrations"):set("ok", opts.exit_code == 0)
+      :set("outcome", opts.outcome):set("exit_code", opts.exit_code):set("message", opts.message)
+      :set("time", json.time(facts.now)):set("node", facts.node):set("state_file", facts.state_path)
+      :set("registrations", json.array(regs)))
+  end
+  local verbosity = opts.verbosity or 0
+  if verbosity < 0 then
+    local ids = {}
+    for i, e in ipairs(jobs) do ids[i] = e.id end
+    return (#ids > 0 and table.concat(ids, " ") or "none") .. "\n"
+  end
+  if #jobs == 0 then return string.format("no job registered on node %s\n", tostring(facts.node)) end
+  local cells = { { "JOB", "HOSTS", "REGISTERED", "AGE" } }
+  if verbosity > 0 then cells[1][5], cells[1][6] = "INVOCATION", "NODE LIST" end
+  for _, e in ipairs(jobs) do
+    local row = { e.id, steps_hosts(e), json.time_us(e.registered_us) or "?",
+      e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) or "?" }
+    if verbosity > 0 then
+      row[5] = e.invocation_id ~= "" and tostring(e.invocation_id) or "unknown"
+      row[6] = (tostring(e.nodes):gsub("\n$", ""):gsub("\n", ","))
+    end
+    cells[#cells + 1] = row
+  end
+  local width, out = {}, {}
+  for _, row in ipairs(cells) do
+    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
+  end
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for i, c in ipairs(row) do parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c end
+    out[#out + 1] = table.concat(parts, "  ")
+  end
   return table.concat(out, "\n") .. "\n"
 end
 

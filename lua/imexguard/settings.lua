@@ -98,6 +98,9 @@ M.schema = {
     doc = "the kernel's device list; the channel major comes from its Character devices section" },
   { name = "slurm_conf", default = "/etc/slurm/slurm.conf", kind = "path",
     doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex" },
+  -- off by default (docs/policy-api.md "The drain reason"): Slurm drains the node anyway; the
+  -- reason is the site's (NHC and resume scripts own it), and the call needs scontrol and a
+  -- reachable slurmctld on every node
   { name = "drain_reason", default = false, kind = "boolean",
     doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",

@@ -11,7 +11,8 @@
 --   registered, BEFORE the node list is rewritten or the unit restarted; removed once the unit was
 --   (re)started). Still present at the next run: that run was killed half way;
 --   jobs (the job registry: a list of {id = string, nodes = the node-list bytes the job runs with,
---   registered_us = number, invocation_id = string, ...}, see imexguard.registry).
+--   registered_us = number, invocation_id = string, hosts = string (the job's Slurm names
+--   compressed, "gb[03-18]", for people), ...}, see imexguard.registry).
 -- Times are microseconds since the epoch, stored as decimal strings because lua-cjson 2.1 encodes
 -- numbers with 14 significant digits only (a microsecond timestamp has 16).
 -- The file is written with host.write_atomic, so it is the old or the new one. A file that exists
@@ -29,7 +30,7 @@ M.MAX_BYTES = 1024 * 1024
 local US_FIELDS = { written_us = true, started_us = true, registered_us = true, deploying_us = true }
 --- Known string fields (top level and registry entries); any other field must be a scalar.
 local STRING_FIELDS = { nodes = true, running_nodes = true, running_config = true, invocation_id = true,
-  job = true, deploying_nodes = true, deploying_job = true, id = true }
+  job = true, deploying_nodes = true, deploying_job = true, id = true, hosts = true }
 
 local function scalar(v)
   local t = type(v)
@@ -170,6 +171,65 @@ end
 -- @return true, or nil, message, code (from host.write_atomic)
 function M.save(host, settings, st)
   return host.write_atomic(M.path(settings), M.encode(st), tonumber("644", 8))
+end
+
+-- ---- the last prolog and epilog -------------------------------------------------------------
+
+--- Commands whose last run is recorded (M.save_last): what `status` shows.
+M.LAST = { prolog = true, epilog = true }
+
+--- Path of the record of the last run of a command: state_dir/last-COMMAND.json. One file per
+-- command, written whole with host.write_atomic after the run's outcome is known and without the
+-- node lock (the run has released it by then): the last writer wins, which is what "last" means,
+-- and no read-modify-write can lose a registration of the state file.
+-- @param settings table validated settings (state_dir)
+-- @param command string "prolog" or "epilog"
+-- @return string path
+function M.last_path(settings, command)
+  return settings.state_dir .. "/last-" .. command .. ".json"
+end
+
+--- Record the last run of a command.
+-- @param host table the primitives (write_atomic)
+-- @param settings table validated settings
+-- @param command string a command of M.LAST
+-- @param rec table {outcome = string, exit_code = integer, job = string|nil, ended_us = number
+--   (wall clock, microseconds), duration = seconds, message = string (one line)}
+-- @return true, or nil, message, code (from host.write_atomic; "ENOENT": no state_dir yet)
+function M.save_last(host, settings, command, rec)
+  local t = {}
+  for k, v in pairs(rec) do
+    if scalar(v) then t[k] = v end
+  end
+  t.command = command
+  if type(rec.ended_us) == "number" then t.ended_us = string.format("%d", math.floor(rec.ended_us)) end
+  return host.write_atomic(M.last_path(settings, command), cjson.encode(t) .. "\n", tonumber("644", 8))
+end
+
+--- The record of the last run of a command (M.save_last), ended_us as a number.
+-- @param host table the primitives (read)
+-- @param settings table validated settings
+-- @param command string
+-- @return table record, or nil when the command never ran here (no file), or nil, message (one
+--   line naming the file) when it cannot be read or is not such a record
+function M.load_last(host, settings, command)
+  local path = M.last_path(settings, command)
+  local text, err, code = host.read(path, 65536)
+  if not text then
+    if code == "ENOENT" then return nil end
+    return nil, string.format("%s unreadable (%s)", path, tostring(err))
+  end
+  local ok, t = pcall(cjson.decode, text)
+  if not ok or type(t) ~= "table" or type(t.outcome) ~= "string" then
+    return nil, string.format("%s is not a record of the last %s", path, command)
+  end
+  local rec = {}
+  for k, v in pairs(t) do
+    if scalar(v) then rec[k] = v end
+  end
+  rec.ended_us = time_us(t.ended_us)
+  rec.exit_code = math.tointeger(rec.exit_code) or rec.exit_code
+  return rec
 end
 
 return M

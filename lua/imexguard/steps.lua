@@ -651,29 +651,56 @@ function M.may_restart(ctx, st, verdict)
   return false, M.conflict_message(ctx, verdict, blocking, why), blocking
 end
 
---- The conflict message: what this job needs, which jobs block it, and how an admin clears a
--- stale registration.
+-- The addresses of node-list bytes, in file order.
+local function lines(bytes)
+  local l = {}
+  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
+  return l
+end
+
+--- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
+-- "gb[03-18]", recorded by M.register), else its node list's addresses compressed in numeric order
+-- ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
+-- @param e table registry entry
+-- @return string
+function M.entry_hosts(e)
+  if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
+  return hostlist.show(lines(e.nodes))
+end
+
+-- This job's hosts for a person: its Slurm node list compressed, else the addresses of `bytes`.
+local function job_hosts(ctx, bytes)
+  local expr = ctx.job and ctx.job.nodelist
+  local names = type(expr) == "string" and hostlist.expand(expr)
+  local shown = names and hostlist.ranged(names)
+  return shown or hostlist.show(lines(bytes))
+end
+
+--- The conflict message, cause first: which jobs block (their hosts compressed as Slurm writes
+-- them, how long ago they registered), then what this job would do, then how an admin clears a
+-- stale registration (`imexguard forget JOBID`).
 -- @param ctx table policy context
 -- @param verdict table from assess (action, nodes, changed)
 -- @param entries list registry entries that block
--- @param why string e.g. "it with another node list" (after "uses"/"use")
+-- @param why string e.g. "it with another node list" (after "uses"/"use"; "it" is the unit)
 -- @return string one line
 function M.conflict_message(ctx, verdict, entries, why)
   local now_us = ctx.host.wallclock() * 1e6
+  local unit = ctx.settings.unit
   local parts = {}
   for i, e in ipairs(entries) do
-    parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, registry.show_nodes(e.nodes),
+    parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, M.entry_hosts(e),
       e.shared and ("shared " .. tostring(e.shared) .. ", ") or "",
       registry.show_age((now_us - (e.registered_us or now_us)) / 1e6))
   end
-  local what = verdict.action ~= "none" and (verdict.action .. " " .. ctx.settings.unit) or ""
+  local what = verdict.action ~= "none" and (verdict.action .. " " .. unit) or ""
   if verdict.changed then what = "rewrite the node list" .. (what ~= "" and (" and " .. what) or "") end
   local one = #entries == 1
-  return M.one_line(string.format("node %s: job %s would %s with %s, but %s %s %s %s; nothing written or "
-    .. "restarted. If %s no longer runs here: SLURM_JOB_ID=%s imexguard epilog", M.node_name(ctx),
-    M.job_id(ctx), what, registry.show_nodes(verdict.nodes), one and "job" or "jobs",
-    table.concat(parts, ", "), one and "uses" or "use", why,
-    one and ("job " .. entries[1].id) or "one of them", one and entries[1].id or "<id>"))
+  return M.one_line(string.format("node %s: %s %s %s %s; job %s would %s for %s; nothing written or "
+    .. "restarted; if %s no longer runs here: imexguard forget %s", M.node_name(ctx),
+    one and "job" or "jobs", table.concat(parts, ", "), one and "uses" or "use",
+    (why:gsub("^it ", unit .. " ")), M.job_id(ctx), what, job_hosts(ctx, verdict.nodes),
+    one and ("job " .. entries[1].id) or "one of them", one and entries[1].id or "JOBID"))
 end
 
 --- The registry's identity for M.wait_registry: its job ids and their node lists, in order.
@@ -725,6 +752,7 @@ function M.register(ctx, st, want, extra)
     local props = host.unit(ctx.settings.unit)
     e.invocation_id = props and props.invocation_id or ""
   end
+  if e.hosts == nil and type(want.list) == "table" then e.hosts = hostlist.ranged(want.list) end
   local entry = registry.register(st, id, want.bytes, host.wallclock() * 1e6, e)
   local ok, err, code = state.save(host, ctx.settings, st)
   if not ok then

@@ -336,6 +336,33 @@ end
 return P
 ]]
 
+    it("--json: an object on every path of a command that has it; a usage error on one that has not",
+      function()
+      -- no IMEX on this machine: plan ends without a report, and --json still prints an object
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--set", "imex_config=" .. dir .. "/none.cfg",
+        "plan", "--json" }, { SLURM_JOB_ID = "5", SLURM_JOB_NODELIST = "n[1-", SLURMD_NODENAME = "n1" })
+      local obj = require("cjson").decode(r.stdout)
+      assert.same({ 1, "plan", final(r).outcome, r.code }, { obj.schema, obj.command, obj.outcome,
+        obj.exit_code })
+      assert.equal(r.code == 0, obj.ok)
+      assert.matches('^{"schema":1,"command":"plan","ok":', r.stdout)
+      for _, args in ipairs({ { "prolog", "--json" }, { "health", "--json" }, { "forget", "7", "--json" },
+        { "version", "--json" } }) do
+        r = run(dir, args)
+        assert.equal(1, r.code, table.concat(args, " "))
+        assert.equal("", r.stdout)
+        assert.matches("imexguard: %-%-json: " .. args[1] .. " has no JSON output %(only status, plan, "
+          .. "registrations, check%)", r.stderr)
+      end
+      r = run(dir, { "epilog", "-q" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: %-q: epilog has no quiet or verbose form %(only status, registrations%)",
+        r.stderr)
+      r = run(dir, { "forget" })
+      assert.equal(1, r.code)
+      assert.matches("forget: missing JOBID", r.stderr)
+    end)
+
     it("status prints the policy's report on stdout and exits with the outcome's code", function()
       local p = file(policy_text)
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "status" })

@@ -9,7 +9,7 @@ describe("drain reason", function()
   end
 
   it("reason: 'imexguard: OUTCOME: cause', one line", function()
-    assert.equal("imexguard: domain-unhealthy: node n1: not READY",
+    assert.equal("imexguard: domain-unhealthy: not READY",
       drain.reason("domain-unhealthy", "node n1:\nnot READY\n"))
   end)
 
@@ -19,11 +19,37 @@ describe("drain reason", function()
     assert.matches("%.%.%.$", r)
   end)
 
+  it("reason: at most 255 bytes (slurmdbd's tinytext), outcome first, the node's name dropped", function()
+    assert.equal(255, drain.MAX_REASON)
+    assert.equal("imexguard: conflict: job 102 needs gb[03-18]",
+      drain.reason("conflict", "node gb03: job 102 needs gb[03-18]"))
+    -- sinfo -R's default 20 columns show the prefix and the outcome
+    assert.equal("imexguard: conflict:", drain.reason("conflict", "x"):sub(1, drain.SINFO_WIDTH))
+  end)
+
+  it("reason: a long cause is cut at a clause, never inside one", function()
+    local clause = "job 101 holds 10.0.0.[3-18] (registered 2h05m ago)"
+    local msg = "node gb03: " .. string.rep(clause .. "; ", 8)
+    local r = drain.reason("conflict", msg)
+    assert.is_true(#r <= drain.MAX_REASON)
+    assert.equal("imexguard: conflict: " .. string.rep(clause, 4, "; ") .. "...", r)
+    -- no clause boundary: cut at a blank
+    r = drain.reason("conflict", string.rep("word ", 80))
+    assert.matches("word%.%.%.$", r)
+    assert.is_true(#r <= drain.MAX_REASON)
+  end)
+
+  it("ours: tells imexguard's reasons from others", function()
+    assert.is_true(drain.ours(drain.reason("conflict", "x")))
+    assert.is_false(drain.ours("Prolog error"))
+    assert.is_false(drain.ours(nil))
+  end)
+
   it("runs scontrol update NodeName=N State=DRAIN Reason=... (no shell), bounded", function()
     local c, h = ctx({ status = 0, stdout = "" })
     assert.is_true(drain.set(c, "domain-unhealthy", "node n1: not READY"))
     assert.same({ "/usr/bin/scontrol", "update", "NodeName=n1", "State=DRAIN",
-      "Reason=imexguard: domain-unhealthy: node n1: not READY" }, h.runs[1])
+      "Reason=imexguard: domain-unhealthy: not READY" }, h.runs[1])
     local call
     for _, x in ipairs(h.calls) do if x[1] == "run" then call = x end end
     assert.is_truthy(call)

@@ -69,8 +69,8 @@ describe("driver", function()
   end)
 
   describe("the tables derived from commands.lua", function()
-    it("DRY_RUN: plan and health change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true }, D.DRY_RUN)
+    it("DRY_RUN: plan, health and registrations change nothing, as commands.lua says", function()
+      assert.same({ plan = true, health = true, registrations = true }, D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
@@ -412,6 +412,42 @@ describe("driver", function()
     end)
   end)
 
+  describe("the last prolog and epilog (imexguard.state.save_last, shown by status)", function()
+    local SITE = "/etc/imexguard/site.lua"
+    local function go(run)
+      local a = D.settings(run)
+      if a.outcome then return a end
+      a = D.prepare(run)
+      if a.outcome then return a end
+      D.invoke(run)
+      return D.finish(run)
+    end
+
+    it("each prolog and epilog records its outcome, exit code, job and time; plan and status not", function()
+      assert.same(require("imexguard.state").LAST, D.LAST)
+      local text = policy_text{ prolog = "return 'conflict', 'job 1 holds it'",
+        epilog = "return 'ok', 'gone'",
+        status = "return 'ok'", plan = "return 'ok'" }
+      h = testing.host()
+      package.loaded["imexguard.host"] = h
+      h.mkdir("/run/imexguard", 493)
+      for _, cmd in ipairs({ "prolog", "epilog", "status", "plan" }) do
+        local run = new_run{ command = cmd, policy = SITE, files = { [SITE] = text } }
+        go(run)
+      end
+      local st = require("imexguard.state")
+      local settings = { state_dir = "/run/imexguard" }
+      local p = assert(st.load_last(h, settings, "prolog"))
+      assert.same({ "prolog", "conflict", 5, "job 1 holds it" }, { p.command, p.outcome, p.exit_code,
+        p.message })
+      assert.is_true(p.ended_us >= 1.6e15 and p.ended_us <= h.wallclock() * 1e6)
+      local e = assert(st.load_last(h, settings, "epilog"))
+      assert.same({ "ok", 0 }, { e.outcome, e.exit_code })
+      assert.is_nil(h.file("/run/imexguard/last-status.json"))
+      assert.is_nil(h.file("/run/imexguard/last-plan.json"))
+    end)
+  end)
+
   describe("the nudges (imexguard.nudge): counted by the host, in the final line and the metrics", function()
     local JOB = { "10.0.0.1", "10.0.0.2" }
     local PROM = "/var/lib/prometheus/node-exporter/imexguard.prom"
@@ -508,7 +544,8 @@ describe("driver", function()
         files = { [P] = "return require('policies.default')" } }
       D.settings(run)
       local a = D.check_begin(run)
-      assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health\n", a.output)
+      assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health, registrations, "
+        .. "forget\n", a.output)
       assert.is_table(seen.preloaded["imexguard.host"])
       local names = require("imexguard.testing.check").names()
       local n = 0
@@ -523,9 +560,31 @@ describe("driver", function()
       local e = D.check_end(run)
       assert.equal("ok", e.outcome)
       assert.equal(0, e.code)
-      assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health; all %d scenarios "
-        .. "passed", P, #names), e.message)
+      assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health, registrations, "
+        .. "forget; all %d scenarios passed", P, #names), e.message)
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
+    end)
+
+    it("--json: one ordered object (docs/json.md, check); a policy that cannot load: the outcome object",
+      function()
+      local run = new_run{ command = "check", check_path = P, json = true,
+        files = { [P] = "return require('policies.default')" } }
+      D.settings(run)
+      assert.is_nil(D.check_begin(run).output)
+      while not D.check_next(run).done do D.check_scenario(run) end
+      local e = D.check_end(run)
+      assert.matches('^{"schema":1,"command":"check","ok":true,"outcome":"ok","exit_code":0,'
+        .. '"message":"policy [^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","status","plan",'
+        .. '"health","registrations","forget"%],"scenarios":%[{"name":"healthy%-job","title":"[^"]+",'
+        .. '"result":"pass","ok":true,"not_applicable":false,"why":null,"detail":"[^"]*"}', e.output)
+      assert.matches(',"passed":10,"failed":0,"not_run":0,"not_applicable":0,"exercised":%[[^%]]+%]}\n$',
+        e.output)
+      run = new_run{ command = "check", check_path = P, json = true, files = { [P] = "return 5" } }
+      D.settings(run)
+      e = D.check_begin(run)
+      assert.equal("policy-error", e.outcome)
+      assert.equal('{"schema":1,"command":"check","ok":false,"outcome":"policy-error","exit_code":3,'
+        .. '"message":' .. cjson.encode(e.message) .. '}\n', e.output)
     end)
 
     it("a scenario that failed outside run_one and the ones not run: policy-error naming them", function()

@@ -273,3 +273,22 @@ describe("health.probe of a large domain", function()
     assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
   end)
 end)
+
+describe("health.group_faults and show_hosts: a rack's blame stays short", function()
+  it("one part per reason, the hosts compressed in numeric order, names when every host has one", function()
+    local faulty, names = {}, {}
+    for i = 3, 18 do
+      local a = "10.0.0." .. i
+      faulty[#faulty + 1] = { host = a,
+        reason = i == 9 and "connection from this node INVALID" or "status UNAVAILABLE" }
+      names[a] = string.format("gb%02d", i)
+    end
+    faulty[#faulty + 1] = { host = "10.0.0.1", reason = "status UNAVAILABLE" } -- this node: left out
+    assert.same({ "gb[03-08,10-18]: status UNAVAILABLE", "gb09: connection from this node INVALID" },
+      health.group_faults(faulty, "10.0.0.1", names))
+    names["10.0.0.10"] = nil
+    assert.same({ "10.0.0.[3-8,10-18]: status UNAVAILABLE", "gb09: connection from this node INVALID" },
+      health.group_faults(faulty, "10.0.0.1", names))
+    assert.equal("10.0.0.[9-10]", health.show_hosts({ "10.0.0.10", "10.0.0.9" }))
+  end)
+end)

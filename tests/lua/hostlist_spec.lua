@@ -181,6 +181,60 @@ local function generator(seed)
   end
 end
 
+describe("hostlist.ranged", function()
+  -- Expected values are what Slurm 22.05's `scontrol show hostlistsorted` prints for the same
+  -- names (recorded; that command sorts but keeps duplicates, and orders mixed zero padding its
+  -- own way: those two differences are the cases after these).
+  local slurm = {
+    { "gb10,gb3,gb9,gb1,gb2", "gb[1-3,9-10]" },
+    { "r2n1,r10n1,r1n2,r1n1", "r1n[1-2],r2n1,r10n1" },
+    { "n9,n10", "n[9-10]" },
+    { "tux1,tux2,tux3,tux5", "tux[1-3,5]" },
+    { "rack1-node01,rack1-node02,rack2-node01", "rack1-node[01-02],rack2-node01" },
+    { "n1,n01", "n[1,01]" },
+    { "10.0.0.10,10.0.0.3,10.0.0.4", "10.0.0.[3-4,10]" },
+  }
+  local function split(s)
+    local t = {}
+    for x in s:gmatch("[^,]+") do t[#t + 1] = x end
+    return t
+  end
+
+  it("writes what scontrol show hostlistsorted writes", function()
+    for _, c in ipairs(slurm) do
+      assert.equal(c[2], hostlist.ranged(split(c[1])), c[1])
+    end
+  end)
+
+  it("compresses a rack of 18 nodes in any order to one bracket", function()
+    local names = assert(hostlist.expand("gb[01-18]"))
+    local shuffled = {}
+    for i = #names, 1, -1 do shuffled[#shuffled + 1] = names[i] end
+    table.insert(shuffled, 1, table.remove(shuffled, 9))
+    assert.equal("gb[01-18]", hostlist.ranged(shuffled))
+    assert.equal("gb[03-18]", hostlist.ranged(assert(hostlist.expand("gb[18,03-17]"))))
+  end)
+
+  it("drops duplicates and puts numbers in numeric order, not text order", function()
+    assert.equal("10.0.0.[3-4,10]", hostlist.ranged({ "10.0.0.10", "10.0.0.3", "10.0.0.4", "10.0.0.3" }))
+    assert.same({ "n3", "n10" }, hostlist.sort({ "n10", "n3", "n10" }))
+    assert.same({ "a", "a1", "b" }, hostlist.sort({ "b", "a1", "a" }))
+  end)
+
+  it("writes several prefixes as several brackets, each expanding back", function()
+    local names = { "gpu2", "cpu01", "gpu1", "cpu02", "login", "gpu3" }
+    local s = hostlist.ranged(names)
+    assert.equal("cpu[01-02],gpu[1-3],login", s)
+    assert.same(hostlist.sort(names), hostlist.expand(s))
+  end)
+
+  it("names what cannot be written; show falls back to the sorted names", function()
+    assert.is_nil((hostlist.ranged({ "a,b" })))
+    assert.equal("(x),n[1-2]", hostlist.show({ "n2", "n1", "(x)" }))
+    assert.equal("a,b,n3", hostlist.show({ "n3", "a,b" }))
+  end)
+end)
+
 describe("hostlist.expand against scontrol show hostnames", function()
   local dir, conf, exprs_file
 

@@ -52,6 +52,33 @@ describe("metrics", function()
     assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.2,id=1,status=UNAVAILABLE|1.0"))
   end)
 
+  it("has imexguard_build_info{version} 1, one series, replaced by a new version", function()
+    local run = { command = "epilog", outcome = "ok", exit_code = 0, duration = 0.1, ended = 1,
+      version = "0.9" }
+    local s = assert(metrics.parse(metrics.render(metrics.update({}, run))))
+    run.version = "1.0"
+    local text = metrics.render(metrics.update(s, run))
+    local lines = reference_parse(text)
+    assert.is_true(has(lines, "gauge|imexguard_build_info|version=1.0|1.0"))
+    assert.is_false(has(lines, "gauge|imexguard_build_info|version=0.9|1.0"))
+    assert.matches("^# HELP imexguard_build_info ", text)
+  end)
+
+  it("has a 0 series for every command, outcome and node status that did not happen", function()
+    local lines = reference_parse(metrics.render(metrics.update({}, RUN)))
+    for _, c in ipairs({ "prolog", "epilog", "status", "health" }) do
+      assert.is_true(has(lines, "counter|imexguard_runs_total|command=" .. c .. ",outcome=conflict|0.0"), c)
+    end
+    assert.is_true(has(lines, "counter|imexguard_runs_total|command=prolog,outcome=ok|1.0"))
+    assert.is_true(has(lines, "gauge|imexguard_last_outcome|command=prolog,outcome=domain-unhealthy|0.0"))
+    assert.is_true(has(lines, "gauge|imexguard_last_outcome|command=prolog,outcome=ok|1.0"))
+    -- the last outcome of a command that never ran is not invented
+    assert.is_false(has(lines, "gauge|imexguard_last_outcome|command=epilog,outcome=ok|0.0"))
+    assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.2,id=1,status=READY|0.0"))
+    assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.2,id=1,status=UNAVAILABLE|1.0"))
+    assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.1,id=0,status=UNAVAILABLE|0.0"))
+  end)
+
   it("counts the nudges (SIGUSR1 of the health wait) across runs; a run without any adds 0", function()
     local s = assert(metrics.parse(metrics.render(metrics.update({}, { command = "prolog", outcome = "ok",
       exit_code = 0, duration = 1, ended = 1, nudges = 2 }))))
@@ -73,7 +100,7 @@ describe("metrics", function()
     assert.is_true(has(lines, "summary|imexguard_run_duration_seconds_count|command=prolog|2.0"))
     assert.is_true(has(lines, "summary|imexguard_run_duration_seconds_sum|command=prolog|2.5"))
     assert.is_true(has(lines, "gauge|imexguard_last_outcome|command=prolog,outcome=domain-unhealthy|1.0"))
-    assert.is_false(has(lines, "gauge|imexguard_last_outcome|command=prolog,outcome=ok|1.0"))
+    assert.is_true(has(lines, "gauge|imexguard_last_outcome|command=prolog,outcome=ok|0.0"))
     assert.is_true(has(lines, "gauge|imexguard_last_exit_code|command=prolog|9.0"))
     -- a run that did not ask the ctl keeps the last domain view
     assert.is_true(has(lines, "gauge|imexguard_domain_node_status|host=10.0.0.1,id=0,status=READY|1.0"))

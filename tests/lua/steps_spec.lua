@@ -349,10 +349,10 @@ describe("steps", function()
       local ok, msg, entries = steps.may_restart(ctx, st, { action = "restart", nodes = A })
       assert.is_false(ok)
       assert.equal(2, #entries)
-      assert.equal("node n1: job 101 would restart nvidia-imex.service with {10.0.0.1 10.0.0.2}, but jobs "
-        .. "100 ({10.0.0.1 10.0.0.2}, registered 1h00m ago), 102 ({10.0.0.1 10.0.0.2}, registered 1h00m ago) "
-        .. "use the running daemon, and a restart drops every import; nothing written or restarted. If one "
-        .. "of them no longer runs here: SLURM_JOB_ID=<id> imexguard epilog", msg)
+      assert.equal("node n1: jobs 100 (10.0.0.[1-2], registered 1h00m ago), 102 (10.0.0.[1-2], registered "
+        .. "1h00m ago) use the running daemon, and a restart drops every import; job 101 would restart "
+        .. "nvidia-imex.service for n[1-2]; nothing written or restarted; if one of them no longer runs "
+        .. "here: imexguard forget JOBID", msg)
     end)
 
     it("another job with a different list: refused naming it, its list, age and the cleanup", function()
@@ -361,10 +361,9 @@ describe("steps", function()
       assert.is_false(ok)
       assert.equal(1, #entries)
       assert.equal("102", entries[1].id)
-      assert.equal("node n1: job 101 would rewrite the node list and restart nvidia-imex.service with "
-        .. "{10.0.0.1 10.0.0.2}, but job 102 ({10.0.0.1 10.0.0.3}, registered 1h00m ago) uses it with "
-        .. "another node list; nothing written or restarted. If job 102 no longer runs here: "
-        .. "SLURM_JOB_ID=102 imexguard epilog", msg)
+      assert.equal("node n1: job 102 (10.0.0.[1,3], registered 1h00m ago) uses nvidia-imex.service with "
+        .. "another node list; job 101 would rewrite the node list and restart nvidia-imex.service for "
+        .. "n[1-2]; nothing written or restarted; if job 102 no longer runs here: imexguard forget 102", msg)
     end)
 
     it("this job's own entry never conflicts", function()
@@ -493,10 +492,39 @@ describe("conflict_message", function()
     registry.register(st, 2, "10.0.0.3\n", (testing.WALL0 - 30) * 1e6)
     local m = steps.conflict_message(ctx, { action = "start", nodes = "10.0.0.1\n10.0.0.2\n" }, st.jobs,
       "it with another node list")
-    assert.equal("node n1: job 101 would start nvidia-imex.service with {10.0.0.1 10.0.0.2}, but jobs "
-      .. "1 ({10.0.0.1}, registered 1m00s ago), 2 ({10.0.0.3}, registered 30s ago) use it with another node "
-      .. "list; nothing written or restarted. If one of them no longer runs here: SLURM_JOB_ID=<id> "
-      .. "imexguard epilog", m)
+    assert.equal("node n1: jobs 1 (10.0.0.1, registered 1m00s ago), 2 (10.0.0.3, registered 30s ago) use "
+      .. "nvidia-imex.service with another node list; job 101 would start nvidia-imex.service for n[1-2]; "
+      .. "nothing written or restarted; if one of them no longer runs here: imexguard forget JOBID", m)
+  end)
+
+  it("a rack: the cause first, host names compressed as Slurm writes them, well under a drain reason",
+    function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h, env = { SLURM_JOB_ID = "102", SLURM_JOB_NODELIST = "gb[01-18]",
+      SLURMD_NODENAME = "gb03" } }
+    local st, addrs = {}, {}
+    for i = 3, 18 do addrs[#addrs + 1] = "10.0.0." .. i end
+    registry.register(st, 101, table.concat(addrs, "\n") .. "\n", (testing.WALL0 - 7500) * 1e6,
+      { hosts = "gb[03-18]" })
+    local m = steps.conflict_message(ctx, { action = "restart", changed = true, nodes = "x\n" }, st.jobs,
+      "it with another node list")
+    assert.equal("node gb03: job 101 (gb[03-18], registered 2h05m ago) uses nvidia-imex.service with another "
+      .. "node list; job 102 would rewrite the node list and restart nvidia-imex.service for gb[01-18]; "
+      .. "nothing written or restarted; if job 101 no longer runs here: imexguard forget 101", m)
+    local reason = require("imexguard.drain").reason("conflict", m)
+    assert.equal("imexguard: conflict: job 101 (gb[03-18], registered 2h05m ago) uses nvidia-imex.service",
+      reason:sub(1, 87))
+    assert.is_true(#reason <= 255)
+  end)
+
+  it("register records the job's hosts compressed (what messages and registrations show)", function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h }
+    local st = {}
+    local e = assert(steps.register(ctx, st, { bytes = "10.0.0.2\n10.0.0.1\n", list = { "n2", "n1" } }, {}))
+    assert.equal("n[1-2]", e.hosts)
+    assert.equal("n[1-2]", steps.entry_hosts(e))
+    assert.equal("10.0.0.[1-2]", steps.entry_hosts({ nodes = "10.0.0.2\n10.0.0.1\n" }))
   end)
 end)
 

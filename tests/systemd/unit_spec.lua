@@ -146,6 +146,9 @@ describe("host.unit* against systemd", function()
         assert.is_true(math.abs(p.exec_main_start_us / 1e6 - now) < 30, "exec_main_start_us far from now")
         assert.is_true(math.abs(p.active_enter_us / 1e6 - now) < 30, "active_enter_us far from now")
         assert.is_true(p.exec_main_start_us <= p.active_enter_us + 1000000)
+        -- StateChangeTimestamp, the "since" of systemctl status: the start made it active
+        assert.is_true(math.abs(p.state_change_us / 1e6 - now) < 30, "state_change_us far from now")
+        assert.is_true(p.state_change_us >= p.active_enter_us)
       end)
 
     it("reports the daemon of a Type=forking unit as main PID", function()

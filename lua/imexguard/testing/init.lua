@@ -136,7 +136,8 @@ end
 
 --- Build a policy context around a fake host.
 -- @param o table {host = fake host (default testing.host()), env = environment (default job 101 on
---   n[1-2], node n1), settings = overrides, command = "prolog", json = boolean, dry_run = boolean}
+--   n[1-2], node n1), settings = overrides, command = "prolog", json = boolean, dry_run = boolean,
+--   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID)}
 -- @return ctx table as the host passes it to a policy
 function M.ctx(o)
   o = o or {}
@@ -152,7 +153,8 @@ function M.ctx(o)
   end
   return { command = o.command or "prolog", host = o.host or M.host(),
     settings = base.settings(o.settings or {}),
-    env = env, job = job, json = o.json or false, dry_run = o.dry_run or false }
+    env = env, job = job, json = o.json or false, dry_run = o.dry_run or false, verbosity = o.verbosity or 0,
+    arg = o.arg }
 end
 
 --- Build a scenario (see imexguard.testing.scenario for the options and methods).

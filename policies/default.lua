@@ -570,17 +570,20 @@ end
 
 --- plan's report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text
 -- "fabric: STATE: message", JSON a last field `fabric` = {state, message, partition =
--- "<ClusterUUID>.<CliqueId>" or null} (docs/json.md). Unchanged when the fabric was not read.
+-- "<ClusterUUID>.<CliqueId>" or null} (docs/json.md), null when the fabric was not read (text:
+-- unchanged).
 -- @param out string the report
 -- @return string the report
 function Policy:fabric_report(ctx, out) -- luacheck: no self
   local f = ctx.fabric
-  if not f or type(out) ~= "string" then return out end
+  if type(out) ~= "string" then return out end
   if ctx.json then
     local body = out:match("^(.*)}%s*$")
     if not body then return out end
-    return body .. ',"fabric":' .. json.encode(report.fabric_json(f)):gsub("\n$", "") .. "}\n"
+    local v = f and json.encode(report.fabric_json(f)):gsub("\n$", "") or "null"
+    return body .. ',"fabric":' .. v .. "}\n"
   end
+  if not f then return out end
   return out .. "fabric: " .. report.fabric_line(f) .. "\n"
 end
 

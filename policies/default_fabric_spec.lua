@@ -123,7 +123,7 @@ describe("default policy: the NVLink fabric (C31)", function()
       assert.matches("^imexguard: fabric%-fault: ", report)
       local so, _, out = s:status{}
       assert.equal("fabric-fault", so)
-      assert.matches("\nfabric: fault: ", out)
+      assert.matches("\nfabric +fault: GPU 1: ", out)
     end)
 
     it("plan predicts it", function()

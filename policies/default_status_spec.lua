@@ -186,24 +186,26 @@ describe("default policy status: the node's facts, -q and -v, a rack", function(
     assert.matches("\nlast epilog +none recorded\n", report)
     assert.matches("\njobs +1 registered: 101 %(n%[1%-2%], 10m00s ago%)\n", report)
     assert.matches("\nnode lock +held by pid 777 %(job=103%) since 2023%-11%-14T22:13:10Z\n", report)
-    assert.matches("\ndomain +%(not defined%)\nfabric +%(not known%)\n", report)
+    assert.matches("\ndomain +%(not defined%)\nfabric +healthy: 4 GPUs registered with the NVLink fabric, "
+      .. "partition ", report)
     -- status reads, it never takes the lock nor writes
     assert.same({}, h.writes)
     assert.equal(0, #h.locks)
   end)
 
-  it("prints the domain and fabric of this node when a step set them (ctx.domain, ctx.fabric)", function()
+  it("prints the domain of this node when a step set it (ctx.domain) and the fabric it read", function()
     local h = host()
     local ctx = testing.ctx{ host = h, command = "status" }
     ctx.domain = { name = "rack7", nodes = { "gb03", "gb01", "gb02" }, source = "/etc/imexguard/domains" }
-    ctx.fabric = { cluster_uuid = "c0ffee", clique_id = 4 }
     local _, _, report = P.status(ctx)
     assert.matches("\ndomain +rack7 gb%[01%-03%] %(from /etc/imexguard/domains%)\n", report)
-    assert.matches("\nfabric +cluster_uuid c0ffee, clique_id 4\n", report)
+    local partition = testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID
+    assert.matches("\nfabric +healthy: 4 GPUs registered with the NVLink fabric, partition "
+      .. partition:gsub("%p", "%%%0") .. "\n", report)
     ctx.json = true
     local j = cjson.decode((select(3, P.status(ctx))))
     assert.same({ "rack7", "/etc/imexguard/domains" }, { j.domain.name, j.domain.source })
-    assert.equal("c0ffee", j.fabric.cluster_uuid)
+    assert.same({ "healthy", partition }, { j.fabric.state, j.fabric.partition })
   end)
 
   it("-q: one line without this node's name or time, the same on every node of a healthy domain", function()

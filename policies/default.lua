@@ -62,6 +62,7 @@ local channels = lazy "imexguard.channels"
 local nodelist = lazy "imexguard.nodelist"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
+local domains = lazy "imexguard.domains"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -477,7 +478,7 @@ function Policy:run_status(ctx)
   local out = report.status(domain, v, { self = self_addr, names = names, json = ctx.json,
     outcome = outcome, message = msg, findings = findings, config = info and info.config,
     node_list = by_file and info.nodes_file or nil })
-  return outcome, msg, self:channel_report(ctx, nil, out)
+  return outcome, msg, self:channel_report(ctx, nil, self:domain_report(ctx, out))
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -503,6 +504,24 @@ function Policy:channel_note(info, msg) -- luacheck: no self
     return text.one_line(msg .. "; " .. ch)
   end
   return msg
+end
+
+--- A `status` report (text or JSON) with this node's IMEX domain (domains.node_line): a line, or
+-- the JSON field imex_domain {name, kind, source, nodes, line}.
+-- @param out string the report
+-- @return string the report
+function Policy:domain_report(ctx, out) -- luacheck: no self
+  if type(out) ~= "string" then return out end
+  local line, dom = domains.node_line(ctx, steps.node_name(ctx))
+  if ctx.json then
+    local cjson = require "cjson"
+    local ok, t = pcall(cjson.decode, out)
+    if not ok or type(t) ~= "table" then return out end
+    t.imex_domain = dom or {}
+    t.imex_domain.line = line
+    return cjson.encode(t) .. "\n"
+  end
+  return out .. line .. "\n"
 end
 
 --- A report (text or JSON) with the channel's line (`plan`: the step's line; `status`: its state).

@@ -6,6 +6,7 @@ local health = require "imexguard.health"
 local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
+local domains = require "imexguard.domains"
 
 local M = {}
 
@@ -71,6 +72,32 @@ function M.plan_message(f)
   return text.one_line("nothing to do: node list unchanged, " .. s.unit .. " current" .. cf)
 end
 
+--- The job's split by IMEX domain (steps.domain) as JSON fields: nil without a domain map.
+-- @param dom table|nil want.domain
+-- @return table {name, kind, source, nodes, left_out, others = {{name, nodes}}} or nil
+function M.domain_json(dom)
+  if not dom or dom.kind == "none" then return nil end
+  return { name = dom.name, kind = dom.kind, source = dom.source, nodes = dom.nodes,
+    left_out = #dom.left_out > 0 and dom.left_out or nil, others = #dom.others > 0 and dom.others or nil }
+end
+
+--- The job's split by IMEX domain as lines of the text plan (none without a domain map): this
+-- node's domain, the job's nodes in other domains, the nodes left out.
+-- @param dom table|nil want.domain
+-- @param r table lines (appended to)
+function M.domain_lines(dom, r)
+  if not dom or dom.kind == "none" then return end
+  local show = domains.show
+  r[#r + 1] = string.format("IMEX domain %s (this node's, from %s): %s", tostring(dom.name or dom.kind),
+    dom.source, show(dom.nodes))
+  for _, o in ipairs(dom.others) do
+    r[#r + 1] = string.format("IMEX domain %s: %s (its own list there)", o.name, show(o.nodes))
+  end
+  if #dom.left_out > 0 then
+    r[#r + 1] = string.format("left out (in no IMEX domain): %s", show(dom.left_out))
+  end
+end
+
 --- The plan as JSON (one object, newline-terminated).
 local function plan_json(f)
   local want, v = f.want, f.verdict
@@ -88,6 +115,7 @@ local function plan_json(f)
     order = v.order, config = f.info.config, config_source = f.info.config_source,
     config_findings = f.findings, config_fault = f.config_fault or nil,
     conflict = not f.allowed and f.why or nil, registered = registry.ids(registry.jobs(f.st)),
+    imex_domain = M.domain_json(want.domain),
   }) .. "\n"
 end
 
@@ -99,6 +127,7 @@ local function plan_list_lines(f, r)
   for i, a in ipairs(want.addrs) do
     r[#r + 1] = string.format("  %-16s %s%s", a, want.list[i], a == want.self and "  (this node)" or "")
   end
+  M.domain_lines(want.domain, r)
   if f.old_err then r[#r + 1] = "current file: " .. f.old_err end
   if not f.changed then
     r[#r + 1] = info.nodes_file .. ": unchanged"

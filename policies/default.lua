@@ -5,7 +5,9 @@
 --                                                            manage_disabled_unit), config.cfg
 --   channel              P:channel(ctx)                      IMEX channel 0 exists when imex_channels
 --                                                            says so (channels.ensure; step 1b)
---   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
+--   desired list         P:desired(ctx, info)                hostlist -> this node's IMEX domain of
+--                                                            the job (steps.domain, C29) -> addresses
+--                                                            (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically
 --   stale?               P:stale(ctx, info, want, st, opts)  none, start, restart or wait, and why
@@ -36,7 +38,8 @@
 --     applies(ctx)                  -> info (as steps.applies) | nil, outcome, message: does IMEX
 --                                      apply on this node (default: steps.applies)
 --     lookup(ctx, names)            -> addresses (same order) | nil, message naming the node, code:
---                                      the address source (default: settings: DNS or address map)
+--                                      the address source (default: settings: DNS or address map);
+--                                      names: the job's nodes in this node's IMEX domain (C29)
 --     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job
 --                                      before the lock (default: none)
 --     may_restart(ctx, st, verdict) -> true | false, message (default: steps.may_restart)

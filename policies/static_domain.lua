@@ -53,6 +53,7 @@ local function verify(ctx, wait)
     -- the static list is the domain map (C29): the job's nodes in it are this node's domain, the
     -- others are another rack's (their own static list) or no IMEX node's; neither is waited for
     local names, addrs, left = {}, {}, {}
+    for _, n in ipairs(want.domain.left_out) do left[#left + 1] = n end -- no address (steps.desired)
     for i, a in ipairs(want.addrs) do
       if in_domain[a] then
         names[#names + 1], addrs[#addrs + 1] = want.list[i], a

@@ -122,6 +122,23 @@ describe("static_domain policy", function()
       end
     end)
 
+    it("a CPU node the address map omits is left out, not bad input (C30)", function()
+      local map = "gb01 10.0.1.1\ngb02 10.0.1.2\ngb03 10.0.1.3\ngb04 10.0.1.4\n"
+      local s = testing.scenario{ policy = P, node = "gb01", nodes = NODES, file = R1,
+        files = { ["/etc/imexguard/addresses"] = map },
+        settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } }
+      local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[01-02],cpu07" }
+      assert.equal("ok", outcome, message)
+      assert.same({ "gb01", "gb02" }, ctx.domain.nodes)
+      assert.same({ "cpu07" }, ctx.domain.left_out)
+      local s2 = testing.scenario{ policy = P, node = "gb01", nodes = NODES, file = R1,
+        files = { ["/etc/imexguard/addresses"] = map },
+        settings = { address_source = "map", address_map = "/etc/imexguard/addresses", domain_map = "none" } }
+      outcome, message = s2:prolog{ job = 101, nodelist = "gb[01-02],cpu07" }
+      assert.equal("bad-input", outcome) -- without a domain map every node needs an address
+      assert.matches("node cpu07 is not in the address map", message, 1, true)
+    end)
+
     it("a sick node of the other rack never makes this rack wait or fail", function()
       local s = testing.scenario{ policy = P, node = "gb03", nodes = NODES, file = R1,
         domain = { unhealthy = { gb06 = "UNAVAILABLE" } } }

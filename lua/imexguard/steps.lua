@@ -297,11 +297,27 @@ function M.desired(ctx, info, opts)
     return fail("bad-input", "node %s: none of the job's nodes (%s=%s) is in its IMEX domain %s (%s)",
       M.node_name(ctx), tostring(source), expr, tostring(dom.name), dom.source)
   end
-  local addrs, aerr, code
-  if lookup then
-    addrs, aerr, code = lookup(ctx, names)
-  else
-    addrs, aerr, code = addresses.lookup(host, s, names)
+  local function look(list)
+    if lookup then return lookup(ctx, list) end
+    return addresses.lookup(host, s, list)
+  end
+  local addrs, aerr, code = look(names)
+  if not addrs and dom.kind == "static" and code ~= "deadline" then
+    -- the static list (addresses) is the domain: a node without an address is in no static list,
+    -- so it is left out (C30: an address map that omits the CPU nodes), not bad input
+    local kept, no_address = {}, {}
+    addrs = {}
+    for _, n in ipairs(names) do
+      local a, _, c = look({ n })
+      if a then
+        kept[#kept + 1], addrs[#addrs + 1] = n, a[1]
+      elseif c == "deadline" then
+        return fail("deadline-exceeded", "%s", tostring(aerr))
+      else
+        no_address[#no_address + 1] = n
+      end
+    end
+    names, dom.nodes, dom.left_out = kept, kept, no_address
   end
   if not addrs then return fail(by_code(code, "bad-input"), "%s", tostring(aerr)) end
   local want, werr = M.want_of(ctx, info, expr, source, names, addrs)

@@ -125,5 +125,13 @@ describe("simulated NVLink racks: one IMEX domain per rack", function()
       assert.are.equal(before[n], d:invocation(n), n .. " not restarted")
       assert.are.equal(bytes(d, d.racks[d.rack[n]]), d:nodes_file(n))
     end
+    -- the static list itself as the domain map (no topology read): the same verdicts
+    res = d:prologs { job = 5, nodelist = "n[1-4]",
+      args = "--policy " .. policy .. " --set domain_map=static" }
+    for _, n in ipairs(d.names) do
+      assert.are.equal("ok", res[n].outcome, res[n].output)
+      assert.matches("IMEX domain of node " .. n .. ": the static node list", res[n].output, 1, true)
+      assert.are.equal(before[n], d:invocation(n), n .. " not restarted")
+    end
   end)
 end)

@@ -49,6 +49,25 @@ local function sizes_env()
   return list
 end
 
+--- The rack layouts of the racks scenario: BENCH_RACKS ("2x18 4x18"), each RxS = R racks of S
+-- nodes; a bad value stops the bench with one line.
+local function racks_env()
+  local v = os.getenv("BENCH_RACKS")
+  if v == nil or v == "" then v = "2x18 4x18" end
+  local list = {}
+  for w in v:gmatch("[^%s,]+") do
+    local r, size = w:match("^(%d+)x(%d+)$")
+    r, size = tonumber(r), tonumber(size)
+    if not r or r < 2 or size < 1 or r * size > 250 then
+      io.stderr:write(string.format("bench: BENCH_RACKS=%q: each layout is RxS, R >= 2 racks of S nodes, "
+        .. "at most 250 nodes\n", v))
+      os.exit(2)
+    end
+    list[#list + 1] = { racks = r, size = size }
+  end
+  return list
+end
+
 local CFG = {
   sleep = num_env("BASELINE_SLEEP", 2),              -- s: the baseline's fixed sleep
   runs = num_env("BENCH_RUNS", 15, 1),               -- fast path: timed runs per tool
@@ -67,7 +86,8 @@ local CFG = {
   always = num_env("BENCH_ALWAYS_RESTART", 1) ~= 0,  -- c) also the restart-every-job baseline
   backoff_rounds = num_env("BENCH_BACKOFF_ROUNDS", 3, 1), -- e) rounds per tool
   backoff_ms = num_env("BENCH_BACKOFF_MS", 15000, 100), -- e) ms: the daemons' first reconnect back-off
-  only = os.getenv("BENCH_ONLY") or "abcde",         -- the scenarios to run
+  racks = racks_env(),                               -- f) the rack layouts
+  only = os.getenv("BENCH_ONLY") or "abcdef",        -- the scenarios to run
   profile = os.getenv("BENCH_PROFILE"),              -- a) command prefix of the breakdown runs
 }
 if CFG.profile == "" then CFG.profile = nil end
@@ -111,6 +131,7 @@ end
 local function imexguard_cmd(d, name, job, nodelist, nnodes, out, with_timing, prefix)
   local env = simdomain.prolog_env(job, nodelist, name, nnodes)
   env.IMEXGUARD_NO_JOURNAL = "1"
+  env.SLURM_CONF = d.slurm_conf -- racks (f): topology.conf beside it, as slurmd passes it
   return string.format("env -i %s %s%s%s --config %s %s%s prolog >%s 2>&1", assign(env),
     prefix and (prefix .. " ") or "", quote(d.build .. "/imexguard"),
     (with_timing and TIMING) and " --timing" or "", quote(d:config(name)),
@@ -387,10 +408,11 @@ local function state_tmpfs(d, verb)
   end
 end
 
-local function new_domain(nodes, net, extra_cfg)
+local function new_domain(nodes, net, extra_cfg, racks)
   os.execute("mkdir -p " .. quote(DROPIN))
   simdomain.write_file(DROPIN .. "/bench.conf", "[Unit]\nStartLimitIntervalSec=0\n")
-  local d = simdomain.new { nodes = nodes, net = net, build = BUILD, prefix = PREFIX, extra_cfg = extra_cfg }
+  local d = simdomain.new { nodes = nodes, net = net, build = BUILD, prefix = PREFIX, extra_cfg = extra_cfg,
+    racks = racks }
   domains[#domains + 1] = d
   state_tmpfs(d, "mount")
   return d
@@ -619,6 +641,55 @@ local function whole_domain(d)
   end
   say("  %d nodes fast path on n1: %d runs each of ctl alone, imexguard, baseline", d.n, CFG.scale_runs)
   r.fast = fast_path(d, { runs = CFG.scale_runs, job = 600 })
+  return r
+end
+
+--- f) a job over several racks, cold (units enabled and stopped, no node list), every node's prolog
+-- at once: with per-rack IMEX domains (topology.conf beside SLURM_CONF) and, against the same nodes,
+-- as one domain (--set domain_map=none); CFG.nvl_rounds rounds each. Per mode: the wall of the
+-- whole job, the CPU of each prolog, the size of n1's ctl answer after the job, and the return of
+-- each prolog of n1's domain after the watcher saw that domain UP.
+local function racks_job(d)
+  local r = { racks = #d.racks, size = #d.racks[1], n = d.n, modes = {} }
+  local nodelist = "n[1-" .. d.n .. "]"
+  local base = d.ig_args
+  local job = 800
+  for _, mode in ipairs { "racks", "one" } do
+    local t = { wall = {}, cpu = {}, lag = {}, lagmax = {}, early = {}, ok = {}, answer = {},
+      domain = mode == "racks" and r.size or r.n }
+    r.modes[mode] = t
+    d.ig_args = base .. (mode == "one" and " --set domain_map=none" or "")
+    local watch = mode == "racks" and d.racks[1] or d.names
+    local in_watch = {}
+    for _, n in ipairs(watch) do in_watch[n] = true end
+    for round = 1, CFG.nvl_rounds do
+      job = job + 1
+      make_cold(d)
+      local procs = {}
+      for i, name in ipairs(d.names) do procs[i] = { name = name, job = job } end
+      local res = run_job(d, "imexguard", procs, nodelist, d.n, watch)
+      local ok = 0
+      for _, p in ipairs(res.procs) do
+        if p.status == 0 then ok = ok + 1 end
+        t.cpu[#t.cpu + 1] = p.cpu
+      end
+      -- the lags of n1's domain only: the watcher sees that domain
+      local mine = {}
+      for _, p in ipairs(res.procs) do if in_watch[p.name] then mine[#mine + 1] = p end end
+      local l, early = lags({ procs = mine, t_up = res.t_up, t_down = res.t_down })
+      for _, x in ipairs(l) do t.lag[#t.lag + 1] = x end
+      if #l > 0 then t.lagmax[#t.lagmax + 1] = select(3, mmm(l)) end
+      t.wall[#t.wall + 1] = res.last - res.t0
+      t.ok[#t.ok + 1] = ok
+      t.early[#t.early + 1] = early
+      local _, answer = simdomain.capture(quote(d.build .. "/nvidia-imex-ctl") .. " -c "
+        .. quote(d:dir("n1") .. "/config.cfg") .. " -N -j")
+      t.answer[#t.answer + 1] = #answer
+      say("  %dx%d %-5s round %d: %d/%d exit 0, n1's domain %d nodes, before UP %d, wall %.2f s, ctl answer "
+        .. "%d bytes", r.racks, r.size, mode, round, ok, d.n, t.domain, early, res.last - res.t0, #answer)
+    end
+  end
+  d.ig_args = base
   return r
 end
 
@@ -957,6 +1028,41 @@ local function report_scale(list)
     "beyond ctl ms", "beyond ctl/node ms" }, lines)
 end
 
+--- f) the racks table and metrics: per layout, per-rack domains against one domain.
+local function report_racks(list)
+  local lines = {}
+  for _, r in ipairs(list) do
+    for _, mode in ipairs { "racks", "one" } do
+      local t = r.modes[mode]
+      local p = string.format("racks.%dx%d.%s.", r.racks, r.size, mode)
+      local per_node = function(x) return stats.scaled(x, 1000 / t.domain) end
+      metric(p .. "cold_wall", "s", t.wall)
+      metric(p .. "cold_cpu_per_prolog", "ms", ms(t.cpu))
+      metric(p .. "cold_cpu_per_prolog_per_domain_node", "ms/node", per_node(t.cpu))
+      metric(p .. "ctl_answer", "bytes", t.answer)
+      metric(p .. "return_minus_up", "ms", ms(t.lag))
+      metric(p .. "returned_before_up", "count", t.early)
+      metric(p .. "prologs_ok", "count", t.ok)
+      local function med(x, k, f)
+        local m = median(x)
+        return m and string.format(f, m * k) or "-"
+      end
+      lines[#lines + 1] = { string.format("%dx%d", r.racks, r.size),
+        mode == "racks" and "per rack" or "one domain", tostring(t.domain), med(t.wall, 1, "%.2f"),
+        table.concat(t.ok, ","), med(t.cpu, 1000, "%.0f"), med(t.cpu, 1000 / t.domain, "%.1f"),
+        med(t.answer, 1, "%.0f"), med(t.lag, 1000, "%.0f") .. " / " .. med({ select(3, mmm(t.lag)) }, 1000,
+        "%.0f"), table.concat(t.early, ",") }
+    end
+  end
+  say("")
+  say("f) a job over several racks, cold (%d rounds per mode): per-rack IMEX domains (topology.conf) "
+    .. "against one domain over the same nodes (domain_map=none); medians", CFG.nvl_rounds)
+  say("   the cost per node stays flat when CPU/prolog/domain node does not grow with the domain")
+  say("")
+  print_table({ "racks", "domains", "domain nodes", "cold wall s", "prologs ok", "CPU/prolog ms",
+    "CPU/prolog/domain node ms", "ctl answer B", "return-UP ms med / max", "before UP" }, lines)
+end
+
 local function report_breakdown(a)
   say("")
   if CFG.profile and a and a.breakdown_runs then
@@ -995,7 +1101,7 @@ local function write_json(total)
       scale_runs = CFG.scale_runs, poll_interval = tonumber(CFG.poll or "0.1"), baseline_sleep = CFG.sleep,
       restart_nodes = CFG.restart_nodes, concurrency = CFG.conc, watch_interval = CFG.watch,
       only = CFG.only, baseline_always_restart = CFG.always, backoff_rounds = CFG.backoff_rounds,
-      backoff_ms = CFG.backoff_ms,
+      backoff_ms = CFG.backoff_ms, racks = CFG.racks,
     },
     metrics = setmetatable(metrics, stats.list_mt),
   }
@@ -1016,6 +1122,7 @@ local function report(total)
   if #rows > 0 then print_table({ "metric", "imexguard", "baseline", "ratio" }, rows) end
   if results.domain then report_scale(results.domain) end
   if results.backoff then report_backoff(results.backoff) end
+  if results.racks then report_racks(results.racks) end
   if results.fast or CFG.only:find("a", 1, true) then report_breakdown(results.fast) end
   say("")
   write_json(total)
@@ -1085,6 +1192,22 @@ local ok, err = xpcall(function()
     warm_up(d, 700)
     results.backoff = backoff_path(d)
     drop_domain(d)
+  end
+  if want("f") then
+    results.racks = {}
+    for i, layout in ipairs(CFG.racks) do
+      local sizes = {}
+      for k = 1, layout.racks do sizes[k] = layout.size end
+      -- racks use 127.<rack>.NET.x (simdomain), apart from the other scenarios' 127.0.NET.x
+      d = new_domain(nil, CFG.net + i, nil, sizes)
+      d.ig_args = string.format(" --deadline %d --set health_timeout=%d --set start_timeout=%d",
+        CFG.scale_deadline, CFG.scale_deadline - 10, CFG.scale_deadline - 10)
+      d.tolerant = d.n > CFG.strict_max
+      say("f) %d racks of %d nodes cold: one job over all of them, per-rack domains then one domain",
+        layout.racks, layout.size)
+      results.racks[i] = racks_job(d)
+      drop_domain(d)
+    end
   end
 end, debug.traceback)
 for _, d in ipairs(domains) do

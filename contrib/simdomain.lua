@@ -88,6 +88,8 @@ end
 --   (contrib/imexsim/nvidia-smi, setting nvidia_smi) answering from the node's file `gpus`
 --   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver); without it the
 --   nodes have no GPUs: fabric_check = "off"
+--   `racks`: nodes per NVLink rack ({4, 4}: M:lay_out_racks;
+--   replaces `nodes`)
 -- @treturn table the domain (methods below)
 function M.new(opts)
   opts = opts or {}
@@ -109,10 +111,11 @@ function M.new(opts)
   end
   self.names, self.addr, self.strays, self.dropins = {}, {}, {}, {}
   local map = {}
+  if opts.racks then self:lay_out_racks(opts.racks) end
   for i = 1, self.n do
     local name = "n" .. i
     self.names[i] = name
-    self.addr[name] = string.format("127.0.%d.%d", self.net, i)
+    self.addr[name] = self.addr[name] or string.format("127.0.%d.%d", self.net, i)
     map[#map + 1] = name .. " " .. self.addr[name]
   end
   write_file(self.root .. "/addresses", table.concat(map, "\n") .. "\n")
@@ -121,6 +124,34 @@ function M.new(opts)
   end
   self:install_unit()
   return self
+end
+
+--- Stage of `M.new` with `racks`: NVLink racks (IMEX domains, docs/design.md C29) of the given
+-- sizes. Rack r's nodes continue the numbering n1..nN and have the addresses 127.<r>.<net>.<k> (k:
+-- 1-based within the rack), so that each rack is an address range of its own; Slurm's block
+-- topology of the racks (`BlockName=rack<r> Nodes=...`) is written to topology.conf beside an
+-- (empty) slurm.conf in the domain's root, which run_all names in SLURM_CONF as slurmd does.
+-- self.racks = {{names of rack 1}, ...}, self.rack = {[name] = r}.
+-- @tparam {integer,...} sizes nodes per rack
+function M:lay_out_racks(sizes)
+  self.racks, self.rack = {}, {}
+  local lines, i = { "# NVLink racks of the simulated domain: one IMEX domain each" }, 0
+  for r, size in ipairs(sizes) do
+    local rack = {}
+    for k = 1, size do
+      i = i + 1
+      local name = "n" .. i
+      rack[k], self.rack[name] = name, r
+      self.addr[name] = string.format("127.%d.%d.%d", r, self.net, k)
+    end
+    self.racks[r] = rack
+    lines[#lines + 1] = string.format("BlockName=rack%d Nodes=n[%d-%d]", r, i - size + 1, i)
+  end
+  self.n = i
+  lines[#lines + 1] = "BlockSizes=" .. sizes[1]
+  self.slurm_conf = self.root .. "/slurm.conf"
+  write_file(self.slurm_conf, "# the simulated cluster: imexguard reads topology.conf beside it\n")
+  write_file(self.root .. "/topology.conf", table.concat(lines, "\n") .. "\n")
 end
 
 --- Stage of `M.new`: write one node's directory: state/, config.cfg and imexguard.conf.
@@ -467,6 +498,7 @@ function M:run_all(opts)
   local procs = {}
   for _, name in ipairs(names) do
     local env = M.prolog_env(opts.job, opts.nodelist, name, #names)
+    env.SLURM_CONF = self.slurm_conf
     for k, v in pairs(opts.env or {}) do env[k] = v or nil end
     local assign = {}
     for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. sh_quote(v) end

@@ -5,7 +5,9 @@
 --                                                            manage_disabled_unit), config.cfg
 --   channel              P:channel(ctx)                      IMEX channel 0 exists when imex_channels
 --                                                            says so (channels.ensure; step 1b)
---   desired list         P:desired(ctx, info)                hostlist -> addresses (P:lookup), P:admit
+--   desired list         P:desired(ctx, info)                hostlist -> this node's IMEX domain of
+--                                                            the job (steps.domain, C29) -> addresses
+--                                                            (P:lookup), P:admit
 --   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
 --   write                P:write(ctx, info, want, st)        the node list, atomically
 --   stale?               P:stale(ctx, info, want, st, opts)  none, start, restart or wait, and why
@@ -38,7 +40,8 @@
 --     applies(ctx)                  -> info (as steps.applies) | nil, outcome, message: does IMEX
 --                                      apply on this node (default: steps.applies)
 --     lookup(ctx, names)            -> addresses (same order) | nil, message naming the node, code:
---                                      the address source (default: settings: DNS or address map)
+--                                      the address source (default: settings: DNS or address map);
+--                                      names: the job's nodes in this node's IMEX domain (C29)
 --     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job
 --                                      before the lock (default: none)
 --     may_restart(ctx, st, verdict) -> true | false, message (default: steps.may_restart)
@@ -66,6 +69,7 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local fabric = lazy "imexguard.fabric"
 local json = lazy "imexguard.json"
+local domains = lazy "imexguard.domains"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -540,6 +544,7 @@ function Policy:run_status(ctx)
   local findings = report.config_findings(info, expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
+  self:domain_fact(ctx)
   local opts = status_opts(self, ctx, outcome)
   opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
   opts.findings, opts.config = findings, info and info.config
@@ -668,6 +673,18 @@ function Policy:channel_note(info, msg) -- luacheck: no self
     return text.one_line(msg .. "; " .. ch)
   end
   return msg
+end
+
+--- status: this node's IMEX domain (imexguard.domains.node_line) as ctx.domain for the node's facts
+-- (report.domain_line): {name, kind, source, nodes}, {kind, source} when this node is in none,
+-- {error = line} when the map cannot be read, nil without a domain map.
+function Policy:domain_fact(ctx) -- luacheck: no self
+  local line, dom = domains.node_line(ctx, steps.node_name(ctx))
+  if dom then
+    ctx.domain = dom
+  elseif line:find("IMEX domain map: ", 1, true) == 1 then
+    ctx.domain = { error = line }
+  end
 end
 
 --- A report (text or JSON) with the channel's line (`plan`: the step's line; `status`: its state).

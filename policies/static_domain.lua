@@ -3,8 +3,13 @@
 -- each job its IMEX channel. imexguard then never rewrites nodes_config.cfg and never starts,
 -- restarts or stops the unit; the prolog only verifies, with the default policy's steps:
 --   1. IMEX applies (steps.applies: unit installed and enabled, config.cfg present);
---   2. the job's node list (steps.desired: hostlist -> addresses, checked, this node in it);
---   3. every node of the job is in the static list, else bad-input naming the nodes that are not;
+--   2. the job's node list in this node's IMEX domain (steps.desired: the domain map, hostlist ->
+--      addresses, checked, this node in it). The domain map (setting domain_map, imexguard.domains)
+--      is Slurm's block topology or the address map's domain column when the site has one, else
+--      the static list itself: the job's nodes in it are this node's domain, the others belong to
+--      another rack (their own static list) or are no IMEX nodes, and are left out (C29, C30);
+--   3. every node of the job in this node's domain is in the static list, else bad-input naming
+--      the nodes that are not (with domain_map = "none": every node of the job);
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it;
 --   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
@@ -18,6 +23,7 @@ local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
+local domains = require "imexguard.domains"
 local default = require "policies.default"
 
 local P = {}
@@ -29,7 +35,7 @@ local function verify(ctx, wait)
   local info, o, m = steps.applies(ctx)
   if not info then return nil, o, m end
   local want
-  want, o, m = steps.desired(ctx, info)
+  want, o, m = steps.desired(ctx, info, { static = true })
   if not want then return nil, o, m end
   local node = steps.node_name(ctx)
   local bytes, rerr = steps.read_nodes(ctx, info)
@@ -43,6 +49,28 @@ local function verify(ctx, wait)
   want.node_list = static
   local in_domain, outside = {}, {}
   for _, a in ipairs(static) do in_domain[a] = true end
+  if want.domain.kind == "static" then
+    -- the static list is the domain map (C29): the job's nodes in it are this node's domain, the
+    -- others are another rack's (their own static list) or no IMEX node's; neither is waited for
+    local names, addrs, left = {}, {}, {}
+    for _, n in ipairs(want.domain.left_out) do left[#left + 1] = n end -- no address (steps.desired)
+    for i, a in ipairs(want.addrs) do
+      if in_domain[a] then
+        names[#names + 1], addrs[#addrs + 1] = want.list[i], a
+      else
+        left[#left + 1] = want.list[i]
+      end
+    end
+    local dom = want.domain
+    local narrowed, werr = steps.want_of(ctx, info, want.expr, want.source, names, addrs)
+    if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
+    narrowed.node_list, narrowed.domain = static, dom
+    dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
+    want = narrowed
+    ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
+      node, info.nodes_file, domains.show(names), #left > 0 and ("; the job's nodes outside it (another "
+      .. "domain, or no IMEX node; not waited for): " .. domains.show(left)) or "")))
+  end
   for i, a in ipairs(want.addrs) do
     if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
   end

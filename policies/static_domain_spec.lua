@@ -24,8 +24,9 @@ describe("static_domain policy", function()
     assert.same(RACK, s:file_nodes())
   end)
 
-  it("nodes outside the static domain: bad-input naming them, nothing changed", function()
-    local s = testing.scenario{ policy = P, file = { "n1", "n2" },
+  it("domain_map = \"none\", nodes outside the static domain: bad-input naming them, nothing changed",
+    function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" }, settings = { domain_map = "none" },
       nodes = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4", n5 = "10.0.0.5" } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-5]" }
     assert.equal("bad-input", outcome)
@@ -99,5 +100,71 @@ describe("static_domain policy", function()
     assert.equal("config-fault", outcome)
     assert.matches("configuration fault", message)
     untouched(s)
+  end)
+
+  describe("a job over two racks (C29, C30)", function()
+    local NODES = { cpu07 = "10.0.9.7" }
+    for i = 1, 8 do NODES[string.format("gb%02d", i)] = string.format("10.0.1.%d", i) end
+    local R1, R2 = { "gb01", "gb02", "gb03", "gb04" }, { "gb05", "gb06", "gb07", "gb08" }
+    local TOPO = "BlockName=b1 Nodes=gb[01-04]\nBlockName=b2 Nodes=gb[05-08]\n"
+
+    it("the static list is the domain: each rack verifies the job's nodes of its own rack", function()
+      for _, c in ipairs({ { "gb03", R1, { "gb03", "gb04" } }, { "gb06", R2, { "gb05", "gb06" } } }) do
+        local s = testing.scenario{ policy = P, node = c[1], nodes = NODES, file = c[2] }
+        local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06],cpu07" }
+        assert.equal("ok", outcome, message)
+        assert.matches("job's 2 nodes are healthy", message)
+        assert.equal("static", ctx.domain.kind)
+        assert.same(c[3], ctx.domain.nodes)
+        assert.equal(3, #ctx.domain.left_out)
+        untouched(s)
+        assert.same(c[2], s:file_nodes())
+      end
+    end)
+
+    it("a CPU node the address map omits is left out, not bad input (C30)", function()
+      local map = "gb01 10.0.1.1\ngb02 10.0.1.2\ngb03 10.0.1.3\ngb04 10.0.1.4\n"
+      local s = testing.scenario{ policy = P, node = "gb01", nodes = NODES, file = R1,
+        files = { ["/etc/imexguard/addresses"] = map },
+        settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } }
+      local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[01-02],cpu07" }
+      assert.equal("ok", outcome, message)
+      assert.same({ "gb01", "gb02" }, ctx.domain.nodes)
+      assert.same({ "cpu07" }, ctx.domain.left_out)
+      local s2 = testing.scenario{ policy = P, node = "gb01", nodes = NODES, file = R1,
+        files = { ["/etc/imexguard/addresses"] = map },
+        settings = { address_source = "map", address_map = "/etc/imexguard/addresses", domain_map = "none" } }
+      outcome, message = s2:prolog{ job = 101, nodelist = "gb[01-02],cpu07" }
+      assert.equal("bad-input", outcome) -- without a domain map every node needs an address
+      assert.matches("node cpu07 is not in the address map", message, 1, true)
+    end)
+
+    it("a sick node of the other rack never makes this rack wait or fail", function()
+      local s = testing.scenario{ policy = P, node = "gb03", nodes = NODES, file = R1,
+        domain = { unhealthy = { gb06 = "UNAVAILABLE" } } }
+      local t0 = s.host.now()
+      local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+      assert.equal("ok", outcome, message)
+      assert.is_true(s.host.now() - t0 < 5)
+    end)
+
+    it("with Slurm's blocks: a node of this block missing from the static list is bad-input", function()
+      local s = testing.scenario{ policy = P, node = "gb03", nodes = NODES, file = { "gb01", "gb02", "gb03" },
+        files = { ["/etc/slurm/topology.conf"] = TOPO } }
+      local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+      assert.equal("bad-input", outcome)
+      assert.matches("node gb04 (10.0.1.4) is not in the static IMEX domain of node gb03", message, 1, true)
+      assert.not_matches("gb05", message)
+      assert.equal("b1", ctx.domain.name)
+      untouched(s)
+    end)
+
+    it("with Slurm's blocks and a complete static list: ok for the job's nodes of this block", function()
+      local s = testing.scenario{ policy = P, node = "gb05", nodes = NODES, file = R2,
+        files = { ["/etc/slurm/topology.conf"] = TOPO } }
+      local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+      assert.equal("ok", outcome, message)
+      assert.matches("job's 2 nodes are healthy", message)
+    end)
   end)
 end)

@@ -20,28 +20,33 @@ M.MAX_MAP = 1024 * 1024
 M.MAP_PATH = "/etc/imexguard/addresses"
 
 --- Parse the text of an address map.
--- @param text string file contents: lines "name address", blank lines and '#' comments ignored
+-- @param text string file contents: lines "name address [domain]", blank lines and '#' comments
+--   ignored; the optional third column names the node's IMEX domain (imexguard.domains)
 -- @param path string file name (for messages)
--- @return table {[name] = address}, or nil, message naming the file and line
+-- @return table {[name] = address}, nil, list of the lines {name, address, domain (or nil), line},
+--   or nil, message naming the file and line
 function M.parse_map(text, path)
-  local map = {}
+  local map, cols = {}, {}
   local n = 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
     line = trim((line:gsub("#.*$", "")))
     if line ~= "" then
       local name, addr, rest = line:match("^(%S+)%s+(%S+)%s*(.*)$")
-      if not name or rest ~= "" then
-        return nil, string.format("address map %s line %d: expected 'name address', got '%s'", path, n, line)
+      local domain = rest and rest ~= "" and rest:match("^(%S+)$") or nil
+      if not name or (rest ~= "" and not domain) then
+        return nil, string.format("address map %s line %d: expected 'name address [domain]', got '%s'", path,
+          n, line)
       end
       if map[name] and map[name] ~= addr then
         return nil, string.format("address map %s line %d: %s listed twice (%s, %s)", path, n, name,
           map[name], addr)
       end
       map[name] = addr
+      cols[#cols + 1] = { name = name, address = addr, domain = domain, line = n }
     end
   end
-  return map
+  return map, nil, cols
 end
 
 --- Read and parse the configured address map.
@@ -55,7 +60,7 @@ function M.load_map(host, path)
   end
   local text, err = host.read(path, M.MAX_MAP)
   if not text then return nil, string.format("address map %s unreadable: %s", path, tostring(err)) end
-  return M.parse_map(text, path)
+  return (M.parse_map(text, path))
 end
 
 --- The distinct IPv4 literals of a resolver answer, in answer order.

@@ -7,6 +7,7 @@ local health = require "imexguard.health"
 local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
+local domains = require "imexguard.domains"
 
 local M = {}
 
@@ -77,6 +78,38 @@ function M.plan_message(f)
   return text.one_line("nothing to do: node list unchanged, " .. s.unit .. " current" .. cf)
 end
 
+--- The job's split by IMEX domain (steps.domain) as `plan`'s JSON field `imex_domain`
+-- (docs/json.md): null without a domain map.
+-- @param dom table|nil want.domain
+-- @return json object {name, kind, source, nodes, left_out, others = [{name, nodes}]} or nil
+function M.domain_json(dom)
+  if not dom or dom.kind == "none" then return nil end
+  local others = {}
+  for i, o in ipairs(dom.others or {}) do
+    others[i] = json.object():set("name", o.name):set("nodes", json.array(o.nodes))
+  end
+  return json.object():set("name", dom.name):set("kind", dom.kind):set("source", dom.source)
+    :set("nodes", json.array(dom.nodes)):set("left_out", json.array(dom.left_out))
+    :set("others", json.array(others))
+end
+
+--- The job's split by IMEX domain as lines of the text plan (none without a domain map): this
+-- node's domain, the job's nodes in other domains, the nodes left out.
+-- @param dom table|nil want.domain
+-- @param r table lines (appended to)
+function M.domain_lines(dom, r)
+  if not dom or dom.kind == "none" then return end
+  local show = domains.show
+  r[#r + 1] = string.format("IMEX domain %s (this node's, from %s): %s", tostring(dom.name or dom.kind),
+    dom.source, show(dom.nodes))
+  for _, o in ipairs(dom.others) do
+    r[#r + 1] = string.format("IMEX domain %s: %s (its own list there)", o.name, show(o.nodes))
+  end
+  if #dom.left_out > 0 then
+    r[#r + 1] = string.format("left out (in no IMEX domain): %s", show(dom.left_out))
+  end
+end
+
 --- The plan as JSON (one object, newline-terminated; docs/json.md, "plan").
 local function plan_json(f)
   local want, v = f.want, f.verdict
@@ -100,7 +133,8 @@ local function plan_json(f)
     :set("order", v.order)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
-    :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs)))
+    :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
+    :set("imex_domain", M.domain_json(want.domain)))
 end
 
 --- The node list part of the text plan: the desired list, then what happens to the file.
@@ -111,6 +145,7 @@ local function plan_list_lines(f, r)
   for i, a in ipairs(want.addrs) do
     r[#r + 1] = string.format("  %-16s %s%s", a, want.list[i], a == want.self and "  (this node)" or "")
   end
+  M.domain_lines(want.domain, r)
   if f.old_err then r[#r + 1] = "current file: " .. f.old_err end
   if not f.changed then
     r[#r + 1] = info.nodes_file .. ": unchanged"
@@ -228,13 +263,18 @@ local function lock_line(facts, verbose)
     where)
 end
 
---- This node's domain as a site defined it (ctx.domain: {name, nodes, source}) for a person.
+--- This node's domain as a site defined it (ctx.domain: {name, nodes, source}, or {error} when the
+-- map cannot be read, or {kind, source} without a name when this node is in none) for a person.
 -- @param d table|nil
 -- @return string "(not defined)" when nil
 function M.domain_line(d)
   if type(d) ~= "table" then return "(not defined)" end
+  if d.error then return tostring(d.error) end
+  if not d.name then
+    return string.format("none: this node is in no IMEX domain of %s (not an IMEX node)", tostring(d.source))
+  end
   local nodes = type(d.nodes) == "table" and hostlist.show(d.nodes) or nil
-  return string.format("%s%s%s", tostring(d.name or "(unnamed)"), nodes and (" " .. nodes) or "",
+  return string.format("%s%s%s", tostring(d.name), nodes and (" " .. nodes) or "",
     d.source and (" (from " .. tostring(d.source) .. ")") or "")
 end
 
@@ -312,6 +352,7 @@ local function domain_json(d)
   if type(d) ~= "table" then return nil end
   return json.object():set("name", d.name)
     :set("nodes", json.array(type(d.nodes) == "table" and d.nodes or {})):set("source", d.source)
+    :set("error", d.error)
 end
 
 --- This node's fabric registration as a JSON object (docs/json.md): {state, message, partition}.

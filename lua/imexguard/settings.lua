@@ -36,8 +36,18 @@ M.schema = {
   { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
     doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
   { name = "address_map", default = nil, kind = "path", optional = true,
-    doc = "path of the address map (\"name address\" per line, '#' comments), used when "
-      .. "address_source = \"map\"" },
+    doc = "path of the address map (\"name address [domain]\" per line, '#' comments), used when "
+      .. "address_source = \"map\"; the optional third column is the node's IMEX domain (domain_map)" },
+  { name = "domain_map", default = "auto", kind = "enum",
+    values = { "auto", "none", "topology", "address_map", "static" },
+    doc = "where IMEX domains (one per NVLink rack or partition) are defined; a job gets one node list "
+      .. "per domain, and its nodes in no domain are left out: \"topology\" (Slurm's block topology, "
+      .. "topology.yaml or topology.conf beside slurm.conf), \"address_map\" (its third column), "
+      .. "\"static\" (the static list, static policy only), \"none\" (the whole job is one domain), or "
+      .. "\"auto\" (the first of those that defines domains, else none)" },
+  { name = "topology_file", default = nil, kind = "path", optional = true,
+    doc = "path of Slurm's topology.conf or topology.yaml (*.yaml) with the blocks (default: beside the "
+      .. "slurm.conf that SLURM_CONF names, else in /etc/slurm)" },
   { name = "resolve_timeout", default = 2, kind = "number",
     doc = "seconds: timeout of one name resolution" },
   { name = "allow_loopback", default = false, kind = "boolean",

@@ -16,6 +16,7 @@ local health = lazy "imexguard.health"
 local verdicts = lazy "imexguard.verdict" -- (steps name their verdict tables `verdict`)
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
+local domains = lazy "imexguard.domains"
 
 local M = {}
 
@@ -235,12 +236,49 @@ function M.disabled_unit(ctx, props)
   return "skipped", M.one_line(msg)
 end
 
---- Step 2: the desired node list.
+--- Step 2a: the job's IMEX domain on this node (imexguard.domains; C29, C30): the job's nodes in
+-- this node's domain, in the job's hostlist order. The split is logged once (info): the source, this
+-- node's domain, the job's nodes in other domains (their own list there) and those left out (in no
+-- domain: not IMEX nodes, never waited for). Sets ctx.domain (and returns it).
+-- @param ctx table policy context
+-- @param names list the job's node names (hostlist order)
+-- @param opts table|nil {static = true: the static list is a source (the static policy)}
+-- @return domain {name = domain name (nil: no map, or the static list), kind = "topology" |
+--   "address_map" | "static" | "none", source = the file or what stands in for it, nodes = the job's
+--   nodes in it (hostlist order), left_out = the job's nodes in no domain, others = {{name, nodes}}},
+--   or nil, "bad-input" (the map cannot be read or parsed: file and line) | "skipped" (this node is in
+--   no domain), message
+function M.domain(ctx, names, opts)
+  local map, err = domains.load(ctx, opts)
+  if not map then return fail("bad-input", "node %s: IMEX domain map: %s; nothing changed", M.node_name(ctx),
+    tostring(err)) end
+  local node = M.node_name(ctx)
+  local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {} }
+  if map.domains then
+    local sp = domains.split(map, names, node)
+    if not sp.name then
+      local msg = string.format("node %s is in no IMEX domain of %s: not an IMEX node of job %s, skipped "
+        .. "(the job's nodes in domains: %d)", node, map.source, M.job_id(ctx), #names - #sp.left_out)
+      ctx.host.log("warning", M.one_line(msg))
+      return nil, "skipped", M.one_line(msg)
+    end
+    dom.name, dom.nodes, dom.left_out, dom.others = sp.name, sp.nodes, sp.left_out, sp.others
+    ctx.host.log("info", M.one_line(domains.describe(dom, node)))
+  elseif map.kind == "none" then
+    ctx.host.log("info", M.one_line("IMEX domain: " .. map.source))
+  end
+  rawset(ctx, "domain", dom)
+  return dom
+end
+
+--- Step 2: the desired node list: the job's nodes in this node's IMEX domain (M.domain) as addresses.
 -- @param opts table|nil {lookup = function(ctx, names) -> list of addresses (same order), or nil,
 --   message naming the node, code}: the address source; default: imexguard.addresses.lookup with
 --   the settings (DNS, or the address map). A site policy passes its own through the lookup hook.
--- @return want {expr, source, names, addrs, bytes, self, self_index, names_by = {[addr] = name}},
---   or nil, "bad-input"|"deadline-exceeded", message naming the bad input
+--   static = true: the static list is a domain source (the static policy narrows want itself).
+-- @return want {expr, source, names, addrs, bytes, self, self_index, names_by = {[addr] = name},
+--   domain = M.domain's table}, or nil, "bad-input"|"deadline-exceeded"|"skipped", message naming
+--   the bad input
 function M.desired(ctx, info, opts)
   local s, host = ctx.settings, ctx.host
   local lookup = opts and opts.lookup
@@ -252,19 +290,57 @@ function M.desired(ctx, info, opts)
     return fail("bad-input", "bad hostlist %s=%q: %s", tostring(source), expr, tostring(herr))
   end
   if #names == 0 then return fail("bad-input", "hostlist %s=%q is empty", tostring(source), expr) end
-  local addrs, aerr, code
-  if lookup then
-    addrs, aerr, code = lookup(ctx, names)
-  else
-    addrs, aerr, code = addresses.lookup(host, s, names)
+  local dom, o, m = M.domain(ctx, names, opts)
+  if not dom then return nil, o, m end
+  names = dom.nodes
+  if #names == 0 then
+    return fail("bad-input", "node %s: none of the job's nodes (%s=%s) is in its IMEX domain %s (%s)",
+      M.node_name(ctx), tostring(source), expr, tostring(dom.name), dom.source)
+  end
+  local function look(list)
+    if lookup then return lookup(ctx, list) end
+    return addresses.lookup(host, s, list)
+  end
+  local addrs, aerr, code = look(names)
+  if not addrs and dom.kind == "static" and code ~= "deadline" then
+    -- the static list (addresses) is the domain: a node without an address is in no static list,
+    -- so it is left out (C30: an address map that omits the CPU nodes), not bad input
+    local kept, no_address = {}, {}
+    addrs = {}
+    for _, n in ipairs(names) do
+      local a, _, c = look({ n })
+      if a then
+        kept[#kept + 1], addrs[#addrs + 1] = n, a[1]
+      elseif c == "deadline" then
+        return fail("deadline-exceeded", "%s", tostring(aerr))
+      else
+        no_address[#no_address + 1] = n
+      end
+    end
+    names, dom.nodes, dom.left_out = kept, kept, no_address
   end
   if not addrs then return fail(by_code(code, "bad-input"), "%s", tostring(aerr)) end
+  local want, werr = M.want_of(ctx, info, expr, source, names, addrs)
+  if not want then return nil, "bad-input", werr end
+  want.domain = dom
+  return want
+end
+
+--- The desired list of the given nodes and their addresses, checked (nodelist.check; this node in it).
+-- @param ctx table policy context
+-- @param info table from applies (bind)
+-- @param expr string the job's hostlist, source string its variable
+-- @param names list node names, addrs list their addresses (same order)
+-- @return want (see M.desired, without domain), or nil, message
+function M.want_of(ctx, info, expr, source, names, addrs)
+  local s, host = ctx.settings, ctx.host
   local ok, cerr = nodelist.check(addrs, { allow_loopback = s.allow_loopback, names = names })
   if not ok then
-    return fail("bad-input", "job node list from %s=%s: %s", tostring(source), expr, tostring(cerr))
+    return nil, M.one_line(string.format("job node list from %s=%s: %s", tostring(source), expr,
+      tostring(cerr)))
   end
   local self, idx = addresses.self(host, info.bind, addrs)
-  if not self then return fail("bad-input", "node %s: %s", M.node_name(ctx), tostring(idx)) end
+  if not self then return nil, M.one_line(string.format("node %s: %s", M.node_name(ctx), tostring(idx))) end
   local by = {}
   for i, a in ipairs(addrs) do by[a] = names[i] end
   return { expr = expr, source = source, names = by, list = names, addrs = addrs, self = self,

@@ -79,11 +79,11 @@ describe("address map (address_source = \"map\")", function()
     assert.matches("line 5: gpu2 listed twice %(10.10.0.2, 10.10.0.9%)", message)
   end)
 
-  it("a line that is not 'name address': bad-input naming the line", function()
-    local s = given{ map = TEXT .. "10.10.0.5 gpu5 gpu5-imex\n" }
+  it("a line that is not 'name address [domain]': bad-input naming the line", function()
+    local s = given{ map = TEXT .. "10.10.0.5 gpu5 gpu5-imex rack1\n" }
     local outcome, message = s:prolog{ job = 101, nodelist = "gpu[1-2]" }
     assert.equal("bad-input", outcome)
-    assert.matches("line 5: expected 'name address'", message, 1, true)
+    assert.matches("line 5: expected 'name address [domain]'", message, 1, true)
     assert.same({}, s.host.writes)
   end)
 

@@ -41,7 +41,11 @@ local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
 
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
-  "address_map", "policy", "nvidia_smi", "scontrol" }
+  "address_map", "policy", "nvidia_smi", "scontrol", "topology_file" }
+--- Settings the scenarios' world fixes: the job n[1-2] is one IMEX domain (no domain map: the
+-- scenarios judge the node list of one domain; with the static list as the domain map, the static
+-- policy would take the other job's list on disk for another rack's).
+M.WORLD_FIXED = { domain_map = "none" }
 
 --- The job's node list (n[1-2]) as the policy must write it.
 M.WANT = "10.0.0.1\n10.0.0.2\n"
@@ -86,12 +90,14 @@ local function readonly(t, what, known)
   return t
 end
 
---- Settings overrides for testing.ctx: the site's settings without the WORLD_SETTINGS.
+--- Settings overrides for testing.ctx: the site's settings without the WORLD_SETTINGS, with the
+-- WORLD_FIXED ones.
 -- @param site table|nil validated settings (nil: all defaults)
 -- @return table
 function M.settings_over(site)
   local over = copy(site)
   for _, k in ipairs(M.WORLD_SETTINGS) do over[k] = nil end
+  for k, v in pairs(M.WORLD_FIXED) do over[k] = v end
   return over
 end
 

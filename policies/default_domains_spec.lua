@@ -1,0 +1,249 @@
+-- Specs of the default policy's IMEX domains (imexguard.domains; docs/design.md step 2, C29, C30):
+-- a job that spans NVLink domains gets one node list per domain, its nodes in no domain are left out.
+local testing = require "imexguard.testing"
+local outcomes = require "imexguard.outcomes"
+
+-- gb01..gb12, cpu07 with addresses 10.0.1.x (gb), 10.0.9.7 (cpu07)
+local NODES = { cpu07 = "10.0.9.7" }
+for i = 1, 12 do NODES[string.format("gb%02d", i)] = string.format("10.0.1.%d", i) end
+
+local TOPO = "/etc/slurm/topology.conf"
+local C29_CONF = "# C29: two racks\nBlockName=b1 Nodes=gb[01-04]\nBlockName=b2 Nodes=gb[05-08]\n"
+  .. "BlockSizes=4\n"
+
+local function scenario(node, o)
+  o = o or {}
+  local files = o.files or { [TOPO] = o.topology or C29_CONF }
+  return testing.scenario{ node = node, nodes = NODES, files = files, file = o.file or { node },
+    settings = o.settings, domain = o.domain, policy = o.policy }
+end
+
+-- The log line that names the split (logged once at info).
+local function split_lines(s)
+  local out = {}
+  for _, l in ipairs(s:logs("info")) do
+    if l:find("IMEX domain", 1, true) then out[#out + 1] = l end
+  end
+  return out
+end
+
+describe("default policy: IMEX domains from Slurm's block topology (C29)", function()
+  it("a job over two blocks: each node writes its own block's nodes of the job, in job order", function()
+    local want = { gb03 = { "gb03", "gb04" }, gb04 = { "gb03", "gb04" }, gb05 = { "gb05", "gb06" },
+      gb06 = { "gb05", "gb06" } }
+    local bytes = {}
+    for node, list in pairs(want) do
+      local s = scenario(node)
+      local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+      assert.equal("ok", outcome, message)
+      assert.same(list, s:file_nodes())
+      assert.same(list, s:daemon())
+      assert.equal(list[1] == "gb03" and "b1" or "b2", ctx.domain.name)
+      assert.equal("topology", ctx.domain.kind)
+      assert.equal(TOPO, ctx.domain.source)
+      assert.same(list, ctx.domain.nodes)
+      assert.same({}, ctx.domain.left_out)
+      local lines = split_lines(s)
+      assert.equal(1, #lines)
+      assert.matches("from " .. TOPO, lines[1], 1, true)
+      bytes[node] = s:file()
+    end
+    -- byte-identical on the nodes of one domain
+    assert.equal(bytes.gb03, bytes.gb04)
+    assert.equal(bytes.gb05, bytes.gb06)
+    assert.not_equal(bytes.gb03, bytes.gb05)
+  end)
+
+  it("a sick node in the other block never makes this node wait or blame anyone", function()
+    local s = scenario("gb03", { domain = { unhealthy = { gb06 = "UNAVAILABLE", gb05 = "UNAVAILABLE" } } })
+    local t0 = s.host.now()
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("ok", outcome, message)
+    assert.is_true(s.host.now() - t0 < 5)
+    assert.not_matches("gb0[56]", message)
+    assert.not_matches("10%.0%.1%.[56]", message)
+  end)
+
+  it("a sick node of this block is still waited for and blamed", function()
+    local s = scenario("gb03", { domain = { unhealthy = { gb04 = "UNAVAILABLE" } } })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("peers-unhealthy", outcome)
+    assert.matches("gb04", message)
+    assert.not_matches("gb0[56]", message)
+  end)
+
+  it("three blocks, the job's order not sorted, a one-node domain", function()
+    local topo = "BlockName=r1 Nodes=gb[01-04]\nBlockName=r2 Nodes=gb[05-08]\nBlockName=r3 Nodes=gb[09-12]\n"
+    local job = "gb07,gb02,gb09,gb05,gb01"
+    local s = scenario("gb05", { topology = topo })
+    local outcome, message, _, ctx = s:prolog{ job = 7, nodelist = job }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb07", "gb05" }, s:file_nodes()) -- the job's order, not sorted
+    assert.same({ { name = "r1", nodes = { "gb02", "gb01" } }, { name = "r3", nodes = { "gb09" } } },
+      ctx.domain.others)
+    local one = scenario("gb09", { topology = topo })
+    outcome, message, _, ctx = one:prolog{ job = 7, nodelist = job }
+    assert.equal("ok", outcome, message)
+    assert.equal("10.0.1.9\n", one:file()) -- a node alone in its domain: a one-line list
+    assert.equal("r3", ctx.domain.name)
+  end)
+
+  it("topology.conf beside the slurm.conf that SLURM_CONF names", function()
+    local s = scenario("gb05", { files = { ["/var/spool/slurmd/conf-cache/topology.conf"] = C29_CONF } })
+    local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06]",
+      env = { SLURM_CONF = "/var/spool/slurmd/conf-cache/slurm.conf" } }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb05", "gb06" }, s:file_nodes())
+    assert.equal("/var/spool/slurmd/conf-cache/topology.conf", ctx.domain.source)
+  end)
+
+  it("Slurm 25.05's topology.yaml (its block section; the tree topology beside it is ignored)", function()
+    local yaml = [[
+- topology: fat
+  cluster_default: false
+  tree:
+    switches:
+      - switch: s0
+        nodes: gb[01-12]
+- topology: racks   # the NVL72 racks
+  cluster_default: true
+  block:
+    block_sizes:
+      - 4
+    blocks:
+      - block: "b1"
+        nodes: gb[01-04]
+      - block: b2
+        nodes: gb[05-08]
+]]
+    local s = scenario("gb04", { files = { ["/etc/slurm/topology.yaml"] = yaml } })
+    local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb03", "gb04" }, s:file_nodes())
+    assert.equal("b1", ctx.domain.name)
+    assert.equal("/etc/slurm/topology.yaml", ctx.domain.source)
+  end)
+
+  it("a node in two blocks: bad-input naming the file and line, nothing changed", function()
+    local s = scenario("gb03", { topology = C29_CONF .. "BlockName=b3 Nodes=gb[08-09]\n" })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("bad-input", outcome)
+    assert.equal(2, outcomes.exit_code(outcome))
+    assert.matches(TOPO .. " line 5: node gb08 is in domain b3 and in domain b2 (line 3)", message, 1, true)
+    assert.same({}, s.host.writes)
+    assert.same({}, s:unit_jobs())
+  end)
+
+  it("an unparsable line: bad-input naming the file and line, nothing changed", function()
+    local s = scenario("gb03", { topology = C29_CONF .. "Block b4 gb[09-12]\n" })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("bad-input", outcome)
+    assert.matches(TOPO .. " line 5:", message, 1, true)
+    assert.same({}, s.host.writes)
+  end)
+
+  it("domain_map = \"none\": the whole job is one domain (as before domains)", function()
+    local s = scenario("gb03", { settings = { domain_map = "none" } })
+    local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb03", "gb04", "gb05", "gb06" }, s:file_nodes())
+    assert.equal("none", ctx.domain.kind)
+    assert.is_nil(ctx.domain.name)
+  end)
+
+  it("auto without any map: the whole job is one domain, said once in the log", function()
+    local s = scenario("gb03", { files = {} })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb03", "gb04", "gb05", "gb06" }, s:file_nodes())
+    local lines = split_lines(s)
+    assert.equal(1, #lines)
+    assert.matches("no domain map", lines[1], 1, true)
+  end)
+
+  it("domain_map = \"topology\" without a topology file: bad-input naming the files", function()
+    local s = scenario("gb03", { files = {}, settings = { domain_map = "topology" } })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
+    assert.equal("bad-input", outcome)
+    assert.matches("/etc/slurm/topology.conf", message, 1, true)
+    assert.same({}, s.host.writes)
+  end)
+
+  it("plan shows each domain's nodes and the ones left out", function()
+    local s = scenario("gb03")
+    local outcome, message, out = s:plan{ job = 101, nodelist = "gb[03-06],cpu07" }
+    assert.equal("ok", outcome, message)
+    assert.matches("IMEX domain b1 (this node's, from " .. TOPO .. "): gb[03-04]", out, 1, true)
+    assert.matches("IMEX domain b2: gb[05-06] (its own list there)", out, 1, true)
+    assert.matches("left out (in no IMEX domain): cpu07", out, 1, true)
+    local _, _, js = s:plan{ job = 101, nodelist = "gb[03-06],cpu07", json = true }
+    local t = require("cjson").decode(js)
+    assert.equal("b1", t.imex_domain.name)
+    assert.same({ "gb03", "gb04" }, t.imex_domain.nodes)
+    assert.same({ "cpu07" }, t.imex_domain.left_out)
+    assert.same({ "gb05", "gb06" }, t.imex_domain.others[1].nodes)
+  end)
+
+  it("status shows this node's domain", function()
+    local s = scenario("gb05", { file = { "gb05", "gb06" } })
+    local outcome, message, out = s:status{}
+    assert.equal("ok", outcome, message)
+    assert.matches("IMEX domain: b2 from " .. TOPO .. ": gb[05-08]", out, 1, true)
+  end)
+end)
+
+describe("default policy: nodes of the job in no IMEX domain (C30)", function()
+  it("gb[01-02],cpu07: gb01 writes {gb01, gb02}, never waits for cpu07, names it once", function()
+    local s = scenario("gb01")
+    local t0 = s.host.now()
+    local outcome, message, _, ctx = s:prolog{ job = 30, nodelist = "gb[01-02],cpu07" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb01", "gb02" }, s:file_nodes())
+    assert.same({ "cpu07" }, ctx.domain.left_out)
+    assert.is_true(s.host.now() - t0 < 5)
+    local lines = split_lines(s)
+    assert.equal(1, #lines)
+    assert.matches("left out (in no IMEX domain, not waited for): cpu07", lines[1], 1, true)
+  end)
+
+  it("on cpu07 (in no domain) the prolog skips, changing nothing", function()
+    local s = scenario("cpu07")
+    local outcome, message = s:prolog{ job = 30, nodelist = "gb[01-02],cpu07" }
+    assert.equal("skipped", outcome)
+    assert.equal(0, outcomes.exit_code(outcome))
+    assert.matches("node cpu07 is in no IMEX domain of " .. TOPO, message, 1, true)
+    assert.same({}, s.host.writes)
+    assert.same({}, s:unit_jobs())
+  end)
+
+  it("a job entirely outside any domain: skipped on its nodes", function()
+    local s = scenario("gb10")
+    local outcome, message = s:prolog{ job = 31, nodelist = "gb[10-12]" }
+    assert.equal("skipped", outcome, message)
+    assert.same({}, s.host.writes)
+  end)
+
+  it("an address map that omits cpu07 is not bad input any more", function()
+    local map = "gb01 10.0.1.1 b1\ngb02 10.0.1.2 b1\ngb05 10.0.1.5 b2\n"
+    local s = scenario("gb01", { files = { ["/etc/imexguard/addresses"] = map },
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+    local outcome, message, _, ctx = s:prolog{ job = 30, nodelist = "gb[01-02],cpu07" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb01", "gb02" }, s:file_nodes())
+    assert.equal("address_map", ctx.domain.kind)
+    assert.equal("b1", ctx.domain.name)
+  end)
+
+  it("the address map's domain column: <ClusterUUID>.<CliqueId> names, a job over two of them", function()
+    local u1, u2 = "5f3c0c0e-0000-4000-8000-000000000001.32766", "5f3c0c0e-0000-4000-8000-000000000002.32766"
+    local map = "gb03 10.0.1.3 " .. u1 .. "\ngb04 10.0.1.4 " .. u1 .. "\ngb05 10.0.1.5 " .. u2 .. "\n"
+      .. "gb06 10.0.1.6 " .. u2 .. "\ncpu07 10.0.9.7\n"
+    local s = scenario("gb06", { files = { ["/etc/imexguard/addresses"] = map },
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+    local outcome, message, _, ctx = s:prolog{ job = 30, nodelist = "gb[03-06],cpu07" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb05", "gb06" }, s:file_nodes())
+    assert.equal(u2, ctx.domain.name)
+    assert.same({ "cpu07" }, ctx.domain.left_out)
+  end)
+end)

@@ -543,8 +543,8 @@ function Policy:run_status(ctx)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
-  outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
   self:domain_fact(ctx)
+  outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
   local opts = status_opts(self, ctx, outcome)
   opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
   opts.findings, opts.config = findings, info and info.config

@@ -15,7 +15,7 @@ local function scenario(node, o)
   o = o or {}
   local files = o.files or { [TOPO] = o.topology or C29_CONF }
   return testing.scenario{ node = node, nodes = NODES, files = files, file = o.file or { node },
-    settings = o.settings, domain = o.domain, policy = o.policy }
+    settings = o.settings, domain = o.domain, policy = o.policy, nvidia_smi = o.nvidia_smi }
 end
 
 -- The log line that names the split (logged once at info).
@@ -188,7 +188,7 @@ describe("default policy: IMEX domains from Slurm's block topology (C29)", funct
     local s = scenario("gb05", { file = { "gb05", "gb06" } })
     local outcome, message, out = s:status{}
     assert.equal("ok", outcome, message)
-    assert.matches("IMEX domain: b2 from " .. TOPO .. ": gb[05-08]", out, 1, true)
+    assert.matches("\ndomain       b2 gb[05-08] (from " .. TOPO .. ")\n", out, 1, true)
   end)
 end)
 
@@ -238,8 +238,13 @@ describe("default policy: nodes of the job in no IMEX domain (C30)", function()
     local u1, u2 = "5f3c0c0e-0000-4000-8000-000000000001.32766", "5f3c0c0e-0000-4000-8000-000000000002.32766"
     local map = "gb03 10.0.1.3 " .. u1 .. "\ngb04 10.0.1.4 " .. u1 .. "\ngb05 10.0.1.5 " .. u2 .. "\n"
       .. "gb06 10.0.1.6 " .. u2 .. "\ncpu07 10.0.9.7\n"
+    -- gb06's GPUs report the partition its domain is named by (imexguard.fabric compares them, C31)
+    local uuid, clique = u2:match("^(.*)%.(%d+)$")
+    local gpus = {}
+    for i = 1, 4 do gpus[i] = { cluster_uuid = uuid, clique_id = clique } end
     local s = scenario("gb06", { files = { ["/etc/imexguard/addresses"] = map },
-      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" },
+      nvidia_smi = testing.gpus(gpus) })
     local outcome, message, _, ctx = s:prolog{ job = 30, nodelist = "gb[03-06],cpu07" }
     assert.equal("ok", outcome, message)
     assert.same({ "gb05", "gb06" }, s:file_nodes())

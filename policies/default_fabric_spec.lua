@@ -224,21 +224,18 @@ describe("default policy: the NVLink fabric (C31)", function()
     assert.matches(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, m, 1, true)
   end)
 
-  it("the domain from ctx.domain when want has none: compared the same way", function()
-    local default = require "policies.default"
-    local P = default.extend()
-    function P:prepare(ctx)
-      ctx.domain = { name = U .. ":7", nodes = { "n1", "n2" }, source = "spec" }
-      return default.prepare(self, ctx)
+  it("a domain map that names a partition by its fabric identity: this node's GPUs are compared", function()
+    local function prolog(name)
+      local map = "n1 10.0.0.1 " .. name .. "\nn2 10.0.0.2 " .. name .. "\n"
+      return scenario{ files = { ["/etc/imexguard/addresses"] = map },
+        settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } }
+        :prolog{ nodelist = "n[1-2]" }
     end
-    local o, m = scenario{ policy = P }:prolog{ nodelist = "n[1-2]" }
+    local o, m = prolog(U .. ":7")
     assert.equal("fabric-fault", o)
     assert.matches(U .. ".7", m, 1, true)
-    function P:prepare(ctx)
-      ctx.domain = { name = testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, nodes = {}, source = "spec" }
-      return default.prepare(self, ctx)
-    end
-    assert.equal("ok", (scenario{ policy = P }:prolog{ nodelist = "n[1-2]" }))
+    o, m = prolog(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID)
+    assert.equal("ok", o, m)
   end)
 
   it("status --json: the fabric's state, message and partition", function()

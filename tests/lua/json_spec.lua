@@ -147,7 +147,8 @@ local SHAPES = {
     .. "nodes_file:string,changed:boolean,removed:[],added:[],unreadable:null,unit_state:string,"
     .. "action:string,reason:string,domain_status:string,healthy:boolean,order:string,"
     .. "config:string,config_source:string,config_findings:[],config_fault:boolean,conflict:null,"
-    .. "registrations:[],channel:string,fabric:{state:string,message:string,partition:string}}",
+    .. "registrations:[],imex_domain:null,channel:string,"
+    .. "fabric:{state:string,message:string,partition:string}}",
 }
 
 describe("the --json reports of the built-in policy (their shapes, pinned)", function()

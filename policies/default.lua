@@ -13,6 +13,9 @@
 --   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
 --                                                            job; names the unit's Result when it fails
 --   wait for health      P:wait_healthy(ctx, want, verdict)  poll the ctl until the domain is healthy
+--   converge             P:wait_converged(ctx, want, verdict, st, info)  a stale node-map mismatch
+--                                                            (C32): restart once where allowed, else
+--                                                            stuck-mismatch with the remedy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
 -- corrupt one: conflict, nothing changed), asks stale? and then respect other jobs (a registered job
@@ -166,6 +169,43 @@ function Policy:wait_healthy(ctx, want, verdict) -- luacheck: no self
   return health.wait(ctx, want, verdict.answer)
 end
 
+--- Wait for health and converge (C32): P:wait_healthy; when it ends in a stale node-map mismatch
+-- (both ends of a link run the job's node list, the link still shows NODE_MAP_MISMATCH, and IMEX
+-- keeps it until both ends restart), restart this node's daemon once per run where P:may_restart
+-- allows a restart under the registered jobs (the rule of every restart), then wait again. Where it
+-- may not, or the mismatch stays after that restart, the outcome stays stuck-mismatch, naming the
+-- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
+-- @param verdict table from P:stale (nodes, unit, answer: the first poll)
+-- @param st table the state file (the registry; saved by P:restart)
+-- @return outcome, message, restarted (true when this run restarted the daemon to converge)
+function Policy:wait_converged(ctx, want, verdict, st, info)
+  local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
+  if ctx.converge_restarted then
+    return outcome, text.one_line(msg .. "; this run already restarted " .. ctx.settings.unit
+      .. " once to clear it")
+  end
+  local v = { action = "restart", nodes = verdict.nodes, unit = verdict.unit, changed = false,
+    reason = "a stale node-map mismatch (C32)" }
+  local allowed, why = self:may_restart(ctx, st, v)
+  if not allowed then
+    return outcome, text.one_line(msg .. "; this node may not restart it: " .. tostring(why))
+  end
+  ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
+    .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
+  ctx.converge_restarted = true
+  local rok, props, rm = self:restart(ctx, want, v, st, info)
+  if not rok then return props, rm end
+  local o2, m2 = self:wait_healthy(ctx, want, {})
+  if o2 == health.STALE_MISMATCH_OUTCOME then
+    m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "
+      .. "must restart too"
+  else
+    m2 = m2 .. "; " .. ctx.settings.unit .. " restarted once to clear a stale node-map mismatch"
+  end
+  return o2, text.one_line(m2), true
+end
+
 --- Register: the fields of the job's registry entry beyond the default ones (register_extra hook).
 -- @return table (a fresh one, the caller may change it)
 function Policy:register_extra(ctx, want)
@@ -215,12 +255,13 @@ end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
 function Policy:keep(ctx, st, want, verdict, extra, info)
-  local outcome, msg = self:wait_healthy(ctx, want, verdict)
-  msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. " current"
+  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+  msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
-  local pok, po, pm = self:port_is_units(ctx, info, verdict.unit)
+  local unit = restarted and ctx.host.unit(ctx.settings.unit) or verdict.unit
+  local pok, po, pm = self:port_is_units(ctx, info, unit)
   if not pok then return po, pm end
-  if extra.invocation_id == nil then extra.invocation_id = verdict.unit.invocation_id or "" end
+  if extra.invocation_id == nil then extra.invocation_id = unit and unit.invocation_id or "" end
   local entry, err, code = self:register(ctx, st, want, extra)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
@@ -249,7 +290,8 @@ function Policy:change(ctx, info, want, st, verdict, extra, changed)
   if not rok then return finish(props, rm) end
   local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
     ctx.settings.unit, verdict.action, verdict.reason)
-  local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+  if restarted then props = nil end
   if outcomes.exit_code(outcome, ctx.settings) == 0 then
     local pok, po, pm = self:port_is_units(ctx, info, props or ctx.host.unit(ctx.settings.unit))
     if not pok then return finish(po, pm) end
@@ -385,7 +427,25 @@ function Policy:run_plan(ctx)
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
   local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
-  return outcome, self:channel_note(info, report.plan_message(f)),
+  local msg = report.plan_message(f)
+  local stale = allowed and f.domain and f.domain.stale_mismatch
+  if stale then
+    -- C32, as P:wait_converged decides it: a restart to converge, where the registry allows one
+    local cv = { action = "restart", nodes = v.nodes, unit = v.unit, changed = false }
+    local ok, cwhy = true, nil
+    if v.action == "none" then ok, cwhy = self:may_restart(ctx, st, cv) end
+    local head = "stale node-map mismatch with " .. table.concat(stale.peers, ", ")
+    if not ok then
+      outcome = health.STALE_MISMATCH_OUTCOME
+      msg = string.format("%s; %s; this node may not restart it: %s; %s", msg, head, tostring(cwhy),
+        health.stale_remedy(ctx, { self = want.self }, f.domain))
+    elseif v.action == "none" then
+      msg = msg .. "; " .. head .. ": the prolog would restart " .. ctx.settings.unit .. " once to clear it"
+    else
+      msg = msg .. "; " .. head .. ": the " .. v.action .. " clears this end"
+    end
+  end
+  return outcome, self:channel_note(info, text.one_line(msg)),
     self:channel_report(ctx, info, report.plan(f))
 end
 

@@ -43,7 +43,8 @@ struct peer {
 	int have_instance;
 	int dropped; /* IMEXSIM_DROP_PEERS: never connect, refuse its handshakes */
 	int blocked; /* this instance saw a node map mismatch with the peer: the pair stays
-			NODE_MAP_MISMATCH until this daemon restarts (IMEXSIM_MISMATCH_CLEARS=both) */
+			NODE_MAP_MISMATCH until this daemon restarts (IMEXSIM_MISMATCH_CLEARS=both)
+		      */
 	uint64_t instance;
 	struct sim_buf in, out;
 };
@@ -205,10 +206,11 @@ static enum sim_conn judge_hello(const struct hello *h, int expect_id, int from)
 	    (expect_id >= 0 && h->id != expect_id)) {
 		if (from >= 0 && !d.cfg.mismatch_clears_one && !d.peers[from].blocked) {
 			d.peers[from].blocked = 1;
-			logmsg("ERROR",
-			       "Node map mismatch with node %d - %s: blocked until both ends restart "
-			       "with one node list",
-			       from, d.nodes.addr[from]);
+			logmsg(
+			    "ERROR",
+			    "Node map mismatch with node %d - %s: blocked until both ends restart "
+			    "with one node list",
+			    from, d.nodes.addr[from]);
 		}
 		return SIM_NODE_MAP_MISMATCH;
 	}
@@ -485,7 +487,8 @@ static int client_lines(struct client *c)
 		if (from == d.self)
 			from = -1;
 		enum sim_conn v = judge_hello(&h, -1, from);
-		queue_hello(&c->out, from); /* after the verdict: it says whether we block the peer */
+		queue_hello(&c->out,
+			    from); /* after the verdict: it says whether we block the peer */
 		c->deadline_ms = INT64_MAX;
 		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count &&
 		    d.peers[h.id].dropped)

@@ -54,8 +54,8 @@ local steps = require "imexguard.steps"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 -- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses, channels or node lists; status and health not
--- the state file or the registry; only plan and status render reports; only health drains.
+-- epilog needs none of the health wait, addresses, channels or node lists; only plan and status
+-- render reports; only health drains.
 local lazy = require "imexguard.lazy"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
@@ -493,6 +493,23 @@ local function ordered_node_list(ctx, info)
   return list and #list > 0 and list or nil
 end
 
+--- What `status` and `health` judge this node on (C33): the registered jobs' node list when every
+-- registered job has the same one (the job's nodes), false when no job is registered (the node is
+-- idle: judged on what it owns), nil when the state file cannot be read or the jobs' lists differ
+-- (then the node list file decides, as before).
+-- @return list of addresses | false | nil
+local function registered_list(ctx)
+  local st = state.load(ctx.host, ctx.settings)
+  if not st then return nil end
+  local jobs = registry.jobs(st)
+  if #jobs == 0 then return false end
+  for _, e in ipairs(jobs) do
+    if e.nodes ~= jobs[1].nodes then return nil end
+  end
+  local list = nodelist.parse(jobs[1].nodes or "")
+  return list and #list > 0 and list or nil
+end
+
 --- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node
 -- map is compared with this node's node list file (same nodes in another order is a local fault,
 -- C21); config.cfg's findings (imexcfg.lint: a command port on loopback, IMEX_CMD_ENABLED=0...)
@@ -520,10 +537,22 @@ function Policy:run_status(ctx)
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
-  local v = health.verdict(ans, expected, self_addr, { node_list = by_file and expected or false })
+  -- C33: a registered job's nodes are judged; with no job registered, only what this node owns (the
+  -- unit, its daemon READY with its own node map, the command port: unit_verdict; config.cfg's
+  -- findings below, flagged as for any node: C22), never its links to peers that may run other
+  -- jobs' lists now.
+  -- Hook: the fabric of this node's GPUs (C31) is one more thing it owns, judged here too.
+  local jobs_list = registered_list(ctx)
+  local idle = jobs_list == false
+  local judged = jobs_list or expected
+  local v = health.verdict(ans, judged, self_addr, { node_list = by_file and expected or false,
+    own_only = idle })
   local outcome, msg
-  if v.healthy then
-    outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #expected)
+  if v.healthy and idle then
+    outcome, msg = "ok", string.format("node %s: no job registered, judged on what it owns: %s",
+      steps.node_name(ctx), tostring(v.summary))
+  elseif v.healthy then
+    outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #judged)
   else
     outcome, msg = health.blame(ctx, { self = self_addr, names = names, cfg = info and info.cfg,
       config_path = info and info.config }, v)

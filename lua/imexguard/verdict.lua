@@ -264,7 +264,7 @@ local function unreachable_cmd(self, p)
 end
 
 -- Local-fault checks in order; sets v and returns true when this node is at fault.
-local function judge_local(v, domain, expected, self_host, order, maps, note, stale)
+local function judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
   local head = string.format("domain %s", tostring(domain.status))
   local self = domain.by_host[self_host]
   local function fault(fmt, ...)
@@ -292,7 +292,7 @@ local function judge_local(v, domain, expected, self_host, order, maps, note, st
   if self.status ~= "READY" then return fault("is %s, not READY", self.status) end
   local peers, broken = peers_of(domain, expected, self)
   -- cut off by stale node-map mismatches only (C32): both ends run the list, a restart clears it
-  if not stale and cut_off(peers, broken) then
+  if not stale and not own_only and cut_off(peers, broken) then
     return fault("is cut off from %d of %d peers that are connected to each other", #broken, #peers)
   end
   return false
@@ -439,9 +439,12 @@ end
 -- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
 -- @tparam {string,...} expected the job's node list (addresses as in nodes_config.cfg, in order)
 -- @tparam string self_host this node's address in that list
--- @tparam[opt] table opts `{node_list = {string,...}|false}`: the ordered list the daemon must run,
---   when it is not the job's (a static, domain-wide node list: pass that file's list); false: no
---   order comparison (each node's view is still checked). Default: `expected`
+-- @tparam[opt] table opts `{node_list = {string,...}|false, own_only = boolean}`: node_list: the
+--   ordered list the daemon must run, when it is not the job's (a static, domain-wide node list: pass
+--   that file's list); false: no order comparison (each node's view is still checked). Default:
+--   `expected`. own_only (C33: a node with no registered job): only this node's own part is judged
+--   (the local-fault checks but "cut off"); otherwise "healthy", whatever its links to peers that
+--   may have moved on to other lists)
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"stale-mismatch"|"peer-fault"|
 --   "unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
@@ -476,11 +479,24 @@ function M.health(domain, expected, self_host, opts)
       note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
     end
   end
-  local stale = M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
-  if judge_local(v, domain, expected, self_host, order, maps, note, stale)
-    or judge_config(v, domain, expected, self_host, note) then
+  local own_only = opts ~= nil and opts.own_only
+  local stale = not own_only and M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
+  if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only) then return v end
+  if own_only then
+    -- C33: no job here; what this node owns is fine, its links to peers are not judged
+    local self, connected, peers = domain.by_host[self_host], 0, 0
+    for _, n in ipairs(domain.nodes) do
+      if n.host ~= self_host then
+        peers = peers + 1
+        if self.connections[n.host] == "CONNECTED" then connected = connected + 1 end
+      end
+    end
+    v.healthy, v.verdict = true, "healthy"
+    v.summary = string.format("domain %s: this node %s READY, its node map its own; links to peers not "
+      .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
     return v
   end
+  if judge_config(v, domain, expected, self_host, note) then return v end
   judge_peers(v, domain, expected, self_host, maps)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0

@@ -70,11 +70,12 @@ describe("the modules a command of the default policy loads", function()
     assert.is_true(names["imexguard.registry"])
   end)
 
-  it("status loads neither the state file nor hostlists; the prolog loads no report", function()
+  it("status loads the state file (C33: a node is judged on its registered job) but no hostlists; the "
+    .. "prolog loads no report", function()
     local names = loaded_by(function(P)
       assert.equal("ok", (P.status(testing.ctx{ host = testing.host(), command = "status" })))
     end)
-    assert.is_nil(names["imexguard.state"])
+    assert.is_true(names["imexguard.state"])
     assert.is_nil(names["imexguard.hostlist"])
     assert.is_nil(names["imexguard.addresses"]) -- DNS: no address map to name the nodes by
     assert.is_true(names["imexguard.report"])

@@ -443,8 +443,8 @@ end
 --   ordered list the daemon must run, when it is not the job's (a static, domain-wide node list: pass
 --   that file's list); false: no order comparison (each node's view is still checked). Default:
 --   `expected`. own_only (C33: a node with no registered job): only this node's own part is judged
---   (the local-fault checks but "cut off"); otherwise "healthy", whatever its links to peers that
---   may have moved on to other lists)
+--   (the local-fault checks but "cut off", and the configuration fault: its command port is its
+--   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"stale-mismatch"|"peer-fault"|
 --   "unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
@@ -481,7 +481,10 @@ function M.health(domain, expected, self_host, opts)
   end
   local own_only = opts ~= nil and opts.own_only
   local stale = not own_only and M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
-  if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only) then return v end
+  if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
+    or judge_config(v, domain, expected, self_host, note) then
+    return v
+  end
   if own_only then
     -- C33: no job here; what this node owns is fine, its links to peers are not judged
     local self, connected, peers = domain.by_host[self_host], 0, 0
@@ -496,7 +499,6 @@ function M.health(domain, expected, self_host, opts)
       .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
     return v
   end
-  if judge_config(v, domain, expected, self_host, note) then return v end
   judge_peers(v, domain, expected, self_host, maps)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0

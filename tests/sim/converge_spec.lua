@@ -26,7 +26,8 @@ describe("C32 and C33 under systemd", function()
 
   -- Prologs (or another command) of job `id` on `nodelist`, run on `names` at once.
   local function run(id, nodelist, names, command, args)
-    return d:run_all{ job = id, nodelist = nodelist, names = names, command = command or "prolog", args = args }
+    return d:run_all{ job = id, nodelist = nodelist, names = names, command = command or "prolog",
+      args = args }
   end
 
   -- Every result ok (exit 0), else fail naming the node and its output.
@@ -69,7 +70,8 @@ describe("C32 and C33 under systemd", function()
     local before = starts()
     local res = run(3, "n[1-2]", { "n1", "n2" })
     all_ok(res)
-    assert.truthy(res.n1.output:find("restarted once to clear a stale node-map mismatch", 1, true), res.n1.output)
+    assert.truthy(res.n1.output:find("restarted once to clear a stale node-map mismatch", 1, true),
+      res.n1.output)
     assert.are.equal(before.n1 + 1, d:starts("n1"))
     assert.is_true(d:starts("n2") - before.n2 <= 2, "n2 started more than twice")
     assert.truthy(up("n1"))
@@ -80,8 +82,8 @@ describe("C32 and C33 under systemd", function()
     c32()
     -- job 99 registered on n1 with {n1, n2}, as its prolog would have left it
     local nodes = d.addr.n1 .. "\n" .. d.addr.n2 .. "\n"
-    simdomain.write_file(d:dir("n1") .. "/state/state.json", cjson.encode({ jobs = { { id = "99", nodes = nodes,
-      registered_us = string.format("%d", os.time() * 1000000), invocation_id = "" } } }) .. "\n")
+    simdomain.write_file(d:dir("n1") .. "/state/state.json", cjson.encode({ jobs = { { id = "99",
+      nodes = nodes, registered_us = string.format("%d", os.time() * 1000000), invocation_id = "" } } }) .. "\n")
     local before = starts()
     local res = run(3, "n[1-2]", { "n1", "n2" })
     for _, n in ipairs({ "n1", "n2" }) do

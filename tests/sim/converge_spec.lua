@@ -83,7 +83,8 @@ describe("C32 and C33 under systemd", function()
     -- job 99 registered on n1 with {n1, n2}, as its prolog would have left it
     local nodes = d.addr.n1 .. "\n" .. d.addr.n2 .. "\n"
     simdomain.write_file(d:dir("n1") .. "/state/state.json", cjson.encode({ jobs = { { id = "99",
-      nodes = nodes, registered_us = string.format("%d", os.time() * 1000000), invocation_id = "" } } }) .. "\n")
+      nodes = nodes, registered_us = string.format("%d", os.time() * 1000000), invocation_id = "" } } })
+      .. "\n")
     local before = starts()
     local res = run(3, "n[1-2]", { "n1", "n2" })
     for _, n in ipairs({ "n1", "n2" }) do

@@ -173,7 +173,8 @@ end
 -- (both ends of a link run the job's node list, the link still shows NODE_MAP_MISMATCH, and IMEX
 -- keeps it until both ends restart), restart this node's daemon once per run where P:may_restart
 -- allows a restart under the registered jobs (the rule of every restart), then wait again. Where it
--- may not, or the mismatch stays after that restart, the outcome stays stuck-mismatch, naming the
+-- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
+-- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
 -- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
 -- @param verdict table from P:stale (nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
@@ -189,7 +190,13 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
     reason = "a stale node-map mismatch (C32)" }
   local allowed, why = self:may_restart(ctx, st, v)
   if not allowed then
-    return outcome, text.one_line(msg .. "; this node may not restart it: " .. tostring(why))
+    -- the other end may hold the block alone and restart to clear it: one more round of the wait
+    ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": may not restart "
+      .. ctx.settings.unit .. " to clear a stale node-map mismatch (" .. tostring(why) .. "); waiting once "
+      .. "more for the other end's restart"))
+    local o2, m2 = self:wait_healthy(ctx, want, {})
+    if o2 ~= health.STALE_MISMATCH_OUTCOME then return o2, m2 end
+    return o2, text.one_line(m2 .. "; this node may not restart it: " .. tostring(why))
   end
   ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))

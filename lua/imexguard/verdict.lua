@@ -331,6 +331,26 @@ local function runs_list(p, list, findings)
   return true
 end
 
+-- Node-map mismatches between two peers (both ends NODE_MAP_MISMATCH) where nothing else is wrong:
+-- each peer is named (v.faulty), so this node, healthy, is not blamed for a domain below UP; their
+-- own prologs restart to clear it (C32).
+local function stale_between_peers(v, domain, expected, self_host)
+  for _, a in ipairs(expected) do
+    local p = domain.by_host[a]
+    if a ~= self_host and p then
+      for _, b in ipairs(expected) do
+        local q = domain.by_host[b]
+        if b ~= a and b ~= self_host and q and p.connections[b] == "NODE_MAP_MISMATCH"
+          and q.connections[a] == "NODE_MAP_MISMATCH" then
+          v.faulty[#v.faulty + 1] = { host = a, reason = "node map mismatch with " .. b
+            .. " (both ends show it; a restart of both clears it)" }
+          break
+        end
+      end
+    end
+  end
+end
+
 --- A stale node-map mismatch (C32): this node's daemon runs `list` (the node list it must run, in
 -- order) and is READY, and every expected peer whose link with this node shows NODE_MAP_MISMATCH
 -- on both ends is READY and runs that list too (a mismatch on this node's end only, the peer
@@ -503,6 +523,9 @@ function M.health(domain, expected, self_host, opts)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
   v.stale_mismatch = not v.healthy and stale or nil
+  if not v.healthy and not stale and #v.faulty == 0 then
+    stale_between_peers(v, domain, expected, self_host)
+  end
   if v.stale_mismatch then
     v.verdict, v.faulty = "stale-mismatch", {}
     v.summary = string.format("%s: stale node-map mismatch: this node %s and %s run the same node list, yet "

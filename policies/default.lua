@@ -178,14 +178,11 @@ end
 -- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
 -- @param verdict table from P:stale (nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
--- @return outcome, message, restarted (true when this run restarted the daemon to converge)
+-- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
+--   once per run, so that is the one restart)
 function Policy:wait_converged(ctx, want, verdict, st, info)
   local outcome, msg = self:wait_healthy(ctx, want, verdict)
   if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
-  if ctx.converge_restarted then
-    return outcome, text.one_line(msg .. "; this run already restarted " .. ctx.settings.unit
-      .. " once to clear it")
-  end
   local v = { action = "restart", nodes = verdict.nodes, unit = verdict.unit, changed = false,
     reason = "a stale node-map mismatch (C32)" }
   local allowed, why = self:may_restart(ctx, st, v)
@@ -200,7 +197,6 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
   end
   ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
-  ctx.converge_restarted = true
   local rok, props, rm = self:restart(ctx, want, v, st, info)
   if not rok then return props, rm end
   local o2, m2 = self:wait_healthy(ctx, want, {})

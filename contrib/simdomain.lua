@@ -211,12 +211,21 @@ end
 --- Fast peer reconnects (ms), so that a test domain's mesh settles within a second or two.
 M.FAST_RECONNECT = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
 
+--- config.cfg lines of the simulator's earlier rule for node-map mismatches: a pair recovers once
+-- either end restarts with a matching list (IMEXSIM_MISMATCH_CLEARS=one; its default keeps the block
+-- until both ends restarted, C32). For specs about something else that restart one end only.
+M.MISMATCH_CLEARS_ONE = { "IMEXSIM_MISMATCH_CLEARS=one" }
+
 --- A new domain of `n` nodes (not started) with fast reconnects, whose node files all list every
 -- node in order: the usual start of a test.
 -- @tparam integer n number of nodes
+-- @tparam[opt] {string,...} extra_cfg more config.cfg lines of every node
 -- @treturn table the domain
-function M.in_order(n)
-  local d = M.new { nodes = n, extra_cfg = M.FAST_RECONNECT }
+function M.in_order(n, extra_cfg)
+  local cfg = {}
+  for _, l in ipairs(M.FAST_RECONNECT) do cfg[#cfg + 1] = l end
+  for _, l in ipairs(extra_cfg or {}) do cfg[#cfg + 1] = l end
+  local d = M.new { nodes = n, extra_cfg = cfg }
   for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
   return d
 end

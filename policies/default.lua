@@ -17,6 +17,9 @@
 --   wait for health      P:wait_healthy(ctx, want, verdict)  P:fabric: the GPUs' NVLink fabric
 --                                                            registration (imexguard.fabric, C31), then
 --                                                            poll the ctl until the domain is healthy
+--   converge             P:wait_converged(ctx, want, verdict, st, info)  a stale node-map mismatch
+--                                                            (C32): restart once where allowed, else
+--                                                            stuck-mismatch with the remedy
 --   register             P:register(ctx, st, want, extra)    the job's entry in the registry
 -- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
 -- corrupt one: conflict, nothing changed), asks stale? and then respect other jobs (a registered job
@@ -56,8 +59,8 @@ local steps = require "imexguard.steps"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 -- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses, channels or node lists; status and health not
--- the state file or the registry; only plan and status render reports; only health drains.
+-- epilog needs none of the health wait, addresses, channels or node lists; only plan and status
+-- render reports; only health drains.
 local lazy = require "imexguard.lazy"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
@@ -194,6 +197,46 @@ function Policy:wait_healthy(ctx, want, verdict)
   return outcome, text.one_line(msg)
 end
 
+--- Wait for health and converge (C32): P:wait_healthy; when it ends in a stale node-map mismatch
+-- (both ends of a link run the job's node list, the link still shows NODE_MAP_MISMATCH, and IMEX
+-- keeps it until both ends restart), restart this node's daemon once per run where P:may_restart
+-- allows a restart under the registered jobs (the rule of every restart), then wait again. Where it
+-- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
+-- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
+-- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
+-- @param verdict table from P:stale (nodes, unit, answer: the first poll)
+-- @param st table the state file (the registry; saved by P:restart)
+-- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
+--   once per run, so that is the one restart)
+function Policy:wait_converged(ctx, want, verdict, st, info)
+  local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
+  local v = { action = "restart", nodes = verdict.nodes, unit = verdict.unit, changed = false,
+    reason = "a stale node-map mismatch (C32)" }
+  local allowed, why = self:may_restart(ctx, st, v)
+  if not allowed then
+    -- the other end may hold the block alone and restart to clear it: one more round of the wait
+    ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": may not restart "
+      .. ctx.settings.unit .. " to clear a stale node-map mismatch (" .. tostring(why) .. "); waiting once "
+      .. "more for the other end's restart"))
+    local o2, m2 = self:wait_healthy(ctx, want, {})
+    if o2 ~= health.STALE_MISMATCH_OUTCOME then return o2, m2 end
+    return o2, text.one_line(m2 .. "; this node may not restart it: " .. tostring(why))
+  end
+  ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
+    .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
+  local rok, props, rm = self:restart(ctx, want, v, st, info)
+  if not rok then return props, rm end
+  local o2, m2 = self:wait_healthy(ctx, want, {})
+  if o2 == health.STALE_MISMATCH_OUTCOME then
+    m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "
+      .. "must restart too"
+  else
+    m2 = m2 .. "; " .. ctx.settings.unit .. " restarted once to clear a stale node-map mismatch"
+  end
+  return o2, text.one_line(m2), true
+end
+
 --- Register: the fields of the job's registry entry beyond the default ones (register_extra hook).
 -- @return table (a fresh one, the caller may change it)
 function Policy:register_extra(ctx, want)
@@ -243,12 +286,13 @@ end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
 function Policy:keep(ctx, st, want, verdict, extra, info)
-  local outcome, msg = self:wait_healthy(ctx, want, verdict)
-  msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. " current"
+  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+  msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
-  local pok, po, pm = self:port_is_units(ctx, info, verdict.unit)
+  local unit = restarted and ctx.host.unit(ctx.settings.unit) or verdict.unit
+  local pok, po, pm = self:port_is_units(ctx, info, unit)
   if not pok then return po, pm end
-  if extra.invocation_id == nil then extra.invocation_id = verdict.unit.invocation_id or "" end
+  if extra.invocation_id == nil then extra.invocation_id = unit and unit.invocation_id or "" end
   local entry, err, code = self:register(ctx, st, want, extra)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
@@ -277,7 +321,8 @@ function Policy:change(ctx, info, want, st, verdict, extra, changed)
   if not rok then return finish(props, rm) end
   local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
     ctx.settings.unit, verdict.action, verdict.reason)
-  local outcome, msg = self:wait_healthy(ctx, want, verdict)
+  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+  if restarted then props = nil end
   if outcomes.exit_code(outcome, ctx.settings) == 0 then
     local pok, po, pm = self:port_is_units(ctx, info, props or ctx.host.unit(ctx.settings.unit))
     if not pok then return finish(po, pm) end
@@ -415,7 +460,25 @@ function Policy:run_plan(ctx)
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
   local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
-  local message = self:channel_note(info, report.plan_message(f))
+  local msg = report.plan_message(f)
+  local stale = allowed and f.domain and f.domain.stale_mismatch
+  if stale then
+    -- C32, as P:wait_converged decides it: a restart to converge, where the registry allows one
+    local cv = { action = "restart", nodes = v.nodes, unit = v.unit, changed = false }
+    local ok, cwhy = true, nil
+    if v.action == "none" then ok, cwhy = self:may_restart(ctx, st, cv) end
+    local head = "stale node-map mismatch with " .. table.concat(stale.peers, ", ")
+    if not ok then
+      outcome = health.STALE_MISMATCH_OUTCOME
+      msg = string.format("%s; %s; this node may not restart it: %s; %s", msg, head, tostring(cwhy),
+        health.stale_remedy(ctx, { self = want.self }, f.domain))
+    elseif v.action == "none" then
+      msg = msg .. "; " .. head .. ": the prolog would restart " .. ctx.settings.unit .. " once to clear it"
+    else
+      msg = msg .. "; " .. head .. ": the " .. v.action .. " clears this end"
+    end
+  end
+  local message = self:channel_note(info, text.one_line(msg))
   outcome, message = self:fabric_verdict(ctx, want, outcome, message)
   return outcome, message, self:fabric_report(ctx, self:channel_report(ctx, info, report.plan(f)))
 end
@@ -461,6 +524,23 @@ end
 local function ordered_node_list(ctx, info)
   if not info then return nil end
   local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
+  return list and #list > 0 and list or nil
+end
+
+--- What `status` and `health` judge this node on (C33): the registered jobs' node list when every
+-- registered job has the same one (the job's nodes), false when no job is registered (the node is
+-- idle: judged on what it owns), nil when the state file cannot be read or the jobs' lists differ
+-- (then the node list file decides, as before).
+-- @return list of addresses | false | nil
+local function registered_list(ctx)
+  local st = state.load(ctx.host, ctx.settings)
+  if not st then return nil end
+  local jobs = registry.jobs(st)
+  if #jobs == 0 then return false end
+  for _, e in ipairs(jobs) do
+    if e.nodes ~= jobs[1].nodes then return nil end
+  end
+  local list = nodelist.parse(jobs[1].nodes or "")
   return list and #list > 0 and list or nil
 end
 
@@ -530,10 +610,22 @@ function Policy:run_status(ctx)
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
-  local v = health.verdict(ans, expected, self_addr, { node_list = by_file and expected or false })
+  -- C33: a registered job's nodes are judged; with no job registered, only what this node owns (the
+  -- unit, its daemon READY with its own node map, the command port: unit_verdict; config.cfg's
+  -- findings below, flagged as for any node: C22), never its links to peers that may run other
+  -- jobs' lists now.
+  -- Hook: the fabric of this node's GPUs (C31) is one more thing it owns, judged here too.
+  local jobs_list = registered_list(ctx)
+  local idle = jobs_list == false
+  local judged = jobs_list or expected
+  local v = health.verdict(ans, judged, self_addr, { node_list = by_file and expected or false,
+    own_only = idle })
   local outcome, msg
-  if v.healthy then
-    outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #expected)
+  if v.healthy and idle then
+    outcome, msg = "ok", string.format("node %s: no job registered, judged on what it owns: %s",
+      steps.node_name(ctx), tostring(v.summary))
+  elseif v.healthy then
+    outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #judged)
   else
     outcome, msg = health.blame(ctx, { self = self_addr, names = names, cfg = info and info.cfg,
       config_path = info and info.config }, v)

@@ -31,7 +31,8 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
   end)
 
   it("never nudges (a dry run): this node's link to a restarted peer waits on its back-off", function()
-    local h = testing.host{ ctl = testing.restarted_peer{ hosts = { "10.0.0.1", "10.0.0.2" } } }
+    local h = testing.host{ ctl = testing.restarted_peer{ hosts = { "10.0.0.1", "10.0.0.2" } },
+      files = H.registered() }
     local outcome, message = run(h, { command = "health", dry_run = true })
     assert.equal("ok", outcome)
     assert.matches("this node healthy", message)
@@ -41,7 +42,7 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
   end)
 
   it("only a peer unhealthy: ok for this node (a peer drains itself)", function()
-    local h = testing.host{ ctl = { DEGRADED } }
+    local h = testing.host{ ctl = { DEGRADED }, files = H.registered() }
     local outcome, message = run(h, { command = "health", dry_run = true })
     assert.equal("ok", outcome)
     assert.matches("this node healthy", message)
@@ -62,5 +63,63 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
       settings = { imex_channels = "channel0" } })
     assert.equal("channel-failed", outcome)
     assert.matches("^imexguard: channel%-failed: IMEX channel: .*channel0 missing", report)
+  end)
+end)
+
+describe("C33: an idle node's health", function()
+  -- An 18-node rack (10.0.0.1 .. 10.0.0.18) after a job on nodes 1-16: their daemons now run the
+  -- 16-node list, so from node 17 (whose daemon still runs all 18, no job registered) its links to
+  -- them show NODE_MAP_MISMATCH, and their rows show 17 and 18 INVALID (hosts their lists lack: the
+  -- simulator's ctl, IMEXSIM_CTL_CONNECTIONS=local); nodes 17 and 18 are connected to each other.
+  local RACK = {}
+  for i = 1, 18 do RACK[i] = "10.0.0." .. i end
+  local function rack(self_status)
+    local nodes = {}
+    for i, a in ipairs(RACK) do
+      local c = {}
+      for j, b in ipairs(RACK) do
+        if (i <= 16) ~= (j <= 16) then c[b] = i <= 16 and "INVALID" or "NODE_MAP_MISMATCH" end
+      end
+      nodes[i] = { host = a, connections = c, status = i == 17 and self_status or nil }
+    end
+    return { domain = { nodes = nodes } }
+  end
+  local function host(o)
+    local files = { [testing.NODES] = table.concat(RACK, "\n") .. "\n" }
+    for k, v in pairs(o.files or {}) do files[k] = v end
+    return testing.host{ ctl = { rack(o.self_status) }, files = files, local_addresses = { "10.0.0.17" } }
+  end
+
+  it("after a sub-rack job, an idle node's health is ok (exit 0) and says why; status too", function()
+    local outcome, message, report = run(host{}, { command = "health", dry_run = true })
+    assert.equal("ok", outcome, message)
+    assert.equal(0, outcomes.exit_code(outcome))
+    assert.is_nil(report) -- nothing for NHC to drain on
+    assert.matches("no job registered, judged on what it owns", message)
+    assert.matches("links to peers not judged %(1 of 17 connected%)", message)
+    local so, sm = run(host{}, { command = "status" })
+    assert.equal("ok", so, sm)
+    assert.matches("no job registered", sm)
+  end)
+
+  it("an idle node whose daemon is not READY still fails", function()
+    local outcome, message, report = run(host{ self_status = "WAITING_FOR_PEERS" },
+      { command = "health", dry_run = true })
+    assert.equal("domain-unhealthy", outcome, message)
+    assert.matches("not READY", message)
+    assert.matches("^imexguard: domain%-unhealthy: ", report)
+  end)
+
+  it("an idle node whose unit is not active still fails (the answer is not the unit's)", function()
+    local h = host{}
+    h.unit_props.active_state, h.unit_props.sub_state = "failed", "failed"
+    local outcome, message = run(h, { command = "health", dry_run = true })
+    assert.equal("service-failed", outcome, message)
+  end)
+
+  it("a node with a registered job is judged on that job's nodes: cut off from them, it fails", function()
+    local outcome, message = run(host{ files = H.registered(RACK) }, { command = "health", dry_run = true })
+    assert.equal("domain-unhealthy", outcome, message)
+    assert.matches("cut off", message)
   end)
 end)

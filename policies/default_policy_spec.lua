@@ -13,7 +13,8 @@ local run, assert_one_line, assert_untouched = H.run, H.assert_one_line, H.asser
 describe("default policy: a table of methods in the order of its decision model", function()
   it("has every step as a method and plain entry points", function()
     for _, step in ipairs({ "applies", "desired", "lock", "write", "stale", "may_restart", "restart",
-      "wait_healthy", "register", "lookup", "admit", "register_extra", "after_unregister" }) do
+      "wait_healthy", "wait_converged", "register", "lookup", "admit", "register_extra",
+      "after_unregister" }) do
       assert.is_function(P[step], step)
     end
     for _, e in ipairs({ "prolog", "epilog", "plan", "status", "extend" }) do assert.is_function(P[e], e) end

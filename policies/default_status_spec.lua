@@ -15,7 +15,7 @@ describe("default policy status", function()
   it("prints one line per node with a diagnosis, and the domain state", function()
     local degraded = { domain = { nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" }, { host = "10.0.0.3" } } } }
-    local h = testing.host{ ctl = { degraded } }
+    local h = testing.host{ ctl = { degraded }, files = H.registered() }
     local outcome, message, report = run(h, { command = "status" })
     assert.equal("peers-unhealthy", outcome)
     assert_one_line(message)

@@ -23,6 +23,16 @@ end
 M.DEGRADED = { domain = { nodes = { { host = "10.0.0.1" },
   { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
 
+--- A state file with one registered job (as a prolog leaves it), for status and health, which judge
+-- a node with a registered job on that job's nodes and an idle one on what it owns (C33).
+-- @tparam[opt] {string,...} addrs the job's node list (default the kit's 10.0.0.1, 10.0.0.2)
+-- @treturn table testing.host's `files` option {[STATE] = the state file's JSON}
+function M.registered(addrs)
+  local nodes = table.concat(addrs or { "10.0.0.1", "10.0.0.2" }, "\n") .. "\n"
+  return { [STATE] = require("cjson").encode({ jobs = { { id = "100", nodes = nodes,
+    registered_us = "1699999400000000", invocation_id = "" } } }) .. "\n" }
+end
+
 --- A prolog's environment: job 101 on node n1.
 -- @tparam string nodelist SLURM_JOB_NODELIST
 -- @tparam[opt] table extra more variables, or other values

@@ -75,6 +75,7 @@ _Static_assert(SIM_WHO_NONE == 0 && SIM_WHO_ALL == 1 && SIM_WHO_REMOTE == 2,
 static const char *const goodbye[] = {"RECOVERING", "DISCONNECTED", NULL};
 static const char *const node_list[] = {"daemon", "file", NULL};
 static const char *const connections[] = {"local", "node", NULL};
+static const char *const clears[] = {"both", "one", NULL};
 static const char *const formats[] = {"570", "570.00", "580", NULL};
 
 /* A field of struct sim_config: its offset and size in bytes. */
@@ -108,6 +109,7 @@ static const struct key {
     {"IMEXSIM_CTL_FORMAT", K_ONE_OF, FIELD(ctl_format), 0, 0, formats},
     {"IMEXSIM_CTL_NODE_LIST", K_CHOICE, FIELD(ctl_list_from_file), 0, 0, node_list},
     {"IMEXSIM_CTL_CONNECTIONS", K_CHOICE, FIELD(ctl_conn_own), 0, 0, connections},
+    {"IMEXSIM_MISMATCH_CLEARS", K_CHOICE, FIELD(mismatch_clears_one), 0, 0, clears},
     {"IMEXSIM_PID_FILE", K_STR, FIELD(pid_file), 0, 0, NULL},
     {"IMEXSIM_STATE_FILE", K_STR, FIELD(state_file), 0, 0, NULL},
     {"IMEXSIM_NEVER_READY", K_INT, FIELD(never_ready), 0, 1, NULL},

@@ -42,6 +42,9 @@ struct peer {
 	unsigned long attempts;
 	int have_instance;
 	int dropped; /* IMEXSIM_DROP_PEERS: never connect, refuse its handshakes */
+	int blocked; /* this instance saw a node map mismatch with the peer: the pair stays
+			NODE_MAP_MISMATCH until this daemon restarts (IMEXSIM_MISMATCH_CLEARS=both)
+		      */
 	uint64_t instance;
 	struct sim_buf in, out;
 };
@@ -161,12 +164,14 @@ static void set_state(const char *state, const char *why)
 	logmsg("INFO", "%s (%s)", state, why);
 }
 
-/* The handshake line; both ends send it. */
-static int queue_hello(struct sim_buf *b)
+/* The handshake line; both ends send it.  `to` is the receiver's index in our list (-1: not
+ * known yet); the last field says whether this instance blocks it (struct peer, `blocked`), so
+ * that both ends show the stale mismatch. */
+static int queue_hello(struct sim_buf *b, int to)
 {
-	return sim_buf_printf(b, "HELLO %d %d %016" PRIx64 " %d %016" PRIx64 " %s\n",
+	return sim_buf_printf(b, "HELLO %d %d %016" PRIx64 " %d %016" PRIx64 " %s %s %d\n",
 			      SIM_PROTO_VERSION, d.self, d.instance, d.nodes.count, d.map_hash,
-			      d.cfg.version);
+			      d.cfg.version, d.addr, to >= 0 && d.peers[to].blocked);
 }
 
 /* Parsed HELLO of a peer. */
@@ -174,25 +179,43 @@ struct hello {
 	int proto, id, count;
 	uint64_t instance, hash;
 	char version[64];
+	char addr[SIM_ADDR_LEN]; /* the sender's own address */
+	int blocks_us;		 /* the sender holds a node map mismatch with us */
 };
 
 /* Parse a HELLO line; returns 0 or -EPROTO. */
 static int parse_hello(const char *line, struct hello *h)
 {
-	if (sscanf(line, "HELLO %d %d %" SCNx64 " %d %" SCNx64 " %63s", &h->proto, &h->id,
-		   &h->instance, &h->count, &h->hash, h->version) != 6 ||
+	if (sscanf(line, "HELLO %d %d %" SCNx64 " %d %" SCNx64 " %63s %63s %d", &h->proto, &h->id,
+		   &h->instance, &h->count, &h->hash, h->version, h->addr, &h->blocks_us) != 8 ||
 	    h->proto != SIM_PROTO_VERSION)
 		return -EPROTO;
 	return 0;
 }
 
-/* Verdict of a HELLO: CONNECTED, NODE_MAP_MISMATCH (other list, or the sender's own ID is not the
- * one our list gives it) or VERSION_MISMATCH.  `expect_id` is -1 when unknown (inbound). */
-static enum sim_conn judge_hello(const struct hello *h, int expect_id)
+/* Verdict of a HELLO from the peer at index `from` of our list (-1: not in it):
+ * NODE_MAP_MISMATCH (other list, or the sender's own ID is not the one our list gives it, or either
+ * end still holds an earlier mismatch of the pair), VERSION_MISMATCH or CONNECTED.  `expect_id`
+ * is -1 when unknown (inbound).  A mismatch of the lists is remembered (peer `blocked`) unless
+ * IMEXSIM_MISMATCH_CLEARS=one: AWS's PCS guide says IMEX blocks mismatched nodes until they are
+ * restarted with one list, so a peer's later restart with a matching list does not clear it;
+ * only this daemon's own restart (a new instance, nothing remembered) does. */
+static enum sim_conn judge_hello(const struct hello *h, int expect_id, int from)
 {
 	if (h->count != d.nodes.count || h->hash != d.map_hash ||
-	    (expect_id >= 0 && h->id != expect_id))
+	    (expect_id >= 0 && h->id != expect_id)) {
+		if (from >= 0 && !d.cfg.mismatch_clears_one && !d.peers[from].blocked) {
+			d.peers[from].blocked = 1;
+			logmsg(
+			    "ERROR",
+			    "Node map mismatch with node %d - %s: blocked until both ends restart "
+			    "with one node list",
+			    from, d.nodes.addr[from]);
+		}
 		return SIM_NODE_MAP_MISMATCH;
+	}
+	if (h->blocks_us || (from >= 0 && d.peers[from].blocked))
+		return SIM_NODE_MAP_MISMATCH; /* an earlier mismatch of the pair stays */
 	if (strcmp(h->version, d.cfg.version) != 0)
 		return SIM_VERSION_MISMATCH;
 	return SIM_CONNECTED;
@@ -289,7 +312,7 @@ static void peer_connect(int id)
 	p->phase = P_CONNECTING;
 	p->next_ms = sim_now_ms() + HANDSHAKE_MS;
 	p->in.len = p->out.len = 0;
-	queue_hello(&p->out);
+	queue_hello(&p->out, id);
 }
 
 /* POLLIN/POLLOUT/POLLHUP on our connection to peer `id`. */
@@ -330,7 +353,7 @@ static void peer_event(int id, short revents)
 			peer_fail(id, "bad handshake");
 			return;
 		}
-		enum sim_conn v = judge_hello(&h, id);
+		enum sim_conn v = judge_hello(&h, id, id);
 		if (v != SIM_CONNECTED) {
 			if (p->status != v)
 				logmsg("ERROR", "%s with node %d - %s: communication disabled",
@@ -460,9 +483,13 @@ static int client_lines(struct client *c)
 		struct hello h;
 		if (parse_hello(line, &h) < 0)
 			return -1; /* garbage: not a peer of ours */
-		queue_hello(&c->out);
+		int from = sim_nodes_find(&d.nodes, h.addr);
+		if (from == d.self)
+			from = -1;
+		enum sim_conn v = judge_hello(&h, -1, from);
+		queue_hello(&c->out,
+			    from); /* after the verdict: it says whether we block the peer */
 		c->deadline_ms = INT64_MAX;
-		enum sim_conn v = judge_hello(&h, -1);
 		if (v == SIM_CONNECTED && h.id != d.self && h.id >= 0 && h.id < d.nodes.count &&
 		    d.peers[h.id].dropped)
 			return -1; /* fault knob: as if the peer's packets never arrived */

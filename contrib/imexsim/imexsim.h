@@ -51,6 +51,9 @@ struct sim_config {
 	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
 	int ctl_list_from_file;	  /* IMEXSIM_CTL_NODE_LIST: 0 daemon (default), 1 file */
 	int ctl_conn_own;	  /* IMEXSIM_CTL_CONNECTIONS: 0 local (default), 1 node */
+	int mismatch_clears_one;  /* IMEXSIM_MISMATCH_CLEARS: 0 both (default: a node map mismatch
+				     stays until both ends restarted), 1 one (either end's restart
+				     with a matching list clears it: the old rule) */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */

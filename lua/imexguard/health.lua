@@ -23,6 +23,10 @@ M.CONFIG_FAULT_POLLS = 3
 --- Outcome of an established configuration fault (C22): exit 14, or 0 with on_config_fault =
 -- "warn" (imexguard.outcomes).
 M.CONFIG_FAULT_OUTCOME = "config-fault"
+--- Outcome of a stale node-map mismatch (C32, verdict "stale-mismatch"): exit 19. The prolog
+-- restarts its own daemon once where it may (default policy, Policy:wait_converged); this outcome
+-- is what remains, with the remedy, on every node of the pair.
+M.STALE_MISMATCH_OUTCOME = "stuck-mismatch"
 
 --- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
 -- @param settings table (ctl: string or list of strings; imex_config)
@@ -239,6 +243,28 @@ local function peers_key(cf)
   return k
 end
 
+-- The sorted peers of a stale node-map mismatch, as peers_key's (C32).
+local function stale_key(v)
+  return v and v.verdict == "stale-mismatch" and v.stale_mismatch and peers_key(v.stale_mismatch) or nil
+end
+
+--- The remedy of a stale node-map mismatch, one line: which nodes to restart together.
+-- @param ctx table policy context (settings.unit)
+-- @param want table {self, names}
+-- @param v table a "stale-mismatch" verdict
+-- @return string
+function M.stale_remedy(ctx, want, v)
+  -- sorted, so that both ends of a link print the same remedy
+  local hosts = { want.self }
+  for _, h in ipairs(v.stale_mismatch.peers) do hosts[#hosts + 1] = h end
+  table.sort(hosts)
+  local nodes = {}
+  for i, h in ipairs(hosts) do nodes[i] = M.label(h, want.names) end
+  return string.format("restart %s on %s together, when no job uses IMEX there (systemctl restart %s; "
+    .. "IMEX keeps a node-map mismatch until both ends of the link restart with one list, a SIGUSR1 does "
+    .. "not clear it)", ctx.settings.unit, table.concat(nodes, " and "), ctx.settings.unit)
+end
+
 --- Is a configuration fault established? True when the last `polls` verdicts are all
 -- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
 -- timeout; one inconsistent or unusable poll restarts the count).
@@ -274,6 +300,16 @@ function M.blame(ctx, want, v, waited)
   local me = M.label(want.self, want.names)
   local why = local_reason(v, want.self)
   local after = waited and string.format(" after %.1f s", waited) or ""
+  if not why and v.verdict == "stale-mismatch" then
+    -- C32: the same outcome and remedy on both ends; neither blames the other
+    local peers = {}
+    for i, h in ipairs(v.stale_mismatch.peers) do peers[i] = M.label(h, want.names) end
+    local msg = one_line(string.format("this node %s: stale node-map mismatch%s with %s: both ends run the "
+      .. "job's node list, yet the link shows NODE_MAP_MISMATCH; %s (domain %s)", me, after,
+      table.concat(peers, ", "), M.stale_remedy(ctx, want, v), tostring(v.status)))
+    ctx.host.log("err", msg)
+    return M.STALE_MISMATCH_OUTCOME, msg
+  end
   if not why and v.verdict == "config-fault" then
     local cf = v.config_fault or {}
     local seen = cf.command_off
@@ -325,7 +361,9 @@ end
 -- passes, or a configuration fault is established (`config_fault_established` over
 -- want.config_fault_polls, default CONFIG_FAULT_POLLS, consecutive polls spanning at least that
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
--- nodes, an answer "local daemon unreachable" counts as that signature). Each poll is logged at
+-- nodes, an answer "local daemon unreachable" counts as that signature), or a stale node-map
+-- mismatch (verdict "stale-mismatch", C32) is seen naming the same peers over as many polls spanning
+-- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame). Each poll is logged at
 -- debug level with its time since the start of the wait. With the setting `nudge` (default on),
 -- every answer also goes to an imexguard.nudge nudger: when this node is READY and its link to a
 -- READY peer of want.addrs has not been CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to
@@ -350,6 +388,7 @@ function M.wait(ctx, want, first, judge)
   local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
   local answer, last_v, last_err, polls = first, nil, nil, 0
   local history, fault_since, fault_peers = {}, nil, nil
+  local stale_since, stale_peers, stale_polls = nil, nil, 0
   judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
   local nudger = nudge.new(ctx, want, M.label)
@@ -390,6 +429,13 @@ function M.wait(ctx, want, first, judge)
     local fault_polls = want.config_fault_polls or M.CONFIG_FAULT_POLLS
     if answer.kind == "deadline" or (M.config_fault_established(history, fault_polls, polls)
         and h.now() - fault_since >= (fault_polls - 1) * s.poll_interval) then
+      break
+    end
+    -- C32: the same stale node-map mismatch over as many polls and as long: waiting does not clear it
+    local sk = stale_key(v)
+    if sk ~= stale_peers then stale_since, stale_peers, stale_polls = sk and h.now(), sk, 0 end
+    stale_polls = sk and stale_polls + 1 or 0
+    if sk and stale_polls >= fault_polls and h.now() - stale_since >= (s.stale_mismatch_after or 3) then
       break
     end
     answer = nil

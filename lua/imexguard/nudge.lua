@@ -58,7 +58,9 @@ M.MISMATCH = "NODE_MAP_MISMATCH"
 
 --- The peers this node waits on in one parsed answer: those of `addrs` (the job's nodes, in
 -- order) that are READY while this node's link to them is not CONNECTED, when this node is READY.
--- A pair in a node-map mismatch is left out (a reconnect meets the same list again) unless the
+-- A pair in a node-map mismatch is left out (a reconnect meets the same list again, or a stale
+-- block that only a restart of both ends clears: C32, verdict.stale_mismatch, which the prolog
+-- answers with a restart, never a nudge) unless the
 -- peer shows itself CONNECTED to this node: then it restarted with this node's list and the
 -- mismatch is this node's stale view of it, kept until its back-off fires.
 -- @param domain table|nil parsed answer (ctl.parse_domain); nil: none

@@ -43,8 +43,9 @@ M.list = {
     .. "unparsable) and on_fabric_unknown is \"fail\"" },
   { "settings-error", 18, "imexguard.conf or a --set is wrong (the file, line and key are named); nothing "
     .. "changed" },
-  { "stuck-mismatch", 19, "a node-map mismatch stays on a link whose two ends run the job's list, and "
-    .. "this run may not restart to clear it (the remedy is named)" },
+  { "stuck-mismatch", 19, "a node-map mismatch stays on a link whose two ends run the job's list (IMEX "
+    .. "keeps it until both ends restart), and this run may not restart to clear it, or already did "
+    .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
 }

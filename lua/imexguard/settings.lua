@@ -71,6 +71,11 @@ M.schema = {
     doc = "seconds: how long this node's link to a READY peer may stay down before the nudge (twice the "
       .. "daemon's first reconnect back-off, 0.5 s, so that a link its own first retry brings up is "
       .. "left alone)" },
+  { name = "stale_mismatch_after", default = 3, kind = "number",
+    doc = "seconds: how long the health wait sees a stale node-map mismatch (both ends of a link run the "
+      .. "job's node list, the link shows NODE_MAP_MISMATCH on both ends: IMEX keeps it until both ends "
+      .. "restart) before the prolog restarts its daemon once to clear it, or ends stuck-mismatch (C32); "
+      .. "time for the peers' own prologs to restart daemons still on another list" },
   { name = "fabric_check", default = "auto", kind = "enum", values = { "auto", "off" },
     doc = "the GPUs' NVLink fabric registration (nvidia-smi's fabric.state, fabric.status, ClusterUUID, "
       .. "CliqueId): \"auto\" (checked by the prolog's health step, health and status; GPUs that "

@@ -264,7 +264,7 @@ local function unreachable_cmd(self, p)
 end
 
 -- Local-fault checks in order; sets v and returns true when this node is at fault.
-local function judge_local(v, domain, expected, self_host, order, maps, note)
+local function judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
   local head = string.format("domain %s", tostring(domain.status))
   local self = domain.by_host[self_host]
   local function fault(fmt, ...)
@@ -291,7 +291,8 @@ local function judge_local(v, domain, expected, self_host, order, maps, note)
   end
   if self.status ~= "READY" then return fault("is %s, not READY", self.status) end
   local peers, broken = peers_of(domain, expected, self)
-  if cut_off(peers, broken) then
+  -- cut off by stale node-map mismatches only (C32): both ends run the list, a restart clears it
+  if not stale and not own_only and cut_off(peers, broken) then
     return fault("is cut off from %d of %d peers that are connected to each other", #broken, #peers)
   end
   return false
@@ -314,6 +315,75 @@ local function judge_config(v, domain, expected, self_host, note)
     .. "port; likely: %s%s", tostring(domain.status), self_host, #peers, table.concat(M.CONFIG_FAULT_CAUSES,
     "; "), note)
   return true
+end
+
+-- Does peer p run `list` as far as the answer shows: its view names every host of the list under
+-- that list's ids (no finding other than a mismatch) and none of them INVALID (a host its own
+-- list lacks: IMEXSIM_CTL_CONNECTIONS=local, tests/fixtures/ctl/c21-reordered-peer.json)?
+local function runs_list(p, list, findings)
+  for _, f in ipairs(findings or {}) do
+    if f.kind ~= "mismatch" then return false end
+  end
+  for _, h in ipairs(list) do
+    local st = p.connections and p.connections[h]
+    if h ~= p.host and (st == nil or st == "INVALID") then return false end
+  end
+  return true
+end
+
+-- Node-map mismatches between two peers (both ends NODE_MAP_MISMATCH) where nothing else is wrong:
+-- each peer is named (v.faulty), so this node, healthy, is not blamed for a domain below UP; their
+-- own prologs restart to clear it (C32).
+local function stale_between_peers(v, domain, expected, self_host)
+  for _, a in ipairs(expected) do
+    local p = domain.by_host[a]
+    if a ~= self_host and p then
+      for _, b in ipairs(expected) do
+        local q = domain.by_host[b]
+        if b ~= a and b ~= self_host and q and p.connections[b] == "NODE_MAP_MISMATCH"
+          and q.connections[a] == "NODE_MAP_MISMATCH" then
+          v.faulty[#v.faulty + 1] = { host = a, reason = "node map mismatch with " .. b
+            .. " (both ends show it; a restart of both clears it)" }
+          break
+        end
+      end
+    end
+  end
+end
+
+--- A stale node-map mismatch (C32): this node's daemon runs `list` (the node list it must run, in
+-- order) and is READY, and every expected peer whose link with this node shows NODE_MAP_MISMATCH
+-- on both ends is READY and runs that list too (a mismatch on this node's end only, the peer
+-- CONNECTED, is a peer that restarted with this node's list and a reconnect not yet made: the
+-- nudge's case, imexguard.nudge.lagging). Then the lists agree and the block is an
+-- earlier one that IMEX keeps until both ends restart (AWS's PCS guide: only a restart of the ends
+-- with one list clears it; a SIGUSR1 does not). Nobody is at fault and waiting does not help.
+-- @tparam table domain result of `ctl.parse_domain`
+-- @tparam {string,...} expected the job's hosts
+-- @tparam string self_host this node's address
+-- @tparam table|nil order `compare_map` of the answer against the list the daemon must run
+-- @tparam table maps result of `map_faults`
+-- @tparam[opt] {string,...} list the ordered list the daemons must run (default `expected`)
+-- @treturn table|nil `{peers = {host...} (expected order)}`, or nil when there is no such link or
+--   a mismatched peer does not (visibly) run the list: a real mismatch its own prolog will clear
+function M.stale_mismatch(domain, expected, self_host, order, maps, list)
+  local self = domain.by_host[self_host]
+  if not self or self.status ~= "READY" or not order or order.kind ~= "same" then return nil end
+  local findings = {}
+  for _, m in ipairs(maps) do findings[m.id] = m.findings end
+  local peers = {}
+  for _, h in ipairs(expected) do
+    local p = domain.by_host[h]
+    if h ~= self_host and p then
+      local theirs = p.connections and p.connections[self_host]
+      local mine = self.connections[h]
+      if mine == "NODE_MAP_MISMATCH" and theirs == "NODE_MAP_MISMATCH" then
+        if p.status ~= "READY" or not runs_list(p, list or expected, findings[p.id]) then return nil end
+        peers[#peers + 1] = h
+      end
+    end
+  end
+  return #peers > 0 and { peers = peers } or nil
 end
 
 -- The faulty peers (and extra nodes not READY), with reasons (judge_peers).
@@ -376,6 +446,9 @@ end
 --   of them is UNAVAILABLE: node status travels over the command port, which this node cannot
 --   reach on any peer. Nobody is blamed (`faulty` is empty); `config_fault` names the causes;
 -- * `"healthy"`;
+-- * `"stale-mismatch"` (C32): not healthy, and every link of this node that shows NODE_MAP_MISMATCH
+--   joins two daemons that both run the node list (`stale_mismatch`; `stale_mismatch = {peers}`):
+--   nobody is blamed (`faulty` is empty), a restart of both ends is the remedy;
 -- * `"peer-fault"`: `faulty` lists the peers that are not READY, whose view of the node map
 --   differs, or whose connection from this node is not CONNECTED, with the reason; extra
 --   (unexpected) nodes that are not READY are listed too, since they hold the domain below UP;
@@ -386,16 +459,21 @@ end
 -- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
 -- @tparam {string,...} expected the job's node list (addresses as in nodes_config.cfg, in order)
 -- @tparam string self_host this node's address in that list
--- @tparam[opt] table opts `{node_list = {string,...}|false}`: the ordered list the daemon must run,
---   when it is not the job's (a static, domain-wide node list: pass that file's list); false: no
---   order comparison (each node's view is still checked). Default: `expected`
--- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"peer-fault"|"unhealthy",
+-- @tparam[opt] table opts `{node_list = {string,...}|false, own_only = boolean}`: node_list: the
+--   ordered list the daemon must run, when it is not the job's (a static, domain-wide node list: pass
+--   that file's list); false: no order comparison (each node's view is still checked). Default:
+--   `expected`. own_only (C33: a node with no registered job): only this node's own part is judged
+--   (the local-fault checks but "cut off", and the configuration fault: its command port is its
+--   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists
+-- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"stale-mismatch"|"peer-fault"|
+--   "unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
 --   missing = {host...} (expected order), extra = {host...} (id order),
 --   faulty = { {host =, reason =}... }, self_id = this node's id in the answer or nil,
 --   order = `compare_map` against the node list (nil when opts.node_list is false),
 --   map_faults = result of `map_faults`,
---   config_fault = {peers = {host...}, causes = {string...}} or nil, summary = one-line string}`
+--   config_fault = {peers = {host...}, causes = {string...}} or nil, stale_mismatch = {peers = {host...}}
+--   or nil, summary = one-line string}`
 -- @raise on wrong argument types
 function M.health(domain, expected, self_host, opts)
   check_domain("health", domain)
@@ -421,14 +499,39 @@ function M.health(domain, expected, self_host, opts)
       note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
     end
   end
-  if judge_local(v, domain, expected, self_host, order, maps, note)
+  local own_only = opts ~= nil and opts.own_only
+  local stale = not own_only and M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
+  if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
     or judge_config(v, domain, expected, self_host, note) then
+    return v
+  end
+  if own_only then
+    -- C33: no job here; what this node owns is fine, its links to peers are not judged
+    local self, connected, peers = domain.by_host[self_host], 0, 0
+    for _, n in ipairs(domain.nodes) do
+      if n.host ~= self_host then
+        peers = peers + 1
+        if self.connections[n.host] == "CONNECTED" then connected = connected + 1 end
+      end
+    end
+    v.healthy, v.verdict = true, "healthy"
+    v.summary = string.format("domain %s: this node %s READY, its node map its own; links to peers not "
+      .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
     return v
   end
   judge_peers(v, domain, expected, self_host, maps)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
-  if v.healthy then
+  v.stale_mismatch = not v.healthy and stale or nil
+  if not v.healthy and not stale and #v.faulty == 0 then
+    stale_between_peers(v, domain, expected, self_host)
+  end
+  if v.stale_mismatch then
+    v.verdict, v.faulty = "stale-mismatch", {}
+    v.summary = string.format("%s: stale node-map mismatch: this node %s and %s run the same node list, yet "
+      .. "their link shows NODE_MAP_MISMATCH (IMEX keeps it until both ends restart)%s", head, self_host,
+      hosts_text(v.stale_mismatch.peers), note)
+  elseif v.healthy then
     v.verdict = "healthy"
     v.summary = string.format("%s: %d expected nodes READY and connected%s", head, #expected, note)
   elseif #v.faulty > 0 then

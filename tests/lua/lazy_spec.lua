@@ -70,13 +70,10 @@ describe("the modules a command of the default policy loads", function()
     assert.is_true(names["imexguard.registry"])
   end)
 
-  it("status loads the state file (its facts); health does not; the prolog loads no report", function()
+  it("status and health load the state file (C33: a node is judged on its registered job); the "
+    .. "prolog loads no report", function()
     local names = loaded_by(function(P)
       assert.equal("ok", (P.health(testing.ctx{ host = testing.host(), command = "health" })))
-    end)
-    assert.is_nil(names["imexguard.state"])
-    names = loaded_by(function(P)
-      assert.equal("ok", (P.status(testing.ctx{ host = testing.host(), command = "status" })))
     end)
     assert.is_true(names["imexguard.state"])
     assert.is_nil(names["imexguard.addresses"]) -- DNS: no address map to name the nodes by

@@ -470,7 +470,15 @@ describe("verdict.health: ordered identity and configuration faults", function()
     local mm = { ["10.0.0.5"] = { ["10.0.0.6"] = "NODE_MAP_MISMATCH" },
       ["10.0.0.6"] = { ["10.0.0.5"] = "NODE_MAP_MISMATCH", ["10.0.0.7"] = "NODE_MAP_MISMATCH" },
       ["10.0.0.7"] = { ["10.0.0.6"] = "NODE_MAP_MISMATCH" } }
-    local v = verdict.health(build(J, { links = mm, domain = "DEGRADED" }), J, "10.0.0.5")
+    -- C32: where the peer's row names every host of the list under the list's ids, both ends run
+    -- the list as far as the answer shows: a stale block, nobody blamed
+    local st = verdict.health(build(J, { links = mm, domain = "DEGRADED" }), J, "10.0.0.5")
+    assert.equal("stale-mismatch", st.verdict)
+    assert.same({ "10.0.0.6" }, st.stale_mismatch.peers)
+    assert.same({}, st.faulty)
+    -- the peer's own view in another order (its own ids, as the real ctl's rows are keyed): blamed
+    local v = verdict.health(build(J, { links = mm, domain = "DEGRADED",
+      views = { ["10.0.0.6"] = { "10.0.0.6", "10.0.0.5", "10.0.0.7" } } }), J, "10.0.0.5")
     assert.is_false(v.local_fault)
     assert.equal("peer-fault", v.verdict)
     assert.equal(1, #v.faulty)

@@ -177,6 +177,75 @@ describe("imexsim", function()
     assert.truthy(h.read(d:path(2, "imex.log")):find("Node map mismatch", 1, true))
   end)
 
+  -- C32 (docs/design.md, "Field cases"): job 1 ran n1 and n2 with {n1, n2}; job 2 restarted n2 with
+  -- {n2, n3} while n1 idled; job 3 restarts n2 with {n1, n2} again. Each end's daemon records the
+  -- mismatch, and AWS's PCS guide says the block stays until the ends restart with one list.
+  -- `knob`: the extra config.cfg keys of every node; returns the domain after job 3's restart.
+  local function c32(knob)
+    d = h.domain(3)
+    local a = d.addrs
+    for i = 1, 3 do
+      d:configure(i, knob)
+    end
+    d:set_nodes(1, { a[1], a[2] })
+    d:set_nodes(2, { a[1], a[2] })
+    assert.is_true(d:start(1) == 0 and d:start(2) == 0)
+    assert.truthy(d:wait_status(1, "UP"), "job 1 never UP")
+    d:set_nodes(2, { a[2], a[3] }) -- job 2 on n2 and n3
+    d:set_nodes(3, { a[2], a[3] })
+    assert.is_true(d:stop(2))
+    assert.is_true(d:start(2) == 0 and d:start(3) == 0)
+    assert.truthy(h.wait_for(function()
+      local j = d:domain_json(1)
+      return j and j.nodes["0"].connections["1"].status == "NODE_MAP_MISMATCH"
+    end), "n1 never saw the mismatch with n2's {n2, n3}")
+    d:set_nodes(2, { a[1], a[2] }) -- job 3: n2 restarts with n1's list, n1 is current
+    assert.is_true(d:stop(2))
+    assert.is_true(d:start(2) == 0)
+    return d
+  end
+
+  -- Both ends' views of the pair n1 - n2 in n1's ctl, or nil.
+  local function pair12()
+    local j = d:domain_json(1)
+    if not (j and j.nodes["1"]) then return nil end
+    return j.nodes["0"].connections["1"].status, j.nodes["1"].connections["0"].status, j
+  end
+
+  it("keeps a node map mismatch after one end restarts with a matching list (C32), until both did", function()
+    c32()
+    -- both ends show the stale mismatch, over many handshakes of n2's new instance
+    local log0 = d:log_count(2, "Attempting connection for target node 0")
+    assert.truthy(h.wait_for(function()
+      local x, y = pair12()
+      return x == "NODE_MAP_MISMATCH" and y == "NODE_MAP_MISMATCH"
+        and d:log_count(2, "Attempting connection for target node 0") >= log0 + 4
+    end), "the pair did not stay mismatched on both ends")
+    local x, y, j = pair12()
+    assert.are.equal("NODE_MAP_MISMATCH", x)
+    assert.are.equal("NODE_MAP_MISMATCH", y)
+    assert.are.equal("DEGRADED", j.status)
+    assert.truthy(d:log(1):find("blocked until both ends restart", 1, true))
+    -- SIGUSR1 (a new handshake, no new instance) does not clear it
+    d:signal(1, "USR1")
+    assert.truthy(h.wait_for(function() return d:log_count(1, "SIGUSR1: restarting") == 1 end))
+    local n_att = d:log_count(1, "Attempting connection for target node 1")
+    assert.truthy(h.wait_for(function()
+      return d:log_count(1, "Attempting connection for target node 1") >= n_att + 2
+    end))
+    assert.are.equal("NODE_MAP_MISMATCH", (pair12()))
+    -- n1's restart too: now both ends are new instances with one list
+    assert.is_true(d:stop(1))
+    assert.is_true(d:start(1) == 0)
+    assert.truthy(d:wait_status(1, "UP"), "never UP after both ends restarted")
+  end)
+
+  it("IMEXSIM_MISMATCH_CLEARS=one: the pair recovers once one end restarts with a matching list", function()
+    c32({ IMEXSIM_MISMATCH_CLEARS = "one" })
+    assert.truthy(d:wait_status(1, "UP"), "never UP after n2's restart with n1's list")
+    assert.is_nil(d:log(1):find("blocked until both ends restart", 1, true))
+  end)
+
   it("shows a version mismatch as !V!", function()
     d = h.domain(2)
     d:configure(2, { IMEXSIM_VERSION = "580.65.06-sim" })

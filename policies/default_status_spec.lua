@@ -227,8 +227,11 @@ describe("default policy status: the node's facts, -q and -v, a rack", function(
       nodes[i] = { host = a, status = i == 5 and "UNAVAILABLE" or nil }
       map[#map + 1] = string.format("gb%02d %s", i, a)
     end
-    local h = testing.host{ ctl = { { domain = { nodes = nodes } } },
-      files = { ["/etc/imexguard/addresses"] = table.concat(map, "\n") .. "\n" } }
+    local addrs = {}
+    for i, n in ipairs(nodes) do addrs[i] = n.host end
+    local files = H.registered(addrs) -- a job on all 18: judged on its nodes (C33)
+    files["/etc/imexguard/addresses"] = table.concat(map, "\n") .. "\n"
+    local h = testing.host{ ctl = { { domain = { nodes = nodes } } }, files = files }
     local outcome, message, report = run(h, { command = "status",
       settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
     assert.equal("peers-unhealthy", outcome)

@@ -122,6 +122,7 @@ end
 function Policy:load_state(ctx) -- luacheck: no self
   local st, err = state.load(ctx.host, ctx.settings)
   if not st then return nil, steps.registry_unknown(ctx, err) end
+  steps.drop_other_boots(ctx, st)
   steps.drop_interrupted(ctx, st)
   return st
 end
@@ -325,6 +326,7 @@ function Policy:unregister(ctx, id)
   local s, node = ctx.settings, steps.node_name(ctx)
   local st, serr = state.load(ctx.host, s)
   if not st then return steps.registry_unknown(ctx, serr) end
+  steps.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
   local ok, err, code = state.save(ctx.host, s, st)
@@ -369,6 +371,7 @@ function Policy:run_plan(ctx)
   local changed = old ~= want.bytes
   local st, serr = state.load(ctx.host, ctx.settings)
   if not st then return steps.registry_unknown(ctx, serr) end
+  steps.drop_other_boots(ctx, st)
   local v, o
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not v then return o, m end

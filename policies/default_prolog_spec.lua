@@ -798,6 +798,63 @@ describe("default policy job registry (C08, scenario style)", function()
     assert.same({ "101" }, s:registered())
   end)
 
+  describe("C36: a state directory that outlives a reboot (registrations tied to the boot ID)", function()
+    local OLD = "6d1f0c2a-0000-4000-8000-000000000001"
+    local function given_boot(jobs, o)
+      o = o or {}
+      return testing.scenario{ policy = P, file = { "n1", "n3" }, jobs = jobs, files = o.files,
+        settings = o.settings }
+    end
+
+    it("job 100 of another boot is dropped with a warning naming it; the restart goes ahead", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } })
+      local outcome = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, s:restarts())
+      assert.same({ "101" }, s:registered())
+      assert.equal(testing.BOOT_ID, s:registrations()[1].boot_id)
+      local w = s:logs("warning")
+      assert.equal(1, #w)
+      assert.matches("job 100", w[1])
+      assert.matches("another boot", w[1])
+      assert.matches(OLD, w[1], 1, true)
+    end)
+
+    it("this boot's job 100 still blocks; an entry without a boot ID (older version) is kept", function()
+      for _, e in ipairs({ { id = 100, nodes = { "n1", "n3" }, boot_id = testing.BOOT_ID },
+        { id = 100, nodes = { "n1", "n3" } } }) do
+        local s = given_boot({ e })
+        assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+        assert.same({ "100" }, s:registered())
+        assert.equal(0, s:restarts())
+      end
+    end)
+
+    it("an unreadable boot ID drops nothing and registers without one", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } },
+        { files = { [testing.BOOT_ID_FILE] = false } })
+      assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1,3]" }))
+      assert.same({ "100", "101" }, s:registered())
+      assert.is_nil(s:registrations()[2].boot_id)
+    end)
+
+    it("the path is the setting boot_id_file; the epilog drops the other boot's entries too", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD },
+        { id = 102, nodes = { "n1", "n3" }, boot_id = "abc-1" } },
+        { files = { ["/tmp/boot_id"] = "abc-1\n" }, settings = { boot_id_file = "/tmp/boot_id" } })
+      assert.equal("ok", (s:epilog{ job = 102 }))
+      assert.same({}, s:registered())
+      assert.matches("job 100", s:logs("warning")[1])
+    end)
+
+    it("plan does not count another boot's job as a conflict", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } })
+      assert.equal("ok", (s:plan{ job = 101, nodelist = "n[1-2]" }))
+      assert.same({ "100" }, s:registered()) -- plan changes nothing
+    end)
+  end)
+
   it("after a reboot the state directory is created before the lock", function()
     local s = testing.scenario{ policy = P, fresh_boot = true }
     assert.is_false(s.host.dir_exists("/run/imexguard"))

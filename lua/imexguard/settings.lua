@@ -33,6 +33,9 @@ M.schema = {
     doc = "seconds: timeout of one nvidia-imex-ctl call" },
   { name = "state_dir", default = "/run/imexguard", kind = "path",
     doc = "directory of the node lock and the state file (registered jobs, last write)" },
+  { name = "boot_id_file", default = "/proc/sys/kernel/random/boot_id", kind = "path",
+    doc = "the kernel's boot ID (Linux random(4)); a job registration of another boot is dropped, "
+      .. "its job ended with that boot (a state_dir that outlives a reboot)" },
   { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
     doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
   { name = "address_map", default = nil, kind = "path", optional = true,

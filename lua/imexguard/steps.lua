@@ -695,10 +695,12 @@ end
 -- @return true when the registry changed (decide again), false when the time passed
 function M.wait_registry(ctx, key, until_t)
   local host, s = ctx.host, ctx.settings
+  local boot = M.boot_id(ctx)
   while host.now() < until_t do
     local ok = host.sleep(math.min(s.poll_interval, until_t - host.now()))
     if not ok then return false end
     local st = state.load(host, s)
+    if st then registry.drop_other_boots(st, boot) end -- as the locked run sees it (C36)
     if st and M.registry_key(st) ~= key then return true end
   end
   return false
@@ -719,7 +721,7 @@ function M.register(ctx, st, want, extra)
     host.log("warning", "job has no SLURM_JOB_ID: not registered")
     return nil
   end
-  local e = { invocation_id = "" }
+  local e = { invocation_id = "", boot_id = M.boot_id(ctx) }
   for k, v in pairs(extra or {}) do e[k] = v end
   if e.invocation_id == "" then
     local props = host.unit(ctx.settings.unit)
@@ -807,6 +809,42 @@ function M.drop_interrupted(ctx, st)
   return id
 end
 
+--- The kernel's boot ID (C36): the first line of the setting boot_id_file (default
+-- /proc/sys/kernel/random/boot_id, a UUID that Linux draws anew at each boot: random(4)), read
+-- with host.read (at most 64 bytes).
+-- @param ctx table policy context
+-- @return string boot ID, or nil when it cannot be read or is not one line of [0-9a-f-] (then no
+--   registration is tied to a boot and none is dropped; logged at debug)
+function M.boot_id(ctx)
+  local path = M.setting(ctx, "boot_id_file")
+  if not path then return nil end
+  local text, err = ctx.host.read(path, 64)
+  local id = text and text:match("^([%x%-]+)\n?$")
+  if not id then
+    ctx.host.log("debug", M.one_line(string.format("boot ID unknown (%s): job registrations are not tied "
+      .. "to a boot", text and (path .. " is not a boot ID") or tostring(err))))
+    return nil
+  end
+  return id:lower()
+end
+
+--- C36: drop the registrations made during another boot (imexguard.registry.drop_other_boots): a
+-- state_dir that outlives a reboot still lists the jobs the reboot ended. Logged at warning, one
+-- line naming the jobs; the caller saves the state when it saves it anyway.
+-- @param ctx table policy context
+-- @param st table state (changed in place)
+-- @return list of the removed entries
+function M.drop_other_boots(ctx, st)
+  local now = M.boot_id(ctx)
+  local removed = registry.drop_other_boots(st, now)
+  if #removed > 0 then
+    ctx.host.log("warning", M.one_line(string.format("node %s: dropping the registration(s) of job %s: made "
+      .. "during another boot (boot ID %s, now %s), which ended those jobs", M.node_name(ctx),
+      registry.ids(removed), tostring(removed[1].boot_id), now)))
+  end
+  return removed
+end
+
 --- Before a change (rewrite of the node list and/or (re)start of the unit), under the node lock:
 -- register the job and record what is about to be deployed (st.deploying_nodes, deploying_job,
 -- deploying_us), and save the state file. Nothing on the node has changed yet, so when the save
@@ -822,7 +860,7 @@ end
 function M.begin_change(ctx, st, want, extra)
   local host = ctx.host
   local id = M.job_id(ctx)
-  local e = {}
+  local e = { boot_id = M.boot_id(ctx) }
   for k, v in pairs(extra or {}) do e[k] = v end
   if e.invocation_id == nil then e.invocation_id = "" end
   local now_us = host.wallclock() * 1e6

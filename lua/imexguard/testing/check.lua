@@ -35,7 +35,7 @@ local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
 
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
-  "address_map", "policy" }
+  "address_map", "policy", "boot_id_file" }
 
 --- The job's node list (n[1-2]) as the policy must write it.
 M.WANT = "10.0.0.1\n10.0.0.2\n"

@@ -22,6 +22,7 @@ function M.install(h, w, opts)
   local old = w.wall_us() - 3600e6
   w.put(base.CONFIG, base.CONFIG_TEXT, old)
   w.put(base.NODES, "10.0.0.1\n10.0.0.2\n", old)
+  w.put(base.BOOT_ID_FILE, base.BOOT_ID .. "\n", old)
   for path, v in pairs(opts.files or {}) do
     if v == false then files[path] = nil
     elseif type(v) == "table" then w.put(path, v.data, v.mtime_us or old)

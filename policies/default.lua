@@ -261,6 +261,7 @@ end
 --- The prolog under the node lock: the decision comes first (with a registered job on another node
 -- list the file must stay as it is), so nothing is written before P:may_restart agrees.
 function Policy:locked_prolog(ctx, info, want)
+  steps.remove_temps(ctx, info) -- C39
   local st, o, m = self:load_state(ctx)
   if not st then return o, m end
   local old, rerr = steps.read_nodes(ctx, info)
@@ -324,6 +325,7 @@ end
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
   local s, node = ctx.settings, steps.node_name(ctx)
+  steps.remove_temps(ctx) -- C39
   local st, serr = state.load(ctx.host, s)
   if not st then return steps.registry_unknown(ctx, serr) end
   steps.drop_other_boots(ctx, st)

@@ -855,6 +855,44 @@ describe("default policy job registry (C08, scenario style)", function()
     end)
   end)
 
+  describe("C39: temp files a killed write left behind", function()
+    local LEFT = { "/run/imexguard/.state.json.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.x9Y8z7" }
+    local ALIKE = { "/run/imexguard/.foo.AbC123", "/run/imexguard/.state.json.bak",
+      "/etc/nvidia-imex/.config.cfg.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.AbC1234",
+      "/tmp/.state.json.AbC123" }
+    local function given_left()
+      local files = {}
+      for _, p in ipairs(LEFT) do files[p] = "partial" end
+      for _, p in ipairs(ALIKE) do files[p] = "someone else's" end
+      return testing.scenario{ policy = P, files = files }
+    end
+
+    it("the prolog removes both, under the lock, says so at debug, and keeps the look-alikes", function()
+      local s = given_left()
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      for _, p in ipairs(LEFT) do assert.is_nil(s.host.file(p), p) end
+      for _, p in ipairs(ALIKE) do assert.equal("someone else's", s.host.file(p), p) end
+      local debug = table.concat(s:logs("debug"), "\n")
+      for _, p in ipairs(LEFT) do assert.matches("removed " .. p, debug, 1, true) end
+      local order = {}
+      for _, c in ipairs(s.host.calls) do
+        if c[1] == "lock" or c[1] == "remove_temps" then order[#order + 1] = c[1] end
+      end
+      assert.same({ "lock", "remove_temps", "remove_temps" }, order)
+    end)
+
+    it("the epilog removes the state file's; plan removes nothing", function()
+      local s = given_left()
+      s:plan{ job = 101, nodelist = "n[1-2]" }
+      for _, p in ipairs(LEFT) do assert.equal("partial", s.host.file(p), p) end
+      s = testing.scenario{ policy = P, jobs = { [100] = { "n1", "n2" } },
+        files = { [LEFT[1]] = "partial", [ALIKE[1]] = "x" } }
+      assert.equal("ok", (s:epilog{ job = 100 }))
+      assert.is_nil(s.host.file(LEFT[1]))
+      assert.equal("x", s.host.file(ALIKE[1]))
+    end)
+  end)
+
   it("after a reboot the state directory is created before the lock", function()
     local s = testing.scenario{ policy = P, fresh_boot = true }
     assert.is_false(s.host.dir_exists("/run/imexguard"))

@@ -379,6 +379,35 @@ function M.read_nodes(ctx, info)
   return nil, string.format("%s unreadable (%s)", info.nodes_file, tostring(err))
 end
 
+--- C39: under the node lock, remove the temp files a killed write left next to the state file and
+-- the node list (host.remove_temps: only `.<basename>.XXXXXX` names of those two files, whose
+-- writer is gone; never anything else). Best effort: a failure is logged at debug, like each
+-- removal. A host without the primitive (an older kit) removes nothing.
+-- @param ctx table policy context
+-- @param info table|nil from applies (info.nodes_file); nil: the state file's directory only
+-- @return list of the removed paths
+function M.remove_temps(ctx, info)
+  local host, removed = ctx.host, {}
+  if type(host.remove_temps) ~= "function" then return removed end
+  local paths = { state.path(ctx.settings) }
+  if info and info.nodes_file then paths[#paths + 1] = info.nodes_file end
+  for _, path in ipairs(paths) do
+    local names, err = host.remove_temps(path)
+    local dir = path:match("^(.*)/[^/]*$") or "."
+    if type(names) == "table" then
+      table.sort(names)
+      for _, n in ipairs(names) do
+        removed[#removed + 1] = dir .. "/" .. n
+        host.log("debug", M.one_line(string.format("removed %s/%s, the temp file of a write of %s that was "
+          .. "killed before its rename", dir, n, path)))
+      end
+    elseif names == nil then
+      host.log("debug", M.one_line("leftover temp files not checked: " .. tostring(err)))
+    end
+  end
+  return removed
+end
+
 --- Step 4b: write the node list atomically and record it in the state file.
 -- @param st table state (updated in place)
 -- @return true, or nil, "write-failed"|"deadline-exceeded", message (the primitive's: it says

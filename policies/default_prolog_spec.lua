@@ -855,6 +855,50 @@ describe("default policy job registry (C08, scenario style)", function()
     end)
   end)
 
+  describe("C34: a key repeated in config.cfg", function()
+    local function cfg_with(extra) return { [CONFIG] = testing.CONFIG_TEXT .. extra } end
+
+    it("the same value twice: prolog, plan, status and health go on, the repeat is a warning", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_CMD_ENABLED=1\n") }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal(1, s:restarts())
+      assert.matches("IMEX_CMD_ENABLED is set 2 times with the same value '1' %(lines 5, 10%)",
+        s:logs("warning")[1])
+      assert.equal("ok", (s:plan{ job = 102, nodelist = "n[1-2]" }))
+      assert.equal("ok", (s:status{}))
+      assert.equal("ok", (s:health{}))
+    end)
+
+    it("two command ports: prolog ok, its port owner unchecked (said at debug); plan and status name both "
+      .. "lines and that the daemon's choice is unknown", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_CMD_PORT=50015\n") }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.matches("line 6: '50005', line 10: '50015'", s:logs("warning")[1], 1, true)
+      assert.matches("command port owner not checked: .*IMEX_CMD_PORT", table.concat(s:logs("debug"), "\n"))
+      for _, cmd in ipairs({ "plan", "status" }) do
+        local o, m, report = s:run(cmd, { job = 102, nodelist = "n[1-2]" })
+        assert.equal("ok", o, cmd) -- a repeat is not a configuration fault
+        local shown = cmd == "plan" and report or m
+        assert.matches("line 6: '50005', line 10: '50015'", shown, 1, true)
+        assert.matches("is unknown", shown)
+      end
+    end)
+
+    it("two node list files: bad-input naming both lines, nothing written or restarted", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/other.cfg\n") }
+      local outcome, msg = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("bad-input", outcome)
+      assert.matches("line 4: '/etc/nvidia%-imex/nodes_config.cfg', line 10: '/etc/nvidia%-imex/other.cfg'",
+        msg)
+      assert.matches("unknown", msg)
+      assert.same({}, s:writes())
+      assert.equal(0, s:restarts())
+    end)
+  end)
+
   describe("C39: temp files a killed write left behind", function()
     local LEFT = { "/run/imexguard/.state.json.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.x9Y8z7" }
     local ALIKE = { "/run/imexguard/.foo.AbC123", "/run/imexguard/.state.json.bak",

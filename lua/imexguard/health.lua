@@ -121,7 +121,7 @@ end
 local function command_service_off(want)
   if type(want.cfg) ~= "table" or #(want.addrs or {}) < 2 then return false end
   for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.addrs)) do
-    if f.level == "error" and f.key == "IMEX_CMD_ENABLED" then return true end
+    if f.level == "error" and f.key == "IMEX_CMD_ENABLED" and not f.repeated then return true end
   end
   return false
 end

@@ -155,7 +155,11 @@ end
 -- @return path, or nil, "config-mismatch"|"bad-input", message
 local function daemon_nodes_file(ctx, cfg, config)
   local s = ctx.settings
-  local v = imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE")
+  local v, unknown = imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE")
+  if unknown then -- C34: the node list the daemon reads is unknown, so no list can be written for it
+    return fail("bad-input", "IMEX config %s: %s; nothing changed (keep one IMEX_NODE_CONFIG_FILE line)",
+      config, unknown)
+  end
   local nodes_file = (v and v ~= "") and v or M.DEFAULT_NODES_FILE
   -- the daemon's working directory is not ours: a relative path would name another file
   if nodes_file:sub(1, 1) ~= "/" then
@@ -168,6 +172,18 @@ local function daemon_nodes_file(ctx, cfg, config)
       M.node_name(ctx), s.nodes_file, nodes_file, config)
   end
   return nodes_file
+end
+
+--- C34: log the keys config.cfg sets more than once (imexcfg.lint's repeat findings, at warning):
+-- the same value is harmless; different values leave the key's value unknown, and each step that
+-- needs it says so (the node list: bad-input; the command port: its owner is not checked).
+-- @param ctx table policy context
+-- @param cfg table parsed config.cfg
+-- @param config string its path
+function M.log_repeats(ctx, cfg, config)
+  for _, f in ipairs(imexcfg.lint(cfg, config)) do
+    if f.repeated then ctx.host.log("warning", M.one_line(f.text)) end
+  end
 end
 
 --- Step 1: does IMEX apply to this node?
@@ -199,10 +215,11 @@ function M.applies(ctx)
   end
   local cfg, perr = imexcfg.parse(text)
   if not cfg then return fail("bad-input", "IMEX config %s: %s", config, tostring(perr)) end
+  M.log_repeats(ctx, cfg, config)
   local nodes_file
   nodes_file, o, m = daemon_nodes_file(ctx, cfg, config)
   if not nodes_file then return nil, o, m end
-  local bind = cfg.BIND_INTERFACE_IP
+  local bind = cfg.BIND_INTERFACE_IP -- nil when set with different values (C34): found by address
   return { unit = props, cfg = cfg, config = config, config_source = source, nodes_file = nodes_file,
     bind = (bind ~= "" and bind) or nil, managed_disabled = managed_disabled }
 end
@@ -928,8 +945,11 @@ end
 function M.check_port(ctx, info, props)
   local host, unit = ctx.host, ctx.settings.unit
   if type(host.port_owner) ~= "function" then return true end
-  local port = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
-  if not port then return true end
+  local port, perr = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
+  if not port then
+    host.log("debug", M.one_line("command port owner not checked: " .. tostring(perr)))
+    return true
+  end
   -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
   -- simulator runs one daemon per loopback address on the same port; a node runs one)
   local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP

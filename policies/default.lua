@@ -538,8 +538,8 @@ function Policy:run_health(ctx)
   if o == "skipped" then return "skipped", text.one_line("not applicable: " .. tostring(m)) end
   if o == "peers-unhealthy" then o, m = "ok", "this node healthy; " .. tostring(m) end
   if o == "ok" then
-    local line, fault = channels.state(ctx)
-    if fault then o, m = "channel-failed", line end
+    local line, fault, fo = channels.state(ctx)
+    if fault then o, m = fo or "channel-failed", line end
   end
   if outcomes.exit_code(o, ctx.settings) == 0 then return o, text.one_line(m) end
   return o, text.one_line(m), drain.reason(o, m) .. "\n"

@@ -1508,6 +1508,55 @@ describe("default policy: the IMEX channel step (after applies?, before the node
     assert.same({}, h.jobs)
   end)
 
+  describe("C38: slurm.conf where Slurm keeps it", function()
+    local CACHE = "/var/spool/slurmd/conf-cache"
+    local function senv(extra)
+      local e = env("n[1-2]", { SLURM_CONF = CACHE .. "/slurm.conf" })
+      for k, v in pairs(extra or {}) do e[k] = v end
+      return e
+    end
+
+    it("configless, SwitchType only in an Included switch.conf: no channel is made", function()
+      local h = chost({ [CACHE .. "/slurm.conf"] = "ClusterName=c\nInclude switch.conf\n",
+        [CACHE .. "/switch.conf"] = "SwitchType=switch/nvidia_imex\n" })
+      assert.equal("ok", (run(h, { settings = CH, env = senv() })))
+      assert.equal(0, h.count("mknod_char"))
+      for _, m in ipairs(h.mkdirs) do assert.not_equal(DIR, m.path) end
+      -- /etc/slurm/slurm.conf (the setting) was never read: SLURM_CONF is slurmd's own file
+      for _, call in ipairs(h.calls) do assert.not_equal("/etc/slurm/slurm.conf", call[2]) end
+      -- the plan says where it found the plugin
+      local _, _, report = run(h, { settings = CH, env = senv(), command = "plan" })
+      assert.matches("SwitchType=switch/nvidia_imex in " .. CACHE:gsub("%-", "%%-") .. "/switch.conf line 1, "
+        .. "included from " .. CACHE:gsub("%-", "%%-") .. "/slurm.conf", report)
+    end)
+
+    it("an Include that cannot be read: slurm-conf-unreadable (exit 20), nothing changed", function()
+      for _, fail in ipairs({ false, true }) do -- switch.conf missing; there but not readable
+        local files = { ["/proc/devices"] = fixture("proc/devices-gb200.txt"),
+          [NODES] = "10.0.0.1\n10.0.0.3\n", [CACHE .. "/slurm.conf"] = "Include switch.conf\n" }
+        if fail then files[CACHE .. "/switch.conf"] = "x" end
+        local h = testing.host{ files = files,
+          fail = fail and { [CACHE .. "/switch.conf"] = { read = "EACCES" } } or nil }
+        local outcome, message = run(h, { settings = CH, env = senv() })
+        assert.equal("slurm-conf-unreadable", outcome)
+        assert.equal(20, outcomes.exit_code(outcome))
+        assert.matches(CACHE:gsub("%-", "%%-")
+          .. "/switch.conf unreadable %(Include on .*slurm.conf line 1%)", message)
+        assert.matches("nothing changed", message)
+        assert.equal(0, h.count("mknod_char"))
+        assert.same({}, h.writes)
+        assert.same({}, h.jobs)
+        assert.equal(0, h.count("lock"))
+      end
+    end)
+
+    it("a SLURM_CONF that is missing is unreadable; with imex_channels off nothing is read", function()
+      local h = chost({ ["/etc/slurm/slurm.conf"] = "SwitchType=switch/none\n" })
+      assert.equal("slurm-conf-unreadable", (run(h, { settings = CH, env = senv() })))
+      assert.equal("ok", (run(h, { env = senv() })))
+    end)
+  end)
+
   it("IMEX does not apply: skipped before the channel step", function()
     local h = testing.host{ unit = false, files = { [DEV] = fixture("proc/devices-gb200.txt") } }
     assert.equal("skipped", (run(h, { settings = CH })))

@@ -88,7 +88,9 @@ M.schema = {
   { name = "proc_devices", default = "/proc/devices", kind = "path",
     doc = "the kernel's device list; the channel major comes from its Character devices section" },
   { name = "slurm_conf", default = "/etc/slurm/slurm.conf", kind = "path",
-    doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex" },
+    doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex, with its "
+      .. "Include files; SLURM_CONF of the prolog's environment (slurmd's own file, the conf-cache when "
+      .. "configless) comes first, /run/slurm/conf/slurm.conf when this file does not exist" },
   { name = "drain_reason", default = false, kind = "boolean",
     doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",

@@ -445,7 +445,7 @@ end
 function Policy:run_status(ctx)
   local info, o, why = self:applies(ctx)
   if not info and o ~= "unit-unknown" then return o, why, report.status_plain(o, why, ctx.json) end
-  local ans = health.probe(ctx, nil, info and info.config)
+  local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
     local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)

@@ -1363,6 +1363,64 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
   end)
 end)
 
+-- C37: the command service on a unix socket (NVIDIA's Kubernetes host-managed guide).
+describe("default policy: the command service on a unix socket (C37)", function()
+  local SOCK = "/run/nvidia-imex/cmd.sock"
+  local STRAY = H.lifecycle.STRAY
+  local function cfg(port_line)
+    local t = testing.CONFIG_TEXT:gsub("IMEX_CMD_PORT=50005\n", port_line or "")
+    return { [CONFIG] = t .. "IMEX_CMD_UNIX_DOMAIN_PATH=" .. SOCK .. "\n" }
+  end
+  local function calls(s, name)
+    local out = {}
+    for _, c in ipairs(s.host.calls) do if c[1] == name then out[#out + 1] = c end end
+    return out
+  end
+
+  for _, case in ipairs({ { "IMEX_CMD_PORT left empty", "IMEX_CMD_PORT=\n" },
+    { "no IMEX_CMD_PORT line", nil } }) do
+    it(case[1] .. ": the ctl is called with -u SOCKET, the socket's owner is checked, no TCP port assumed",
+      function()
+        local s = testing.scenario{ policy = P, file = { "n1", "n3" }, files = cfg(case[2]) }
+        assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+        assert.equal(1, s:restarts())
+        local argv = s.host.runs[#s.host.runs]
+        assert.same({ "/usr/bin/nvidia-imex-ctl", "-u", SOCK, "-N", "-j" }, argv)
+        for _, a in ipairs(s.host.runs) do assert.is_nil(table.concat(a, " "):find(" -c ", 1, true)) end
+        assert.equal(0, #calls(s, "port_owner"))
+        local so = calls(s, "socket_owner")
+        assert.is_true(#so > 0)
+        assert.equal(SOCK, so[1][2])
+        assert.equal(s:unit().main_pid, so[#so][4])
+        -- plan and status: no finding about a TCP port that is not configured
+        local o, m, report = s:plan{ job = 102, nodelist = "n[1-2]" }
+        assert.equal("ok", o, m)
+        assert.is_nil(report:find("IMEX_CMD_PORT", 1, true))
+        o, m = s:status{}
+        assert.equal("ok", o, m)
+        assert.is_nil(m:find("IMEX_CMD_PORT", 1, true))
+      end)
+  end
+
+  it("a stray daemon on the socket: service-failed naming it and the socket", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" }, files = cfg("IMEX_CMD_PORT=\n"),
+      host = { socket_owner = STRAY } }
+    local outcome, message = s:prolog{ job = 108, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("pid 31337 %(/usr/bin/nvidia%-imex %-c /tmp/debug.cfg%)", message)
+    assert.matches("command socket " .. SOCK:gsub("%-", "%%-"), message)
+    assert.equal("service-failed", (s:status{}))
+  end)
+
+  it("a TCP port too: the ctl keeps -c (the port is known to work); both listeners are checked", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, files = cfg("IMEX_CMD_PORT=50005\n") }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({ "/usr/bin/nvidia-imex-ctl", "-c", CONFIG, "-N", "-j" }, s.host.runs[#s.host.runs])
+    assert.is_true(#calls(s, "port_owner") > 0)
+    assert.is_true(#calls(s, "socket_owner") > 0)
+  end)
+end)
+
 -- Sites that ship the unit disabled (C23).
 describe("default policy: a disabled unit (C23)", function()
   it("skipped by default, with a warning naming manage_disabled_unit when config.cfg exists", function()

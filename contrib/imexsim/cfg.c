@@ -65,6 +65,7 @@ enum kind {
 	K_TOKEN,  /* a string of at least lo bytes without blanks (one token of the handshake and
 		     the STATUS answer) */
 	K_IDS,	  /* a string of node IDs: digits and commas */
+	K_PORT,	  /* an int in [lo, hi], or the empty value: 0 (the service is off) */
 	K_CHOICE, /* an int: the index of the value among `choices` */
 	K_ONE_OF, /* a string: one of `choices` */
 };
@@ -90,7 +91,8 @@ static const struct key {
 	const char *const *choices;
 } keys[] = {
     {"SERVER_PORT", K_INT, FIELD(server_port), 1, 65535, NULL},
-    {"IMEX_CMD_PORT", K_INT, FIELD(cmd_port), 1, 65535, NULL},
+    {"IMEX_CMD_PORT", K_PORT, FIELD(cmd_port), 1, 65535, NULL},
+    {"IMEX_CMD_UNIX_DOMAIN_PATH", K_STR, FIELD(cmd_unix_path), 0, 0, NULL},
     {"IMEX_CMD_ENABLED", K_INT, FIELD(cmd_enabled), 0, 1, NULL},
     {"DAEMONIZE", K_INT, FIELD(daemonize), 0, 1, NULL},
     {"IMEX_CMD_BIND_INTERFACE_IP", K_STR, FIELD(cmd_bind_ip), 0, 0, NULL},
@@ -138,6 +140,12 @@ static int store(struct sim_config *c, const struct key *key, const char *v)
 	int i;
 
 	switch (key->kind) {
+	case K_PORT:
+		if (*v == '\0') {
+			*(int *)(void *)field = 0;
+			return 0;
+		}
+		return parse_int(v, (int)key->lo, (int)key->hi, (int *)(void *)field);
 	case K_INT:
 		return parse_int(v, (int)key->lo, (int)key->hi, (int *)(void *)field);
 	case K_DOUBLE:

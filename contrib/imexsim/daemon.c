@@ -68,7 +68,7 @@ static struct {
 	uint64_t instance, map_hash;
 	const char *state;
 	int log_fd, log_stderr;
-	int peer_lfd, cmd_lfd;
+	int peer_lfd, cmd_lfd, cmd_ufd; /* cmd_ufd: IMEX_CMD_UNIX_DOMAIN_PATH's socket */
 	struct peer *peers;
 	struct client *clients;
 	char hostname[256];
@@ -365,6 +365,8 @@ static int from_remote(int fd)
 {
 	struct sockaddr_storage a, b;
 	socklen_t la = sizeof a, lb = sizeof b;
+	if (getsockname(fd, (struct sockaddr *)&a, &la) == 0 && a.ss_family == AF_UNIX)
+		return 0; /* the unix socket: a client of this machine */
 	if (getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
 	    getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || a.ss_family != AF_INET ||
 	    b.ss_family != AF_INET)
@@ -553,7 +555,7 @@ static void loop_once(const sigset_t *orig)
 	size_t nclients = 0;
 	for (struct client *c = d.clients; c; c = c->next)
 		nclients++;
-	size_t cap = 2 + (size_t)d.nodes.count + nclients, n = 0;
+	size_t cap = 3 + (size_t)d.nodes.count + nclients, n = 0;
 	struct pollfd *fds = calloc(cap, sizeof *fds);
 	struct slot *owner = calloc(cap, sizeof *owner);
 	if (!fds || !owner) {
@@ -563,6 +565,7 @@ static void loop_once(const sigset_t *orig)
 	}
 	fds[n++] = (struct pollfd){.fd = d.peer_lfd, .events = POLLIN};
 	fds[n++] = (struct pollfd){.fd = d.cmd_lfd, .events = POLLIN};
+	fds[n++] = (struct pollfd){.fd = d.cmd_ufd, .events = POLLIN};
 	for (int i = 0; i < d.nodes.count; i++) {
 		struct peer *p = &d.peers[i];
 		if (i == d.self || p->fd < 0)
@@ -589,7 +592,9 @@ static void loop_once(const sigset_t *orig)
 			accept_all(d.peer_lfd, C_PEER_IN);
 		if (fds[1].revents)
 			accept_all(d.cmd_lfd, C_CMD);
-		for (size_t k = 2; k < n; k++) {
+		if (fds[2].revents)
+			accept_all(d.cmd_ufd, C_CMD);
+		for (size_t k = 3; k < n; k++) {
 			if (!fds[k].revents)
 				continue;
 			if (owner[k].peer >= 0) {
@@ -753,7 +758,7 @@ int sim_daemon_main(int argc, char **argv)
 	memset(&d, 0, sizeof d);
 	d.log_fd = -1;
 	d.log_stderr = 1;
-	d.peer_lfd = d.cmd_lfd = -1;
+	d.peer_lfd = d.cmd_lfd = d.cmd_ufd = -1;
 	d.state = "INITIALIZING";
 
 	char err[SIM_PATH_LEN + 200];
@@ -811,12 +816,31 @@ int sim_daemon_main(int argc, char **argv)
 	}
 	if (d.cfg.cmd_enabled && d.cfg.refuse_cmd == SIM_WHO_ALL) {
 		logmsg("WARN", "Not listening on the command port (IMEXSIM_REFUSE_CMD=1)");
+	} else if (d.cfg.cmd_enabled && !d.cfg.cmd_port && !*d.cfg.cmd_unix_path) {
+		/* [guess] what the real daemon does with neither is not documented */
+		logmsg("ERROR",
+		       "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT or IMEX_CMD_UNIX_DOMAIN_PATH");
+		if (d.peer_lfd >= 0)
+			close(d.peer_lfd);
+		return 1;
 	} else if (d.cfg.cmd_enabled) {
 		/* Real default: all interfaces; here: our own address, so that nodes can share the
-		 * port number on one machine. */
+		 * port number on one machine.  An empty IMEX_CMD_PORT: no TCP command port. */
 		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.addr;
-		d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
-		if (d.cmd_lfd < 0) {
+		if (d.cfg.cmd_port)
+			d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
+		if (d.cmd_lfd >= 0 || !d.cfg.cmd_port) {
+			if (*d.cfg.cmd_unix_path &&
+			    (d.cmd_ufd = sim_listen_unix(d.cfg.cmd_unix_path)) < 0) {
+				logmsg("ERROR", "Failed to listen on command socket %s: %s",
+				       d.cfg.cmd_unix_path, strerror(-d.cmd_ufd));
+				if (d.cmd_lfd >= 0)
+					close(d.cmd_lfd);
+				if (d.peer_lfd >= 0)
+					close(d.peer_lfd);
+				return 1;
+			}
+		} else {
 			logmsg("ERROR", "Failed to listen on command port %s:%d: %s", ip,
 			       d.cfg.cmd_port, strerror(-d.cmd_lfd));
 			if (d.peer_lfd >= 0)
@@ -909,6 +933,10 @@ int sim_daemon_main(int argc, char **argv)
 		close(d.peer_lfd);
 	if (d.cmd_lfd >= 0)
 		close(d.cmd_lfd);
+	if (d.cmd_ufd >= 0) {
+		close(d.cmd_ufd);
+		unlink(d.cfg.cmd_unix_path);
+	}
 	if (*d.cfg.state_file)
 		unlink(d.cfg.state_file);
 	if (*d.cfg.pid_file)

@@ -31,17 +31,18 @@
 /* The keys of config.cfg the simulator knows (NVIDIA's package defaults, plus IMEXSIM_* keys). */
 struct sim_config {
 	char path[SIM_PATH_LEN];
-	int server_port;		/* SERVER_PORT, default 50000 (peer mesh) */
-	int cmd_port;			/* IMEX_CMD_PORT, default 50005 */
-	int cmd_enabled;		/* IMEX_CMD_ENABLED, default 1 */
-	char cmd_bind_ip[SIM_ADDR_LEN]; /* IMEX_CMD_BIND_INTERFACE_IP, default "" */
-	char bind_ip[SIM_ADDR_LEN];	/* BIND_INTERFACE_IP, default "" */
-	char node_file[SIM_PATH_LEN];	/* IMEX_NODE_CONFIG_FILE */
-	int daemonize;			/* DAEMONIZE, default 1 */
-	char log_file[SIM_PATH_LEN];	/* LOG_FILE_NAME, default "" (no log file) */
-	char wait_for_quorum[32];	/* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
-	char version[64];		/* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
-	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
+	int server_port; /* SERVER_PORT, default 50000 (peer mesh) */
+	int cmd_port;	 /* IMEX_CMD_PORT, default 50005; 0: set empty (no TCP command port) */
+	char cmd_unix_path[SIM_PATH_LEN]; /* IMEX_CMD_UNIX_DOMAIN_PATH, default "" (none) */
+	int cmd_enabled;		  /* IMEX_CMD_ENABLED, default 1 */
+	char cmd_bind_ip[SIM_ADDR_LEN];	  /* IMEX_CMD_BIND_INTERFACE_IP, default "" */
+	char bind_ip[SIM_ADDR_LEN];	  /* BIND_INTERFACE_IP, default "" */
+	char node_file[SIM_PATH_LEN];	  /* IMEX_NODE_CONFIG_FILE */
+	int daemonize;			  /* DAEMONIZE, default 1 */
+	char log_file[SIM_PATH_LEN];	  /* LOG_FILE_NAME, default "" (no log file) */
+	char wait_for_quorum[32];	  /* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
+	char version[64];		  /* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
+	int reconnect_ms;		  /* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
 	double reconnect_factor; /* IMEXSIM_RECONNECT_FACTOR: growth per failure, default 2 */
 	int reconnect_max_ms;	 /* IMEXSIM_RECONNECT_MAX_MS: back-off cap, default 2000 */
 	int usr1_interval_ms;	 /* IMEXSIM_USR1_INTERVAL_MS: SIGUSR1 rate limit, default 5000 */
@@ -118,6 +119,14 @@ struct sim_buf {
  */
 int sim_listen(const char *ip, int port);
 
+/* Create a non-blocking unix stream socket listening on `path` (a stale socket file there is
+ * removed first; any other file is left alone: -EEXIST).  Returns the fd or a negative errno. */
+int sim_listen_unix(const char *path);
+
+/* Start a non-blocking connect to the unix socket `path`.  Returns the fd (wait for POLLOUT, then
+ * sim_connect_result) or a negative errno (-ENOENT, -ECONNREFUSED, -ENAMETOOLONG). */
+int sim_connect_unix_start(const char *path);
+
 /* Start a non-blocking TCP connect to IPv4 `ip`:`port`.  Returns the fd (the connect may still be
  * in progress: wait for POLLOUT, then call sim_connect_result), -EINVAL for a non-literal `ip`, or
  * the negative errno of socket/connect (e.g. -ECONNREFUSED). */
@@ -176,9 +185,9 @@ enum sim_conn sim_conn_parse(const char *name);
 
 /* nvidia-imex [-c CONFIG]: the daemon.  Returns the process exit status. */
 int sim_daemon_main(int argc, char **argv);
-/* nvidia-imex-ctl [-c CONFIG | -i IP PORT] (-q|-N|-n) [-j] [-H] [-t MS]: the ctl.  Returns the
- * process exit status (0, 1 when -q cannot reach the daemon, 2 for a usage error, 255 when the
- * configuration cannot be read). */
+/* nvidia-imex-ctl [-c CONFIG] [-i IP PORT | -u SOCKET] (-q|-N|-n) [-j] [-H] [-t MS]: the ctl.
+ * Returns the process exit status (0, 1 when -q cannot reach the daemon, 2 for a usage error, 255
+ * when the configuration cannot be read). */
 int sim_ctl_main(int argc, char **argv);
 
 #endif

@@ -160,6 +160,36 @@ function M.port(cfg, key)
   return n
 end
 
+--- The daemon's command service (C37): a TCP port and/or a unix socket. `IMEX_CMD_ENABLED=1`
+-- needs `IMEX_CMD_PORT` and/or `IMEX_CMD_UNIX_DOMAIN_PATH` (the config.cfg template of NVIDIA's
+-- DRA driver). A TCP port is assumed only where one is configured: `IMEX_CMD_PORT` set, or, without
+-- a socket path, the package default 50005. With a socket path and no `IMEX_CMD_PORT` line whether
+-- the daemon also listens on 50005 is not documented: no port is assumed.
+-- @tparam table|nil cfg result of `parse`
+-- @treturn[1] table `{enabled = boolean, port = integer|nil, socket = string|nil}`
+-- @treturn[2] nil
+-- @treturn[2] string one line: the port is not a number, or a key is unknown (C34)
+function M.command_service(cfg)
+  local socket, serr = M.get(cfg, "IMEX_CMD_UNIX_DOMAIN_PATH")
+  if serr then return nil, serr end
+  if socket == "" then socket = nil end
+  local enabled, eerr = M.get(cfg, "IMEX_CMD_ENABLED")
+  if eerr then return nil, eerr end
+  local unknown = M.unknown(cfg, "IMEX_CMD_PORT")
+  if unknown then return nil, unknown end
+  local v = cfg and cfg.IMEX_CMD_PORT
+  local port
+  if v == nil or v == "" then
+    -- without a socket the daemon's default applies (lint warns: every node must share it)
+    port = not socket and math.tointeger(tonumber(DEFAULTS.IMEX_CMD_PORT)) or nil
+  else
+    local perr
+    port, perr = M.port(cfg, "IMEX_CMD_PORT")
+    if not port then return nil, perr end
+  end
+  return { enabled = enabled == "1", port = port, socket = socket }
+end
+
 --- Where the daemon and the ctl read their config when no `-c` is given (NVIDIA IMEX guide).
 M.DEFAULT_PATH = "/etc/nvidia-imex/config.cfg"
 
@@ -189,11 +219,21 @@ local function lint_ports(cfg, add)
   elseif enabled ~= nil and enabled ~= "1" then
     add("IMEX_CMD_ENABLED", "error", "IMEX_CMD_ENABLED='%s' is neither 0 nor 1", enabled)
   end
+  local socket = cfg.IMEX_CMD_UNIX_DOMAIN_PATH
+  if socket == "" then socket = nil end
+  if socket and socket:sub(1, 1) ~= "/" then
+    add("IMEX_CMD_UNIX_DOMAIN_PATH", "error", "IMEX_CMD_UNIX_DOMAIN_PATH=%s is not an absolute path", socket)
+  elseif socket and socket:match("^/etc/") then
+    add("IMEX_CMD_UNIX_DOMAIN_PATH", "warning", "IMEX_CMD_UNIX_DOMAIN_PATH=%s is under /etc: a unit with "
+      .. "ProtectSystem=full cannot create it there", socket)
+  end
   local ports = {}
   for _, key in ipairs({ "SERVER_PORT", "IMEX_CMD_PORT" }) do
     local v = cfg[key]
-    -- a key set with different values is named by lint's repeat finding, not "not set" (C34)
+    -- a key set with different values is named by lint's repeat finding, not "not set" (C34); a
+    -- command port left empty or out beside a unix socket is not assumed (C37)
     if M.unknown(cfg, key) then v = false end
+    if key == "IMEX_CMD_PORT" and socket and (v == nil or v == "") then v = false end
     if v == nil or v == "" then
       add(key, "warning", "%s is not set: the daemon uses %s, and every node of the domain must use the "
         .. "same port", key, DEFAULTS[key])
@@ -214,7 +254,9 @@ end
 -- ::1, localhost); `IMEX_CMD_ENABLED=0` or neither 0 nor 1; `SERVER_PORT` or `IMEX_CMD_PORT` not a
 -- port number, or both the same; `IMEX_NODE_CONFIG_FILE` not an absolute path (the daemon's
 -- working directory is not the admin's). Warnings: `SERVER_PORT` or `IMEX_CMD_PORT` missing or
--- empty (the daemon's default applies, which every node must share). Repeated keys (C34), first:
+-- empty (the daemon's default applies, which every node must share), except `IMEX_CMD_PORT` beside
+-- `IMEX_CMD_UNIX_DOMAIN_PATH` (C37: no TCP port is assumed); `IMEX_CMD_UNIX_DOMAIN_PATH` not absolute
+-- (error) or under /etc (warning: ProtectSystem=full). Repeated keys (C34), first:
 -- with the same value a warning, with different values an error naming every line ("which one
 -- the daemon uses is unknown"); both findings have `repeated = true`.
 -- @tparam table cfg result of `parse`

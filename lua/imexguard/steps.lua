@@ -534,7 +534,7 @@ end
 -- @param probe table|nil the ctl already started (M.start_probe): its answer; nil: health.probe now
 local function stage_ctl(ctx, want, v, probe)
   local ans
-  if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path) end
+  if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path, want.cfg) end
   v.answer = ans
   if not ans.domain then
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
@@ -563,13 +563,14 @@ Probe.__index = Probe
 --- Start the ctl of health.probe now (host.spawn); its answer comes with probe:answer().
 -- @param ctx table policy context
 -- @param config string|nil the daemon's config.cfg for the ctl's `-c`, as health.probe's
+-- @param cfg table|nil that config, parsed, as health.probe's
 -- @return probe (use `local p <close> = probe`; a failed start is answered as health.probe answers a
 --   command that cannot run)
-function M.start_probe(ctx, config)
+function M.start_probe(ctx, config, cfg)
   local s = ctx.settings
-  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config),
+  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config, cfg),
     { timeout = s.ctl_timeout, max_output = health.MAX_OUTPUT })
-  return setmetatable({ ctx = ctx, config = config, proc = proc, err = err, code = code }, Probe)
+  return setmetatable({ ctx = ctx, config = config, cfg = cfg, proc = proc, err = err, code = code }, Probe)
 end
 
 --- Wait for the started ctl: health.probe's answer ({domain = ...} or {err, kind}).
@@ -581,7 +582,8 @@ function Probe:answer()
   end
   local host = setmetatable({ run = run }, { __index = ctx.host })
   -- health.probe records the answer it parsed in ctx.domain_seen: the view passes writes to ctx
-  return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config)
+  return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config,
+    self.cfg)
 end
 
 --- Kill and reap the ctl unless it was waited for (also the probe's __close). Idempotent.
@@ -631,7 +633,7 @@ function M.assess(ctx, info, want, st, opts)
   local early_reason, started
   if may_reach_ctl(ctx, early, opts) then
     early_reason = stage_started_with(ctx, info, want, st, early)
-    if not early_reason then started = M.start_probe(ctx, want.config_path) end
+    if not early_reason then started = M.start_probe(ctx, want.config_path, want.cfg) end
   end
   local probe <close> = started -- killed on every path that does not answer it
   local props, o, m = M.settle_unit(ctx, opts.wait)
@@ -930,35 +932,59 @@ local function unit_process(ctx, pid, props)
   return cg ~= nil and cg:find("/" .. ctx.settings.unit, 1, true) ~= nil
 end
 
---- C27: something answering on this node's command port (IMEX_CMD_PORT of config.cfg) that is not
--- the unit's process (a daemon started by hand, a leftover of a crashed unit): the ctl would show
--- ITS state, so nothing may be called healthy, and a start of the unit would fail or run a second
--- daemon. Uses host.port_owner(port, nil, address, main_pid) -> {pid, comm, cmdline} | nil, msg, code,
--- with the unit's main PID as the hint (its descriptors are read first: every process only when it
--- does not hold the port); a host without it, or an owner it cannot find, proves nothing (logged at
--- debug).
+--- C27: something answering on this node's command service (IMEX_CMD_PORT of config.cfg, or the
+-- unix socket IMEX_CMD_UNIX_DOMAIN_PATH, C37) that is not the unit's process (a daemon started by
+-- hand, a leftover of a crashed unit): the ctl would show ITS state, so nothing may be called
+-- healthy, and a start of the unit would fail or run a second daemon. Uses
+-- host.port_owner(port, nil, address, main_pid) and host.socket_owner(path, nil, main_pid) ->
+-- {pid, comm, cmdline} | nil, msg, code, with the unit's main PID as the hint (its descriptors are
+-- read first: every process only when it does not hold the socket); a host without them, or an
+-- owner it cannot find, proves nothing (logged at debug). The TCP port is checked only where one is
+-- configured (imexcfg.command_service).
 -- @param ctx table policy context
 -- @param info table from applies (cfg)
 -- @param props table|nil the unit's properties (main_pid, active_state)
 -- @return true, or nil, "service-failed", message naming the process (pid, command line), the port
---   and the unit
+--   or socket and the unit
 function M.check_port(ctx, info, props)
-  local host, unit = ctx.host, ctx.settings.unit
-  if type(host.port_owner) ~= "function" then return true end
-  local port, perr = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
-  if not port then
-    host.log("debug", M.one_line("command port owner not checked: " .. tostring(perr)))
+  local host = ctx.host
+  local svc, serr = imexcfg.command_service(info.cfg)
+  if not svc then
+    host.log("debug", M.one_line("command port owner not checked: " .. tostring(serr)))
     return true
   end
-  -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
-  -- simulator runs one daemon per loopback address on the same port; a node runs one)
-  local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
-  if cmd_ip == "" then cmd_ip = nil end
   local main = props and tonumber(props.main_pid)
-  local owner, err, code = host.port_owner(port, nil, cmd_ip or info.bind, main and main > 0 and main or nil)
+  local hint = main and main > 0 and main or nil
+  if svc.socket and type(host.socket_owner) == "function" then
+    local ok, o, m = M.check_owner(ctx, props, "socket " .. svc.socket,
+      host.socket_owner(svc.socket, nil, hint))
+    if not ok then return nil, o, m end
+  end
+  if svc.port and type(host.port_owner) == "function" then
+    -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
+    -- simulator runs one daemon per loopback address on the same port; a node runs one)
+    local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
+    if cmd_ip == "" then cmd_ip = nil end
+    return M.check_owner(ctx, props, "port " .. svc.port,
+      host.port_owner(svc.port, nil, cmd_ip or info.bind, hint))
+  end
+  return true
+end
+
+--- The judgement of M.check_port on one listener of the command service: healthy only when it is
+-- the active unit's process.
+-- @param ctx table policy context
+-- @param props table|nil the unit's properties
+-- @param what string "port 50005" or "socket /run/imex/cmd.sock" (for the message)
+-- @param owner table|nil host.port_owner's or host.socket_owner's result
+-- @param err string|nil its message when nil
+-- @param code string|nil its code ("none": nothing listens)
+-- @return true, or nil, "service-failed", message
+function M.check_owner(ctx, props, what, owner, err, code)
+  local host, unit = ctx.host, ctx.settings.unit
   if not owner then
     if code ~= "none" then
-      host.log("debug", M.one_line("command port owner unknown: " .. tostring(err)))
+      host.log("debug", M.one_line("command " .. what .. " owner unknown: " .. tostring(err)))
     end
     return true
   end
@@ -968,10 +994,10 @@ function M.check_port(ctx, info, props)
   if active and unit_process(ctx, pid, props) then return true end
   local cmd = owner.cmdline
   if type(cmd) == "table" then cmd = table.concat(cmd, " ") end
-  return fail("service-failed", "node %s: pid %d (%s) listens on the IMEX command port %d but is not the "
+  return fail("service-failed", "node %s: pid %d (%s) listens on the IMEX command %s but is not the "
     .. "main process of %s (%s, main pid %s): a daemon started by hand or left over; its answers are not "
     .. "the unit's. Stop it (kill %d), then run the prolog again", M.node_name(ctx), pid,
-    show(cmd or owner.comm or "?"), port, unit, props and tostring(props.active_state) or "state unknown",
+    show(cmd or owner.comm or "?"), what, unit, props and tostring(props.active_state) or "state unknown",
     props and tostring(props.main_pid) or "?", pid)
 end
 

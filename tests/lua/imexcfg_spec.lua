@@ -173,6 +173,31 @@ describe("imexcfg.lint (C22: flagged before any job runs)", function()
     assert.is_nil(f[1].text:find("not set", 1, true))
   end)
 
+  it("C37: a unix socket beside an empty or absent IMEX_CMD_PORT assumes no TCP port", function()
+    local sock = "IMEX_CMD_UNIX_DOMAIN_PATH=/run/nvidia-imex/cmd.sock\n"
+    for _, text in ipairs({ edit("IMEX_CMD_PORT=50005\n", "IMEX_CMD_PORT=\n") .. sock,
+      edit("IMEX_CMD_PORT=50005\n", "") .. sock }) do
+      assert.same({}, lint(text))
+      assert.same({ enabled = true, socket = "/run/nvidia-imex/cmd.sock" },
+        imexcfg.command_service(assert(imexcfg.parse(text))))
+    end
+    -- without a socket an absent port is the package default (and a warning); both: both
+    assert.same({ enabled = true, port = 50005 }, imexcfg.command_service(assert(imexcfg.parse(""))))
+    assert.same({ enabled = true, port = 50005, socket = "/s" },
+      imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=50005\nIMEX_CMD_UNIX_DOMAIN_PATH=/s\n"))))
+    assert.same({ "IMEX_CMD_PORT:warning" }, keys(lint(edit("IMEX_CMD_PORT=50005\n", "IMEX_CMD_PORT=\n"))))
+    -- the socket's path: absolute; under /etc a unit with ProtectSystem=full cannot create it
+    assert.same({ "IMEX_CMD_UNIX_DOMAIN_PATH:error" },
+      keys(lint(SAMPLE .. "IMEX_CMD_UNIX_DOMAIN_PATH=cmd.sock\n")))
+    local f = lint(SAMPLE .. "IMEX_CMD_UNIX_DOMAIN_PATH=/etc/nvidia-imex/cmd.sock\n")
+    assert.same({ "IMEX_CMD_UNIX_DOMAIN_PATH:warning" }, keys(f))
+    assert.matches("ProtectSystem=full", f[1].text)
+    -- a port that is not a number, or set twice differently: no service, the message says why
+    assert.is_nil(imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=x\n"))))
+    assert.matches("unknown", select(2, imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=1\n"
+      .. "IMEX_CMD_PORT=2\n")))))
+  end)
+
   it("a routable command address is fine", function()
     assert.same({}, lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1\n")))
     assert.same({}, lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=128.0.0.1\n")))

@@ -52,4 +52,57 @@ describe("imexsim under systemd: the node's inputs", function()
     local boot = simdomain.read_file("/proc/sys/kernel/random/boot_id"):gsub("%s+$", "")
     assert.truthy(st:find('"boot_id":"' .. boot .. '"', 1, true), st)
   end)
+
+  describe("C37: the command service on a unix socket only", function()
+    -- one node whose config.cfg has IMEX_CMD_PORT left empty and a command socket in its directory
+    local function socket_domain()
+      d = simdomain.in_order(1)
+      local sock = d:dir("n1") .. "/cmd.sock"
+      d:configure("n1", { IMEX_CMD_PORT = "", IMEX_CMD_UNIX_DOMAIN_PATH = sock })
+      return sock
+    end
+
+    it("the simulator serves it: the ctl answers through -u, not through -c alone", function()
+      local sock = socket_domain()
+      assert(d:start())
+      local ok = simdomain.wait_until(function()
+        local out = simdomain.capture(simdomain.quote(d.build .. "/nvidia-imex-ctl") .. " -u "
+          .. simdomain.quote(sock) .. " -q")
+        return out == true
+      end, 10)
+      assert.truthy(ok, "the ctl never reached the socket")
+      local _, out = simdomain.capture(simdomain.quote(d.build .. "/nvidia-imex-ctl") .. " -u "
+        .. simdomain.quote(sock) .. " -N -j")
+      assert.matches('"status": "UP"', out, 1, true)
+      local qout, qstatus = d:ctl("n1", "-q")
+      assert.equal(1, qstatus, qout) -- -c alone: no TCP command port to reach
+    end)
+
+    it("the prolog rewrites, restarts and finds the domain healthy through the socket; the unit's "
+      .. "daemon holds it", function()
+      socket_domain()
+      assert(d:start())
+      d:write_nodes("n1", {})
+      local r = d:prologs{ job = 101, nodelist = "n1", args = "--set log_level=debug" }.n1
+      assert.equal("ok", r.outcome, r.output)
+      assert.matches("restarted", r.output)
+      assert.is_nil(r.output:find("owner unknown", 1, true), r.output)
+      local st = d:prologs{ job = 102, nodelist = "n1" }.n1
+      assert.equal("ok", st.outcome, st.output)
+    end)
+
+    it("a daemon started by hand on the socket, the unit inactive: service-failed naming it", function()
+      local sock = socket_domain()
+      d:write_nodes("n1", { "n1" })
+      assert(d:systemctl("enable", d:unit("n1"))) -- installed and enabled, not started
+      local pid = assert(d:start_stray("n1"))
+      assert.truthy(simdomain.wait_until(function()
+        return simdomain.capture("test -S " .. simdomain.quote(sock))
+      end, 10))
+      local r = d:prologs{ job = 103, nodelist = "n1" }.n1
+      assert.equal("service-failed", r.outcome, r.output)
+      assert.matches("pid " .. pid, r.output)
+      assert.matches("command socket " .. sock:gsub("%p", "%%%0"), r.output)
+    end)
+  end)
 end)

@@ -239,9 +239,10 @@ struct opts {
 	int port;	  /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
 	int node_port;	  /* IMEX_CMD_PORT: the command port of every node */
 	int mode, json, hostnames, timeout_ms;
-	const char *format; /* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
-	int list_from_file; /* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
-	int conn_own;	    /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
+	const char *format;	/* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
+	const char *hosts_file; /* IMEXSIM_HOSTS_FILE: names of the node list */
+	int list_from_file;	/* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
+	int conn_own; /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
@@ -403,10 +404,11 @@ static int domain_once(const struct opts *o, const struct sim_nodes *file)
 	if (local.ok) {
 		shown_list(o, file, &local, &nodes);
 		shown = &nodes;
+		sim_nodes_resolve(&nodes, o->hosts_file);
 		int self = sim_nodes_find(&nodes, local.self_addr);
 		memset(qs, 0, sizeof *qs);
 		for (int i = 0; i < nodes.count; i++) {
-			qs[i].ip = nodes.addr[i];
+			qs[i].ip = *nodes.ip[i] ? nodes.ip[i] : nodes.addr[i];
 			qs[i].port = o->node_port;
 			/* answered above; no TCP command port: the others cannot be asked */
 			qs[i].done = i == self || !o->node_port;
@@ -534,6 +536,7 @@ int sim_ctl_main(int argc, char **argv)
 			}
 		}
 		o.node_port = cfg.cmd_port;
+		o.hosts_file = cfg.hosts_file;
 		o.format = cfg.ctl_format;
 		o.list_from_file = cfg.ctl_list_from_file;
 		o.conn_own = cfg.ctl_conn_own;
@@ -541,11 +544,12 @@ int sim_ctl_main(int argc, char **argv)
 			printf("Failed to read node configuration file %s\n", cfg.node_file);
 			return 255;
 		}
+		sim_nodes_resolve(&nodes, cfg.hosts_file);
 		if (!o.ip && !o.sock) {
 			int local = sim_nodes_first_local(&nodes);
 			o.ip = *cfg.cmd_bind_ip ? cfg.cmd_bind_ip
 			       : *cfg.bind_ip	? cfg.bind_ip
-			       : local >= 0	? nodes.addr[local]
+			       : local >= 0	? nodes.ip[local]
 						: "127.0.0.1";
 			o.port = cfg.cmd_port;
 		}

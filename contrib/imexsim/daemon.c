@@ -64,7 +64,8 @@ static struct {
 	struct sim_config cfg;
 	struct sim_nodes nodes;
 	int self;
-	const char *addr; /* our own address (BIND_INTERFACE_IP or the matching node file entry) */
+	const char *addr; /* our own node file entry (BIND_INTERFACE_IP or the matching entry) */
+	const char *ip;	  /* ... its IPv4 address (the entry, or what its host name resolves to) */
 	uint64_t instance, map_hash;
 	const char *state;
 	int log_fd, log_stderr;
@@ -280,7 +281,8 @@ static void peer_connect(int id)
 	if (log_attempt(p->attempts))
 		logmsg("INFO", "Attempting connection for target node %d - %s:%d, attempt #%lu", id,
 		       d.nodes.addr[id], d.cfg.server_port, p->attempts);
-	int fd = sim_connect_start(d.nodes.addr[id], d.cfg.server_port);
+	int fd = sim_connect_start(*d.nodes.ip[id] ? d.nodes.ip[id] : d.nodes.addr[id],
+				   d.cfg.server_port);
 	if (fd < 0) {
 		peer_fail(id, strerror(-fd));
 		return;
@@ -788,6 +790,10 @@ int sim_daemon_main(int argc, char **argv)
 		       strerror(-rc));
 		return 1;
 	}
+	if ((rc = sim_nodes_resolve(&d.nodes, d.cfg.hosts_file)) > 0)
+		for (int i = 0; i < d.nodes.count; i++)
+			if (!*d.nodes.ip[i])
+				logmsg("WARN", "Cannot resolve node %d - %s", i, d.nodes.addr[i]);
 	d.self = *d.cfg.bind_ip ? sim_nodes_find(&d.nodes, d.cfg.bind_ip)
 				: sim_nodes_first_local(&d.nodes);
 	if (d.self < 0) {
@@ -796,6 +802,11 @@ int sim_daemon_main(int argc, char **argv)
 		return 1;
 	}
 	d.addr = d.nodes.addr[d.self];
+	d.ip = d.nodes.ip[d.self];
+	if (!*d.ip) {
+		logmsg("ERROR", "Cannot resolve this node's entry %s", d.addr);
+		return 1;
+	}
 	raise_fd_limit(d.nodes.count);
 	d.map_hash = sim_nodes_hash(&d.nodes);
 	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
@@ -809,7 +820,7 @@ int sim_daemon_main(int argc, char **argv)
 		/* Fault knob: peers' connections are refused; ours still go out. */
 		logmsg("WARN", "Not listening on peer port %s:%d (IMEXSIM_REFUSE_PEERS)", d.addr,
 		       d.cfg.server_port);
-	} else if ((d.peer_lfd = sim_listen(d.addr, d.cfg.server_port)) < 0) {
+	} else if ((d.peer_lfd = sim_listen(d.ip, d.cfg.server_port)) < 0) {
 		logmsg("ERROR", "Failed to listen on %s:%d: %s", d.addr, d.cfg.server_port,
 		       strerror(-d.peer_lfd));
 		return 1;
@@ -826,7 +837,7 @@ int sim_daemon_main(int argc, char **argv)
 	} else if (d.cfg.cmd_enabled) {
 		/* Real default: all interfaces; here: our own address, so that nodes can share the
 		 * port number on one machine.  An empty IMEX_CMD_PORT: no TCP command port. */
-		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.addr;
+		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.ip;
 		if (d.cfg.cmd_port)
 			d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
 		if (d.cmd_lfd >= 0 || !d.cfg.cmd_port) {

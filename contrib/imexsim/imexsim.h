@@ -54,6 +54,7 @@ struct sim_config {
 	int ctl_conn_own;	  /* IMEXSIM_CTL_CONNECTIONS: 0 local (default), 1 node */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
+	char hosts_file[SIM_PATH_LEN]; /* IMEXSIM_HOSTS_FILE: names of the node file, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
 	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
@@ -72,10 +73,12 @@ struct sim_config {
  * ctl of another node; the local ctl still gets answers). */
 enum { SIM_WHO_NONE = 0, SIM_WHO_ALL = 1, SIM_WHO_REMOTE = 2 };
 
-/* The node list (nodes_config.cfg): entry i is node ID i. */
+/* The node list (nodes_config.cfg): entry i is node ID i, as written (an IPv4 literal or a host
+ * name); ip[i] is its IPv4 address once sim_nodes_resolve ran ("" when it does not resolve). */
 struct sim_nodes {
 	int count;
 	char addr[SIM_MAX_NODES][SIM_ADDR_LEN];
+	char ip[SIM_MAX_NODES][SIM_ADDR_LEN];
 };
 
 /* Read config.cfg at `path` (KEY=VALUE lines, '#' comments, blanks ignored, unknown keys ignored)
@@ -89,8 +92,15 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
  * an entry longer than SIM_ADDR_LEN-1) or -ENODATA (no entry at all). */
 int sim_nodes_read(const char *path, struct sim_nodes *n);
 
-/* Index of `addr` in the node list, or -1. */
+/* Index of `addr` in the node list (an entry as written, or its resolved address), or -1. */
 int sim_nodes_find(const struct sim_nodes *n, const char *addr);
+
+/* Fill n->ip: an IPv4 literal as it is; a host name (driver 570.158.01+ accepts them) from
+ * `hosts_file` ("ADDRESS NAME..." lines as /etc/hosts, '#' comments; IMEXSIM_HOSTS_FILE, so tests
+ * need not touch the machine's /etc/hosts) when given and it names it, else the resolver
+ * (getaddrinfo, AF_INET, the first answer).  A name that does not resolve gets "" (a peer that
+ * never connects).  Returns the number of entries that did not resolve. */
+int sim_nodes_resolve(struct sim_nodes *n, const char *hosts_file);
 
 /* FNV-1a 64-bit hash of the node map (entries in order, each followed by '\n'): the handshake
  * compares it (with the count) to detect a node map mismatch. */

@@ -60,6 +60,7 @@ local health = lazy "imexguard.health"
 local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local nodelist = lazy "imexguard.nodelist"
+local ctl = lazy "imexguard.ctl"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 
@@ -431,11 +432,24 @@ end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
 -- addresses of this node's node list file (nodelist.parse); nil when it cannot be read, is empty
--- or is not a node list (status then judges the domain by its own order, and says so).
+-- or is not a node list (status then judges the domain by its own order, and says so). Host names
+-- in it (C35: a static list of rack-slot names) are resolved as the job's nodes are
+-- (addresses.resolve_entries); a name that does not resolve stays as written.
+-- @return list, names ({[address] = host name of the file}), by_entry ({[name] = address}),
+--   unresolved (list of "NAME (why)")
 local function ordered_node_list(ctx, info)
   if not info then return nil end
   local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
-  return list and #list > 0 and list or nil
+  if not (list and #list > 0) then return nil end
+  local literal = true
+  for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
+  if literal then return list end
+  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, list)
+  local by_entry = {}
+  for i, e in ipairs(list) do
+    if addrs[i] and addrs[i] ~= e then by_entry[e], list[i] = addrs[i], addrs[i] end
+  end
+  return list, names, by_entry, unresolved
 end
 
 --- Entry point `status`: the domain as a table, with a diagnosis per node. The ctl's ordered node
@@ -455,8 +469,10 @@ function Policy:run_status(ctx)
     msg = text.one_line(msg)
     return outcome, msg, report.status_plain(outcome, msg, ctx.json)
   end
-  local domain = ans.domain
-  local expected = ordered_node_list(ctx, info)
+  local expected, entry_names, by_entry, unresolved = ordered_node_list(ctx, info)
+  -- C35: the ctl may show the file's host names where the list has their addresses
+  local domain = by_entry and ctl.map_hosts(ans.domain, by_entry) or ans.domain
+  if domain ~= ans.domain then ans = setmetatable({ domain = domain }, { __index = ans }) end
   local by_file = expected ~= nil
   if not expected then
     expected = {}
@@ -464,6 +480,13 @@ function Policy:run_status(ctx)
   end
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
+  for a, n in pairs(entry_names or {}) do
+    if not names[a] then
+      names[a] = n
+    elseif names[a] ~= n then
+      names[a] = n .. ", " .. names[a]
+    end
+  end
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
   local v = health.verdict(ans, expected, self_addr, { node_list = by_file and expected or false })
   local outcome, msg
@@ -474,6 +497,10 @@ function Policy:run_status(ctx)
       config_path = info and info.config }, v)
   end
   if not info then msg = msg .. "; unit state unknown: " .. why end
+  if unresolved and #unresolved > 0 then
+    msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
+      table.concat(unresolved, ", "))
+  end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, expected)

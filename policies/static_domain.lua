@@ -5,6 +5,8 @@
 --   1. IMEX applies (steps.applies: unit installed and enabled, config.cfg present);
 --   2. the job's node list (steps.desired: hostlist -> addresses, checked, this node in it);
 --   3. every node of the job is in the static list, else bad-input naming the nodes that are not;
+--      entries may be host names (C35: driver 570.158.01+), resolved as the job's nodes are
+--      (address_source); a name that does not resolve is named (a warning, and in the bad-input);
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it;
 --   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
@@ -18,6 +20,8 @@ local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
+local addresses = require "imexguard.addresses"
+local ctl = require "imexguard.ctl"
 local default = require "policies.default"
 
 local P = {}
@@ -40,16 +44,28 @@ local function verify(ctx, wait)
   if #static == 0 then
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
-  want.node_list = static
+  -- C35: host names in the static list, resolved as the job's nodes are
+  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
+  if bad ~= "" then
+    ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
+      info.nodes_file, bad)))
+  end
+  want.node_list, want.static_names, want.by_entry = {}, names, {}
+  for i, e in ipairs(static) do
+    want.node_list[i] = addrs[i] or e
+    if addrs[i] and addrs[i] ~= e then want.by_entry[e] = addrs[i] end
+  end
+  want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)
   local in_domain, outside = {}, {}
-  for _, a in ipairs(static) do in_domain[a] = true end
+  for _, a in ipairs(want.node_list) do in_domain[a] = true end
   for i, a in ipairs(want.addrs) do
     if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
   end
   if #outside > 0 then
-    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes); "
+    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes%s); "
       .. "nothing changed", steps.job_id(ctx), #outside > 1 and "s" or "", table.concat(outside, ", ")
-      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static)
+      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static, bad)
   end
   local props
   props, o, m = steps.settle_unit(ctx, wait)
@@ -65,6 +81,10 @@ end
 --- The verdict over the job's nodes only (nodes of the domain outside the job are ignored): the
 -- judge of health.wait (its contract there).
 local function judge(answer, want)
+  -- C35: the ctl may show a host name of the static list where the job has its address
+  if answer.domain and want.by_entry and next(want.by_entry) then
+    answer = setmetatable({ domain = ctl.map_hosts(answer.domain, want.by_entry) }, { __index = answer })
+  end
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
   local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
   if not v or v.local_fault or v.verdict == "config-fault" then return v end
@@ -115,7 +135,7 @@ end
 function P.plan(ctx)
   local info, want, props = verify(ctx, false)
   if not info then return want, props end
-  local answer = health.probe(ctx)
+  local answer = health.probe(ctx, nil, info.config, info.cfg)
   local v = judge(answer, want)
   local domain = answer.domain and answer.domain.status or answer.err
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",

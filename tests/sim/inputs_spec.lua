@@ -105,4 +105,33 @@ describe("imexsim under systemd: the node's inputs", function()
       assert.matches("command socket " .. sock:gsub("%p", "%%%0"), r.output)
     end)
   end)
+
+  it("C35: a static list of rack-slot host names (a private hosts file for the daemons, the address map "
+    .. "for imexguard): the static policy verifies the job; status shows name and address", function()
+    local _, root = simdomain.capture("mktemp -d /tmp/imexsim.XXXXXX")
+    root = root:gsub("%s+$", "")
+    local net = simdomain.random_net()
+    local hosts = string.format("127.0.%d.1 rack7-slot01\n127.0.%d.2 rack7-slot02\n", net, net)
+    simdomain.write_file(root .. "/hosts", hosts)
+    local extra = { "IMEXSIM_HOSTS_FILE=" .. root .. "/hosts" }
+    for _, l in ipairs(simdomain.FAST_RECONNECT) do extra[#extra + 1] = l end
+    d = simdomain.new{ nodes = 2, root = root, net = net, extra_cfg = extra }
+    local map = simdomain.read_file(root .. "/addresses")
+    simdomain.write_file(root .. "/addresses", map .. string.format("rack7-slot01 127.0.%d.1\n"
+      .. "rack7-slot02 127.0.%d.2\n", net, net))
+    for _, name in ipairs(d.names) do d:write_nodes(name, { "rack7-slot01", "rack7-slot02" }) end
+    assert.equal("rack7-slot01\nrack7-slot02\n", d:nodes_file("n1"))
+    assert(d:start())
+    local policy = simdomain.quote(simdomain.src_dir() .. "/../policies/static_domain.lua")
+    local r = d:prologs{ job = 101, nodelist = "n[1-2]", args = "--policy " .. policy }
+    for _, name in ipairs(d.names) do
+      assert.equal("ok", r[name].outcome, r[name].output)
+      assert.matches("static domain: nothing rewritten or restarted", r[name].output)
+    end
+    assert.equal("rack7-slot01\nrack7-slot02\n", d:nodes_file("n1")) -- never rewritten
+    local st = d:run_all{ command = "status", job = 101, nodelist = "n[1-2]", names = { "n1" },
+      args = "--policy " .. policy }.n1
+    assert.equal("ok", st.outcome, st.output)
+    assert.matches("127%.0%." .. net .. "%.2 +rack7%-slot02", st.output)
+  end)
 end)

@@ -68,6 +68,7 @@ local health = lazy "imexguard.health"
 local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local nodelist = lazy "imexguard.nodelist"
+local ctl = lazy "imexguard.ctl"
 local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local fabric = lazy "imexguard.fabric"
@@ -133,6 +134,7 @@ end
 function Policy:load_state(ctx) -- luacheck: no self
   local st, err = state.load(ctx.host, ctx.settings)
   if not st then return nil, steps.registry_unknown(ctx, err) end
+  steps.drop_other_boots(ctx, st)
   steps.drop_interrupted(ctx, st)
   return st
 end
@@ -333,6 +335,7 @@ end
 --- The prolog under the node lock: the decision comes first (with a registered job on another node
 -- list the file must stay as it is), so nothing is written before P:may_restart agrees.
 function Policy:locked_prolog(ctx, info, want)
+  steps.remove_temps(ctx, info) -- C39
   local st, o, m = self:load_state(ctx)
   if not st then return o, m end
   local old, rerr = steps.read_nodes(ctx, info)
@@ -398,8 +401,10 @@ end
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
   local s, node = ctx.settings, steps.node_name(ctx)
+  steps.remove_temps(ctx) -- C39
   local st, serr = state.load(ctx.host, s)
   if not st then return steps.registry_unknown(ctx, serr) end
+  steps.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
   local ok, err, code = state.save(ctx.host, s, st)
@@ -444,6 +449,7 @@ function Policy:run_plan(ctx)
   local changed = old ~= want.bytes
   local st, serr = state.load(ctx.host, ctx.settings)
   if not st then return steps.registry_unknown(ctx, serr) end
+  steps.drop_other_boots(ctx, st)
   local v, o
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not v then return o, m end
@@ -520,11 +526,24 @@ end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
 -- addresses of this node's node list file (nodelist.parse); nil when it cannot be read, is empty
--- or is not a node list (status then judges the domain by its own order, and says so).
+-- or is not a node list (status then judges the domain by its own order, and says so). Host names
+-- in it (C35: a static list of rack-slot names) are resolved as the job's nodes are
+-- (addresses.resolve_entries); a name that does not resolve stays as written.
+-- @return list, names ({[address] = host name of the file}), by_entry ({[name] = address}),
+--   unresolved (list of "NAME (why)")
 local function ordered_node_list(ctx, info)
   if not info then return nil end
   local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
-  return list and #list > 0 and list or nil
+  if not (list and #list > 0) then return nil end
+  local literal = true
+  for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
+  if literal then return list end
+  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, list)
+  local by_entry = {}
+  for i, e in ipairs(list) do
+    if addrs[i] and addrs[i] ~= e then by_entry[e], list[i] = addrs[i], addrs[i] end
+  end
+  return list, names, by_entry, unresolved
 end
 
 --- What `status` and `health` judge this node on (C33): the registered jobs' node list when every
@@ -589,7 +608,7 @@ function Policy:run_status(ctx)
   if not info and o ~= "unit-unknown" then
     return o, why, self:status_report(ctx, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o)))
   end
-  local ans = health.probe(ctx, nil, info and info.config)
+  local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
     local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)
@@ -600,8 +619,10 @@ function Policy:run_status(ctx)
     return outcome, msg, self:status_report(ctx,
       report.status_plain(outcome, msg, ctx.json, status_opts(self, ctx, outcome)))
   end
-  local domain = ans.domain
-  local expected = ordered_node_list(ctx, info)
+  local expected, entry_names, by_entry, unresolved = ordered_node_list(ctx, info)
+  -- C35: the ctl may show the file's host names where the list has their addresses
+  local domain = by_entry and ctl.map_hosts(ans.domain, by_entry) or ans.domain
+  if domain ~= ans.domain then ans = setmetatable({ domain = domain }, { __index = ans }) end
   local by_file = expected ~= nil
   if not expected then
     expected = {}
@@ -609,6 +630,13 @@ function Policy:run_status(ctx)
   end
   local self_addr = self_address(ctx, info, expected)
   local names = names_by_address(ctx)
+  for a, n in pairs(entry_names or {}) do
+    if not names[a] then
+      names[a] = n
+    elseif names[a] ~= n then
+      names[a] = n .. ", " .. names[a]
+    end
+  end
   names[self_addr] = names[self_addr] or steps.node_name(ctx)
   -- C33: a registered job's nodes are judged; with no job registered, only what this node owns (the
   -- unit, its daemon READY with its own node map, the command port: unit_verdict; config.cfg's
@@ -631,6 +659,10 @@ function Policy:run_status(ctx)
       config_path = info and info.config }, v)
   end
   if not info then msg = msg .. "; unit state unknown: " .. why end
+  if unresolved and #unresolved > 0 then
+    msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
+      table.concat(unresolved, ", "))
+  end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, expected)
@@ -806,8 +838,8 @@ function Policy:run_health(ctx)
   if o == "skipped" then return "skipped", text.one_line("not applicable: " .. tostring(m)) end
   if o == "peers-unhealthy" then o, m = "ok", "this node healthy; " .. tostring(m) end
   if o == "ok" then
-    local line, fault = channels.state(ctx)
-    if fault then o, m = "channel-failed", line end
+    local line, fault, fo = channels.state(ctx)
+    if fault then o, m = fo or "channel-failed", line end
   end
   if outcomes.exit_code(o, ctx.settings) == 0 then return o, text.one_line(m) end
   return o, text.one_line(m), drain.reason(o, m) .. "\n"

@@ -64,6 +64,18 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
     assert.equal("channel-failed", outcome)
     assert.matches("^imexguard: channel%-failed: IMEX channel: .*channel0 missing", report)
   end)
+
+  it("C38: channel0 and an Include of slurm.conf that cannot be read: slurm-conf-unreadable", function()
+    local h = testing.host{ files = { ["/proc/devices"] = fixture("proc/devices-gb200.txt"),
+      ["/etc/slurm/slurm.conf"] = "Include /etc/slurm/switch.conf\n" } }
+    local outcome, _, report = run(h, { command = "health", dry_run = true,
+      settings = { imex_channels = "channel0" } })
+    assert.equal("slurm-conf-unreadable", outcome)
+    assert.equal(20, outcomes.exit_code(outcome))
+    assert.matches("^imexguard: slurm%-conf%-unreadable: IMEX channel: .*/etc/slurm/switch.conf unreadable",
+      report)
+    assert_untouched(h)
+  end)
 end)
 
 describe("C33: an idle node's health", function()

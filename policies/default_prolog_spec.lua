@@ -802,6 +802,145 @@ describe("default policy job registry (C08, scenario style)", function()
     assert.same({ "101" }, s:registered())
   end)
 
+  describe("C36: a state directory that outlives a reboot (registrations tied to the boot ID)", function()
+    local OLD = "6d1f0c2a-0000-4000-8000-000000000001"
+    local function given_boot(jobs, o)
+      o = o or {}
+      return testing.scenario{ policy = P, file = { "n1", "n3" }, jobs = jobs, files = o.files,
+        settings = o.settings }
+    end
+
+    it("job 100 of another boot is dropped with a warning naming it; the restart goes ahead", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } })
+      local outcome = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, s:restarts())
+      assert.same({ "101" }, s:registered())
+      assert.equal(testing.BOOT_ID, s:registrations()[1].boot_id)
+      local w = s:logs("warning")
+      assert.equal(1, #w)
+      assert.matches("job 100", w[1])
+      assert.matches("another boot", w[1])
+      assert.matches(OLD, w[1], 1, true)
+    end)
+
+    it("this boot's job 100 still blocks; an entry without a boot ID (older version) is kept", function()
+      for _, e in ipairs({ { id = 100, nodes = { "n1", "n3" }, boot_id = testing.BOOT_ID },
+        { id = 100, nodes = { "n1", "n3" } } }) do
+        local s = given_boot({ e })
+        assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+        assert.same({ "100" }, s:registered())
+        assert.equal(0, s:restarts())
+      end
+    end)
+
+    it("an unreadable boot ID drops nothing and registers without one", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } },
+        { files = { [testing.BOOT_ID_FILE] = false } })
+      assert.equal("conflict", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1,3]" }))
+      assert.same({ "100", "101" }, s:registered())
+      assert.is_nil(s:registrations()[2].boot_id)
+    end)
+
+    it("the path is the setting boot_id_file; the epilog drops the other boot's entries too", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD },
+        { id = 102, nodes = { "n1", "n3" }, boot_id = "abc-1" } },
+        { files = { ["/tmp/boot_id"] = "abc-1\n" }, settings = { boot_id_file = "/tmp/boot_id" } })
+      assert.equal("ok", (s:epilog{ job = 102 }))
+      assert.same({}, s:registered())
+      assert.matches("job 100", s:logs("warning")[1])
+    end)
+
+    it("plan does not count another boot's job as a conflict", function()
+      local s = given_boot({ { id = 100, nodes = { "n1", "n3" }, boot_id = OLD } })
+      assert.equal("ok", (s:plan{ job = 101, nodelist = "n[1-2]" }))
+      assert.same({ "100" }, s:registered()) -- plan changes nothing
+    end)
+  end)
+
+  describe("C34: a key repeated in config.cfg", function()
+    local function cfg_with(extra) return { [CONFIG] = testing.CONFIG_TEXT .. extra } end
+
+    it("the same value twice: prolog, plan, status and health go on, the repeat is a warning", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_CMD_ENABLED=1\n") }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.equal(1, s:restarts())
+      assert.matches("IMEX_CMD_ENABLED is set 2 times with the same value '1' %(lines 5, 10%)",
+        s:logs("warning")[1])
+      assert.equal("ok", (s:plan{ job = 102, nodelist = "n[1-2]" }))
+      assert.equal("ok", (s:status{}))
+      assert.equal("ok", (s:health{}))
+    end)
+
+    it("two command ports: prolog ok, its port owner unchecked (said at debug); plan and status name both "
+      .. "lines and that the daemon's choice is unknown", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_CMD_PORT=50015\n") }
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      assert.matches("line 6: '50005', line 10: '50015'", s:logs("warning")[1], 1, true)
+      assert.matches("command port owner not checked: .*IMEX_CMD_PORT", table.concat(s:logs("debug"), "\n"))
+      for _, cmd in ipairs({ "plan", "status" }) do
+        local o, m, report = s:run(cmd, { job = 102, nodelist = "n[1-2]" })
+        assert.equal("ok", o, cmd) -- a repeat is not a configuration fault
+        local shown = cmd == "plan" and report or m
+        assert.matches("line 6: '50005', line 10: '50015'", shown, 1, true)
+        assert.matches("is unknown", shown)
+      end
+    end)
+
+    it("two node list files: bad-input naming both lines, nothing written or restarted", function()
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" },
+        files = cfg_with("IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/other.cfg\n") }
+      local outcome, msg = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("bad-input", outcome)
+      assert.matches("line 4: '/etc/nvidia%-imex/nodes_config.cfg', line 10: '/etc/nvidia%-imex/other.cfg'",
+        msg)
+      assert.matches("unknown", msg)
+      assert.same({}, s:writes())
+      assert.equal(0, s:restarts())
+    end)
+  end)
+
+  describe("C39: temp files a killed write left behind", function()
+    local LEFT = { "/run/imexguard/.state.json.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.x9Y8z7" }
+    local ALIKE = { "/run/imexguard/.foo.AbC123", "/run/imexguard/.state.json.bak",
+      "/etc/nvidia-imex/.config.cfg.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.AbC1234",
+      "/tmp/.state.json.AbC123" }
+    local function given_left()
+      local files = {}
+      for _, p in ipairs(LEFT) do files[p] = "partial" end
+      for _, p in ipairs(ALIKE) do files[p] = "someone else's" end
+      return testing.scenario{ policy = P, files = files }
+    end
+
+    it("the prolog removes both, under the lock, says so at debug, and keeps the look-alikes", function()
+      local s = given_left()
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+      for _, p in ipairs(LEFT) do assert.is_nil(s.host.file(p), p) end
+      for _, p in ipairs(ALIKE) do assert.equal("someone else's", s.host.file(p), p) end
+      local debug = table.concat(s:logs("debug"), "\n")
+      for _, p in ipairs(LEFT) do assert.matches("removed " .. p, debug, 1, true) end
+      local order = {}
+      for _, c in ipairs(s.host.calls) do
+        if c[1] == "lock" or c[1] == "remove_temps" then order[#order + 1] = c[1] end
+      end
+      assert.same({ "lock", "remove_temps", "remove_temps" }, order)
+    end)
+
+    it("the epilog removes the state file's; plan removes nothing", function()
+      local s = given_left()
+      s:plan{ job = 101, nodelist = "n[1-2]" }
+      for _, p in ipairs(LEFT) do assert.equal("partial", s.host.file(p), p) end
+      s = testing.scenario{ policy = P, jobs = { [100] = { "n1", "n2" } },
+        files = { [LEFT[1]] = "partial", [ALIKE[1]] = "x" } }
+      assert.equal("ok", (s:epilog{ job = 100 }))
+      assert.is_nil(s.host.file(LEFT[1]))
+      assert.equal("x", s.host.file(ALIKE[1]))
+    end)
+  end)
+
   it("after a reboot the state directory is created before the lock", function()
     local s = testing.scenario{ policy = P, fresh_boot = true }
     assert.is_false(s.host.dir_exists("/run/imexguard"))
@@ -1228,6 +1367,64 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
   end)
 end)
 
+-- C37: the command service on a unix socket (NVIDIA's Kubernetes host-managed guide).
+describe("default policy: the command service on a unix socket (C37)", function()
+  local SOCK = "/run/nvidia-imex/cmd.sock"
+  local STRAY = H.lifecycle.STRAY
+  local function cfg(port_line)
+    local t = testing.CONFIG_TEXT:gsub("IMEX_CMD_PORT=50005\n", port_line or "")
+    return { [CONFIG] = t .. "IMEX_CMD_UNIX_DOMAIN_PATH=" .. SOCK .. "\n" }
+  end
+  local function calls(s, name)
+    local out = {}
+    for _, c in ipairs(s.host.calls) do if c[1] == name then out[#out + 1] = c end end
+    return out
+  end
+
+  for _, case in ipairs({ { "IMEX_CMD_PORT left empty", "IMEX_CMD_PORT=\n" },
+    { "no IMEX_CMD_PORT line", nil } }) do
+    it(case[1] .. ": the ctl is called with -u SOCKET, the socket's owner is checked, no TCP port assumed",
+      function()
+        local s = testing.scenario{ policy = P, file = { "n1", "n3" }, files = cfg(case[2]) }
+        assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+        assert.equal(1, s:restarts())
+        local argv = s.host.runs[#s.host.runs]
+        assert.same({ "/usr/bin/nvidia-imex-ctl", "-u", SOCK, "-N", "-j" }, argv)
+        for _, a in ipairs(s.host.runs) do assert.is_nil(table.concat(a, " "):find(" -c ", 1, true)) end
+        assert.equal(0, #calls(s, "port_owner"))
+        local so = calls(s, "socket_owner")
+        assert.is_true(#so > 0)
+        assert.equal(SOCK, so[1][2])
+        assert.equal(s:unit().main_pid, so[#so][4])
+        -- plan and status: no finding about a TCP port that is not configured
+        local o, m, report = s:plan{ job = 102, nodelist = "n[1-2]" }
+        assert.equal("ok", o, m)
+        assert.is_nil(report:find("IMEX_CMD_PORT", 1, true))
+        o, m = s:status{}
+        assert.equal("ok", o, m)
+        assert.is_nil(m:find("IMEX_CMD_PORT", 1, true))
+      end)
+  end
+
+  it("a stray daemon on the socket: service-failed naming it and the socket", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" }, files = cfg("IMEX_CMD_PORT=\n"),
+      host = { socket_owner = STRAY } }
+    local outcome, message = s:prolog{ job = 108, nodelist = "n[1-2]" }
+    assert.equal("service-failed", outcome)
+    assert.matches("pid 31337 %(/usr/bin/nvidia%-imex %-c /tmp/debug.cfg%)", message)
+    assert.matches("command socket " .. SOCK:gsub("%-", "%%-"), message)
+    assert.equal("service-failed", (s:status{}))
+  end)
+
+  it("a TCP port too: the ctl keeps -c (the port is known to work); both listeners are checked", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n3" }, files = cfg("IMEX_CMD_PORT=50005\n") }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
+    assert.same({ "/usr/bin/nvidia-imex-ctl", "-c", CONFIG, "-N", "-j" }, s.host.runs[#s.host.runs])
+    assert.is_true(#calls(s, "port_owner") > 0)
+    assert.is_true(#calls(s, "socket_owner") > 0)
+  end)
+end)
+
 -- Sites that ship the unit disabled (C23).
 describe("default policy: a disabled unit (C23)", function()
   it("skipped by default, with a warning naming manage_disabled_unit when config.cfg exists", function()
@@ -1371,6 +1568,55 @@ describe("default policy: the IMEX channel step (after applies?, before the node
     assert.equal(0, h.count("mknod_char"))
     assert.same({}, h.writes)
     assert.same({}, h.jobs)
+  end)
+
+  describe("C38: slurm.conf where Slurm keeps it", function()
+    local CACHE = "/var/spool/slurmd/conf-cache"
+    local function senv(extra)
+      local e = env("n[1-2]", { SLURM_CONF = CACHE .. "/slurm.conf" })
+      for k, v in pairs(extra or {}) do e[k] = v end
+      return e
+    end
+
+    it("configless, SwitchType only in an Included switch.conf: no channel is made", function()
+      local h = chost({ [CACHE .. "/slurm.conf"] = "ClusterName=c\nInclude switch.conf\n",
+        [CACHE .. "/switch.conf"] = "SwitchType=switch/nvidia_imex\n" })
+      assert.equal("ok", (run(h, { settings = CH, env = senv() })))
+      assert.equal(0, h.count("mknod_char"))
+      for _, m in ipairs(h.mkdirs) do assert.not_equal(DIR, m.path) end
+      -- /etc/slurm/slurm.conf (the setting) was never read: SLURM_CONF is slurmd's own file
+      for _, call in ipairs(h.calls) do assert.not_equal("/etc/slurm/slurm.conf", call[2]) end
+      -- the plan says where it found the plugin
+      local _, _, report = run(h, { settings = CH, env = senv(), command = "plan" })
+      assert.matches("SwitchType=switch/nvidia_imex in " .. CACHE:gsub("%-", "%%-") .. "/switch.conf line 1, "
+        .. "included from " .. CACHE:gsub("%-", "%%-") .. "/slurm.conf", report)
+    end)
+
+    it("an Include that cannot be read: slurm-conf-unreadable (exit 20), nothing changed", function()
+      for _, fail in ipairs({ false, true }) do -- switch.conf missing; there but not readable
+        local files = { ["/proc/devices"] = fixture("proc/devices-gb200.txt"),
+          [NODES] = "10.0.0.1\n10.0.0.3\n", [CACHE .. "/slurm.conf"] = "Include switch.conf\n" }
+        if fail then files[CACHE .. "/switch.conf"] = "x" end
+        local h = testing.host{ files = files,
+          fail = fail and { [CACHE .. "/switch.conf"] = { read = "EACCES" } } or nil }
+        local outcome, message = run(h, { settings = CH, env = senv() })
+        assert.equal("slurm-conf-unreadable", outcome)
+        assert.equal(20, outcomes.exit_code(outcome))
+        assert.matches(CACHE:gsub("%-", "%%-")
+          .. "/switch.conf unreadable %(Include on .*slurm.conf line 1%)", message)
+        assert.matches("nothing changed", message)
+        assert.equal(0, h.count("mknod_char"))
+        assert.same({}, h.writes)
+        assert.same({}, h.jobs)
+        assert.equal(0, h.count("lock"))
+      end
+    end)
+
+    it("a SLURM_CONF that is missing is unreadable; with imex_channels off nothing is read", function()
+      local h = chost({ ["/etc/slurm/slurm.conf"] = "SwitchType=switch/none\n" })
+      assert.equal("slurm-conf-unreadable", (run(h, { settings = CH, env = senv() })))
+      assert.equal("ok", (run(h, { env = senv() })))
+    end)
   end)
 
   it("IMEX does not apply: skipped before the channel step", function()

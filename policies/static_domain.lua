@@ -9,7 +9,9 @@
 --      the static list itself: the job's nodes in it are this node's domain, the others belong to
 --      another rack (their own static list) or are no IMEX nodes, and are left out (C29, C30);
 --   3. every node of the job in this node's domain is in the static list, else bad-input naming
---      the nodes that are not (with domain_map = "none": every node of the job);
+--      the nodes that are not (with domain_map = "none": every node of the job); entries may be
+--      host names (C35: driver 570.158.01+), resolved as the job's nodes are (address_source); a
+--      name that does not resolve is named (a warning, and in the bad-input);
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it;
 --   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
@@ -24,6 +26,8 @@ local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
 local domains = require "imexguard.domains"
+local addresses = require "imexguard.addresses"
+local ctl = require "imexguard.ctl"
 local default = require "policies.default"
 
 local P = {}
@@ -46,9 +50,22 @@ local function verify(ctx, wait)
   if #static == 0 then
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
-  want.node_list = static
+  -- C35: host names in the static list, resolved as the job's nodes are
+  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
+  if bad ~= "" then
+    ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
+      info.nodes_file, bad)))
+  end
+  local resolved, by_entry = {}, {}
+  for i, e in ipairs(static) do
+    resolved[i] = addrs[i] or e
+    if addrs[i] and addrs[i] ~= e then by_entry[e] = addrs[i] end
+  end
+  want.node_list, want.static_names, want.by_entry = resolved, names, by_entry
+  want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)
   local in_domain, outside = {}, {}
-  for _, a in ipairs(static) do in_domain[a] = true end
+  for _, a in ipairs(resolved) do in_domain[a] = true end
   if want.domain.kind == "static" then
     -- the static list is the domain map (C29): the job's nodes in it are this node's domain, the
     -- others are another rack's (their own static list) or no IMEX node's; neither is waited for
@@ -64,7 +81,9 @@ local function verify(ctx, wait)
     local dom = want.domain
     local narrowed, werr = steps.want_of(ctx, info, want.expr, want.source, names, addrs)
     if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
-    narrowed.node_list, narrowed.domain = static, dom
+    narrowed.node_list, narrowed.domain = resolved, dom
+    narrowed.static_names, narrowed.by_entry = names, by_entry
+    narrowed.config_path, narrowed.cfg = info.config, info.cfg
     dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
     want = narrowed
     ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
@@ -75,9 +94,9 @@ local function verify(ctx, wait)
     if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
   end
   if #outside > 0 then
-    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes); "
+    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes%s); "
       .. "nothing changed", steps.job_id(ctx), #outside > 1 and "s" or "", table.concat(outside, ", ")
-      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static)
+      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static, bad)
   end
   local props
   props, o, m = steps.settle_unit(ctx, wait)
@@ -93,6 +112,10 @@ end
 --- The verdict over the job's nodes only (nodes of the domain outside the job are ignored): the
 -- judge of health.wait (its contract there).
 local function judge(answer, want)
+  -- C35: the ctl may show a host name of the static list where the job has its address
+  if answer.domain and want.by_entry and next(want.by_entry) then
+    answer = setmetatable({ domain = ctl.map_hosts(answer.domain, want.by_entry) }, { __index = answer })
+  end
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
   local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
   if not v or v.local_fault or v.verdict == "config-fault" then return v end
@@ -143,7 +166,7 @@ end
 function P.plan(ctx)
   local info, want, props = verify(ctx, false)
   if not info then return want, props end
-  local answer = health.probe(ctx)
+  local answer = health.probe(ctx, nil, info.config, info.cfg)
   local v = judge(answer, want)
   local domain = answer.domain and answer.domain.status or answer.err
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",

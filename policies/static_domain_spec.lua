@@ -168,3 +168,68 @@ describe("static_domain policy", function()
     end)
   end)
 end)
+
+-- C35: a static list of rack-slot host names (driver 570.158.01+), resolving to the trays.
+describe("static_domain policy: host names in the static list (C35)", function()
+  local NAMES = "rack7-slot01\nrack7-slot02\nrack7-slot03\nrack7-slot04\n"
+  local function slots(extra)
+    local r = { ["rack7-slot01"] = { "10.0.0.1" }, ["rack7-slot02"] = { "10.0.0.2" },
+      ["rack7-slot03"] = { "10.0.0.3" }, ["rack7-slot04"] = { "10.0.0.4" } }
+    for k, v in pairs(extra or {}) do r[k] = v end
+    return r
+  end
+
+  it("names resolving to the trays: the job's nodes are verified against them; ok, nothing changed",
+    function()
+    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots() }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1,3]" }
+    assert.equal("ok", outcome, message)
+    assert.matches("job's 2 nodes are healthy", message)
+    untouched(s)
+    assert.equal("ok", (s:plan{ job = 101, nodelist = "n[1-4]" }))
+  end)
+
+  it("the ctl showing the names: a peer of the job unhealthy is named by its address", function()
+    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots(), domain = { status = "DEGRADED",
+      nodes = { { host = "rack7-slot01" }, { host = "rack7-slot02", status = "UNAVAILABLE" },
+        { host = "rack7-slot03" }, { host = "rack7-slot04" } } } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("peers-unhealthy", outcome)
+    assert.matches("10.0.0.2", message)
+  end)
+
+  it("a name that does not resolve is named; a job node not among the resolved is bad-input", function()
+    local s = testing.scenario{ policy = P, file = NAMES,
+      resolve = slots({ ["rack7-slot04"] = "EAI_NONAME" }) }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome, message)
+    assert.matches("rack7%-slot04 %(resolving node rack7%-slot04 failed", s:logs("warning")[1])
+    outcome, message = s:prolog{ job = 102, nodelist = "n[1-4]" }
+    assert.equal("bad-input", outcome)
+    assert.matches("node n4 %(10.0.0.4%) is not in the static IMEX domain", message)
+    assert.matches("names that do not resolve: rack7%-slot04", message)
+    untouched(s)
+  end)
+
+  it("address_source = map: the names come from the address map, like the job's", function()
+    local map = "n1 10.0.0.1\nn2 10.0.0.2\nrack7-slot01 10.0.0.1\nrack7-slot02 10.0.0.2\n"
+    local s = testing.scenario{ policy = P, file = "rack7-slot01\nrack7-slot02\n",
+      files = { ["/etc/imexguard/addresses"] = map },
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome, message)
+    assert.equal(0, s.host.count("resolve"))
+  end)
+
+  it("status shows each node's name and address; an unresolved name is named", function()
+    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots() }
+    local outcome, message, report = s:status{}
+    assert.equal("ok", outcome, message)
+    assert.matches("\n1 +10.0.0.2 +rack7%-slot02 +READY", report)
+    assert.matches("\n0%* +10.0.0.1 +rack7%-slot01 +READY", report)
+    s = testing.scenario{ policy = P, file = NAMES, resolve = slots({ ["rack7-slot03"] = "EAI_NONAME" }) }
+    outcome, message = s:status{}
+    assert.equal("ok", outcome) -- the daemon resolved it and shows it healthy; imexguard could not
+    assert.matches("names that do not resolve: rack7%-slot03", message)
+  end)
+end)

@@ -19,7 +19,8 @@
  * the code is the errno of the failing step (ENOSPC, EROFS, EDQUOT, EIO, EACCES...).
  * Leftovers: a writer killed between creating a named temp file and the rename leaves a
  * `.<basename>.XXXXXX` file.  The next successful write_atomic of the same path removes such
- * files when no live process holds their flock (a dead writer's flock is released by the kernel);
+ * files when no live process holds their flock (a dead writer's flock is released by the kernel),
+ * and so does host.remove_temps(path), which the prolog and epilog call under the node lock (C39);
  * the O_EXCL fallback re-checks its own temp file after locking it, so it never loses it to
  * that cleanup.
  * Nothing else is preserved: the new file belongs to the caller (root), has exactly `mode`, and
@@ -257,8 +258,9 @@ static int is_temp_of(const char *name, const char *base)
 }
 
 /* Remove temp files of `base` in dirfd left by dead writers: a regular file whose flock we can
- * take (its writer is gone) and that the name still denotes.  Best effort, errors ignored. */
-static void remove_stale_temps(int dirfd, const char *base)
+ * take (its writer is gone) and that the name still denotes.  Best effort, errors ignored.
+ * With L, each removed name is appended to the table on top of L's stack. */
+static void remove_stale_temps_of(int dirfd, const char *base, lua_State *L)
 {
 	int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -280,11 +282,19 @@ static void remove_stale_temps(int dirfd, const char *base)
 		if (fstat(tfd, &a) == 0 && S_ISREG(a.st_mode) &&
 		    flock(tfd, LOCK_EX | LOCK_NB) == 0 &&
 		    fstatat(dirfd, de->d_name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-			unlinkat(dirfd, de->d_name, 0);
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+		    unlinkat(dirfd, de->d_name, 0) == 0 && L) {
+			lua_pushstring(L, de->d_name);
+			lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+		}
 		close(tfd); /* also releases the flock */
 	}
 	closedir(d);
+}
+
+static void remove_stale_temps(int dirfd, const char *base)
+{
+	remove_stale_temps_of(dirfd, base, NULL);
 }
 
 static int write_all(int fd, const char *data, size_t len)
@@ -557,12 +567,42 @@ static int l_mkdir(lua_State *L)
 	return push_made(L, "mkdir", path, mode, rmdir);
 }
 
-/* Add read, stat, write_atomic, mknod_char, mkdir to the table on top of the stack. */
+/* host.remove_temps(path) -> list of removed names, or nil, msg, code.
+ * path: string, the file whose leftovers to remove (field case C39: a writer killed between naming
+ * its temp file and the rename leaves `.<basename>.XXXXXX` in path's directory).  Removes, in
+ * path's directory, exactly the names write_atomic gives its temp files (`.` basename `.` and 6
+ * characters of [A-Za-z0-9]; nothing else, not another basename's) that are regular files whose
+ * flock can be taken (no live writer holds it).  The list holds the removed base names (any
+ * order; {} when none).  code: "ENOENT" for a missing directory, "EINVAL" for a path without a
+ * file name, or opendir's errno name.  Call it under the node lock (the writers of those files
+ * hold it). */
+static int l_remove_temps(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	char *dir = NULL;
+	const char *base;
+	int rc = split_path(path, &dir, &base);
+	if (rc < 0)
+		return ig_push_error(L, ig_code(rc), "remove_temps %s: no file name", path);
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int e = errno;
+	free(dir);
+	if (dirfd < 0)
+		return ig_push_error(L, ig_code(-e), "remove_temps %s: %s", path, strerror(e));
+	lua_newtable(L);
+	remove_stale_temps_of(dirfd, base, L);
+	close(dirfd);
+	return 1;
+}
+
+/* Add read, stat, write_atomic, remove_temps, mknod_char, mkdir to the table on top of the stack.
+ */
 void ig_register_file(lua_State *L)
 {
 	static const luaL_Reg fns[] = {{"read", l_read},
 				       {"stat", l_stat},
 				       {"write_atomic", l_write_atomic},
+				       {"remove_temps", l_remove_temps},
 				       {"mknod_char", l_mknod_char},
 				       {"mkdir", l_mkdir},
 				       {NULL, NULL}};

@@ -1,5 +1,7 @@
 /*
- * proc.c: who owns a TCP port, from the kernel's socket tables and /proc (sock_diag(7), proc(5)).
+ * proc.c: who owns a TCP port or a unix socket, from the kernel's socket tables and /proc
+ * (sock_diag(7), proc(5)).  socket_owner (below) does the same for a unix socket's path, from
+ * /proc/net/unix.
  *
  * The Lua primitive port_owner (docs/policy-api.md, section "Processes"): the process listening
  * on a TCP port, found the way ss(8) does it on Linux, in two steps.
@@ -515,11 +517,105 @@ static int l_port_owner(lua_State *L)
 	return 1;
 }
 
-/* ig_register_proc: see imexguard.h; adds port_owner to the table on top of the stack. */
+/* Add to o the inodes of the unix sockets listening on `path` in /proc/net/unix (proc(5): lines
+ * "Num RefCount Protocol Flags Type St Inode Path"; a listening socket has __SO_ACCEPTCON,
+ * 0x00010000, in Flags).  Returns 0, -E2BIG over PROC_MAX_LINES lines, or negative errno. */
+static int scan_unix(const char *path, struct owner *o)
+{
+	FILE *f = fopen("/proc/net/unix", "re");
+	char line[4096 + 128];
+	long lines = 0;
+
+	if (!f)
+		return -errno;
+	if (!fgets(line, sizeof line, f)) { /* the header */
+		fclose(f);
+		return 0;
+	}
+	while (fgets(line, sizeof line, f)) {
+		unsigned long flags, inode;
+		int off = 0;
+
+		if (++lines > PROC_MAX_LINES) {
+			fclose(f);
+			return -E2BIG;
+		}
+		line[strcspn(line, "\n")] = '\0';
+		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %n", &flags, &inode, &off) != 2 ||
+		    off == 0 || !(flags & 0x10000) || strcmp(line + off, path) != 0)
+			continue;
+		if (o->n_inodes < PROC_MAX_INODES) {
+			snprintf(o->addresses[o->n_inodes], sizeof o->addresses[0], "unix");
+			o->inodes[o->n_inodes++] = inode;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+/*
+ * host.socket_owner(path [, timeout [, pid]]) -> {pid, comm, cmdline, inode} | nil, msg, code
+ *   path: the unix socket's path as the listener bound it (IMEX_CMD_UNIX_DOMAIN_PATH of
+ *   config.cfg: NVIDIA's DRA driver's host-managed setup); timeout: seconds (default 5), bounded by
+ *   the run's budget; pid: integer >= 0, a hint read first (the unit's main PID; 0: none).
+ *   Finds the listening sockets bound to that path in /proc/net/unix of this network namespace
+ *   (proc(5): the Flags field has __SO_ACCEPTCON), then the process holding one through
+ *   /proc/PID/fd, as port_owner does.  Result: pid, comm, cmdline, inode (as port_owner's).
+ *   Errors (the message names the path): "none" (no listener on it), "unknown" (a listener but no
+ *   visible process holds it), "limit", "timeout"/"deadline", or the errno code of reading /proc.
+ */
+static int l_socket_owner(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
+	lua_Integer hint = luaL_optinteger(L, 3, 0);
+	int by_deadline = 0;
+	struct owner o;
+	double bound, end;
+	int r;
+
+	luaL_argcheck(L, *path != '\0', 1, "path must not be empty");
+	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
+	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, 3, "pid must be a process ID >= 0");
+	memset(&o, 0, sizeof o);
+	bound = ig_bound(timeout, &by_deadline);
+	end = ig_now() + bound;
+	r = scan_unix(path, &o);
+	if (r == 0 && o.n_inodes == 0)
+		return ig_push_error(L, "none", "unix socket %s: no listener (/proc/net/unix)",
+				     path);
+	if (r == 0)
+		r = find_pid(&o, (long)hint, end);
+	if (r == -ESRCH)
+		return ig_push_error(L, "unknown",
+				     "unix socket %s: socket inode %lu listens but no process "
+				     "visible here holds it",
+				     path, o.inodes[0]);
+	if (r == -E2BIG || r == -ETIMEDOUT)
+		return ig_push_error(L,
+				     r == -E2BIG   ? "limit"
+				     : by_deadline ? "deadline"
+						   : "timeout",
+				     "unix socket %s: listener not found within %.3g s (%s)", path,
+				     bound, o.why[0] ? o.why : "too many sockets");
+	if (r < 0)
+		return ig_push_error(L, ig_code(r), "unix socket %s: reading /proc: %s", path,
+				     strerror(-r));
+	lua_createtable(L, 0, 4);
+	ig_set_integer(L, "pid", o.pid);
+	ig_set_string(L, "comm", o.comm);
+	ig_set_string(L, "cmdline", o.cmdline);
+	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
+	return 1;
+}
+
+/* ig_register_proc: see imexguard.h; adds port_owner and socket_owner to the table on top of the
+ * stack. */
 void ig_register_proc(lua_State *L)
 {
 	static const luaL_Reg fns[] = {
 	    {"port_owner", l_port_owner},
+	    {"socket_owner", l_socket_owner},
 	    {NULL, NULL},
 	};
 	luaL_setfuncs(L, fns, 0);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ifaddrs.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ enum kind {
 	K_TOKEN,  /* a string of at least lo bytes without blanks (one token of the handshake and
 		     the STATUS answer) */
 	K_IDS,	  /* a string of node IDs: digits and commas */
+	K_PORT,	  /* an int in [lo, hi], or the empty value: 0 (the service is off) */
 	K_CHOICE, /* an int: the index of the value among `choices` */
 	K_ONE_OF, /* a string: one of `choices` */
 };
@@ -91,7 +93,8 @@ static const struct key {
 	const char *const *choices;
 } keys[] = {
     {"SERVER_PORT", K_INT, FIELD(server_port), 1, 65535, NULL},
-    {"IMEX_CMD_PORT", K_INT, FIELD(cmd_port), 1, 65535, NULL},
+    {"IMEX_CMD_PORT", K_PORT, FIELD(cmd_port), 1, 65535, NULL},
+    {"IMEX_CMD_UNIX_DOMAIN_PATH", K_STR, FIELD(cmd_unix_path), 0, 0, NULL},
     {"IMEX_CMD_ENABLED", K_INT, FIELD(cmd_enabled), 0, 1, NULL},
     {"DAEMONIZE", K_INT, FIELD(daemonize), 0, 1, NULL},
     {"IMEX_CMD_BIND_INTERFACE_IP", K_STR, FIELD(cmd_bind_ip), 0, 0, NULL},
@@ -112,6 +115,7 @@ static const struct key {
     {"IMEXSIM_MISMATCH_CLEARS", K_CHOICE, FIELD(mismatch_clears_one), 0, 0, clears},
     {"IMEXSIM_PID_FILE", K_STR, FIELD(pid_file), 0, 0, NULL},
     {"IMEXSIM_STATE_FILE", K_STR, FIELD(state_file), 0, 0, NULL},
+    {"IMEXSIM_HOSTS_FILE", K_STR, FIELD(hosts_file), 0, 0, NULL},
     {"IMEXSIM_NEVER_READY", K_INT, FIELD(never_ready), 0, 1, NULL},
     {"IMEXSIM_HANG_CMD", K_CHOICE, FIELD(hang_cmd), 0, 0, who},
     {"IMEXSIM_REFUSE_CMD", K_CHOICE, FIELD(refuse_cmd), 0, 0, who},
@@ -140,6 +144,12 @@ static int store(struct sim_config *c, const struct key *key, const char *v)
 	int i;
 
 	switch (key->kind) {
+	case K_PORT:
+		if (*v == '\0') {
+			*(int *)(void *)field = 0;
+			return 0;
+		}
+		return parse_int(v, (int)key->lo, (int)key->hi, (int *)(void *)field);
 	case K_INT:
 		return parse_int(v, (int)key->lo, (int)key->hi, (int *)(void *)field);
 	case K_DOUBLE:
@@ -266,7 +276,54 @@ int sim_nodes_find(const struct sim_nodes *n, const char *addr)
 	for (int i = 0; i < n->count; i++)
 		if (!strcmp(n->addr[i], addr))
 			return i;
+	for (int i = 0; i < n->count; i++)
+		if (*n->ip[i] && !strcmp(n->ip[i], addr))
+			return i;
 	return -1;
+}
+
+/* The address of `name` in the hosts file at `path` into out (size len): 0, or -ENOENT. */
+static int hosts_lookup(const char *path, const char *name, char *out, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	char line[1024];
+	int rc = -ENOENT;
+	if (!f)
+		return -ENOENT;
+	while (rc < 0 && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "#\n")] = '\0';
+		char *save = NULL, *a = strtok_r(line, " \t", &save), *nm;
+		while (a && (nm = strtok_r(NULL, " \t", &save)))
+			if (!strcmp(nm, name) && strlen(a) < len) {
+				strcpy(out, a);
+				rc = 0;
+				break;
+			}
+	}
+	fclose(f);
+	return rc;
+}
+
+int sim_nodes_resolve(struct sim_nodes *n, const char *hosts_file)
+{
+	int missing = 0;
+	for (int i = 0; i < n->count; i++) {
+		struct in_addr a;
+		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+		n->ip[i][0] = '\0';
+		if (inet_pton(AF_INET, n->addr[i], &a) == 1) {
+			strcpy(n->ip[i], n->addr[i]);
+		} else if (hosts_file && *hosts_file &&
+			   hosts_lookup(hosts_file, n->addr[i], n->ip[i], sizeof n->ip[i]) == 0) {
+			/* from the private hosts file */
+		} else if (getaddrinfo(n->addr[i], NULL, &hints, &res) == 0) {
+			inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
+				  n->ip[i], sizeof n->ip[i]);
+			freeaddrinfo(res);
+		}
+		missing += !*n->ip[i];
+	}
+	return missing;
 }
 
 uint64_t sim_nodes_hash(const struct sim_nodes *n)
@@ -291,7 +348,7 @@ int sim_nodes_first_local(const struct sim_nodes *n)
 	int best = -1;
 	for (int i = 0; i < n->count && best < 0; i++) {
 		struct in_addr a;
-		if (inet_pton(AF_INET, n->addr[i], &a) != 1)
+		if (inet_pton(AF_INET, *n->ip[i] ? n->ip[i] : n->addr[i], &a) != 1)
 			continue;
 		for (struct ifaddrs *p = ifs; p; p = p->ifa_next) {
 			if (p->ifa_addr && p->ifa_addr->sa_family == AF_INET &&

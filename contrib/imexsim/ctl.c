@@ -19,6 +19,7 @@
 struct query {
 	const char *ip;
 	int port;
+	const char *sock; /* a unix socket instead of ip:port (-u) */
 	int fd;
 	int connecting;
 	int err; /* 0: answer complete; negative errno: -ECONNREFUSED, -ETIMEDOUT, -EPROTO, ... */
@@ -77,7 +78,8 @@ static void run_queries(struct query *qs, int n, const char *request, const char
 		struct query *q = &qs[i];
 		if (q->done)
 			continue; /* not to be asked */
-		q->fd = sim_connect_start_from(q->ip, q->port, src);
+		q->fd = q->sock ? sim_connect_unix_start(q->sock)
+				: sim_connect_start_from(q->ip, q->port, src);
 		if (q->fd < 0) {
 			query_finish(q, q->fd);
 			continue;
@@ -233,12 +235,14 @@ static void json_str(const char *s)
 /* Options of one ctl run. */
 struct opts {
 	const char *cfg_path, *ip;
-	int port;      /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
-	int node_port; /* IMEX_CMD_PORT: the command port of every node */
+	const char *sock; /* -u SOCKET: the local daemon's command socket */
+	int port;	  /* command port of the local daemon (-i PORT, else IMEX_CMD_PORT) */
+	int node_port;	  /* IMEX_CMD_PORT: the command port of every node */
 	int mode, json, hostnames, timeout_ms;
-	const char *format; /* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
-	int list_from_file; /* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
-	int conn_own;	    /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
+	const char *format;	/* IMEXSIM_CTL_FORMAT: "570", "570.00" or "580" */
+	const char *hosts_file; /* IMEXSIM_HOSTS_FILE: names of the node list */
+	int list_from_file;	/* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
+	int conn_own; /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
@@ -391,6 +395,7 @@ static int domain_once(const struct opts *o, const struct sim_nodes *file)
 	}
 	qs[0].ip = o->ip;
 	qs[0].port = o->port;
+	qs[0].sock = o->sock;
 	run_queries(qs, 1, "STATUS", o->ip, o->timeout_ms);
 	struct view local;
 	parse_view(&qs[0], &local);
@@ -399,12 +404,16 @@ static int domain_once(const struct opts *o, const struct sim_nodes *file)
 	if (local.ok) {
 		shown_list(o, file, &local, &nodes);
 		shown = &nodes;
+		sim_nodes_resolve(&nodes, o->hosts_file);
 		int self = sim_nodes_find(&nodes, local.self_addr);
 		memset(qs, 0, sizeof *qs);
 		for (int i = 0; i < nodes.count; i++) {
-			qs[i].ip = nodes.addr[i];
+			qs[i].ip = *nodes.ip[i] ? nodes.ip[i] : nodes.addr[i];
 			qs[i].port = o->node_port;
-			qs[i].done = i == self; /* answered above */
+			/* answered above; no TCP command port: the others cannot be asked */
+			qs[i].done = i == self || !o->node_port;
+			if (qs[i].done && i != self)
+				qs[i].err = -ECONNREFUSED;
 		}
 		run_queries(qs, nodes.count, "STATUS", o->ip, o->timeout_ms);
 		for (int i = 0; i < nodes.count; i++) {
@@ -438,6 +447,7 @@ static int query_local(const struct opts *o)
 	}
 	q->ip = o->ip;
 	q->port = o->port;
+	q->sock = o->sock;
 	run_queries(q, 1, "QUERY", o->ip, o->timeout_ms);
 	parse_view(q, v);
 	if (v->ok) {
@@ -447,6 +457,10 @@ static int query_local(const struct opts *o)
 		printf("Query Status returned error code: 4 - Deadline Exceeded\n");
 	} else if (q->err == -EPROTO) {
 		printf("Query Status returned error code: 14 - Socket closed\n");
+	} else if (o->sock) {
+		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
+		       "last error: UNKNOWN: unix:%s: %s\n",
+		       o->sock, strerror(-q->err));
 	} else {
 		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
 		       "last error: UNKNOWN: ipv4:%s:%d: %s\n",
@@ -460,23 +474,28 @@ out:
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: nvidia-imex-ctl [-c CONFIG | -i IP PORT] (-q|-N|-n) [-j] [-H] "
-			"[-t MS]   (imexsim: simulated IMEX ctl)\n");
+	fprintf(stderr,
+		"usage: nvidia-imex-ctl [-c CONFIG] [-i IP PORT | -u SOCKET] (-q|-N|-n) [-j] [-H] "
+		"[-t MS]   (imexsim: simulated IMEX ctl)\n");
 	return 2;
 }
 
 int sim_ctl_main(int argc, char **argv)
 {
 	struct opts o = {.cfg_path = SIM_DEFAULT_CFG, .timeout_ms = 1000, .format = "570"};
+	int cfg_given = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "-c") && i + 1 < argc) {
 			o.cfg_path = argv[++i];
+			cfg_given = 1;
 		} else if (!strcmp(a, "-i") && i + 2 < argc) {
 			o.ip = argv[++i];
 			o.port = atoi(argv[++i]);
 			if (o.port <= 0 || o.port > 65535)
 				return usage();
+		} else if (!strcmp(a, "-u") && i + 1 < argc) {
+			o.sock = argv[++i];
 		} else if (!strcmp(a, "-t") && i + 1 < argc) {
 			o.timeout_ms = atoi(argv[++i]);
 			if (o.timeout_ms <= 0)
@@ -490,7 +509,7 @@ int sim_ctl_main(int argc, char **argv)
 		} else if (!strcmp(a, "-H")) {
 			o.hostnames = 1;
 		} else {
-			if (!strcmp(a, "-u") || !strcmp(a, "-s"))
+			if (!strcmp(a, "-s"))
 				fprintf(stderr, "nvidia-imex-ctl: %s is not simulated\n", a);
 			return usage();
 		}
@@ -498,28 +517,39 @@ int sim_ctl_main(int argc, char **argv)
 	if (!o.mode)
 		return usage();
 
-	/* With -i, -q needs no file; everything else needs config.cfg and the node file. */
+	/* With -i or -u, -q needs no file; everything else needs config.cfg and the node file.
+	 * -u without -c: the default config when it can be read, else its defaults and the local
+	 * daemon's node map [guess: what the real ctl reads with -u is not documented]. */
 	static struct sim_config cfg;
 	static struct sim_nodes nodes;
-	if (!(o.mode == 'q' && o.ip)) {
+	if (o.sock && o.ip)
+		return usage();
+	if (!(o.mode == 'q' && (o.ip || o.sock))) {
 		char err[SIM_PATH_LEN + 200];
 		if (sim_config_read(o.cfg_path, &cfg, err, sizeof err) < 0) {
-			printf("Failed to read config file %s\n", err);
-			return 255;
+			if (o.sock && !cfg_given) {
+				sim_config_read("/dev/null", &cfg, err, sizeof err);
+				cfg.cmd_port = 0;
+			} else {
+				printf("Failed to read config file %s\n", err);
+				return 255;
+			}
 		}
 		o.node_port = cfg.cmd_port;
+		o.hosts_file = cfg.hosts_file;
 		o.format = cfg.ctl_format;
 		o.list_from_file = cfg.ctl_list_from_file;
 		o.conn_own = cfg.ctl_conn_own;
-		if (sim_nodes_read(cfg.node_file, &nodes) < 0) {
+		if (sim_nodes_read(cfg.node_file, &nodes) < 0 && !(o.sock && !cfg_given)) {
 			printf("Failed to read node configuration file %s\n", cfg.node_file);
 			return 255;
 		}
-		if (!o.ip) {
+		sim_nodes_resolve(&nodes, cfg.hosts_file);
+		if (!o.ip && !o.sock) {
 			int local = sim_nodes_first_local(&nodes);
 			o.ip = *cfg.cmd_bind_ip ? cfg.cmd_bind_ip
 			       : *cfg.bind_ip	? cfg.bind_ip
-			       : local >= 0	? nodes.addr[local]
+			       : local >= 0	? nodes.ip[local]
 						: "127.0.0.1";
 			o.port = cfg.cmd_port;
 		}

@@ -67,11 +67,12 @@ static struct {
 	struct sim_config cfg;
 	struct sim_nodes nodes;
 	int self;
-	const char *addr; /* our own address (BIND_INTERFACE_IP or the matching node file entry) */
+	const char *addr; /* our own node file entry (BIND_INTERFACE_IP or the matching entry) */
+	const char *ip;	  /* ... its IPv4 address (the entry, or what its host name resolves to) */
 	uint64_t instance, map_hash;
 	const char *state;
 	int log_fd, log_stderr;
-	int peer_lfd, cmd_lfd;
+	int peer_lfd, cmd_lfd, cmd_ufd; /* cmd_ufd: IMEX_CMD_UNIX_DOMAIN_PATH's socket */
 	struct peer *peers;
 	struct client *clients;
 	char hostname[256];
@@ -303,7 +304,8 @@ static void peer_connect(int id)
 	if (log_attempt(p->attempts))
 		logmsg("INFO", "Attempting connection for target node %d - %s:%d, attempt #%lu", id,
 		       d.nodes.addr[id], d.cfg.server_port, p->attempts);
-	int fd = sim_connect_start(d.nodes.addr[id], d.cfg.server_port);
+	int fd = sim_connect_start(*d.nodes.ip[id] ? d.nodes.ip[id] : d.nodes.addr[id],
+				   d.cfg.server_port);
 	if (fd < 0) {
 		peer_fail(id, strerror(-fd));
 		return;
@@ -388,6 +390,8 @@ static int from_remote(int fd)
 {
 	struct sockaddr_storage a, b;
 	socklen_t la = sizeof a, lb = sizeof b;
+	if (getsockname(fd, (struct sockaddr *)&a, &la) == 0 && a.ss_family == AF_UNIX)
+		return 0; /* the unix socket: a client of this machine */
 	if (getsockname(fd, (struct sockaddr *)&a, &la) < 0 ||
 	    getpeername(fd, (struct sockaddr *)&b, &lb) < 0 || a.ss_family != AF_INET ||
 	    b.ss_family != AF_INET)
@@ -580,7 +584,7 @@ static void loop_once(const sigset_t *orig)
 	size_t nclients = 0;
 	for (struct client *c = d.clients; c; c = c->next)
 		nclients++;
-	size_t cap = 2 + (size_t)d.nodes.count + nclients, n = 0;
+	size_t cap = 3 + (size_t)d.nodes.count + nclients, n = 0;
 	struct pollfd *fds = calloc(cap, sizeof *fds);
 	struct slot *owner = calloc(cap, sizeof *owner);
 	if (!fds || !owner) {
@@ -590,6 +594,7 @@ static void loop_once(const sigset_t *orig)
 	}
 	fds[n++] = (struct pollfd){.fd = d.peer_lfd, .events = POLLIN};
 	fds[n++] = (struct pollfd){.fd = d.cmd_lfd, .events = POLLIN};
+	fds[n++] = (struct pollfd){.fd = d.cmd_ufd, .events = POLLIN};
 	for (int i = 0; i < d.nodes.count; i++) {
 		struct peer *p = &d.peers[i];
 		if (i == d.self || p->fd < 0)
@@ -616,7 +621,9 @@ static void loop_once(const sigset_t *orig)
 			accept_all(d.peer_lfd, C_PEER_IN);
 		if (fds[1].revents)
 			accept_all(d.cmd_lfd, C_CMD);
-		for (size_t k = 2; k < n; k++) {
+		if (fds[2].revents)
+			accept_all(d.cmd_ufd, C_CMD);
+		for (size_t k = 3; k < n; k++) {
 			if (!fds[k].revents)
 				continue;
 			if (owner[k].peer >= 0) {
@@ -780,7 +787,7 @@ int sim_daemon_main(int argc, char **argv)
 	memset(&d, 0, sizeof d);
 	d.log_fd = -1;
 	d.log_stderr = 1;
-	d.peer_lfd = d.cmd_lfd = -1;
+	d.peer_lfd = d.cmd_lfd = d.cmd_ufd = -1;
 	d.state = "INITIALIZING";
 
 	char err[SIM_PATH_LEN + 200];
@@ -810,6 +817,10 @@ int sim_daemon_main(int argc, char **argv)
 		       strerror(-rc));
 		return 1;
 	}
+	if ((rc = sim_nodes_resolve(&d.nodes, d.cfg.hosts_file)) > 0)
+		for (int i = 0; i < d.nodes.count; i++)
+			if (!*d.nodes.ip[i])
+				logmsg("WARN", "Cannot resolve node %d - %s", i, d.nodes.addr[i]);
 	d.self = *d.cfg.bind_ip ? sim_nodes_find(&d.nodes, d.cfg.bind_ip)
 				: sim_nodes_first_local(&d.nodes);
 	if (d.self < 0) {
@@ -818,6 +829,11 @@ int sim_daemon_main(int argc, char **argv)
 		return 1;
 	}
 	d.addr = d.nodes.addr[d.self];
+	d.ip = d.nodes.ip[d.self];
+	if (!*d.ip) {
+		logmsg("ERROR", "Cannot resolve this node's entry %s", d.addr);
+		return 1;
+	}
 	raise_fd_limit(d.nodes.count);
 	d.map_hash = sim_nodes_hash(&d.nodes);
 	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
@@ -831,19 +847,38 @@ int sim_daemon_main(int argc, char **argv)
 		/* Fault knob: peers' connections are refused; ours still go out. */
 		logmsg("WARN", "Not listening on peer port %s:%d (IMEXSIM_REFUSE_PEERS)", d.addr,
 		       d.cfg.server_port);
-	} else if ((d.peer_lfd = sim_listen(d.addr, d.cfg.server_port)) < 0) {
+	} else if ((d.peer_lfd = sim_listen(d.ip, d.cfg.server_port)) < 0) {
 		logmsg("ERROR", "Failed to listen on %s:%d: %s", d.addr, d.cfg.server_port,
 		       strerror(-d.peer_lfd));
 		return 1;
 	}
 	if (d.cfg.cmd_enabled && d.cfg.refuse_cmd == SIM_WHO_ALL) {
 		logmsg("WARN", "Not listening on the command port (IMEXSIM_REFUSE_CMD=1)");
+	} else if (d.cfg.cmd_enabled && !d.cfg.cmd_port && !*d.cfg.cmd_unix_path) {
+		/* [guess] what the real daemon does with neither is not documented */
+		logmsg("ERROR",
+		       "IMEX_CMD_ENABLED=1 needs IMEX_CMD_PORT or IMEX_CMD_UNIX_DOMAIN_PATH");
+		if (d.peer_lfd >= 0)
+			close(d.peer_lfd);
+		return 1;
 	} else if (d.cfg.cmd_enabled) {
 		/* Real default: all interfaces; here: our own address, so that nodes can share the
-		 * port number on one machine. */
-		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.addr;
-		d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
-		if (d.cmd_lfd < 0) {
+		 * port number on one machine.  An empty IMEX_CMD_PORT: no TCP command port. */
+		const char *ip = *d.cfg.cmd_bind_ip ? d.cfg.cmd_bind_ip : d.ip;
+		if (d.cfg.cmd_port)
+			d.cmd_lfd = sim_listen(ip, d.cfg.cmd_port);
+		if (d.cmd_lfd >= 0 || !d.cfg.cmd_port) {
+			if (*d.cfg.cmd_unix_path &&
+			    (d.cmd_ufd = sim_listen_unix(d.cfg.cmd_unix_path)) < 0) {
+				logmsg("ERROR", "Failed to listen on command socket %s: %s",
+				       d.cfg.cmd_unix_path, strerror(-d.cmd_ufd));
+				if (d.cmd_lfd >= 0)
+					close(d.cmd_lfd);
+				if (d.peer_lfd >= 0)
+					close(d.peer_lfd);
+				return 1;
+			}
+		} else {
 			logmsg("ERROR", "Failed to listen on command port %s:%d: %s", ip,
 			       d.cfg.cmd_port, strerror(-d.cmd_lfd));
 			if (d.peer_lfd >= 0)
@@ -936,6 +971,10 @@ int sim_daemon_main(int argc, char **argv)
 		close(d.peer_lfd);
 	if (d.cmd_lfd >= 0)
 		close(d.cmd_lfd);
+	if (d.cmd_ufd >= 0) {
+		close(d.cmd_ufd);
+		unlink(d.cfg.cmd_unix_path);
+	}
 	if (*d.cfg.state_file)
 		unlink(d.cfg.state_file);
 	if (*d.cfg.pid_file)

@@ -31,17 +31,18 @@
 /* The keys of config.cfg the simulator knows (NVIDIA's package defaults, plus IMEXSIM_* keys). */
 struct sim_config {
 	char path[SIM_PATH_LEN];
-	int server_port;		/* SERVER_PORT, default 50000 (peer mesh) */
-	int cmd_port;			/* IMEX_CMD_PORT, default 50005 */
-	int cmd_enabled;		/* IMEX_CMD_ENABLED, default 1 */
-	char cmd_bind_ip[SIM_ADDR_LEN]; /* IMEX_CMD_BIND_INTERFACE_IP, default "" */
-	char bind_ip[SIM_ADDR_LEN];	/* BIND_INTERFACE_IP, default "" */
-	char node_file[SIM_PATH_LEN];	/* IMEX_NODE_CONFIG_FILE */
-	int daemonize;			/* DAEMONIZE, default 1 */
-	char log_file[SIM_PATH_LEN];	/* LOG_FILE_NAME, default "" (no log file) */
-	char wait_for_quorum[32];	/* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
-	char version[64];		/* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
-	int reconnect_ms;		/* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
+	int server_port; /* SERVER_PORT, default 50000 (peer mesh) */
+	int cmd_port;	 /* IMEX_CMD_PORT, default 50005; 0: set empty (no TCP command port) */
+	char cmd_unix_path[SIM_PATH_LEN]; /* IMEX_CMD_UNIX_DOMAIN_PATH, default "" (none) */
+	int cmd_enabled;		  /* IMEX_CMD_ENABLED, default 1 */
+	char cmd_bind_ip[SIM_ADDR_LEN];	  /* IMEX_CMD_BIND_INTERFACE_IP, default "" */
+	char bind_ip[SIM_ADDR_LEN];	  /* BIND_INTERFACE_IP, default "" */
+	char node_file[SIM_PATH_LEN];	  /* IMEX_NODE_CONFIG_FILE */
+	int daemonize;			  /* DAEMONIZE, default 1 */
+	char log_file[SIM_PATH_LEN];	  /* LOG_FILE_NAME, default "" (no log file) */
+	char wait_for_quorum[32];	  /* IMEX_WAIT_FOR_QUORUM, default RECOVERY */
+	char version[64];		  /* IMEXSIM_VERSION, default SIM_DEFAULT_VERS */
+	int reconnect_ms;		  /* IMEXSIM_RECONNECT_MS: first back-off, default 300 */
 	double reconnect_factor; /* IMEXSIM_RECONNECT_FACTOR: growth per failure, default 2 */
 	int reconnect_max_ms;	 /* IMEXSIM_RECONNECT_MAX_MS: back-off cap, default 2000 */
 	int usr1_interval_ms;	 /* IMEXSIM_USR1_INTERVAL_MS: SIGUSR1 rate limit, default 5000 */
@@ -56,6 +57,7 @@ struct sim_config {
 				     with a matching list clears it: the old rule) */
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
+	char hosts_file[SIM_PATH_LEN]; /* IMEXSIM_HOSTS_FILE: names of the node file, default "" */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
 	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
@@ -74,10 +76,12 @@ struct sim_config {
  * ctl of another node; the local ctl still gets answers). */
 enum { SIM_WHO_NONE = 0, SIM_WHO_ALL = 1, SIM_WHO_REMOTE = 2 };
 
-/* The node list (nodes_config.cfg): entry i is node ID i. */
+/* The node list (nodes_config.cfg): entry i is node ID i, as written (an IPv4 literal or a host
+ * name); ip[i] is its IPv4 address once sim_nodes_resolve ran ("" when it does not resolve). */
 struct sim_nodes {
 	int count;
 	char addr[SIM_MAX_NODES][SIM_ADDR_LEN];
+	char ip[SIM_MAX_NODES][SIM_ADDR_LEN];
 };
 
 /* Read config.cfg at `path` (KEY=VALUE lines, '#' comments, blanks ignored, unknown keys ignored)
@@ -91,8 +95,15 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
  * an entry longer than SIM_ADDR_LEN-1) or -ENODATA (no entry at all). */
 int sim_nodes_read(const char *path, struct sim_nodes *n);
 
-/* Index of `addr` in the node list, or -1. */
+/* Index of `addr` in the node list (an entry as written, or its resolved address), or -1. */
 int sim_nodes_find(const struct sim_nodes *n, const char *addr);
+
+/* Fill n->ip: an IPv4 literal as it is; a host name (driver 570.158.01+ accepts them) from
+ * `hosts_file` ("ADDRESS NAME..." lines as /etc/hosts, '#' comments; IMEXSIM_HOSTS_FILE, so tests
+ * need not touch the machine's /etc/hosts) when given and it names it, else the resolver
+ * (getaddrinfo, AF_INET, the first answer).  A name that does not resolve gets "" (a peer that
+ * never connects).  Returns the number of entries that did not resolve. */
+int sim_nodes_resolve(struct sim_nodes *n, const char *hosts_file);
 
 /* FNV-1a 64-bit hash of the node map (entries in order, each followed by '\n'): the handshake
  * compares it (with the count) to detect a node map mismatch. */
@@ -120,6 +131,14 @@ struct sim_buf {
  * Returns the fd, or -EINVAL for a non-literal `ip`, or the negative errno of socket/bind/listen.
  */
 int sim_listen(const char *ip, int port);
+
+/* Create a non-blocking unix stream socket listening on `path` (a stale socket file there is
+ * removed first; any other file is left alone: -EEXIST).  Returns the fd or a negative errno. */
+int sim_listen_unix(const char *path);
+
+/* Start a non-blocking connect to the unix socket `path`.  Returns the fd (wait for POLLOUT, then
+ * sim_connect_result) or a negative errno (-ENOENT, -ECONNREFUSED, -ENAMETOOLONG). */
+int sim_connect_unix_start(const char *path);
 
 /* Start a non-blocking TCP connect to IPv4 `ip`:`port`.  Returns the fd (the connect may still be
  * in progress: wait for POLLOUT, then call sim_connect_result), -EINVAL for a non-literal `ip`, or
@@ -179,9 +198,9 @@ enum sim_conn sim_conn_parse(const char *name);
 
 /* nvidia-imex [-c CONFIG]: the daemon.  Returns the process exit status. */
 int sim_daemon_main(int argc, char **argv);
-/* nvidia-imex-ctl [-c CONFIG | -i IP PORT] (-q|-N|-n) [-j] [-H] [-t MS]: the ctl.  Returns the
- * process exit status (0, 1 when -q cannot reach the daemon, 2 for a usage error, 255 when the
- * configuration cannot be read). */
+/* nvidia-imex-ctl [-c CONFIG] [-i IP PORT | -u SOCKET] (-q|-N|-n) [-j] [-H] [-t MS]: the ctl.
+ * Returns the process exit status (0, 1 when -q cannot reach the daemon, 2 for a usage error, 255
+ * when the configuration cannot be read). */
 int sim_ctl_main(int argc, char **argv);
 
 #endif

@@ -1,4 +1,5 @@
-/* imexsim: clock, non-blocking TCP helpers, line buffers and the connection status names. */
+/* imexsim: clock, non-blocking TCP and unix socket helpers, line buffers and the connection status
+ * names. */
 #include "imexsim.h"
 
 #include <arpa/inet.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,6 +42,58 @@ int sim_listen(const char *ip, int port)
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, SIM_LISTEN_BACKLOG) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* Fill *sa with the unix socket `path`; -ENAMETOOLONG when it does not fit. */
+static int make_unix(struct sockaddr_un *sa, const char *path)
+{
+	memset(sa, 0, sizeof *sa);
+	sa->sun_family = AF_UNIX;
+	if (strlen(path) >= sizeof sa->sun_path)
+		return -ENAMETOOLONG;
+	strcpy(sa->sun_path, path);
+	return 0;
+}
+
+int sim_listen_unix(const char *path)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	int r = make_unix(&sa, path);
+	if (r < 0)
+		return r;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return -EEXIST;
+		unlink(path); /* left by a daemon that was killed */
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, SIM_LISTEN_BACKLOG) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int sim_connect_unix_start(const char *path)
+{
+	struct sockaddr_un sa;
+	int r = make_unix(&sa, path);
+	if (r < 0)
+		return r;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS &&
+	    errno != EAGAIN) {
 		int e = errno;
 		close(fd);
 		return -e;

@@ -121,6 +121,36 @@ function M.lookup(host, settings, names)
   return addrs
 end
 
+--- The entries of a node list file as addresses (C35: driver 570.158.01 and later accept host
+-- names in nodes_config.cfg, and some sites write a fixed list of rack-slot names at boot). An
+-- IPv4 literal is its own address; a host name goes through `M.lookup` (address_source: the
+-- resolver, or the address map), one at a time, so that every name that does not resolve is named.
+-- The daemon resolves the names itself (its resolver, not the address map): a map that disagrees
+-- with DNS or /etc/hosts describes another domain than the daemon's.
+-- @param host table primitives (resolve, read)
+-- @param settings table validated settings (address_source, address_map, resolve_timeout)
+-- @param entries list of strings the node list's entries, in order (nodelist.parse)
+-- @return addrs (list: the address of entry i, or false when it did not resolve), names
+--   ({[address] = entry} for the entries that are host names), unresolved (list of one-line
+--   "NAME (why)", in order)
+function M.resolve_entries(host, settings, entries)
+  local addrs, names, unresolved = {}, {}, {}
+  for i, e in ipairs(entries) do
+    if nodelist.is_ipv4(e) then
+      addrs[i] = e
+    else
+      local r, err = M.lookup(host, settings, { e })
+      addrs[i] = r and r[1] or false
+      if r then
+        names[r[1]] = e
+      else
+        unresolved[#unresolved + 1] = string.format("%s (%s)", e, tostring(err))
+      end
+    end
+  end
+  return addrs, names, unresolved
+end
+
 --- This node's entry of the list.
 -- @param host table primitives (local_addresses)
 -- @param bind string|nil BIND_INTERFACE_IP from config.cfg ("" or nil when unset)

@@ -20,12 +20,12 @@
 -- ctx.host (mkdir, stat, mknod_char), so `plan` records them instead.
 -- @module imexguard.channels
 local trim = require("imexguard.text").trim
+local slurmconf = require "imexguard.slurmconf"
 
 local M = {}
 
 M.DEVICE = "nvidia-caps-imex-channels"
 M.MAX_DEVICES_BYTES = 65536
-M.MAX_SLURM_CONF_BYTES = 1048576
 
 --- Parse the text of /proc/devices.
 -- The kernel prints two sections, `Character devices:` then `Block devices:`, each line
@@ -80,8 +80,9 @@ function M.major(text, path)
     .. "with IMEX channel support?)", path, M.DEVICE)
 end
 
---- The value of `SwitchType` in the text of a slurm.conf (slurm.conf(5): `Key=Value`, keys are
--- case-insensitive, `#` starts a comment). `Include` lines are not followed.
+--- The value of `SwitchType` in the text of one file (slurm.conf(5): `Key=Value`, keys are
+-- case-insensitive, `#` starts a comment). `Include` lines are not followed: the prolog's decision
+-- reads slurm.conf with its Includes through imexguard.slurmconf (C38).
 -- @tparam string text contents of slurm.conf
 -- @treturn string|nil the value, or nil when not set
 function M.switch_type(text)
@@ -110,19 +111,27 @@ local function read(host, path, cap)
 end
 
 --- What this node should do about its channel: the pure part of `ensure`.
--- @tparam table ctx the run's context (settings, host)
+-- Slurm's switch/nvidia_imex is looked up in this node's slurm.conf as slurmd reads it
+-- (imexguard.slurmconf: SLURM_CONF, the configless cache, Includes; C38).
+-- @tparam table ctx the run's context (settings, host, env)
 -- @treturn[1] table `{mode = "off"|"channel0", why = string, major = integer|nil}`
 -- @treturn[2] nil
 -- @treturn[2] string one line naming the file that is wrong
+-- @treturn[2] string|nil the outcome: "slurm-conf-unreadable" when slurm.conf or an Include cannot
+--   be read (whether Slurm hands out the channels is then unknown), else nil (channel-failed)
 function M.decide(ctx)
   local s, host = ctx.settings, ctx.host
   if s.imex_channels == "off" then return { mode = "off", why = "imex_channels = \"off\"" } end
-  local conf, cerr = read(host, s.slurm_conf, M.MAX_SLURM_CONF_BYTES)
-  if cerr then return nil, "cannot tell whether Slurm manages IMEX channels: " .. cerr end
-  local switch = conf and M.switch_type(conf)
+  local conf, cerr = slurmconf.load(ctx)
+  if cerr then
+    return nil, "cannot tell whether Slurm manages IMEX channels: " .. cerr, "slurm-conf-unreadable"
+  end
+  local switch, where
+  if conf then switch, where = slurmconf.get(conf, "SwitchType") end
   if M.slurm_manages(switch) then
-    return { mode = "off", why = string.format("SwitchType=%s in %s: Slurm gives each job its own channel",
-      switch, s.slurm_conf) }
+    return { mode = "off", why = string.format("SwitchType=%s in %s%s: Slurm gives each job its own channel",
+      switch, where.file, where.file ~= conf.path and string.format(" line %d, included from %s", where.line,
+        conf.path) or "") }
   end
   local devices, derr = read(host, s.proc_devices, M.MAX_DEVICES_BYTES)
   if not devices then return nil, derr or (s.proc_devices .. ": missing") end
@@ -159,11 +168,11 @@ end
 -- @tparam table ctx the run's context
 -- @treturn[1] string what was done or found (one line)
 -- @treturn[2] nil
--- @treturn[2] string the outcome "channel-failed"
+-- @treturn[2] string the outcome: "channel-failed", or "slurm-conf-unreadable" (decide's)
 -- @treturn[2] string one line naming the path or file
 function M.ensure(ctx)
-  local d, err = M.decide(ctx)
-  if not d then return nil, "channel-failed", "IMEX channel: " .. err end
+  local d, err, outcome = M.decide(ctx)
+  if not d then return nil, outcome or "channel-failed", "IMEX channel: " .. err .. "; nothing changed" end
   if d.mode == "off" then
     if ctx.dry_run then return "IMEX channel: off: " .. d.why end
     return "IMEX channel: not created (" .. d.why .. ")"
@@ -201,9 +210,10 @@ end
 -- @treturn string one line: "off (why)", "DIR/channel0 present (MAJOR:0)"
 -- @treturn boolean|nil true when the state is a fault (the mode is channel0 and the channel is
 --   missing, not a character device, has another major, or /proc/devices does not say)
+-- @treturn string|nil the outcome of a fault when it is not channel-failed ("slurm-conf-unreadable")
 function M.state(ctx)
-  local d, err = M.decide(ctx)
-  if not d then return "IMEX channel: " .. err, true end
+  local d, err, outcome = M.decide(ctx)
+  if not d then return "IMEX channel: " .. err, true, outcome end
   if d.mode == "off" then return "IMEX channel: off (" .. d.why .. ")", nil end
   local path = ctx.settings.imex_channel_dir .. "/channel0"
   local st = ctx.host.stat(path)

@@ -231,6 +231,29 @@ local function index(nodes)
   return by_host, list
 end
 
+--- A parsed domain with its hosts renamed (C35: a node list of host names; whether the ctl then
+-- shows each node's `host` as the name or as its address is not documented, so a name is mapped to
+-- the address it resolves to and an address is kept).
+-- @tparam table domain from `parse_domain`
+-- @tparam table map {[host as shown] = address}; hosts not in it are kept
+-- @treturn table a new domain of the same shape (by_host and duplicates rebuilt); `domain` itself
+--   when map is empty
+function M.map_hosts(domain, map)
+  if next(map) == nil then return domain end
+  local function h(x) return map[x] or x end
+  local nodes = {}
+  for i, n in ipairs(domain.nodes) do
+    local conns, links = {}, {}
+    for host, st in pairs(n.connections or {}) do conns[h(host)] = st end
+    for j, l in ipairs(n.links or {}) do links[j] = { id = l.id, host = h(l.host), status = l.status } end
+    nodes[i] = { id = n.id, host = h(n.host), status = n.status, version = n.version, hostname = n.hostname,
+      connections = conns, links = links }
+  end
+  local by_host, dups = index(nodes)
+  return { status = domain.status, timestamp = domain.timestamp, nodes = nodes, by_host = by_host,
+    duplicates = dups }
+end
+
 --- Parse `nvidia-imex-ctl -N -j`.
 -- Requires a JSON object with a top-level `status` of UP/DEGRADED/DOWN and `nodes` an object
 -- keyed by decimal node ids (any order) holding at least one node; each node needs `host`,

@@ -133,7 +133,7 @@ end
 
 -- the host table: the primitives, or for a dry run recorders in place of side effects
 local RECORDED = {
-  'write_atomic', 'mknod_char', 'mkdir', 'lock', 'unit_job', 'unit_reset_failed', 'unit_kill',
+  'write_atomic', 'remove_temps', 'mknod_char', 'mkdir', 'lock', 'unit_job', 'unit_reset_failed', 'unit_kill',
 }
 -- a recorded lock: an object that unlocks (nothing was locked, no lock file was made)
 local function fake_lock()
@@ -170,6 +170,7 @@ function D.host(real, dry_run)
         if real.log then real.log('notice', 'dry run: would call ' .. line) end
         if name == 'unit_job' then return 'done' end
         if name == 'lock' then return fake_lock() end
+        if name == 'remove_temps' then return {} end
         return true
       end
     end

@@ -28,12 +28,20 @@ M.CONFIG_FAULT_OUTCOME = "config-fault"
 -- is what remains, with the remedy, on every node of the pair.
 M.STALE_MISMATCH_OUTCOME = "stuck-mismatch"
 
---- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings.
+--- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings, or `nvidia-imex-ctl -u SOCKET -N -j`
+-- when the daemon's command service listens on a unix socket only (C37: imexcfg.command_service;
+-- NVIDIA documents `-u` for the socket, and whether `-c CONFIG` alone makes the ctl use it is not
+-- known, so it is not relied on; with a TCP port too, `-c` as before).
 -- @param settings table (ctl: string or list of strings; imex_config)
 -- @param config string|nil the daemon's config.cfg (steps.daemon_config: from the unit's
 --   ExecStart, C28); default settings.imex_config
+-- @param cfg table|nil that config, parsed (imexcfg.parse); nil: `-c`
 -- @return list of strings
-function M.ctl_argv(settings, config)
+function M.ctl_argv(settings, config, cfg)
+  local svc = cfg and imexcfg.command_service(cfg)
+  if svc and svc.socket and not svc.port then
+    return settings_schema.command_argv(settings.ctl, { "-u", svc.socket, "-N", "-j" })
+  end
   return settings_schema.command_argv(settings.ctl, { "-c", config or settings.imex_config, "-N", "-j" })
 end
 
@@ -41,13 +49,15 @@ end
 -- @param ctx table policy context
 -- @param timeout number|nil seconds (default settings.ctl_timeout)
 -- @param config string|nil the daemon's config.cfg for the ctl's `-c` (default settings.imex_config)
+-- @param cfg table|nil that config, parsed: a command service on a unix socket only is reached with
+--   `-u` (M.ctl_argv)
 -- @return answer table: {domain = domain} when parsed, else {err = one-line message, kind =
 --   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_domain,
 --   or of the run: hang, budget, cannot execute)
-function M.probe(ctx, timeout, config)
+function M.probe(ctx, timeout, config, cfg)
   local s = ctx.settings
   timeout = timeout or s.ctl_timeout
-  local argv = M.ctl_argv(s, config)
+  local argv = M.ctl_argv(s, config, cfg)
   local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
   if not res then
     if code == "timeout" then
@@ -161,7 +171,7 @@ end
 local function command_service_off(want)
   if type(want.cfg) ~= "table" or #(want.addrs or {}) < 2 then return false end
   for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.addrs)) do
-    if f.level == "error" and f.key == "IMEX_CMD_ENABLED" then return true end
+    if f.level == "error" and f.key == "IMEX_CMD_ENABLED" and not f.repeated then return true end
   end
   return false
 end
@@ -397,7 +407,7 @@ function M.wait(ctx, want, first, judge)
     if not answer then
       -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
       answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
-        want.config_path)
+        want.config_path, want.cfg)
     end
     polls = polls + 1
     local v = judge(answer, want)

@@ -23,14 +23,22 @@ local DEFAULTS = {
   LOG_FILE_NAME = "/var/log/nvidia-imex.log",
 }
 
+-- The repeated keys of each parsed config (weak keys: a config's record goes with it): cfg ->
+-- list of {key, lines = {line numbers}, values = {value per line}, same = boolean}.
+local REPEATS = setmetatable({}, { __mode = "k" })
+
 --- Parse the text of a config.cfg.
 -- Lines are `KEY=VALUE`; whitespace around the key and around the value is trimmed (a CR of a
 -- CRLF file too); the value may be empty; everything after the first `=` is the value. Blank
 -- lines and lines whose first non-blank character is `#` are ignored. A key is
--- `[A-Za-z_][A-Za-z0-9_]*`. A key given twice is an error: which one the daemon uses is not
--- documented, and imexguard does not guess.
+-- `[A-Za-z_][A-Za-z0-9_]*`.
+-- A key given more than once (field case C34: a vendor guide's line appended to a file that had
+-- it) is not an error: with the same value every time the value is known (`M.repeats` lists it,
+-- `M.lint` warns); with different values which one the daemon uses is not documented, so the key
+-- is left out of the table and `M.get` / `M.port` answer nil and a message naming every line
+-- (never the first, the last or the default: a guess).
 -- @tparam string text file contents
--- @treturn[1] table `{KEY = "value"}` (strings only)
+-- @treturn[1] table `{KEY = "value"}` (strings only; a key with different values is absent)
 -- @treturn[2] nil
 -- @treturn[2] string error naming the line number and the line
 -- @raise when text is not a string
@@ -38,7 +46,7 @@ function M.parse(text)
   if type(text) ~= "string" then
     error("imexcfg.parse: expected a string, got " .. type(text), 2)
   end
-  local cfg, where, lineno = {}, {}, 0
+  local cfg, seen, order, lineno = {}, {}, {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
     local body = trim(line)
@@ -51,13 +59,55 @@ function M.parse(text)
       if not key:match("^[%a_][%w_]*$") then
         return nil, string.format("config.cfg line %d: bad key '%s'", lineno, key)
       end
-      if where[key] then
-        return nil, string.format("config.cfg line %d: %s is already set on line %d", lineno, key, where[key])
+      value = trim(value)
+      local r = seen[key]
+      if not r then
+        r = { key = key, lines = {}, values = {}, same = true }
+        seen[key], order[#order + 1] = r, r
+        cfg[key] = value
+      elseif value ~= r.values[1] then
+        r.same, cfg[key] = false, nil
       end
-      cfg[key], where[key] = trim(value), lineno
+      r.lines[#r.lines + 1], r.values[#r.values + 1] = lineno, value
     end
   end
+  local repeats = {}
+  for _, r in ipairs(order) do
+    if #r.lines > 1 then repeats[#repeats + 1] = r end
+  end
+  REPEATS[cfg] = repeats
   return cfg
+end
+
+--- The keys a parsed config sets more than once (C34), in the order of their first line.
+-- @tparam table cfg result of `parse` (another table: none)
+-- @treturn table list of `{key = string, lines = {integer,...}, values = {string,...} (one per
+--   line), same = boolean (every value equal)}`
+function M.repeats(cfg)
+  return REPEATS[cfg] or {}
+end
+
+-- "line 6: 50005, line 12: 50015" of a repeat record.
+local function lines_of(r)
+  local parts = {}
+  for i, n in ipairs(r.lines) do parts[i] = string.format("line %d: '%s'", n, r.values[i]) end
+  return table.concat(parts, ", ")
+end
+
+--- Whether a key's value is unknown because the config sets it more than once with different
+-- values (C34).
+-- @tparam table|nil cfg result of `parse`
+-- @tparam string key
+-- @treturn string|nil one line naming the key and every line with its value, and that which one the
+--   daemon uses is unknown; nil when the value is known (set once, the same each time, or not set)
+function M.unknown(cfg, key)
+  for _, r in ipairs(M.repeats(cfg)) do
+    if r.key == key and not r.same then
+      return string.format("config.cfg sets %s %d times with different values (%s): which one "
+        .. "nvidia-imex uses is not documented, so it is unknown", key, #r.lines, lines_of(r))
+    end
+  end
+  return nil
 end
 
 --- NVIDIA's package defaults, a fresh table on every call.
@@ -75,10 +125,12 @@ end
 
 --- A value of a parsed config, else NVIDIA's default.
 -- A key present in cfg wins even when its value is empty (an empty `BIND_INTERFACE_IP` means
--- "choose automatically", the same as the default).
+-- "choose automatically", the same as the default). A key set with different values (C34) is
+-- unknown: nil and `M.unknown`'s message, never the default.
 -- @tparam table|nil cfg result of `parse` (nil: defaults only)
 -- @tparam string key
--- @treturn string|nil the value, nil when neither cfg nor the defaults have it
+-- @treturn string|nil the value, nil when neither cfg nor the defaults have it or it is unknown
+-- @treturn string|nil when unknown: the message naming the lines
 -- @raise when key is not a string
 function M.get(cfg, key)
   if type(key) ~= "string" then
@@ -87,6 +139,8 @@ function M.get(cfg, key)
   if cfg ~= nil and cfg[key] ~= nil then
     return cfg[key]
   end
+  local unknown = M.unknown(cfg, key)
+  if unknown then return nil, unknown end
   return DEFAULTS[key]
 end
 
@@ -95,14 +149,45 @@ end
 -- @tparam string key
 -- @treturn[1] integer 1-65535
 -- @treturn[2] nil
--- @treturn[2] string error naming the key and its value
+-- @treturn[2] string error naming the key and its value, or `M.unknown`'s message
 function M.port(cfg, key)
-  local v = M.get(cfg, key)
+  local v, unknown = M.get(cfg, key)
+  if unknown then return nil, unknown end
   local n = v and v:match("^%d+$") and math.tointeger(tonumber(v))
   if not n or n < 1 or n > 65535 then
     return nil, string.format("config.cfg: %s='%s' is not a port number", key, tostring(v))
   end
   return n
+end
+
+--- The daemon's command service (C37): a TCP port and/or a unix socket. `IMEX_CMD_ENABLED=1`
+-- needs `IMEX_CMD_PORT` and/or `IMEX_CMD_UNIX_DOMAIN_PATH` (the config.cfg template of NVIDIA's
+-- DRA driver). A TCP port is assumed only where one is configured: `IMEX_CMD_PORT` set, or, without
+-- a socket path, the package default 50005. With a socket path and no `IMEX_CMD_PORT` line whether
+-- the daemon also listens on 50005 is not documented: no port is assumed.
+-- @tparam table|nil cfg result of `parse`
+-- @treturn[1] table `{enabled = boolean, port = integer|nil, socket = string|nil}`
+-- @treturn[2] nil
+-- @treturn[2] string one line: the port is not a number, or a key is unknown (C34)
+function M.command_service(cfg)
+  local socket, serr = M.get(cfg, "IMEX_CMD_UNIX_DOMAIN_PATH")
+  if serr then return nil, serr end
+  if socket == "" then socket = nil end
+  local enabled, eerr = M.get(cfg, "IMEX_CMD_ENABLED")
+  if eerr then return nil, eerr end
+  local unknown = M.unknown(cfg, "IMEX_CMD_PORT")
+  if unknown then return nil, unknown end
+  local v = cfg and cfg.IMEX_CMD_PORT
+  local port
+  if v == nil or v == "" then
+    -- without a socket the daemon's default applies (lint warns: every node must share it)
+    port = not socket and math.tointeger(tonumber(DEFAULTS.IMEX_CMD_PORT)) or nil
+  else
+    local perr
+    port, perr = M.port(cfg, "IMEX_CMD_PORT")
+    if not port then return nil, perr end
+  end
+  return { enabled = enabled == "1", port = port, socket = socket }
 end
 
 --- Where the daemon and the ctl read their config when no `-c` is given (NVIDIA IMEX guide).
@@ -134,13 +219,25 @@ local function lint_ports(cfg, add)
   elseif enabled ~= nil and enabled ~= "1" then
     add("IMEX_CMD_ENABLED", "error", "IMEX_CMD_ENABLED='%s' is neither 0 nor 1", enabled)
   end
+  local socket = cfg.IMEX_CMD_UNIX_DOMAIN_PATH
+  if socket == "" then socket = nil end
+  if socket and socket:sub(1, 1) ~= "/" then
+    add("IMEX_CMD_UNIX_DOMAIN_PATH", "error", "IMEX_CMD_UNIX_DOMAIN_PATH=%s is not an absolute path", socket)
+  elseif socket and socket:match("^/etc/") then
+    add("IMEX_CMD_UNIX_DOMAIN_PATH", "warning", "IMEX_CMD_UNIX_DOMAIN_PATH=%s is under /etc: a unit with "
+      .. "ProtectSystem=full cannot create it there", socket)
+  end
   local ports = {}
   for _, key in ipairs({ "SERVER_PORT", "IMEX_CMD_PORT" }) do
     local v = cfg[key]
+    -- a key set with different values is named by lint's repeat finding, not "not set" (C34); a
+    -- command port left empty or out beside a unix socket is not assumed (C37)
+    if M.unknown(cfg, key) then v = false end
+    if key == "IMEX_CMD_PORT" and socket and (v == nil or v == "") then v = false end
     if v == nil or v == "" then
       add(key, "warning", "%s is not set: the daemon uses %s, and every node of the domain must use the "
         .. "same port", key, DEFAULTS[key])
-    else
+    elseif v then
       local n = M.port(cfg, key)
       if n then ports[key] = n else add(key, "error", "%s='%s' is not a port number (1-65535)", key, v) end
     end
@@ -157,11 +254,16 @@ end
 -- ::1, localhost); `IMEX_CMD_ENABLED=0` or neither 0 nor 1; `SERVER_PORT` or `IMEX_CMD_PORT` not a
 -- port number, or both the same; `IMEX_NODE_CONFIG_FILE` not an absolute path (the daemon's
 -- working directory is not the admin's). Warnings: `SERVER_PORT` or `IMEX_CMD_PORT` missing or
--- empty (the daemon's default applies, which every node must share).
+-- empty (the daemon's default applies, which every node must share), except `IMEX_CMD_PORT` beside
+-- `IMEX_CMD_UNIX_DOMAIN_PATH` (C37: no TCP port is assumed); `IMEX_CMD_UNIX_DOMAIN_PATH` not absolute
+-- (error) or under /etc (warning: ProtectSystem=full). Repeated keys (C34), first:
+-- with the same value a warning, with different values an error naming every line ("which one
+-- the daemon uses is unknown"); both findings have `repeated = true`.
 -- @tparam table cfg result of `parse`
 -- @tparam[opt] string path the file's path, named in every finding (default `DEFAULT_PATH`)
 -- @treturn table list of findings in a fixed key order, empty when the config is clean:
---   `{ {key = string, value = string|nil, level = "error"|"warning", text = one line "PATH: ..."}, ... }`
+--   `{ {key = string, value = string|nil, level = "error"|"warning", text = one line "PATH: ...",
+--   repeated = true|nil}, ... }`
 -- @raise when cfg is not a table or path is not a string
 function M.lint(cfg, path)
   if type(cfg) ~= "table" then
@@ -175,6 +277,19 @@ function M.lint(cfg, path)
   local function add(key, level, fmt, ...)
     out[#out + 1] = { key = key, value = cfg[key], level = level,
       text = (path .. ": " .. string.format(fmt, ...)):gsub("[\r\n]+", " ") }
+  end
+  for _, r in ipairs(M.repeats(cfg)) do
+    local f
+    if r.same then
+      add(r.key, "warning", "%s is set %d times with the same value '%s' (lines %s): remove the extra lines",
+        r.key, #r.lines, r.values[1], table.concat(r.lines, ", "))
+      f = out[#out]
+    else
+      out[#out + 1] = { key = r.key, level = "error", text = (path .. ": " .. M.unknown(cfg, r.key)
+        .. "; keep one line"):gsub("[\r\n]+", " ") }
+      f = out[#out]
+    end
+    f.repeated = true
   end
   lint_ports(cfg, add)
   local nodes = cfg.IMEX_NODE_CONFIG_FILE

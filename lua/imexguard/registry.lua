@@ -8,12 +8,16 @@
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
 -- epoch), invocation_id = string (systemd's InvocationID of the daemon the job was admitted to,
 -- "" when unknown), hosts = string (the job's Slurm node names compressed, "gb[03-18]": what
--- messages and `imexguard registrations` show; absent in entries of older versions)}; a policy
--- may add scalar fields (e.g. shared = "YES").
+-- messages and `imexguard registrations` show; absent in entries of older versions), boot_id =
+-- string (the kernel's boot ID when the job was registered, field case C36; absent in entries of
+-- older versions and when it could not be read)}; a policy may add scalar fields (e.g. shared =
+-- "YES").
 --
 -- Stale entries (a job whose epilog never ran, e.g. slurmd crashed) would block restarts for
 -- ever. The ways out, in the order an admin meets them:
 --   1. state_dir is /run/imexguard, a tmpfs: a reboot (which ends every job) clears the registry.
+--      On a state_dir that outlives a reboot (C36), the entries of another boot (their boot_id is
+--      not the kernel's /proc/sys/kernel/random/boot_id now) are dropped (M.drop_other_boots).
 --   2. `imexguard forget <id>` on the node removes job <id>'s registration by hand, under the
 --      node lock, leaving IMEX as it is (`SLURM_JOB_ID=<id> imexguard epilog` does the same and runs
 --      the policy's after_unregister); every conflict message names the command.
@@ -100,6 +104,27 @@ end
 -- @return list of entries
 function M.conflicting(st, id, nodes)
   return select_entries(M.others(st, id), function(e) return e.nodes ~= nodes end)
+end
+
+--- Drop the entries registered during another boot (C36): a reboot ended their jobs. An entry
+-- without a boot_id (an older version wrote it, or the boot ID was unreadable) is kept: its boot
+-- is unknown, and dropping the registration of a running job would let a restart break it.
+-- @param st table state (changed in place)
+-- @param boot_id string|nil the kernel's boot ID now; nil or "" (unknown) drops nothing
+-- @return list of the removed entries
+function M.drop_other_boots(st, boot_id)
+  local removed = {}
+  if not boot_id or boot_id == "" then return removed end
+  local keep = {}
+  for _, e in ipairs(M.jobs(st)) do
+    if type(e.boot_id) == "string" and e.boot_id ~= "" and e.boot_id ~= boot_id then
+      removed[#removed + 1] = e
+    else
+      keep[#keep + 1] = e
+    end
+  end
+  st.jobs = keep
+  return removed
 end
 
 --- Drop entries older than max_age seconds.

@@ -54,7 +54,8 @@ end
 function M.config_fault_found(info, addrs)
   if not info or type(info.cfg) ~= "table" then return false end
   for _, f in ipairs(health.config_lint(info.cfg, info.config, addrs)) do
-    if f.level == "error" and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP") then return true end
+    if f.level == "error" and not f.repeated and (f.key:match("^IMEX_CMD_") or f.key == "BIND_INTERFACE_IP")
+    then return true end
   end
   return false
 end

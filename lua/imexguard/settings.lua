@@ -33,6 +33,9 @@ M.schema = {
     doc = "seconds: timeout of one nvidia-imex-ctl call" },
   { name = "state_dir", default = "/run/imexguard", kind = "path",
     doc = "directory of the node lock and the state file (registered jobs, last write)" },
+  { name = "boot_id_file", default = "/proc/sys/kernel/random/boot_id", kind = "path",
+    doc = "the kernel's boot ID (Linux random(4)); a job registration of another boot is dropped, "
+      .. "its job ended with that boot (a state_dir that outlives a reboot)" },
   { name = "address_source", default = "dns", kind = "enum", values = { "dns", "map" },
     doc = "how node names become IPv4 addresses: \"dns\" (the resolver) or \"map\" (address_map)" },
   { name = "address_map", default = nil, kind = "path", optional = true,
@@ -112,7 +115,9 @@ M.schema = {
   { name = "proc_devices", default = "/proc/devices", kind = "path",
     doc = "the kernel's device list; the channel major comes from its Character devices section" },
   { name = "slurm_conf", default = "/etc/slurm/slurm.conf", kind = "path",
-    doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex" },
+    doc = "Slurm's slurm.conf, read (never Slurm's controller) for SwitchType=switch/nvidia_imex, with its "
+      .. "Include files; SLURM_CONF of the prolog's environment (slurmd's own file, the conf-cache when "
+      .. "configless) comes first, /run/slurm/conf/slurm.conf when this file does not exist" },
   -- off by default (docs/policy-api.md "The drain reason"): Slurm drains the node anyway; the
   -- reason is the site's (NHC and resume scripts own it), and the call needs scontrol and a
   -- reachable slurmctld on every node

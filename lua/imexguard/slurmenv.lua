@@ -67,6 +67,16 @@ function M.nodelist(env)
     .. "SLURM_NODELIST is %s", show("SLURM_JOB_NODELIST"), show("SLURM_NODELIST"))
 end
 
+--- slurmd's own slurm.conf, as it puts it into the prolog's and epilog's environment
+-- (`SLURM_CONF`; in configless mode the conf-cache under its spool, linked from /run/slurm/conf).
+-- @tparam table env the environment (name -> string)
+-- @treturn string|nil the path (whitespace-trimmed), nil when unset or blank (not run by slurmd)
+-- @raise when env is not a table
+function M.slurm_conf(env)
+  check_env(env, "slurm_conf")
+  return value(env, "SLURM_CONF")
+end
+
 --- The job's identity from the environment.
 -- Values are the environment's strings (whitespace-trimmed), nil when unset or blank.
 -- @tparam table env the environment (name -> string)

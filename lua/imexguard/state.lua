@@ -12,7 +12,7 @@
 --   (re)started). Still present at the next run: that run was killed half way;
 --   jobs (the job registry: a list of {id = string, nodes = the node-list bytes the job runs with,
 --   registered_us = number, invocation_id = string, hosts = string (the job's Slurm names
---   compressed, "gb[03-18]", for people), ...}, see imexguard.registry).
+--   compressed, "gb[03-18]", for people), boot_id = string, ...}, see imexguard.registry).
 -- Times are microseconds since the epoch, stored as decimal strings because lua-cjson 2.1 encodes
 -- numbers with 14 significant digits only (a microsecond timestamp has 16).
 -- The file is written with host.write_atomic, so it is the old or the new one. A file that exists
@@ -30,7 +30,8 @@ M.MAX_BYTES = 1024 * 1024
 local US_FIELDS = { written_us = true, started_us = true, registered_us = true, deploying_us = true }
 --- Known string fields (top level and registry entries); any other field must be a scalar.
 local STRING_FIELDS = { nodes = true, running_nodes = true, running_config = true, invocation_id = true,
-  job = true, deploying_nodes = true, deploying_job = true, id = true, hosts = true }
+  job = true, deploying_nodes = true, deploying_job = true, id = true, hosts = true,
+  boot_id = true }
 
 local function scalar(v)
   local t = type(v)

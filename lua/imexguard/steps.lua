@@ -156,7 +156,11 @@ end
 -- @return path, or nil, "config-mismatch"|"bad-input", message
 local function daemon_nodes_file(ctx, cfg, config)
   local s = ctx.settings
-  local v = imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE")
+  local v, unknown = imexcfg.get(cfg, "IMEX_NODE_CONFIG_FILE")
+  if unknown then -- C34: the node list the daemon reads is unknown, so no list can be written for it
+    return fail("bad-input", "IMEX config %s: %s; nothing changed (keep one IMEX_NODE_CONFIG_FILE line)",
+      config, unknown)
+  end
   local nodes_file = (v and v ~= "") and v or M.DEFAULT_NODES_FILE
   -- the daemon's working directory is not ours: a relative path would name another file
   if nodes_file:sub(1, 1) ~= "/" then
@@ -169,6 +173,18 @@ local function daemon_nodes_file(ctx, cfg, config)
       M.node_name(ctx), s.nodes_file, nodes_file, config)
   end
   return nodes_file
+end
+
+--- C34: log the keys config.cfg sets more than once (imexcfg.lint's repeat findings, at warning):
+-- the same value is harmless; different values leave the key's value unknown, and each step that
+-- needs it says so (the node list: bad-input; the command port: its owner is not checked).
+-- @param ctx table policy context
+-- @param cfg table parsed config.cfg
+-- @param config string its path
+function M.log_repeats(ctx, cfg, config)
+  for _, f in ipairs(imexcfg.lint(cfg, config)) do
+    if f.repeated then ctx.host.log("warning", M.one_line(f.text)) end
+  end
 end
 
 --- Step 1: does IMEX apply to this node?
@@ -200,10 +216,11 @@ function M.applies(ctx)
   end
   local cfg, perr = imexcfg.parse(text)
   if not cfg then return fail("bad-input", "IMEX config %s: %s", config, tostring(perr)) end
+  M.log_repeats(ctx, cfg, config)
   local nodes_file
   nodes_file, o, m = daemon_nodes_file(ctx, cfg, config)
   if not nodes_file then return nil, o, m end
-  local bind = cfg.BIND_INTERFACE_IP
+  local bind = cfg.BIND_INTERFACE_IP -- nil when set with different values (C34): found by address
   return { unit = props, cfg = cfg, config = config, config_source = source, nodes_file = nodes_file,
     bind = (bind ~= "" and bind) or nil, managed_disabled = managed_disabled }
 end
@@ -455,6 +472,35 @@ function M.read_nodes(ctx, info)
   return nil, string.format("%s unreadable (%s)", info.nodes_file, tostring(err))
 end
 
+--- C39: under the node lock, remove the temp files a killed write left next to the state file and
+-- the node list (host.remove_temps: only `.<basename>.XXXXXX` names of those two files, whose
+-- writer is gone; never anything else). Best effort: a failure is logged at debug, like each
+-- removal. A host without the primitive (an older kit) removes nothing.
+-- @param ctx table policy context
+-- @param info table|nil from applies (info.nodes_file); nil: the state file's directory only
+-- @return list of the removed paths
+function M.remove_temps(ctx, info)
+  local host, removed = ctx.host, {}
+  if type(host.remove_temps) ~= "function" then return removed end
+  local paths = { state.path(ctx.settings) }
+  if info and info.nodes_file then paths[#paths + 1] = info.nodes_file end
+  for _, path in ipairs(paths) do
+    local names, err = host.remove_temps(path)
+    local dir = path:match("^(.*)/[^/]*$") or "."
+    if type(names) == "table" then
+      table.sort(names)
+      for _, n in ipairs(names) do
+        removed[#removed + 1] = dir .. "/" .. n
+        host.log("debug", M.one_line(string.format("removed %s/%s, the temp file of a write of %s that was "
+          .. "killed before its rename", dir, n, path)))
+      end
+    elseif names == nil then
+      host.log("debug", M.one_line("leftover temp files not checked: " .. tostring(err)))
+    end
+  end
+  return removed
+end
+
 --- Step 4b: write the node list atomically and record it in the state file.
 -- @param st table state (updated in place)
 -- @return true, or nil, "write-failed"|"deadline-exceeded", message (the primitive's: it says
@@ -564,7 +610,7 @@ end
 -- @param probe table|nil the ctl already started (M.start_probe): its answer; nil: health.probe now
 local function stage_ctl(ctx, want, v, probe)
   local ans
-  if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path) end
+  if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path, want.cfg) end
   v.answer = ans
   if not ans.domain then
     v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
@@ -593,13 +639,14 @@ Probe.__index = Probe
 --- Start the ctl of health.probe now (host.spawn); its answer comes with probe:answer().
 -- @param ctx table policy context
 -- @param config string|nil the daemon's config.cfg for the ctl's `-c`, as health.probe's
+-- @param cfg table|nil that config, parsed, as health.probe's
 -- @return probe (use `local p <close> = probe`; a failed start is answered as health.probe answers a
 --   command that cannot run)
-function M.start_probe(ctx, config)
+function M.start_probe(ctx, config, cfg)
   local s = ctx.settings
-  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config),
+  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config, cfg),
     { timeout = s.ctl_timeout, max_output = health.MAX_OUTPUT })
-  return setmetatable({ ctx = ctx, config = config, proc = proc, err = err, code = code }, Probe)
+  return setmetatable({ ctx = ctx, config = config, cfg = cfg, proc = proc, err = err, code = code }, Probe)
 end
 
 --- Wait for the started ctl: health.probe's answer ({domain = ...} or {err, kind}).
@@ -611,7 +658,8 @@ function Probe:answer()
   end
   local host = setmetatable({ run = run }, { __index = ctx.host })
   -- health.probe records the answer it parsed in ctx.domain_seen: the view passes writes to ctx
-  return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config)
+  return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config,
+    self.cfg)
 end
 
 --- Kill and reap the ctl unless it was waited for (also the probe's __close). Idempotent.
@@ -661,7 +709,7 @@ function M.assess(ctx, info, want, st, opts)
   local early_reason, started
   if may_reach_ctl(ctx, early, opts) then
     early_reason = stage_started_with(ctx, info, want, st, early)
-    if not early_reason then started = M.start_probe(ctx, want.config_path) end
+    if not early_reason then started = M.start_probe(ctx, want.config_path, want.cfg) end
   end
   local probe <close> = started -- killed on every path that does not answer it
   local props, o, m = M.settle_unit(ctx, opts.wait)
@@ -798,10 +846,12 @@ end
 -- @return true when the registry changed (decide again), false when the time passed
 function M.wait_registry(ctx, key, until_t)
   local host, s = ctx.host, ctx.settings
+  local boot = M.boot_id(ctx)
   while host.now() < until_t do
     local ok = host.sleep(math.min(s.poll_interval, until_t - host.now()))
     if not ok then return false end
     local st = state.load(host, s)
+    if st then registry.drop_other_boots(st, boot) end -- as the locked run sees it (C36)
     if st and M.registry_key(st) ~= key then return true end
   end
   return false
@@ -822,7 +872,7 @@ function M.register(ctx, st, want, extra)
     host.log("warning", "job has no SLURM_JOB_ID: not registered")
     return nil
   end
-  local e = { invocation_id = "" }
+  local e = { invocation_id = "", boot_id = M.boot_id(ctx) }
   for k, v in pairs(extra or {}) do e[k] = v end
   if e.invocation_id == "" then
     local props = host.unit(ctx.settings.unit)
@@ -911,6 +961,42 @@ function M.drop_interrupted(ctx, st)
   return id
 end
 
+--- The kernel's boot ID (C36): the first line of the setting boot_id_file (default
+-- /proc/sys/kernel/random/boot_id, a UUID that Linux draws anew at each boot: random(4)), read
+-- with host.read (at most 64 bytes).
+-- @param ctx table policy context
+-- @return string boot ID, or nil when it cannot be read or is not one line of [0-9a-f-] (then no
+--   registration is tied to a boot and none is dropped; logged at debug)
+function M.boot_id(ctx)
+  local path = M.setting(ctx, "boot_id_file")
+  if not path then return nil end
+  local text, err = ctx.host.read(path, 64)
+  local id = text and text:match("^([%x%-]+)\n?$")
+  if not id then
+    ctx.host.log("debug", M.one_line(string.format("boot ID unknown (%s): job registrations are not tied "
+      .. "to a boot", text and (path .. " is not a boot ID") or tostring(err))))
+    return nil
+  end
+  return id:lower()
+end
+
+--- C36: drop the registrations made during another boot (imexguard.registry.drop_other_boots): a
+-- state_dir that outlives a reboot still lists the jobs the reboot ended. Logged at warning, one
+-- line naming the jobs; the caller saves the state when it saves it anyway.
+-- @param ctx table policy context
+-- @param st table state (changed in place)
+-- @return list of the removed entries
+function M.drop_other_boots(ctx, st)
+  local now = M.boot_id(ctx)
+  local removed = registry.drop_other_boots(st, now)
+  if #removed > 0 then
+    ctx.host.log("warning", M.one_line(string.format("node %s: dropping the registration(s) of job %s: made "
+      .. "during another boot (boot ID %s, now %s), which ended those jobs", M.node_name(ctx),
+      registry.ids(removed), tostring(removed[1].boot_id), now)))
+  end
+  return removed
+end
+
 --- Before a change (rewrite of the node list and/or (re)start of the unit), under the node lock:
 -- register the job and record what is about to be deployed (st.deploying_nodes, deploying_job,
 -- deploying_us), and save the state file. Nothing on the node has changed yet, so when the save
@@ -926,7 +1012,7 @@ end
 function M.begin_change(ctx, st, want, extra)
   local host = ctx.host
   local id = M.job_id(ctx)
-  local e = {}
+  local e = { boot_id = M.boot_id(ctx) }
   for k, v in pairs(extra or {}) do e[k] = v end
   if e.invocation_id == nil then e.invocation_id = "" end
   local now_us = host.wallclock() * 1e6
@@ -950,32 +1036,59 @@ local function unit_process(ctx, pid, props)
   return cg ~= nil and cg:find("/" .. ctx.settings.unit, 1, true) ~= nil
 end
 
---- C27: something answering on this node's command port (IMEX_CMD_PORT of config.cfg) that is not
--- the unit's process (a daemon started by hand, a leftover of a crashed unit): the ctl would show
--- ITS state, so nothing may be called healthy, and a start of the unit would fail or run a second
--- daemon. Uses host.port_owner(port, nil, address, main_pid) -> {pid, comm, cmdline} | nil, msg, code,
--- with the unit's main PID as the hint (its descriptors are read first: every process only when it
--- does not hold the port); a host without it, or an owner it cannot find, proves nothing (logged at
--- debug).
+--- C27: something answering on this node's command service (IMEX_CMD_PORT of config.cfg, or the
+-- unix socket IMEX_CMD_UNIX_DOMAIN_PATH, C37) that is not the unit's process (a daemon started by
+-- hand, a leftover of a crashed unit): the ctl would show ITS state, so nothing may be called
+-- healthy, and a start of the unit would fail or run a second daemon. Uses
+-- host.port_owner(port, nil, address, main_pid) and host.socket_owner(path, nil, main_pid) ->
+-- {pid, comm, cmdline} | nil, msg, code, with the unit's main PID as the hint (its descriptors are
+-- read first: every process only when it does not hold the socket); a host without them, or an
+-- owner it cannot find, proves nothing (logged at debug). The TCP port is checked only where one is
+-- configured (imexcfg.command_service).
 -- @param ctx table policy context
 -- @param info table from applies (cfg)
 -- @param props table|nil the unit's properties (main_pid, active_state)
 -- @return true, or nil, "service-failed", message naming the process (pid, command line), the port
---   and the unit
+--   or socket and the unit
 function M.check_port(ctx, info, props)
-  local host, unit = ctx.host, ctx.settings.unit
-  if type(host.port_owner) ~= "function" then return true end
-  local port = imexcfg.port(info.cfg, "IMEX_CMD_PORT")
-  if not port then return true end
-  -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
-  -- simulator runs one daemon per loopback address on the same port; a node runs one)
-  local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
-  if cmd_ip == "" then cmd_ip = nil end
+  local host = ctx.host
+  local svc, serr = imexcfg.command_service(info.cfg)
+  if not svc then
+    host.log("debug", M.one_line("command port owner not checked: " .. tostring(serr)))
+    return true
+  end
   local main = props and tonumber(props.main_pid)
-  local owner, err, code = host.port_owner(port, nil, cmd_ip or info.bind, main and main > 0 and main or nil)
+  local hint = main and main > 0 and main or nil
+  if svc.socket and type(host.socket_owner) == "function" then
+    local ok, o, m = M.check_owner(ctx, props, "socket " .. svc.socket,
+      host.socket_owner(svc.socket, nil, hint))
+    if not ok then return nil, o, m end
+  end
+  if svc.port and type(host.port_owner) == "function" then
+    -- the command port's address: IMEX_CMD_BIND_INTERFACE_IP, else BIND_INTERFACE_IP, else any (the
+    -- simulator runs one daemon per loopback address on the same port; a node runs one)
+    local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
+    if cmd_ip == "" then cmd_ip = nil end
+    return M.check_owner(ctx, props, "port " .. svc.port,
+      host.port_owner(svc.port, nil, cmd_ip or info.bind, hint))
+  end
+  return true
+end
+
+--- The judgement of M.check_port on one listener of the command service: healthy only when it is
+-- the active unit's process.
+-- @param ctx table policy context
+-- @param props table|nil the unit's properties
+-- @param what string "port 50005" or "socket /run/imex/cmd.sock" (for the message)
+-- @param owner table|nil host.port_owner's or host.socket_owner's result
+-- @param err string|nil its message when nil
+-- @param code string|nil its code ("none": nothing listens)
+-- @return true, or nil, "service-failed", message
+function M.check_owner(ctx, props, what, owner, err, code)
+  local host, unit = ctx.host, ctx.settings.unit
   if not owner then
     if code ~= "none" then
-      host.log("debug", M.one_line("command port owner unknown: " .. tostring(err)))
+      host.log("debug", M.one_line("command " .. what .. " owner unknown: " .. tostring(err)))
     end
     return true
   end
@@ -985,10 +1098,10 @@ function M.check_port(ctx, info, props)
   if active and unit_process(ctx, pid, props) then return true end
   local cmd = owner.cmdline
   if type(cmd) == "table" then cmd = table.concat(cmd, " ") end
-  return fail("service-failed", "node %s: pid %d (%s) listens on the IMEX command port %d but is not the "
+  return fail("service-failed", "node %s: pid %d (%s) listens on the IMEX command %s but is not the "
     .. "main process of %s (%s, main pid %s): a daemon started by hand or left over; its answers are not "
     .. "the unit's. Stop it (kill %d), then run the prolog again", M.node_name(ctx), pid,
-    show(cmd or owner.comm or "?"), port, unit, props and tostring(props.active_state) or "state unknown",
+    show(cmd or owner.comm or "?"), what, unit, props and tostring(props.active_state) or "state unknown",
     props and tostring(props.main_pid) or "?", pid)
 end
 

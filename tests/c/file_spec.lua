@@ -213,6 +213,33 @@ describe("host.write_atomic", function()
     live:unlock()
   end)
 
+  it("C39: remove_temps removes only its own leftovers of that file, and names them", function()
+    local p = dir .. "/state.json"
+    H.write(p, "{}\n")
+    H.write(dir .. "/.state.json.AbC123", "killed writer") -- a real leftover
+    H.write(dir .. "/.state.json.Live99", "live")
+    for _, n in ipairs({ ".foo.AbC123", ".state.json.AbC12", ".state.json.AbC1234", ".state.json.Ab-123",
+      "state.json.AbC123", ".state.jsonAAbC123", ".nodes_config.cfg.AbC123" }) do
+      H.write(dir .. "/" .. n, "look-alike")
+    end
+    assert.is_true(os.execute("mkdir " .. H.q(dir .. "/.state.json.Dir123")))
+    local live = assert(host.lock(dir .. "/.state.json.Live99", 1, "writer"))
+    assert.same({ ".state.json.AbC123" }, assert(host.remove_temps(p)))
+    assert.same({ ".foo.AbC123", ".nodes_config.cfg.AbC123", ".state.json.Ab-123", ".state.json.AbC12",
+      ".state.json.AbC1234", ".state.json.Dir123", ".state.json.Live99", ".state.jsonAAbC123", "state.json",
+      "state.json.AbC123" }, H.ls(dir))
+    assert.same({}, host.remove_temps(p)) -- nothing left of its own: an empty list
+    live:unlock()
+    assert.same({ ".state.json.Live99" }, host.remove_temps(p)) -- its writer is gone
+    -- the file itself need not exist; the directory must
+    assert.same({}, host.remove_temps(dir .. "/nodes.cfg"))
+    local r, msg, code = host.remove_temps(dir .. "/missing/state.json")
+    assert.is_nil(r)
+    assert.equal("ENOENT", code)
+    assert.matches(dir .. "/missing/state.json", msg, 1, true)
+    assert.equal("EINVAL", select(3, host.remove_temps(dir .. "/")))
+  end)
+
   local function in_tmpfs(setup, code)
     -- a private mount namespace with a 64 KiB tmpfs on dir: the real file systems are untouched
     local cmd = H.lua_cmd(dir, "probe", code, dir .. "/mnt")

@@ -104,3 +104,28 @@ describe("addresses.parse_map of long lines (bench/lua_scale.lua)", function()
     assert.same({ gpu1 = "10.0.0.1" }, map)
   end)
 end)
+
+describe("addresses.resolve_entries (C35: host names in a node list file)", function()
+  it("keeps literals, resolves names one by one through the address source, names every failure", function()
+    local h = testing.host{ resolve = { ["rack7-slot01"] = { "10.0.0.1" }, ["rack7-slot02"] = { "10.0.0.2" },
+      ["rack7-slot03"] = "EAI_NONAME", ["rack7-slot05"] = { "10.0.0.5", "10.0.0.6" } } }
+    local ctx = testing.ctx{ host = h }
+    local addrs, names, unresolved = addresses.resolve_entries(h, ctx.settings,
+      { "rack7-slot01", "10.0.0.9", "rack7-slot03", "rack7-slot02", "rack7-slot05" })
+    assert.same({ "10.0.0.1", "10.0.0.9", false, "10.0.0.2", false }, addrs)
+    assert.same({ ["10.0.0.1"] = "rack7-slot01", ["10.0.0.2"] = "rack7-slot02" }, names)
+    assert.equal(2, #unresolved)
+    assert.matches("^rack7%-slot03 %(resolving node rack7%-slot03 failed", unresolved[1])
+    assert.matches("^rack7%-slot05 %(node rack7%-slot05 resolves to 2 IPv4 addresses", unresolved[2])
+    -- with the address map: the map, never the resolver
+    local mh = testing.host{ files = { [MAP] = "rack7-slot01 10.0.0.1\n" } }
+    local mctx = testing.ctx{ host = mh, settings = { address_source = "map", address_map = MAP } }
+    local names2
+    addrs, names2, unresolved = addresses.resolve_entries(mh, mctx.settings,
+      { "rack7-slot01", "rack7-slot02" })
+    assert.same({ ["10.0.0.1"] = "rack7-slot01" }, names2)
+    assert.same({ "10.0.0.1", false }, addrs)
+    assert.matches("not in the address map", unresolved[1])
+    assert.equal(0, mh.count("resolve"))
+  end)
+end)

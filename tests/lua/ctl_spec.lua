@@ -359,3 +359,21 @@ describe("ctl ordering by id", function()
     assert.equal(2, #d.nodes)
   end)
 end)
+
+describe("ctl.map_hosts (C35: the ctl showing a node list's host names)", function()
+  it("renames nodes, connections and links, and rebuilds by_host; an empty map changes nothing", function()
+    local d = assert(ctl.parse_domain(read("up-2node-570.json"), 0))
+    assert.equal(d, ctl.map_hosts(d, {}))
+    local h0, h1 = d.nodes[1].host, d.nodes[2].host
+    local m = ctl.map_hosts(d, { [h0] = "10.9.9.1" })
+    assert.equal("10.9.9.1", m.nodes[1].host)
+    assert.equal(h1, m.nodes[2].host)
+    assert.equal(m.nodes[1], m.by_host["10.9.9.1"])
+    assert.is_nil(m.by_host[h0])
+    assert.is_not_nil(m.nodes[2].connections["10.9.9.1"])
+    assert.is_nil(m.nodes[2].connections[h0])
+    for _, l in ipairs(m.nodes[2].links) do assert.not_equal(h0, l.host) end
+    assert.equal(d.status, m.status)
+    assert.equal(h0, d.nodes[1].host) -- the original is untouched
+  end)
+end)

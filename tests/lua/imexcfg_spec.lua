@@ -55,11 +55,27 @@ describe("imexcfg.parse", function()
     end
   end)
 
-  it("refuses a key set twice, naming both lines", function()
-    local cfg, err = imexcfg.parse("SERVER_PORT=1\nX=2\nSERVER_PORT=3\n")
-    assert.is_nil(cfg)
-    assert.truthy(err:find("line 3", 1, true))
-    assert.truthy(err:find("line 1", 1, true))
+  it("C34: a key set twice with the same value is known; with different values unknown, never guessed",
+    function()
+    local cfg = assert(imexcfg.parse("IMEX_CMD_ENABLED=1\nX=2\nIMEX_CMD_ENABLED = 1\n"))
+    assert.same({ IMEX_CMD_ENABLED = "1", X = "2" }, cfg)
+    assert.same({ { key = "IMEX_CMD_ENABLED", lines = { 1, 3 }, values = { "1", "1" }, same = true } },
+      imexcfg.repeats(cfg))
+    assert.is_nil(imexcfg.unknown(cfg, "IMEX_CMD_ENABLED"))
+    cfg = assert(imexcfg.parse("IMEX_CMD_PORT=50005\nSERVER_PORT=50000\nIMEX_CMD_PORT=50015\n"))
+    assert.same({ SERVER_PORT = "50000" }, cfg)
+    local v, why = imexcfg.get(cfg, "IMEX_CMD_PORT")
+    assert.is_nil(v) -- not 50005 (the first, and the default), not 50015 (the last)
+    assert.matches("line 1: '50005', line 3: '50015'", why, 1, true)
+    assert.matches("unknown", why)
+    local p, perr = imexcfg.port(cfg, "IMEX_CMD_PORT")
+    assert.is_nil(p)
+    assert.equal(why, perr)
+    assert.equal(50000, imexcfg.port(cfg, "SERVER_PORT"))
+    -- three lines, two of them equal: still unknown, all three named
+    cfg = assert(imexcfg.parse("A=1\nA=2\nA=1\n"))
+    assert.matches("3 times .*line 1: '1', line 2: '2', line 3: '1'", imexcfg.unknown(cfg, "A"))
+    assert.same({}, imexcfg.repeats({ A = "1" }))
   end)
 
   it("raises on misuse", function()
@@ -140,6 +156,47 @@ describe("imexcfg.lint (C22: flagged before any job runs)", function()
         .. "other nodes cannot reach this node's command port and show it UNAVAILABLE", f[1].text)
     end)
   end
+
+  it("C34: a repeated key is a warning with the same value, an error naming both lines with different "
+    .. "values; never 'not set'", function()
+    local f = lint(SAMPLE .. "IMEX_CMD_ENABLED=1\n", "/x.cfg")
+    assert.same({ "IMEX_CMD_ENABLED:warning" }, keys(f))
+    assert.is_true(f[1].repeated)
+    assert.equal("/x.cfg: IMEX_CMD_ENABLED is set 2 times with the same value '1' (lines 10, 14): remove the "
+      .. "extra lines", f[1].text)
+    f = lint(SAMPLE .. "IMEX_CMD_PORT=50015\n")
+    assert.same({ "IMEX_CMD_PORT:error" }, keys(f))
+    assert.is_true(f[1].repeated)
+    assert.matches("line 9: '50005', line 14: '50015'", f[1].text, 1, true)
+    assert.matches("which one nvidia%-imex uses is not documented, so it is unknown; keep one line",
+      f[1].text)
+    assert.is_nil(f[1].text:find("not set", 1, true))
+  end)
+
+  it("C37: a unix socket beside an empty or absent IMEX_CMD_PORT assumes no TCP port", function()
+    local sock = "IMEX_CMD_UNIX_DOMAIN_PATH=/run/nvidia-imex/cmd.sock\n"
+    for _, text in ipairs({ edit("IMEX_CMD_PORT=50005\n", "IMEX_CMD_PORT=\n") .. sock,
+      edit("IMEX_CMD_PORT=50005\n", "") .. sock }) do
+      assert.same({}, lint(text))
+      assert.same({ enabled = true, socket = "/run/nvidia-imex/cmd.sock" },
+        imexcfg.command_service(assert(imexcfg.parse(text))))
+    end
+    -- without a socket an absent port is the package default (and a warning); both: both
+    assert.same({ enabled = true, port = 50005 }, imexcfg.command_service(assert(imexcfg.parse(""))))
+    assert.same({ enabled = true, port = 50005, socket = "/s" },
+      imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=50005\nIMEX_CMD_UNIX_DOMAIN_PATH=/s\n"))))
+    assert.same({ "IMEX_CMD_PORT:warning" }, keys(lint(edit("IMEX_CMD_PORT=50005\n", "IMEX_CMD_PORT=\n"))))
+    -- the socket's path: absolute; under /etc a unit with ProtectSystem=full cannot create it
+    assert.same({ "IMEX_CMD_UNIX_DOMAIN_PATH:error" },
+      keys(lint(SAMPLE .. "IMEX_CMD_UNIX_DOMAIN_PATH=cmd.sock\n")))
+    local f = lint(SAMPLE .. "IMEX_CMD_UNIX_DOMAIN_PATH=/etc/nvidia-imex/cmd.sock\n")
+    assert.same({ "IMEX_CMD_UNIX_DOMAIN_PATH:warning" }, keys(f))
+    assert.matches("ProtectSystem=full", f[1].text)
+    -- a port that is not a number, or set twice differently: no service, the message says why
+    assert.is_nil(imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=x\n"))))
+    assert.matches("unknown", select(2, imexcfg.command_service(assert(imexcfg.parse("IMEX_CMD_PORT=1\n"
+      .. "IMEX_CMD_PORT=2\n")))))
+  end)
 
   it("a routable command address is fine", function()
     assert.same({}, lint(edit("IMEX_CMD_BIND_INTERFACE_IP=\n", "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1\n")))

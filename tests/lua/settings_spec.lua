@@ -9,7 +9,8 @@ describe("imexguard.settings", function()
       assert.same({
         deadline = 90, unit = "nvidia-imex.service", bus = "system",
         imex_config = "/etc/nvidia-imex/config.cfg", ctl = "/usr/bin/nvidia-imex-ctl",
-        ctl_timeout = 5, state_dir = "/run/imexguard", address_source = "dns", resolve_timeout = 2,
+        ctl_timeout = 5, state_dir = "/run/imexguard",
+        boot_id_file = "/proc/sys/kernel/random/boot_id", address_source = "dns", resolve_timeout = 2,
         domain_map = "auto",
         allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, nudge = true, nudge_after = 1, stale_mismatch_after = 3,

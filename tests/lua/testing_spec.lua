@@ -549,7 +549,8 @@ end)
 describe("testing: one module per primitive group, one public API", function()
   local GROUPS = {
     ["testing.clock"] = { "now", "wallclock", "remaining", "sleep", "set_deadline" },
-    ["testing.files"] = { "read", "stat", "write_atomic", "mkdir", "dir_exists", "mknod_char" },
+    ["testing.files"] = { "read", "stat", "write_atomic", "remove_temps", "mkdir", "dir_exists",
+      "mknod_char" },
     ["testing.lock"] = { "lock", "lock_holder" },
     ["testing.unit"] = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
     ["testing.run"] = { "run" },

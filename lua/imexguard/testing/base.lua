@@ -8,6 +8,9 @@ M.UNIT = "nvidia-imex.service"
 M.CONFIG = "/etc/nvidia-imex/config.cfg"
 M.NODES = "/etc/nvidia-imex/nodes_config.cfg"
 M.STATE = "/run/imexguard/state.json"
+--- The kernel's boot ID file (setting boot_id_file) and the fake host's boot ID in it.
+M.BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+M.BOOT_ID = "0b2c6f1e-5d7a-4c3e-9f10-6a8b2d4e1c01"
 --- Wall-clock time (seconds since the epoch) at the fake host's start.
 M.WALL0 = 1700000000
 

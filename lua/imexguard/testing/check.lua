@@ -41,7 +41,7 @@ local DEFAULT_DEADLINE = require("imexguard.settings").by_name.deadline.default
 
 --- Settings that name things on the node: the scenarios replace them by the kit's defaults.
 M.WORLD_SETTINGS = { "unit", "bus", "imex_config", "nodes_file", "ctl", "state_dir", "address_source",
-  "address_map", "policy", "nvidia_smi", "scontrol", "topology_file" }
+  "address_map", "policy", "nvidia_smi", "scontrol", "topology_file", "boot_id_file" }
 --- Settings the scenarios' world fixes: the job n[1-2] is one IMEX domain (no domain map: the
 -- scenarios judge the node list of one domain; with the static list as the domain map, the static
 -- policy would take the other job's list on disk for another rack's).

@@ -1,5 +1,5 @@
---- The fake host's files (src/file.c's primitives): read, stat, write_atomic, mkdir, dir_exists,
--- mknod_char over an in-memory file table, with scripted failures and missing directories.
+--- The fake host's files (src/file.c's primitives): read, stat, write_atomic, remove_temps, mkdir,
+-- dir_exists, mknod_char over an in-memory file table, with scripted failures and missing directories.
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -22,6 +22,7 @@ function M.install(h, w, opts)
   local old = w.wall_us() - 3600e6
   w.put(base.CONFIG, base.CONFIG_TEXT, old)
   w.put(base.NODES, "10.0.0.1\n10.0.0.2\n", old)
+  w.put(base.BOOT_ID_FILE, base.BOOT_ID .. "\n", old)
   for path, v in pairs(opts.files or {}) do
     if v == false then files[path] = nil
     elseif type(v) == "table" then w.put(path, v.data, v.mtime_us or old)
@@ -79,8 +80,9 @@ function M.install_read(h, w)
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
 end
 
---- Add the writing file primitives to a fake host: write_atomic, mkdir, dir_exists, mknod_char.
--- @param h table the fake host (gets write_atomic, mkdir, dir_exists, mknod_char)
+--- Add the writing file primitives to a fake host: write_atomic, remove_temps, mkdir, dir_exists,
+-- mknod_char.
+-- @param h table the fake host (gets write_atomic, remove_temps, mkdir, dir_exists, mknod_char)
 -- @param w table the host's shared world (needs files, absent, rec, failing, put, spend,
 --   missing_parent)
 function M.install_write(h, w)
@@ -96,6 +98,25 @@ function M.install_write(h, w)
     files[path].mode = mode
     h.writes[#h.writes + 1] = { path = path, data = data }
     return true
+  end
+  --- host.remove_temps(path) -> list of removed names, as src/file.c: in path's directory, the
+  -- files named `.<basename>.` and 6 alphanumerics (write_atomic's temp names); nothing else.
+  function h.remove_temps(path)
+    w.rec("remove_temps", path)
+    local dir, b = path:match("^(.*)/([^/]+)$")
+    if not dir then return nil, "remove_temps " .. path .. ": no file name", "EINVAL" end
+    local gone = w.missing_parent(path)
+    if gone then return nil, "remove_temps " .. path .. ": No such file or directory", "ENOENT" end
+    local removed = {}
+    for p in pairs(files) do
+      local d, n = p:match("^(.*)/([^/]+)$")
+      if d == dir and n:sub(1, #b + 2) == "." .. b .. "." and n:sub(#b + 3):match("^%w%w%w%w%w%w$") then
+        removed[#removed + 1] = n
+      end
+    end
+    table.sort(removed)
+    for _, n in ipairs(removed) do files[dir .. "/" .. n] = nil end
+    return removed
   end
   --- host.mkdir(path [, mode]) -> true | nil, msg, code, as src/file.c: an existing directory is
   -- success; a missing parent is ENOENT; an existing file is ENOTDIR; mode defaults to 0755.

@@ -8,7 +8,8 @@
 --
 -- Options of testing.host (all optional; the defaults are a healthy 2-node job n[1-2] on n1):
 --   files            {[path] = string | {data = string, mtime_us = number} | false (absent)}, merged
---                    over the defaults (config.cfg and nodes_config.cfg listing 10.0.0.1, 10.0.0.2)
+--                    over the defaults (config.cfg and nodes_config.cfg listing 10.0.0.1, 10.0.0.2,
+--                    /proc/sys/kernel/random/boot_id holding testing.BOOT_ID)
 --   fail             {[path] = {read =, write =, stat =, mkdir =, lock = code}}: that operation fails
 --                    with the errno name (e.g. write = "ENOSPC": the old file stays intact, and the
 --                    message says so as src/file.c's does; lock = "ENOSPC" on state_dir/lock: the
@@ -95,6 +96,7 @@ local scenario = require "imexguard.testing.scenario"
 local M = {}
 
 M.UNIT, M.CONFIG, M.NODES, M.STATE, M.WALL0 = base.UNIT, base.CONFIG, base.NODES, base.STATE, base.WALL0
+M.BOOT_ID, M.BOOT_ID_FILE = base.BOOT_ID, base.BOOT_ID_FILE
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.HANG
 M.render_domain, M.up, M.restarted_peer = run.render_domain, run.up, run.restarted_peer

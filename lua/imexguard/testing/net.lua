@@ -1,5 +1,6 @@
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
--- local_addresses, resolve (a scripted resolver) and port_owner (who listens on a TCP port).
+-- local_addresses, resolve (a scripted resolver), port_owner (who listens on a TCP port) and
+-- socket_owner (on a unix socket).
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -18,7 +19,8 @@ end
 --   other than the unit listening on every port: a stray daemon, field case C27 of
 --   docs/design.md) | function(port, timeout, address, pid) | "none" (nothing listens); default:
 --   the unit's main process while it is active, else nothing; each call is recorded as
---   {"port_owner", port, timeout, address, pid}, the pid being the caller's hint)
+--   {"port_owner", port, timeout, address, pid}, the pid being the caller's hint); socket_owner the
+--   same for a unix socket (option socket_owner, recorded as {"socket_owner", path, timeout, pid})
 function M.install(h, w, opts)
   local resolve = default_resolve()
   for k, v in pairs(opts.resolve or {}) do resolve[k] = v end
@@ -42,17 +44,25 @@ function M.install(h, w, opts)
     return base.copy(r)
   end
   function h.hostname() return opts.hostname or "n1" end
-  function h.port_owner(port, timeout, address, pid)
-    w.rec("port_owner", port, timeout, address, pid)
-    local o = opts.port_owner
-    if type(o) == "function" then return o(port, timeout, address, pid) end
+  -- the owner of a listener: scripted (opts[key]), else the unit's main process while it is active
+  local function owner(key, ...)
+    local o = opts[key]
+    if type(o) == "function" then return o(...) end
     if type(o) == "table" then return base.copy(o) end
     local unit = w.unit
     if o == nil and unit and unit.active_state == "active" and (unit.main_pid or 0) > 0 then
       return { pid = unit.main_pid, comm = "nvidia-imex",
         cmdline = "/usr/bin/nvidia-imex -c " .. base.CONFIG }
     end
-    return nil, "no listener"
+    return nil, "no listener", "none"
+  end
+  function h.port_owner(port, timeout, address, pid)
+    w.rec("port_owner", port, timeout, address, pid)
+    return owner("port_owner", port, timeout, address, pid)
+  end
+  function h.socket_owner(path, timeout, pid)
+    w.rec("socket_owner", path, timeout, pid)
+    return owner("socket_owner", path, timeout, pid)
   end
 end
 

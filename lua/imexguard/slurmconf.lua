@@ -1,0 +1,171 @@
+--- Slurm's slurm.conf where Slurm keeps it (field case C38 of docs/design.md, "Field cases"): find
+-- it, read it with its `Include` files, and look up a key as Slurm does. Read-only, never Slurm's
+-- controller (Slurm advises prologs not to call commands that reach it).
+--
+-- Facts (Slurm source, slurm.conf(5)):
+--   * slurmd puts `SLURM_CONF` (its real config file) into the prolog's environment; in configless
+--     mode that is the conf-cache under its spool (linked from /run/slurm/conf).
+--   * `Include FILE` (the keyword in any case) reads FILE in place; a relative FILE is relative to
+--     the directory of the including file. A missing Include stops slurmd, so here it is an error.
+--   * `Key=Value` pairs, several per line allowed, keys case-insensitive, `#` starts a comment. A
+--     key given again overrides the earlier value (the last assignment counts).
+-- Not followed (said, never guessed): an Include whose path holds a wildcard or `%` (not expanded
+-- here), nesting deeper than MAX_DEPTH, a file that includes itself (a cycle).
+-- @module imexguard.slurmconf
+local slurmenv = require "imexguard.slurmenv"
+
+local M = {}
+
+--- Largest file read (bytes), per file.
+M.MAX_BYTES = 1048576
+--- Deepest Include nesting followed (slurm.conf itself is depth 0).
+M.MAX_DEPTH = 8
+--- Where configless slurmd links its conf-cache (Slurm 22.05+).
+M.CONFIGLESS = "/run/slurm/conf/slurm.conf"
+
+--- The directory of a file ("/" for a file at the root, "." for a bare name).
+-- @tparam string path
+-- @treturn string
+function M.dir(path)
+  local d = path:match("^(.*)/[^/]*$")
+  if d == nil then return "." end
+  return d == "" and "/" or d
+end
+
+-- A path relative to a directory (an absolute path as it is).
+local function join(dir, path)
+  if path:sub(1, 1) == "/" then return path end
+  return (dir == "/" and "" or dir) .. "/" .. path
+end
+
+--- Which slurm.conf this node's slurmd uses, in this order: `SLURM_CONF` of the environment (the
+-- prolog's: slurmd's own file), else the setting slurm_conf, else (when that does not exist)
+-- the configless link /run/slurm/conf/slurm.conf.
+-- @tparam table ctx the run's context (env, settings, host)
+-- @treturn[1] string path
+-- @treturn[1] string where it came from ("SLURM_CONF", "setting slurm_conf", "configless")
+-- @treturn[2] nil when no candidate exists (not SLURM_CONF: a missing SLURM_CONF file is returned,
+--   and reading it fails)
+function M.locate(ctx)
+  local from_env = slurmenv.slurm_conf(ctx.env or {})
+  if from_env then return from_env, "SLURM_CONF" end
+  local host, s = ctx.host, ctx.settings
+  local candidates = { { s.slurm_conf, "setting slurm_conf" }, { M.CONFIGLESS, "configless" } }
+  for _, c in ipairs(candidates) do
+    local _, _, code = host.stat(c[1])
+    if code ~= "ENOENT" then return c[1], c[2] end
+  end
+  return nil
+end
+
+-- Split one line into its key=value pairs (a value in double quotes may hold blanks and '#'; an
+-- unquoted '#' starts a comment, "\#" is a literal '#'); `Include x` is {{include = x}}.
+local function pairs_of(line)
+  local inc = line:match("^%s*[Ii][Nn][Cc][Ll][Uu][Dd][Ee]%s+([^#]-)%s*$")
+  if inc then return { { include = inc } } end
+  local out, pos = {}, 1
+  while true do
+    local s, e, key = line:find("^%s*([%w_]+)%s*=%s*", pos)
+    if not s then break end
+    local value
+    if line:sub(e + 1, e + 1) == '"' then
+      local close = line:find('"', e + 2, true) or (#line + 1)
+      value, pos = line:sub(e + 2, close - 1), close + 1
+    else
+      local v, vend = "", e + 1
+      while vend <= #line do
+        local c = line:sub(vend, vend)
+        if c:match("%s") then break end
+        if c == "\\" and line:sub(vend + 1, vend + 1) == "#" then
+          v, vend = v .. "#", vend + 2
+        elseif c == "#" then
+          break
+        else
+          v, vend = v .. c, vend + 1
+        end
+      end
+      value, pos = v, vend
+    end
+    out[#out + 1] = { key = key, value = value }
+    if line:sub(pos, pos) == "#" then break end
+  end
+  return out
+end
+
+--- Read slurm.conf and its Includes.
+-- @tparam table host the primitives (read, bounded at MAX_BYTES per file)
+-- @tparam string path slurm.conf
+-- @treturn[1] table `{path = string, files = {path, ...} (in reading order), pairs = {{key = as
+--   written, value = string, file = path, line = integer}, ...} (in Slurm's order)}`
+-- @treturn[2] nil
+-- @treturn[2] string one line naming the file (and the Include line that names it) and what is
+--   wrong: unreadable (with the errno name), a wildcard Include, too deep, a cycle
+function M.read(host, path)
+  local conf = { path = path, files = {}, pairs = {} }
+  local open = {}
+  local function visit(file, depth, from)
+    local where = from and string.format(" (Include on %s line %d)", from.file, from.line) or ""
+    if open[file] then return nil, string.format("%s includes itself%s", file, where) end
+    if depth > M.MAX_DEPTH then
+      return nil, string.format("%s: Include nested deeper than %d%s", file, M.MAX_DEPTH, where)
+    end
+    local text, err, code = host.read(file, M.MAX_BYTES)
+    if not text then
+      return nil, string.format("%s unreadable%s: %s", file, where, tostring(code or err))
+    end
+    open[file] = true
+    conf.files[#conf.files + 1] = file
+    local n = 0
+    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+      n = n + 1
+      for _, p in ipairs(pairs_of(line)) do
+        if p.include then
+          if p.include:find("[%*%?%[%%]") then
+            return nil, string.format("%s line %d: Include %s has a wildcard or %%-expansion, which "
+              .. "imexguard does not expand", file, n, p.include)
+          end
+          local ok, ierr = visit(join(M.dir(file), p.include), depth + 1, { file = file, line = n })
+          if not ok then return nil, ierr end
+        else
+          conf.pairs[#conf.pairs + 1] = { key = p.key, value = p.value, file = file, line = n }
+        end
+      end
+    end
+    open[file] = nil
+    return true
+  end
+  local ok, err = visit(path, 0, nil)
+  if not ok then return nil, err end
+  return conf
+end
+
+--- A key's value, case-insensitive; the last assignment counts (as in Slurm).
+-- @tparam table conf from `read`
+-- @tparam string key e.g. "SwitchType"
+-- @treturn string|nil the value (nil when not set)
+-- @treturn table|nil where: `{file = path, line = integer}`
+function M.get(conf, key)
+  local want, value, where = key:lower(), nil, nil
+  for _, p in ipairs(conf.pairs) do
+    if p.key:lower() == want then value, where = p.value, { file = p.file, line = p.line } end
+  end
+  return value, where
+end
+
+--- Find and read this node's slurm.conf (`locate`, then `read`).
+-- @tparam table ctx the run's context
+-- @treturn[1] table conf (`read`'s), with `source` (`locate`'s)
+-- @treturn[2] nil when no slurm.conf exists (no SLURM_CONF, neither the setting's file nor the
+--   configless link)
+-- @treturn[3] nil
+-- @treturn[3] string one line: what could not be read (see `read`)
+function M.load(ctx)
+  local path, source = M.locate(ctx)
+  if not path then return nil end
+  local conf, err = M.read(ctx.host, path)
+  if not conf then return nil, string.format("slurm.conf (%s): %s", source, err) end
+  conf.source = source
+  return conf
+end
+
+return M

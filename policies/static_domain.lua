@@ -51,7 +51,7 @@ local function verify(ctx, wait)
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
   -- C35: host names in the static list, resolved as the job's nodes are
-  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local entry_addrs, entry_names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
@@ -59,14 +59,16 @@ local function verify(ctx, wait)
   end
   local resolved, by_entry = {}, {}
   for i, e in ipairs(static) do
-    resolved[i] = addrs[i] or e
-    if addrs[i] and addrs[i] ~= e then by_entry[e] = addrs[i] end
+    resolved[i] = entry_addrs[i] or e
+    if entry_addrs[i] and entry_addrs[i] ~= e then by_entry[e] = entry_addrs[i] end
   end
-  want.node_list, want.static_names, want.by_entry = resolved, names, by_entry
+  want.node_list, want.static_names, want.by_entry = resolved, entry_names, by_entry
   want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)
   local in_domain, outside = {}, {}
   for _, a in ipairs(resolved) do in_domain[a] = true end
-  if want.domain.kind == "static" then
+  -- a name of the list that does not resolve may be a node of the job: nothing is narrowed then,
+  -- every node of the job must be in the resolved list (bad-input naming the names, below)
+  if want.domain.kind == "static" and bad == "" then
     -- the static list is the domain map (C29): the job's nodes in it are this node's domain, the
     -- others are another rack's (their own static list) or no IMEX node's; neither is waited for
     local names, addrs, left = {}, {}, {}
@@ -82,7 +84,7 @@ local function verify(ctx, wait)
     local narrowed, werr = steps.want_of(ctx, info, want.expr, want.source, names, addrs)
     if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
     narrowed.node_list, narrowed.domain = resolved, dom
-    narrowed.static_names, narrowed.by_entry = names, by_entry
+    narrowed.static_names, narrowed.by_entry = entry_names, by_entry
     narrowed.config_path, narrowed.cfg = info.config, info.cfg
     dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
     want = narrowed

@@ -11,11 +11,15 @@
 
 /* ---- commands.lua ---------------------------------------------------------------------------- */
 
-/* A command the command line accepts: its name and the name of its one argument as the usage text
- * shows it ("POLICY"), or NULL when it takes none. */
+/* A command the command line accepts: its name, the name of its one argument as the usage text
+ * shows it ("POLICY") or NULL when it takes none, the short option that runs it ('t' for
+ * `imexguard -t`) or 0, and reason_line: 1 when a non-zero exit always prints one line
+ * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing). */
 struct ig_command {
 	const char *name;
 	const char *arg;
+	char short_opt;
+	int reason_line;
 };
 /* The commands, in the order --help lists them; the table ends with a NULL name. */
 extern const struct ig_command ig_commands[];

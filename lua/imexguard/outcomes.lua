@@ -13,7 +13,7 @@ M.list = {
   { "peers-unhealthy", 0, "this node is healthy, the named peers are not (they drain themselves)" },
   { "bad-input", 2, "the job's node list, job id, an address or the environment is unusable; "
     .. "nothing changed" },
-  { "policy-error", 3, "the policy or the settings raised an error, reached the memory limit, or a file was "
+  { "policy-error", 3, "the policy raised an error or reached the memory limit, or the policy file was "
     .. "refused (trust)" },
   { "lock-timeout", 4, "another run held the node lock too long (its pid and job are named)" },
   { "conflict", 5, "a rewrite or restart would break another job using IMEX on this node (named, after "
@@ -40,8 +40,8 @@ M.list = {
     .. "names); the GPU and the fields are named" },
   { "fabric-unknown", 17, "the GPUs' fabric registration could not be read (nvidia-smi absent, hung or "
     .. "unparsable) and on_fabric_unknown is \"fail\"" },
-  { "settings-error", 18, "imexguard.conf or a --set is wrong (the file, line and key are named); nothing "
-    .. "changed" },
+  { "settings-error", 18, "imexguard.conf or a --set is wrong, or the file is missing (--config), unreadable "
+    .. "or refused (trust); the file, line and key are named; nothing changed" },
   { "stuck-mismatch", 19, "a node-map mismatch stays on a link whose two ends run the job's list, and "
     .. "this run may not restart to clear it (the remedy is named)" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "

@@ -242,6 +242,37 @@ function M.load(text, chunkname)
   return ret
 end
 
+--- The line of a settings file's text that sets `key`: the first line where the key is assigned
+-- (`key = ...` at the start of a line, or `key = ...` after `{`, `,` or `;` in a returned table).
+-- A settings file holds values only (M.load), so the first assignment is the one that counts
+-- unless the file assigns a key twice (then the last one counts; this names the first).
+-- @param text string the file's contents
+-- @param key string a setting's name
+-- @return integer line number (1-based), or nil when the key is not found as written
+function M.locate(text, key)
+  if type(text) ~= "string" or type(key) ~= "string" or not key:match("^[%a_][%w_]*$") then
+    return nil
+  end
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local code = line:gsub("%-%-.*$", "")
+    if code:match("^%s*" .. key .. "%s*=[^=]") or code:match("[{,;]%s*" .. key .. "%s*=[^=]")
+      or code:match("^%s*" .. key .. "%s*=%s*$") then
+      return n
+    end
+  end
+  return nil
+end
+
+--- The key a validate() or apply_overrides() error names ("setting 'x' must be...",
+-- "unknown setting 'x'"), or nil.
+-- @param err string the error message
+-- @return string|nil
+function M.key_of(err)
+  return tostring(err):match("setting '([%w_]+)'")
+end
+
 --- Check a table of settings and fill in the defaults.
 -- Unknown keys, wrong types and values outside an enum are errors naming the key.
 -- @param t table raw settings (as from load)

@@ -7,7 +7,8 @@
 --
 -- `run` is made by main.c once and lives for the whole run; the driver keeps its state in it.
 -- main.c sets: command, config (path), config_explicit, policy (path or nil), check_path, sets
--- (list of "KEY=VALUE"), deadline_arg (string or nil), json, env (the environment), and `c`, the
+-- (list of "KEY=VALUE"), deadline_arg (string or nil), job_arg and nodelist_arg (plan's --job and
+-- --nodelist, or nil), json, env (the environment), and `c`, the
 -- host's own functions: c.read_trusted(path, what) -> text | nil, msg, code (the trust check of
 -- src/trust.c), c.has_module(name) -> boolean, c.preload(name, value) (what require(name) returns
 -- from now on), c.set_job(id) (the job id of the final line and of the watchdog's line).
@@ -210,6 +211,22 @@ function D.job(env, has_slurmenv)
     nodename = env.SLURMD_NODENAME, user = env.SLURM_JOB_USER }
 end
 
+--- The environment with the job of `plan --job N --nodelist LIST` (a plan without a job: no Slurm
+-- environment needed): SLURM_JOB_ID/SLURM_JOBID = N, SLURM_JOB_NODELIST/SLURM_NODELIST = LIST, as
+-- slurmd gives a prolog.
+-- @param env table the environment
+-- @param job string|nil --job
+-- @param nodelist string|nil --nodelist
+-- @return table env itself when neither is given, else a copy with them
+function D.job_env(env, job, nodelist)
+  if not job and not nodelist then return env end
+  local e = {}
+  for k, v in pairs(env) do e[k] = v end
+  if job then e.SLURM_JOB_ID, e.SLURM_JOBID = job, job end
+  if nodelist then e.SLURM_JOB_NODELIST, e.SLURM_NODELIST = nodelist, nodelist end
+  return e
+end
+
 --- Check a loaded policy: a table of entry points (imexguard.commands: a `required` one must be a
 -- function, an `optional` one a function or nil).
 -- @param p any what the policy's chunk returned
@@ -327,7 +344,7 @@ function D.prepare(run)
   if not policy then return ends(run, 'policy-error', err) end
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
-  local env = run.env
+  local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
   local ctx = {
     command = run.command, host = host,
     settings = S.readonly(run.settings, 'ctx.settings', S.by_name),

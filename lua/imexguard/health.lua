@@ -57,10 +57,24 @@ function M.probe(ctx, timeout, config)
   end
   local domain, perr, kind = ctl.parse_domain(res.stdout or "", res.status)
   if not domain then
+    if kind == "unconfigured" then perr = M.unconfigured_hint(ctx, perr) end
     return { kind = kind or "malformed", err = one_line(perr) }
   end
   ctx.domain_seen = domain -- the node states this run saw (the driver's metrics)
   return { domain = domain }
+end
+
+--- The ctl's "not configured" (exit 255, "Failed to read node configuration file") of a run that is
+-- not root: the ctl could not read its configuration, which a permission error causes as well as
+-- a missing file; the message then says so and to run as root instead of only "not configured".
+-- @param ctx table policy context (host.euid)
+-- @param msg string ctl.parse_domain's message
+-- @return string
+function M.unconfigured_hint(ctx, msg)
+  local euid = type(ctx.host.euid) == "function" and ctx.host.euid() or 0
+  if euid == 0 then return msg end
+  return string.format("%s; running as uid %d, the ctl may be unable to read its configuration: run as root",
+    msg, euid)
 end
 
 --- Set of hosts of a domain (table host -> true) and its size.

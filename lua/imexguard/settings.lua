@@ -42,9 +42,11 @@ M.schema = {
     doc = "seconds: timeout of one name resolution" },
   { name = "allow_loopback", default = false, kind = "boolean",
     doc = "accept 127.0.0.0/8 addresses in the node list (tests and the simulator only)" },
-  { name = "lock_timeout", default = 60, kind = "number",
-    doc = "seconds: how long a prolog waits for the node lock held by another run (the epilog waits "
-      .. "up to its whole deadline when that is longer)" },
+  { name = "lock_timeout", default = nil, kind = "number", optional = true,
+    doc = "seconds: how long a run waits for the node lock held by another run; unset: the run's whole "
+      .. "budget less 5 s (a prolog queued behind a whole run ahead, which holds the lock at most its own "
+      .. "deadline, still gets it; the kernel frees the lock of a holder that died); the epilog waits up to "
+      .. "its whole budget less 2 s when that is longer" },
   { name = "start_timeout", default = 30, kind = "number",
     doc = "seconds: how long to wait for systemd's start/restart job of the unit" },
   { name = "health_timeout", default = 60, kind = "number",

@@ -299,39 +299,59 @@ end
 --- Mode of the state directory (0755).
 M.STATE_DIR_MODE = tonumber("755", 8)
 
---- Create a directory and its missing parents (host.mkdir: an existing directory is success).
--- The state directory (/run/imexguard by default) is on a tmpfs: it is gone after a reboot.
+--- Create a directory, its last component only (host.mkdir: an existing directory is success).
+-- The parent must exist: a misspelt setting (state_dir = "/rnu/imexguard") then fails with the
+-- parent named instead of creating a whole tree (mkdir without -p, as systemd's
+-- RuntimeDirectory= creates one directory under /run). The state directory (/run/imexguard by
+-- default) is on a tmpfs: it is gone after a reboot, its parent /run is not.
 -- @param host table the primitives (mkdir; a host without it is left alone)
 -- @param path string absolute directory
 -- @param mode integer permission bits (e.g. 493 = 0755)
--- @return true, or nil, message, code (of the first mkdir that failed)
+-- @return true, or nil, message, code (mkdir's; ENOENT: the message names the missing parent)
 function M.ensure_dir(host, path, mode)
   if type(host.mkdir) ~= "function" then return true end
   local ok, err, code = host.mkdir(path, mode)
   if ok then return true end
   if code == "ENOENT" then
-    local parent = path:match("^(.+)/[^/]+/*$")
-    if parent and parent ~= path then
-      local pok, perr, pcode = M.ensure_dir(host, parent, mode)
-      if not pok then return nil, perr, pcode end
-      return host.mkdir(path, mode)
-    end
+    local parent = path:match("^(.+)/[^/]+/*$") or "/"
+    return nil, string.format("its parent directory %s does not exist (only the last component is created: "
+      .. "is the setting misspelt?)", parent), code
   end
-  return nil, err, code
+  return nil, err .. M.root_hint(host, code), code
+end
+
+--- The hint of a permission error: "; run as root" when the error is EACCES or EPERM and this
+-- process is not root (host.euid), else "". Only where a permission error is the cause: other
+-- errors of a non-root run say nothing about root.
+-- @param host table the primitives (euid when present)
+-- @param code string|nil the error's code
+-- @return string
+function M.root_hint(host, code)
+  if code ~= "EACCES" and code ~= "EPERM" then return "" end
+  local euid = type(host.euid) == "function" and host.euid() or nil
+  if euid == 0 then return "" end
+  return euid and string.format(" (running as uid %d: run as root)", euid) or " (run as root)"
 end
 
 --- Seconds the epilog keeps of its budget for its own work after waiting for the node lock.
 M.EPILOG_RESERVE = 2
+--- Seconds a run keeps of its budget after waiting for the node lock when lock_timeout is unset:
+-- behind a run ahead that brought the domain up, a prolog needs one ctl check (ctl_timeout, 5 s by
+-- default at most) and the state file.
+M.LOCK_RESERVE = 5
 
---- How long a run waits for the node lock: the setting lock_timeout; the epilog waits up to its
--- whole budget less EPILOG_RESERVE when that is longer. The holder is a run that started earlier
--- and ends by its own deadline, and a failed epilog drains a healthy node in Slurm (field case
--- C24 of docs/design.md: a prolog may hold the lock for start_timeout + health_timeout, longer
--- than lock_timeout).
+--- How long a run waits for the node lock: the setting lock_timeout, or when it is unset (the
+-- default) the run's whole budget less LOCK_RESERVE; the epilog waits up to its whole budget less
+-- EPILOG_RESERVE when that is longer. The holder is a run that started earlier and ends by its
+-- own deadline (a dead holder's flock is freed by the kernel), so a fixed wait shorter than a
+-- whole run loses to a legitimate one: a prolog may hold the lock for start_timeout +
+-- health_timeout (C24 of docs/design.md), and a prolog queued behind it that gave up after 60 s
+-- drained its node with lock-timeout. A failed epilog drains a healthy node in Slurm.
 -- @tparam table ctx the run's context
 -- @treturn number seconds
 function M.lock_wait(ctx)
   local t = ctx.settings.lock_timeout
+  if t == nil then t = math.max(0.1, ctx.host.remaining() - M.LOCK_RESERVE) end
   if ctx.command == "epilog" then
     t = math.max(t, ctx.host.remaining() - M.EPILOG_RESERVE)
   end
@@ -364,7 +384,8 @@ function M.lock(ctx)
         "node %s: the run's deadline passed waiting for node lock %s held by %s", M.node_name(ctx), path, who)
     end
     return fail("write-failed", "node %s: cannot create or open node lock %s in the state directory %s "
-      .. "(%s): %s; nothing changed", M.node_name(ctx), path, s.state_dir, tostring(code), tostring(err))
+      .. "(%s): %s%s; nothing changed", M.node_name(ctx), path, s.state_dir, tostring(code), tostring(err),
+      M.root_hint(ctx.host, code))
   end
   return setmetatable({ lock = lk }, Guard)
 end
@@ -389,8 +410,8 @@ function M.write_nodes(ctx, info, want, st)
   if not ok then
     -- host.write_atomic's message says whether the old file is intact (or, when only the final
     -- directory fsync failed, that it was replaced): it is not repeated here.
-    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s",
-      M.node_name(ctx), info.nodes_file, tostring(err))
+    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s%s",
+      M.node_name(ctx), info.nodes_file, tostring(err), M.root_hint(host, code))
   end
   st.nodes = want.bytes
   st.written_us = host.wallclock() * 1e6

@@ -335,7 +335,7 @@ local function map_reason(self, p, findings)
   return nil
 end
 
-local function judge_peers(v, domain, expected, self_host, maps)
+local function judge_peers(v, domain, expected, self_host, maps, list_name)
   local self = domain.by_host[self_host]
   local wanted, findings = {}, {}
   for _, h in ipairs(expected) do wanted[h] = true end
@@ -355,7 +355,7 @@ local function judge_peers(v, domain, expected, self_host, maps)
   for _, n in ipairs(domain.nodes) do
     if not wanted[n.host] and n.status ~= "READY" then
       v.faulty[#v.faulty + 1] = { host = n.host,
-        reason = "status " .. n.status .. " (not in the job's node list)" }
+        reason = "status " .. n.status .. " (not in " .. (list_name or "the job's node list") .. ")" }
     end
   end
 end
@@ -388,7 +388,9 @@ end
 -- @tparam string self_host this node's address in that list
 -- @tparam[opt] table opts `{node_list = {string,...}|false}`: the ordered list the daemon must run,
 --   when it is not the job's (a static, domain-wide node list: pass that file's list); false: no
---   order comparison (each node's view is still checked). Default: `expected`
+--   order comparison (each node's view is still checked). Default: `expected`;
+--   `list_name`: what `expected` is, in messages (default "the job's node list"; status and
+--   health, which run without a job, name the node list file or the daemon's own list)
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"peer-fault"|"unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
 --   missing = {host...} (expected order), extra = {host...} (id order),
@@ -407,6 +409,8 @@ function M.health(domain, expected, self_host, opts)
   if list ~= false and type(list) ~= "table" then
     error("verdict.health: opts.node_list must be a list or false", 2)
   end
+  -- what `expected` is, in messages: a prolog's job, or status's node list file (no job there)
+  local list_name = opts and opts.list_name or "the job's node list"
   local job = M.compare_map(domain, expected, self_host)
   local order = list and (list == expected and job or M.compare_map(domain, list, self_host)) or nil
   local maps = M.map_faults(domain)
@@ -415,7 +419,7 @@ function M.health(domain, expected, self_host, opts)
   v.mismatch = #v.missing > 0 or #v.extra > 0
   local note = ""
   if v.mismatch then
-    note = "; node map differs from the job's"
+    note = "; node map differs from " .. list_name
     if #v.missing > 0 then note = note .. ": missing " .. hosts_text(v.missing) end
     if #v.extra > 0 then
       note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
@@ -425,7 +429,7 @@ function M.health(domain, expected, self_host, opts)
     or judge_config(v, domain, expected, self_host, note) then
     return v
   end
-  judge_peers(v, domain, expected, self_host, maps)
+  judge_peers(v, domain, expected, self_host, maps, list_name)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
   if v.healthy then

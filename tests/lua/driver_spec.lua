@@ -70,7 +70,7 @@ describe("driver", function()
 
   describe("the tables derived from commands.lua", function()
     it("DRY_RUN: plan and health change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true }, D.DRY_RUN)
+      assert.same({ plan = true, health = true, ["config-test"] = true }, D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
@@ -161,7 +161,7 @@ describe("driver", function()
       assert.same({ nil, "settings file " .. CONFIG .. ":1: unexpected symbol near <eof>" },
         { D.load_settings("deadline = ", CONFIG, {}) })
       local _, err = D.load_settings('deadline = "x"', CONFIG, { "deadline=5" })
-      assert.equal("settings file " .. CONFIG .. ": setting 'deadline' must be a number > 0 (seconds), "
+      assert.equal("settings file " .. CONFIG .. ":1: setting 'deadline' must be a number > 0 (seconds), "
         .. 'got string "x"', err)
     end)
 
@@ -185,10 +185,10 @@ describe("driver", function()
       assert.equal(h.now(), run.started)
     end)
 
-    it("a --config that cannot be read ends the run in policy-error, naming it", function()
+    it("a --config that cannot be read ends the run in settings-error, naming it", function()
       local a = D.settings(new_run{ config_explicit = true })
-      assert.equal("policy-error", a.outcome)
-      assert.equal(3, a.code)
+      assert.equal("settings-error", a.outcome)
+      assert.equal(18, a.code)
       assert.equal("cannot read settings file " .. CONFIG .. ": No such file or directory", a.message)
     end)
 
@@ -201,10 +201,21 @@ describe("driver", function()
       assert.equal(15, D.settings(run).deadline)
     end)
 
-    it("an invalid file ends the run in policy-error", function()
-      local a = D.settings(new_run{ files = { [CONFIG] = "dedline = 3" } })
-      assert.equal("policy-error", a.outcome)
-      assert.equal("settings file " .. CONFIG .. ": unknown setting 'dedline'", a.message)
+    it("an invalid file ends the run in settings-error, naming the file, line and key", function()
+      local a = D.settings(new_run{ files = { [CONFIG] = "unit = 'x'\n\ndedline = 3" } })
+      assert.equal("settings-error", a.outcome)
+      assert.equal(18, a.code)
+      assert.equal("settings file " .. CONFIG .. ":3: unknown setting 'dedline'", a.message)
+    end)
+
+    it("run.sources: where each setting came from (show-config)", function()
+      local files = { [CONFIG] = "unit = 'x'\nreturn nil" }
+      local run = new_run{ files = files, sets = { "ctl=/bin/true" }, deadline_arg = "15" }
+      D.settings(run)
+      assert.equal(CONFIG .. ":1", run.sources.unit)
+      assert.equal("--set", run.sources.ctl)
+      assert.equal("--deadline", run.sources.deadline)
+      assert.equal("default", run.sources.state_dir)
     end)
 
     it("health's budget: at most 10 s unless --deadline gives one; other commands: the setting", function()

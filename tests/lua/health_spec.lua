@@ -273,3 +273,26 @@ describe("health.probe of a large domain", function()
     assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
   end)
 end)
+
+describe("health.probe: the ctl's 'not configured' of a run that is not root", function()
+  local function ctx_of(euid)
+    return { settings = { ctl = "nvidia-imex-ctl", imex_config = "/etc/nvidia-imex/config.cfg", ctl_timeout = 5 },
+      host = { euid = function() return euid end,
+        run = function() return { stdout = "Failed to read node configuration file\n", status = 255 } end } }
+  end
+
+  it("says the ctl may not read its configuration and to run as root (a permission error looks the same)",
+    function()
+      local answer = health.probe(ctx_of(1000))
+      assert.equal("unconfigured", answer.kind)
+      assert.matches("running as uid 1000, the ctl may be unable to read its configuration: run as root",
+        answer.err, 1, true)
+    end)
+
+  it("as root: only 'not configured'", function()
+    local answer = health.probe(ctx_of(0))
+    assert.equal("unconfigured", answer.kind)
+    assert.matches("IMEX is not configured", answer.err, 1, true)
+    assert.not_matches("as root", answer.err, 1, true)
+  end)
+end)

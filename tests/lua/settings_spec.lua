@@ -10,7 +10,7 @@ describe("imexguard.settings", function()
         deadline = 90, unit = "nvidia-imex.service", bus = "system",
         imex_config = "/etc/nvidia-imex/config.cfg", ctl = "/usr/bin/nvidia-imex-ctl",
         ctl_timeout = 5, state_dir = "/run/imexguard", address_source = "dns", resolve_timeout = 2,
-        allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
+        allow_loopback = false, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, nudge = true, nudge_after = 1, on_peer_fault = "warn",
         restart_under_jobs = false,
         log_journal = true, log_level = "info",

@@ -285,9 +285,19 @@ describe("default policy prolog", function()
 
     it("lock_timeout unset: a prolog queued behind a whole prolog ahead (a start and the full health "
       .. "wait, 90 s) gets the lock and ends ok", function()
-      local h = testing.host{ deadline = 120, lock = { pid = 777, owner = "job=100", release_at = 1000 + 95 } }
+      local h = testing.host{ deadline = 120,
+        lock = { pid = 777, owner = "job=100", release_at = 1000 + 95 } }
       assert.equal("ok", (run(h)))
       assert.is_true(h.now() >= 1095)
+      -- the wait tells its progress at info every few seconds, naming the holder and the time left
+      local told = {}
+      for _, l in ipairs(h.logs) do
+        if l[1] == "info" and l[2]:match("^waiting for node lock ") then told[#told + 1] = l[2] end
+      end
+      assert.is_true(#told >= 90 // 5 - 1, #told .. " progress lines")
+      assert.matches(
+        "^waiting for node lock /run/imexguard/lock held by pid 777 %(job=100%) %(%d+s / 1min 55s%)$",
+        told[1])
     end)
 
     it("the budget running out while waiting is deadline-exceeded", function()

@@ -19,8 +19,8 @@ struct ig_opts {
 	const char *lua_dir_from; /* where lua_dir came from: "--lua-dir" or "IMEXGUARD_LUA_DIR" */
 	const char *job;	  /* plan --job N: the job id (SLURM_JOB_ID), or NULL */
 	const char *nodelist;	  /* plan --nodelist LIST: the job's hostlist, or NULL */
-	int json;	     /* --json */
-	int timing;	     /* --timing */
+	int json;		  /* --json */
+	int timing;		  /* --timing */
 };
 
 /* Parse the arguments into o (GNU getopt_long permutes, so options may follow the command:

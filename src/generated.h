@@ -52,4 +52,10 @@ extern const double ig_default_deadline;
  * verbose; the list ends with NULL.  Their syslog priorities are enum ig_level (imexguard.h). */
 extern const char *const ig_log_levels[];
 
+/* ---- progress.lua ---------------------------------------------------------------------------- */
+
+/* Seconds between two progress lines of a long wait at level info (EVERY): unit.c's wait for a
+ * systemd job tells its progress as the Lua waits do. */
+extern const double ig_progress_every;
+
 #endif

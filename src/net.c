@@ -21,10 +21,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Push the IPv4 addresses of ai (in order, duplicates dropped) as a Lua list. */
 static void push_addresses(lua_State *L, const struct addrinfo *ai)

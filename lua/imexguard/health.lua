@@ -8,6 +8,7 @@ local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
 local nudge = require "imexguard.nudge"
+local progress_of = require "imexguard.progress"
 
 local M = {}
 
@@ -308,8 +309,9 @@ end
 -- passes, or a configuration fault is established (`config_fault_established` over
 -- want.config_fault_polls, default CONFIG_FAULT_POLLS, consecutive polls spanning at least that
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
--- nodes, an answer "local daemon unreachable" counts as that signature). Each poll is logged at
--- debug level with its time since the start of the wait. With the setting `nudge` (default on),
+-- nodes, an answer "local daemon unreachable" counts as that signature). A poll is logged at
+-- debug level with its time since the start of the wait when what it saw changed, and the wait's
+-- progress at info every few seconds (imexguard.progress). With the setting `nudge` (default on),
 -- every answer also goes to an imexguard.nudge nudger: when this node is READY and its link to a
 -- READY peer of want.addrs has not been CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to
 -- the unit's main process (the daemon restarts its outgoing connections instead of waiting for its
@@ -336,6 +338,7 @@ function M.wait(ctx, want, first, judge)
   judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
   local nudger = nudge.new(ctx, want, M.label)
+  local told = progress_of.new(h, string.format("the domain's health (%d nodes)", #want.addrs), window)
   while true do
     local asked = not answer and h.now()
     if not answer then
@@ -347,7 +350,8 @@ function M.wait(ctx, want, first, judge)
     local v = judge(answer, want)
     local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
     if asked then p:polled(asked, h.now(), seen) end
-    h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen))
+    told:debug(string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen), seen)
+    told:tick(seen)
     if no_local_daemon(answer) and command_service_off(want) then
       -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
       v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},

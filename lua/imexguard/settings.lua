@@ -311,6 +311,9 @@ local BOOLEANS = { ["true"] = true, yes = true, on = true, ["1"] = true,
 -- @return value | nil, err ; an empty value unsets an optional setting (returns M.UNSET)
 M.UNSET = setmetatable({}, { __tostring = function() return "(unset)" end })
 local function parse_value(e, s)
+  if s == "" and e.optional then
+    return M.UNSET
+  end
   if e.kind == "number" then
     local n = tonumber(s)
     if not n then
@@ -332,9 +335,6 @@ local function parse_value(e, s)
       return words[1]
     end
     return words
-  end
-  if s == "" and e.optional then
-    return M.UNSET
   end
   return s
 end

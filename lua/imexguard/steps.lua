@@ -16,6 +16,7 @@ local health = lazy "imexguard.health"
 local verdicts = lazy "imexguard.verdict" -- (steps name their verdict tables `verdict`)
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
+local progress = lazy "imexguard.progress"
 
 local M = {}
 
@@ -358,6 +359,35 @@ function M.lock_wait(ctx)
   return t
 end
 
+--- "pid N (job=J)" of a lock holder (host.lock's fourth result), or "an unknown process".
+-- @param holder table|nil {pid, owner}
+-- @return string
+function M.lock_holder_text(holder)
+  return holder and holder.pid and string.format("pid %s (%s)", tostring(holder.pid),
+    tostring(holder.owner or "no holder record")) or "an unknown process"
+end
+
+--- host.lock(path, timeout, "job=ID") in steps of at most progress.EVERY seconds, telling the wait's
+-- progress at info between them ("waiting for node lock PATH held by pid N (job=J) (10s / 1min
+-- 25s)"): a prolog queued behind another run is not silent for a minute.
+-- @param ctx table policy context
+-- @param path string the lock file
+-- @param timeout number seconds in all
+-- @return host.lock's results (the last attempt's)
+function M.lock_waiting(ctx, path, timeout)
+  local host = ctx.host
+  local t0 = host.now()
+  local told = progress.new(host, "node lock " .. path, timeout)
+  while true do
+    local left = timeout - (host.now() - t0)
+    local step = math.min(left, progress.EVERY)
+    local lk, err, code, holder = host.lock(path, step, "job=" .. M.job_id(ctx))
+    if lk or code ~= "timeout" or left <= step then return lk, err, code, holder end
+    told.what = "node lock " .. path .. " held by " .. M.lock_holder_text(holder)
+    told:tick()
+  end
+end
+
 --- Step 3: take the node lock (state_dir/lock), creating state_dir first (host.mkdir, 0755).
 -- @return guard (use `local g <close> = guard`), or nil, outcome, message: "lock-timeout" only when
 --   another run held the lock too long (the message names its pid and job); "deadline-exceeded"
@@ -372,10 +402,9 @@ function M.lock(ctx)
       .. "%s: %s; nothing changed", M.node_name(ctx), s.state_dir, path, tostring(derr))
   end
   local timeout = M.lock_wait(ctx)
-  local lk, err, code, holder = ctx.host.lock(path, timeout, "job=" .. M.job_id(ctx))
+  local lk, err, code, holder = M.lock_waiting(ctx, path, timeout)
   if not lk then
-    local who = holder and holder.pid and string.format("pid %s (%s)", tostring(holder.pid),
-      tostring(holder.owner or "no holder record")) or "an unknown process"
+    local who = M.lock_holder_text(holder)
     if code == "timeout" then
       return fail("lock-timeout", "node %s: node lock %s held by %s for more than %g s", M.node_name(ctx),
         path, who, timeout)
@@ -428,11 +457,13 @@ end
 function M.settle_unit(ctx, wait)
   local s, host = ctx.settings, ctx.host
   local start = host.now()
+  local told = progress.new(host, s.unit .. " to settle", s.start_timeout)
   while true do
     local props, o, m = M.query_unit(ctx)
     if not props then return nil, o, m end
     local a = props.active_state
     if not wait or (a ~= "activating" and a ~= "deactivating") then return props end
+    told:tick(a)
     if host.now() - start >= s.start_timeout then
       return fail("service-failed", "node %s: %s still %s after %g s (wait-timeout)", M.node_name(ctx),
         s.unit, a, s.start_timeout)
@@ -716,7 +747,9 @@ end
 -- @return true when the registry changed (decide again), false when the time passed
 function M.wait_registry(ctx, key, until_t)
   local host, s = ctx.host, ctx.settings
+  local told = progress.new(host, "the registered jobs' epilogs (conflict_wait)", until_t - host.now())
   while host.now() < until_t do
+    told:tick()
     local ok = host.sleep(math.min(s.poll_interval, until_t - host.now()))
     if not ok then return false end
     local st = state.load(host, s)

@@ -213,7 +213,8 @@ describe("imexguard command line", function()
 
     it("refuses a wrong type, naming the key", function()
       refused('deadline = "30"\n', "setting 'deadline' must be a number > 0 (seconds), got string \"30\"")
-      local conf, f = refused('unit = "a"\n\n  on_peer_fault = "drain" -- site\n', "setting 'on_peer_fault' must be one of")
+      local conf, f = refused('unit = "a"\n\n  on_peer_fault = "drain" -- site\n',
+        "setting 'on_peer_fault' must be one of")
       assert.matches("^settings file " .. conf:gsub("%p", "%%%0") .. ":3: setting 'on_peer_fault'", f.message)
       conf, f = refused('return {\n  unit = "a",\n  deadline = -1,\n}\n', "setting 'deadline' must be")
       assert.matches("^settings file " .. conf:gsub("%p", "%%%0") .. ":3: ", f.message)

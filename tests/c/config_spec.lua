@@ -51,7 +51,8 @@ describe("imexguard configuration commands", function()
       local conf = file('deadline = 30\n-- a comment\nlock_timout = 5\n', "conf")
       local r = run(dir, { "--config", conf, "-t" })
       assert.equal(18, r.code)
-      assert.equal("imexguard: settings-error: settings file " .. conf .. ":3: unknown setting 'lock_timout'\n",
+      assert.equal("imexguard: settings-error: settings file " .. conf
+        .. ":3: unknown setting 'lock_timout'\n",
         r.stdout)
       assert.equal("settings-error", final(r).outcome)
     end)
@@ -60,7 +61,8 @@ describe("imexguard configuration commands", function()
       local conf = file('unit = "a"\nstate_dir = /run/x\n', "conf")
       local r = run(dir, { "--config", conf, "-t" })
       assert.equal(18, r.code)
-      assert.matches("^imexguard: settings%-error: settings file " .. conf:gsub("%p", "%%%0") .. ":2: ", r.stdout)
+      assert.matches("^imexguard: settings%-error: settings file " .. conf:gsub("%p", "%%%0") .. ":2: ",
+        r.stdout)
       r = run(dir, { "--config", dir .. "/empty.conf", "--set", "health_timeout=long", "-t" })
       assert.equal(18, r.code)
       assert.equal("imexguard: settings-error: --set health_timeout: 'long' is not a number\n", r.stdout)
@@ -70,7 +72,8 @@ describe("imexguard configuration commands", function()
       local p = file("local P = {}\nP.prolog = 1\nreturn P\n")
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "-t" })
       assert.equal(3, r.code)
-      assert.equal("imexguard: policy-error: policy " .. p .. ": prolog must be a function, is number\n", r.stdout)
+      assert.equal("imexguard: policy-error: policy " .. p .. ": prolog must be a function, is number\n",
+        r.stdout)
     end)
 
     it("-t takes no COMMAND and no second short command", function()
@@ -139,7 +142,8 @@ describe("imexguard configuration commands", function()
       local conf = file('deadline = "soon"\n', "conf")
       local r = run(dir, { "--config", conf, "health" })
       assert.equal(18, r.code)
-      assert.matches("^imexguard: settings%-error: settings file [^\n]+:1: setting 'deadline'[^\n]*\n$", r.stdout)
+      assert.matches("^imexguard: settings%-error: settings file [^\n]+:1: setting 'deadline'[^\n]*\n$",
+        r.stdout)
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
         .. "function P.health() error('boom') end\nreturn P\n")
       r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "health" })
@@ -154,7 +158,8 @@ describe("imexguard configuration commands", function()
 
     it("is not doubled when the policy printed its own", function()
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
-        .. "function P.health() return 'domain-unhealthy', 'n1 down', 'imexguard: domain-unhealthy: n1 down\\n' end\n"
+        .. "function P.health()\n"
+        .. "  return 'domain-unhealthy', 'n1 down', 'imexguard: domain-unhealthy: n1 down\\n'\nend\n"
         .. "return P\n")
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "health" })
       assert.equal(9, r.code)
@@ -163,14 +168,16 @@ describe("imexguard configuration commands", function()
   end)
 
   describe("--lua-dir and IMEXGUARD_LUA_DIR", function()
-    it("a missing or relative directory is a usage error (exit 1) naming the option or the variable", function()
+    it("a missing or relative directory is a usage error (exit 1) naming the option or the variable",
+      function()
       local r = run(dir, { "--lua-dir", dir .. "/nope", "status" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: --lua-dir " .. dir .. "/nope: not a directory\nTry 'imexguard --help'.", r.stderr,
-        1, true)
+      assert.matches("imexguard: --lua-dir " .. dir .. "/nope: not a directory\nTry 'imexguard --help'.",
+        r.stderr, 1, true)
       r = run(dir, { "status" }, { IMEXGUARD_LUA_DIR = "relative" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: IMEXGUARD_LUA_DIR relative: must be an absolute directory", r.stderr, 1, true)
+      assert.matches("imexguard: IMEXGUARD_LUA_DIR relative: must be an absolute directory", r.stderr, 1,
+        true)
       r = run(dir, { "status" }, { IMEXGUARD_LUA_DIR = dir .. "/nope" })
       assert.equal(1, r.code)
       assert.matches("imexguard: IMEXGUARD_LUA_DIR " .. dir .. "/nope: not a directory", r.stderr, 1, true)

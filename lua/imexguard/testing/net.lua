@@ -14,7 +14,8 @@ end
 -- @param h table the fake host (gets log, hostname, euid, local_addresses, resolve)
 -- @param w table the host's shared world (needs rec, spend)
 -- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
---   function(name)}, local_addresses, hostname, euid (default 0: root), port_owner = {pid, comm, cmdline} (a process
+--   function(name)}, local_addresses, hostname, euid (default 0: root),
+--   port_owner = {pid, comm, cmdline} (a process
 --   other than the unit listening on every port: a stray daemon, field case C27 of
 --   docs/design.md) | function(port, timeout, address, pid) | "none" (nothing listens); default:
 --   the unit's main process while it is active, else nothing; each call is recorded as

@@ -186,6 +186,12 @@ static int load_settings(struct ig_run *r)
 {
 	enum ig_call st = ig_driver_call(r, "settings", 1);
 	ig_timing_phase("settings");
+	if (st == IG_CALL_MEMORY) { /* the settings file itself reached the limit */
+		char msg[MAX_MESSAGE + 1];
+		const char *m = lua_tostring(r->L, -1);
+		snprintf(msg, sizeof msg, "settings: %s", m ? m : "memory limit reached");
+		return finish_host(r, "settings-error", msg);
+	}
 	if (st != IG_CALL_OK)
 		return finish_call(r, st, "settings: ");
 	if (lua_getfield(r->L, -1, "outcome") != LUA_TNIL) {

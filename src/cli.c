@@ -73,16 +73,34 @@ static void print_version(void)
 	printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
 }
 
+/* Whether the command line names a command with a reason line (commands.lua's reason_line: health,
+ * config-test, also as its short option): its usage errors print that line on stdout too. */
+static int reason_line_wanted;
+
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
+	char msg[512];
 	va_list ap;
-	fprintf(stderr, "imexguard: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'imexguard --help'.\n");
+	fprintf(stderr, "imexguard: %s\nTry 'imexguard --help'.\n", msg);
+	if (reason_line_wanted) /* what health.sh and NHC take as the reason */
+		printf("imexguard: error: %s\n", msg);
 	return ig_usage_exit;
+}
+
+/* Set reason_line_wanted from the arguments (before they are parsed: an error may come first). */
+static void scan_reason_line(int argc, char **argv)
+{
+	reason_line_wanted = 0;
+	for (int i = 1; i < argc; i++)
+		for (const struct ig_command *k = ig_commands; k->name; k++)
+			if (k->reason_line && (strcmp(argv[i], k->name) == 0 ||
+					       (k->short_opt && argv[i][0] == '-' &&
+						argv[i][1] == k->short_opt && argv[i][2] == '\0')))
+				reason_line_wanted = 1;
 }
 
 /* ---- arguments ------------------------------------------------------------------------------ */
@@ -234,6 +252,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {NULL, 0, NULL, 0},
 	};
 	memset(o, 0, sizeof *o);
+	scan_reason_line(argc, argv);
 	o->config = DEFAULT_CONFIG;
 	o->lua_dir = getenv("IMEXGUARD_LUA_DIR");
 	if (o->lua_dir && !*o->lua_dir)

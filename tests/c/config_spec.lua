@@ -156,6 +156,17 @@ describe("imexguard configuration commands", function()
       assert.matches("^imexguard: deadline%-exceeded: [^\n]+\n$", r.stdout)
     end)
 
+    it("is printed for a usage error too (a bad --set, a bad --lua-dir), exit 1", function()
+      local r = run(dir, { "health", "--set", "health_timeout" })
+      assert.equal(1, r.code)
+      assert.equal("imexguard: error: --set: expected KEY=VALUE, got 'health_timeout'\n", r.stdout)
+      r = run(dir, { "--lua-dir", dir .. "/nope", "health" })
+      assert.equal(1, r.code)
+      assert.equal("imexguard: error: --lua-dir " .. dir .. "/nope: not a directory\n", r.stdout)
+      r = run(dir, { "status", "--set", "x" }) -- other commands: stderr only
+      assert.equal("", r.stdout)
+    end)
+
     it("is not doubled when the policy printed its own", function()
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
         .. "function P.health()\n"

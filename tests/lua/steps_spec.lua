@@ -436,6 +436,18 @@ describe("steps", function()
     end)
   end)
 
+  describe("node_name", function()
+    it("is Slurm's name (SLURMD_NODENAME of the prolog environment), the kernel's only without it", function()
+      local h = testing.host{ hostname = "gb200-rack1-tray3.cluster.local" }
+      local ctx = testing.ctx{ host = h, env = { SLURMD_NODENAME = "gb200-n003" } }
+      ctx.job = require("imexguard.slurmenv").job(ctx.env)
+      assert.equal("gb200-n003", steps.node_name(ctx))
+      ctx = testing.ctx{ host = h, env = {} }
+      ctx.job = require("imexguard.slurmenv").job(ctx.env)
+      assert.equal("gb200-rack1-tray3.cluster.local", steps.node_name(ctx))
+    end)
+  end)
+
   describe("ensure_dir", function()
     it("creates the last component only, an existing directory is fine", function()
       local h = testing.host{ absent_dirs = { "/run/a" } }

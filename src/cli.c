@@ -38,7 +38,7 @@ static void usage(FILE *f)
 	    "                      default file means all defaults)\n"
 	    "  --policy FILE       policy file (default: the built-in policy)\n"
 	    "  --deadline SECONDS  the whole run's budget (default: setting deadline, %g)\n"
-	    "  --set KEY=VALUE     override a setting (repeatable; the last one wins); VALUE is\n"
+	    "  --set KEY=VALUE     override a setting (repeatable, the last wins); VALUE is\n"
 	    "                      plain text, not Lua: a number, true/false (also yes/no,\n"
 	    "                      on/off, 1/0), a string without quotes, for ctl and\n"
 	    "                      scontrol words separated by spaces; KEY= unsets an\n"

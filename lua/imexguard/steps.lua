@@ -108,8 +108,8 @@ function M.query_unit(ctx)
   local unit = ctx.settings.unit
   local props, err, code = ctx.host.unit(unit)
   if not props then
-    return fail(by_code(code, "unit-unknown"), "node %s: state of %s unknown (%s: %s); nothing restarted",
-      M.node_name(ctx), unit, tostring(code), tostring(err))
+    return fail(by_code(code, "unit-unknown"), "node %s: state of %s unknown (%s: %s%s); nothing restarted",
+      M.node_name(ctx), unit, tostring(code), tostring(err), M.root_hint(ctx.host, code, err))
   end
   return props
 end
@@ -321,14 +321,24 @@ function M.ensure_dir(host, path, mode)
   return nil, err .. M.root_hint(host, code), code
 end
 
---- The hint of a permission error: "; run as root" when the error is EACCES or EPERM and this
--- process is not root (host.euid), else "". Only where a permission error is the cause: other
+-- What a refused D-Bus call of a non-root process says (systemd's polkit check: the bus
+-- primitives' code is "bus", the cause is in the message).
+local DENIED = { "Access denied", "Permission denied", "Interactive authentication required" }
+
+--- The hint of a permission error: " (running as uid N: run as root)" when the error is EACCES or
+-- EPERM (or a D-Bus call refused with "Access denied", "Interactive authentication required") and
+-- this process is not root (host.euid), else "". Only where a permission error is the cause: other
 -- errors of a non-root run say nothing about root.
 -- @param host table the primitives (euid when present)
 -- @param code string|nil the error's code
+-- @param message string|nil the error's message
 -- @return string
-function M.root_hint(host, code)
-  if code ~= "EACCES" and code ~= "EPERM" then return "" end
+function M.root_hint(host, code, message)
+  local denied = code == "EACCES" or code == "EPERM"
+  for _, d in ipairs(DENIED) do
+    denied = denied or (type(message) == "string" and message:find(d, 1, true) ~= nil)
+  end
+  if not denied then return "" end
   local euid = type(host.euid) == "function" and host.euid() or nil
   if euid == 0 then return "" end
   return euid and string.format(" (running as uid %d: run as root)", euid) or " (run as root)"
@@ -1000,8 +1010,8 @@ function M.unit_start_job(ctx, verb, reset_done)
     end
     text = text .. "; reset-failed failed: " .. tostring(rerr)
   end
-  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s", M.node_name(ctx),
-    verb, s.unit, tostring(code or res), text)
+  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s%s",
+    M.node_name(ctx), verb, s.unit, tostring(code or res), text, M.root_hint(host, code, err))
 end
 
 --- Step 7: (re)start the unit and record what it runs: the new invocation ID and the exact bytes of

@@ -466,6 +466,15 @@ describe("steps", function()
       assert.is_false(h.dir_exists("/rnu"))
     end)
 
+    it("root_hint: a D-Bus call refused by polkit counts as a permission error", function()
+      local h = testing.host{ euid = 1000 }
+      assert.equal(" (running as uid 1000: run as root)",
+        steps.root_hint(h, "bus", "StartUnit: Interactive authentication required."))
+      assert.equal(" (running as uid 1000: run as root)", steps.root_hint(h, "bus", "Access denied"))
+      assert.equal("", steps.root_hint(h, "bus", "Connection refused"))
+      assert.equal("", steps.root_hint(testing.host{}, "bus", "Access denied"))
+    end)
+
     it("a permission error of a non-root run says to run as root; root's does not", function()
       local h = testing.host{ euid = 1000, fail = { ["/run/x"] = { mkdir = "EACCES" } } }
       local _, err = steps.ensure_dir(h, "/run/x", 493)

@@ -260,7 +260,8 @@ end
 -- before extend runs (Lua 5.4 manual, 3.4.10: a tail call erases any debug information about the
 -- calling function), so extend's `error(msg, 2)` names the frame below, this driver's call of the
 -- chunk (or, under pcall, no position at all). Such a message gets the policy file's line: the
--- line that names the key the message quotes ('typo'), else the chunk's last `return`.
+-- line that names the key the message quotes ('typo'), else for a message naming this driver the
+-- chunk's last `return`; a message without a position (error(msg, 0)) gets the file alone.
 -- @param err any the error value
 -- @param path string the policy file
 -- @param text string its contents
@@ -268,20 +269,21 @@ end
 function D.policy_error(err, path, text)
   if type(err) ~= 'string' then return err end
   -- named this driver, or no position at all (the frame below the chunk is pcall, a C function)
-  local rest = err:match('^[^\n]-imexguard/driver%.lua:%d+: (.*)$')
-    or (not err:match('^[^%s:]+:%d+: ') and err)
+  local named_driver = err:match('^[^\n]-imexguard/driver%.lua:%d+: (.*)$')
+  local rest = named_driver or (not err:match('^[^%s:]+:%d+: ') and err)
   if not rest then return err end
   local line
   local key = rest:match("'([%a_][%w_]*)'")
   if key then line = S.locate(text, key) end
-  if not line then
+  if not line and named_driver then
     local n = 0
     for l in (text .. '\n'):gmatch('([^\n]*)\n') do
       n = n + 1
       if l:match('^%s*return[%s({]') then line = n end
     end
   end
-  return string.format('%s:%s: %s', path, line or '?', rest)
+  -- error(msg, 0) of the policy itself, a key not found: the file without a line (never a guess)
+  return line and string.format('%s:%d: %s', path, line, rest) or string.format('%s: %s', path, rest)
 end
 
 -- Run a policy file's chunk: what it returns, errors made to name the policy file (D.policy_error).

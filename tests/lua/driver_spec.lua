@@ -145,6 +145,30 @@ describe("driver", function()
     end)
   end)
 
+  describe("policy_error: an error of a policy file's chunk names that file", function()
+    local TEXT = "local P = require('policies.default')\n\nreturn P.extend{\n  wait_helthy = f,\n}\n"
+    it("a message naming the driver (a tail call erased the chunk's frame): the line of the quoted key",
+      function()
+      assert.equal("/p.lua:4: policy extend: unknown hook 'wait_helthy'", D.policy_error(
+        "lua/imexguard/driver.lua:300: policy extend: unknown hook 'wait_helthy'", "/p.lua", TEXT))
+    end)
+    it("naming the driver, no key found: the line of the last return", function()
+      assert.equal("/p.lua:3: boom",
+        D.policy_error("/x/lua/imexguard/driver.lua:9: boom", "/p.lua", TEXT))
+    end)
+    it("no position (under pcall, or error(msg, 0)): the key's line, else the file alone", function()
+      assert.equal("/p.lua:4: unknown hook 'wait_helthy'", D.policy_error("unknown hook 'wait_helthy'", "/p.lua",
+        TEXT))
+      assert.equal("/p.lua: boom", D.policy_error("boom", "/p.lua", TEXT))
+    end)
+    it("a message with a position of its own, or not a string, is kept", function()
+      assert.equal("/p.lua:2: x", D.policy_error("/p.lua:2: x", "/p.lua", TEXT))
+      assert.equal("/lib/m.lua:7: y", D.policy_error("/lib/m.lua:7: y", "/p.lua", TEXT))
+      local t = {}
+      assert.equal(t, D.policy_error(t, "/p.lua", TEXT))
+    end)
+  end)
+
   describe("load_settings", function()
     it("no file: the defaults", function()
       assert.same(assert(S.validate({})), assert(D.load_settings(nil, CONFIG, {})))

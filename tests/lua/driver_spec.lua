@@ -157,8 +157,8 @@ describe("driver", function()
         D.policy_error("/x/lua/imexguard/driver.lua:9: boom", "/p.lua", TEXT))
     end)
     it("no position (under pcall, or error(msg, 0)): the key's line, else the file alone", function()
-      assert.equal("/p.lua:4: unknown hook 'wait_helthy'", D.policy_error("unknown hook 'wait_helthy'", "/p.lua",
-        TEXT))
+      assert.equal("/p.lua:4: unknown hook 'wait_helthy'",
+        D.policy_error("unknown hook 'wait_helthy'", "/p.lua", TEXT))
       assert.equal("/p.lua: boom", D.policy_error("boom", "/p.lua", TEXT))
     end)
     it("a message with a position of its own, or not a string, is kept", function()

@@ -305,15 +305,15 @@ static int run(struct ig_opts *o)
 	char err[1024];
 	r.L = ig_sandbox_new(o->lua_dir, err, sizeof err);
 	ig_timing_phase("lua-state");
-	if (r.L ==
-	    NULL) { /* an internal error (cli.c checked --lua-dir): exit 1, as usage errors */
+	/* an internal error (cli.c checked --lua-dir): exit 1, as usage errors */
+	if (r.L == NULL)
 		return finish(&r, "error", ig_usage_exit, err);
-	}
 	int code;
 	enum ig_call st = ig_sandbox_require(r.L, "imexguard.driver");
 	ig_timing_phase("load-driver");
-	if (st !=
-	    IG_CALL_OK) { /* the library (--lua-dir, IMEXGUARD_LUA_DIR): exit 1, as usage errors */
+	/* the library does not load (from --lua-dir, IMEXGUARD_LUA_DIR): exit 1, as usage errors;
+	 * the outcome name "error" is no outcome of outcomes.lua */
+	if (st != IG_CALL_OK) {
 		const char *m = lua_tostring(r.L, -1);
 		char msg[MAX_MESSAGE + 1];
 		snprintf(msg, sizeof msg, "imexguard's Lua library%s%s: %s",

@@ -30,34 +30,33 @@ static void usage(FILE *f)
 	    "Commands:\n",
 	    f);
 	fputs(ig_commands_usage, f);
-	fprintf(
-	    f,
-	    "\n"
-	    "Options:\n"
-	    "  --config FILE       settings file (default " DEFAULT_CONFIG "; a missing\n"
-	    "                      default file means all defaults)\n"
-	    "  --policy FILE       policy file (default: the built-in policy)\n"
-	    "  --deadline SECONDS  the whole run's budget (default: setting deadline, %g)\n"
-	    "  --set KEY=VALUE     override a setting (repeatable, the last wins); VALUE is\n"
-	    "                      plain text, not Lua: a number, true/false (also yes/no,\n"
-	    "                      on/off, 1/0), a string without quotes, for ctl and\n"
-	    "                      scontrol words separated by spaces; KEY= unsets an\n"
-	    "                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n"
-	    "  --job ID            plan only: the job id (instead of SLURM_JOB_ID)\n"
-	    "  --nodelist LIST     plan only: the job's hostlist, e.g. n[01-04] (instead of\n"
-	    "                      SLURM_JOB_NODELIST): try a plan without a job\n"
-	    "  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
-	    "                      development; also IMEXGUARD_LUA_DIR)\n"
-	    "  --json              machine-readable output (%s)\n"
-	    "  --timing            at the end, where the run's time went on stderr\n"
-	    "                      (phases, primitive calls; milliseconds)\n"
-	    "  -t                  the command config-test (as sshd -t, nginx -t)\n"
-	    "  -T                  the command show-config (as sshd -T, nginx -T)\n"
-	    "  -h, --help          this help\n"
-	    "  -V, --version       print the version\n"
-	    "\n"
-	    "Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
-	    ig_default_deadline, ig_json_commands);
+	fprintf(f,
+		"\n"
+		"Options:\n"
+		"  --config FILE       settings file (default " DEFAULT_CONFIG "; a missing\n"
+		"                      default file means all defaults)\n"
+		"  --policy FILE       policy file (default: the built-in policy)\n"
+		"  --deadline SECONDS  the whole run's budget (default: setting deadline, %g)\n"
+		"  --set KEY=VALUE     override a setting (repeatable, the last wins); VALUE is\n"
+		"                      plain text, not Lua: a number, true/false (also yes/no,\n"
+		"                      on/off, 1/0), a string without quotes, for ctl and\n"
+		"                      scontrol words separated by spaces; KEY= unsets an\n"
+		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n"
+		"  --job ID            plan only: the job id (instead of SLURM_JOB_ID)\n"
+		"  --nodelist LIST     plan only: the job's hostlist, e.g. n[01-04] (instead of\n"
+		"                      SLURM_JOB_NODELIST): try a plan without a job\n"
+		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
+		"                      development; also IMEXGUARD_LUA_DIR)\n"
+		"  --json              machine-readable output (%s)\n"
+		"  --timing            at the end, where the run's time went on stderr\n"
+		"                      (phases, primitive calls; milliseconds)\n"
+		"  -t                  the command config-test (as sshd -t, nginx -t)\n"
+		"  -T                  the command show-config (as sshd -T, nginx -T)\n"
+		"  -h, --help          this help\n"
+		"  -V, --version       print the version\n"
+		"\n"
+		"Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
+		ig_default_deadline, ig_json_commands);
 	fputs(ig_outcomes_usage, f);
 	fputs("\n"
 	      "Every run ends with one line on stderr (and in the journal):\n"

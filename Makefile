@@ -46,7 +46,8 @@ endif
 # The C files generated from the Lua library (src/embed.lua): the precompiled library and policies
 # (the binary's), and the facts C takes from commands.lua, outcomes.lua and settings.lua
 # (src/generated.h; the binary's and the module's).
-FACTS    := lua/imexguard/commands.lua lua/imexguard/outcomes.lua lua/imexguard/settings.lua
+FACTS    := lua/imexguard/commands.lua lua/imexguard/outcomes.lua lua/imexguard/settings.lua \
+            lua/imexguard/progress.lua
 $(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES) | need-deps
 	@mkdir -p $(@D)
 	lua5.4 src/embed.lua chunks $@ $(LUA_LIB) $(POLICIES)

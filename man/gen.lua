@@ -92,6 +92,12 @@ local function form(c)
     .. (c.verbosity and " [*-q*|*-v*]" or "")
 end
 
+-- A command's name as the synopsis and the COMMANDS section write it: "*name*", with its short
+-- option "*name*|*-t*".
+local function named(c)
+  return "*" .. esc(c.name) .. "*" .. (c.short and "|*-" .. c.short .. "*" or "")
+end
+
 --- The SYNOPSIS lines: one per run of consecutive commands of the same form ("*a*|*b* [*--json*]").
 -- @return string scdoc text
 local function synopsis_section()
@@ -102,7 +108,7 @@ local function synopsis_section()
       names, last = {}, form(c)
       lines[#lines + 1] = { names = names, form = last }
     end
-    names[#names + 1] = "*" .. esc(c.name) .. "*"
+    names[#names + 1] = named(c)
   end
   local out = {}
   for _, l in ipairs(lines) do
@@ -143,7 +149,7 @@ local function commands_section(more)
     if c.deadline then
       help = help .. "; budget " .. c.deadline .. " seconds unless *--deadline*"
     end
-    local entry = { "*" .. esc(c.name) .. "*" .. form(c), "\t" .. help .. "." }
+    local entry = { named(c) .. form(c), "\t" .. help .. "." }
     for _, line in ipairs(more[c.name] or {}) do entry[#entry + 1] = line end
     out[#out + 1] = table.concat(entry, "\n") .. "\n"
   end

@@ -520,8 +520,14 @@ function Policy:unit_verdict(ctx, info)
   if not ok then return o, m end
   local a = props.active_state
   if a == "active" or a == "reloading" then return nil end
-  return "service-failed", string.format("node %s: %s is %s (result %s): the answer on the command port is "
-    .. "not the unit's daemon", steps.node_name(ctx), ctx.settings.unit, tostring(a), tostring(props.result))
+  -- a stopped unit: the ctl's answer (often a placeholder row 0.0.0.0 DOWN) is nobody's; no other
+  -- process is blamed (port_is_units above names one when it listens)
+  local u = ctx.settings.unit
+  local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
+    or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
+    or "the unit is not running"
+  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
+    steps.node_name(ctx), u, tostring(a), tostring(props.result), what)
 end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
@@ -647,7 +653,8 @@ function Policy:run_status(ctx)
   local idle = jobs_list == false
   local judged = jobs_list or expected
   local v = health.verdict(ans, judged, self_addr, { node_list = by_file and expected or false,
-    own_only = idle })
+    own_only = idle, list_name = jobs_list and "the registered job's node list"
+      or (by_file and "this node's node list file" or "the daemon's own list") })
   local outcome, msg
   if v.healthy and idle then
     outcome, msg = "ok", string.format("node %s: no job registered, judged on what it owns: %s",

@@ -7,6 +7,7 @@ local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
 local pace = require "imexguard.pace"
+local steps = require "imexguard.steps"
 local P = require "default"
 local H = require "default_policy_helper"
 
@@ -270,7 +271,7 @@ describe("default policy prolog", function()
     it("held by another run: lock-timeout naming its pid and job, nothing changed", function()
       local h = testing.host{ lock = { pid = 777, owner = "job=100", since = testing.WALL0 } }
       local t0 = h.now()
-      local outcome, message = run(h, { env = env("n[1,3]") })
+      local outcome, message = run(h, { env = env("n[1,3]"), settings = { lock_timeout = 60 } })
       assert.equal("lock-timeout", outcome)
       assert.matches("pid 777", message)
       assert.matches("job=100", message)
@@ -279,9 +280,34 @@ describe("default policy prolog", function()
       assert.same({}, h.jobs)
     end)
 
+    it("lock_timeout unset (the default): waits the whole budget less steps.LOCK_RESERVE", function()
+      local h = testing.host{ lock = { pid = 777, owner = "job=100", since = testing.WALL0 } }
+      local t0, budget = h.now(), h.remaining()
+      local outcome = run(h, { env = env("n[1,3]") })
+      assert.equal("lock-timeout", outcome)
+      assert.near(budget - steps.LOCK_RESERVE, h.now() - t0, 0.01)
+    end)
+
+    it("lock_timeout unset: a prolog queued behind a whole prolog ahead (a start and the full health "
+      .. "wait, 90 s) gets the lock and ends ok", function()
+      local h = testing.host{ deadline = 120,
+        lock = { pid = 777, owner = "job=100", release_at = 1000 + 95 } }
+      assert.equal("ok", (run(h)))
+      assert.is_true(h.now() >= 1095)
+      -- the wait tells its progress at info every few seconds, naming the holder and the time left
+      local told = {}
+      for _, l in ipairs(h.logs) do
+        if l[1] == "info" and l[2]:match("^waiting for node lock ") then told[#told + 1] = l[2] end
+      end
+      assert.is_true(#told >= 90 // 5 - 1, #told .. " progress lines")
+      assert.matches(
+        "^waiting for node lock /run/imexguard/lock held by pid 777 %(job=100%) %(%d+s / 1min 55s%)$",
+        told[1])
+    end)
+
     it("the budget running out while waiting is deadline-exceeded", function()
       local h = testing.host{ deadline = 10, lock = { pid = 777, owner = "job=100" } }
-      local outcome, message = run(h)
+      local outcome, message = run(h, { settings = { lock_timeout = 60 } })
       assert.equal("deadline-exceeded", outcome)
       assert.matches("pid 777", message)
     end)

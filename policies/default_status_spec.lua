@@ -81,7 +81,19 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
         local outcome, message = s:status{}
         assert.equal("service-failed", outcome, state)
         assert.matches("nvidia%-imex.service is " .. state, message)
+        -- a stopped unit is said to be stopped; no other process is blamed (C27 names one when it listens)
+        assert.not_matches("not the unit's daemon", message, 1, true)
+        assert.matches(state == "inactive" and "the unit is stopped" or "the unit failed", message, 1, true)
       end
+    end)
+
+    it("without a job, speaks of this node's node list file, not the job's node list", function()
+      local degraded = { domain = { nodes = { { host = "10.0.0.1" }, { host = "10.0.0.2" },
+        { host = "10.0.0.9", status = "UNAVAILABLE" } } } }
+      local h = testing.host{ ctl = { degraded } }
+      local _, message, report = run(h, { command = "status" })
+      assert.not_matches("job's", message .. report, 1, true)
+      assert.matches("not in this node's node list file", message .. report, 1, true)
     end)
 
     it("names the stray process on the command port", function()

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define DEFAULT_CONFIG "/etc/imexguard/imexguard.conf"
 
@@ -36,7 +37,14 @@ static void usage(FILE *f)
 		"                      default file means all defaults)\n"
 		"  --policy FILE       policy file (default: the built-in policy)\n"
 		"  --deadline SECONDS  the whole run's budget (default: setting deadline, %g)\n"
-		"  --set KEY=VALUE     override a setting (repeatable)\n"
+		"  --set KEY=VALUE     override a setting (repeatable, the last wins); VALUE is\n"
+		"                      plain text, not Lua: a number, true/false (also yes/no,\n"
+		"                      on/off, 1/0), a string without quotes, for ctl and\n"
+		"                      scontrol words separated by spaces; KEY= unsets an\n"
+		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n"
+		"  --job ID            plan only: the job id (instead of SLURM_JOB_ID)\n"
+		"  --nodelist LIST     plan only: the job's hostlist, e.g. n[01-04] (instead of\n"
+		"                      SLURM_JOB_NODELIST): try a plan without a job\n"
 		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 		"                      development; also IMEXGUARD_LUA_DIR)\n"
 		"  --json              machine-readable output (%s)\n"
@@ -45,6 +53,8 @@ static void usage(FILE *f)
 		"  -v, --verbose       more detail (status: every peer's address and state)\n"
 		"  --timing            at the end, where the run's time went on stderr\n"
 		"                      (phases, primitive calls; milliseconds)\n"
+		"  -t                  the command config-test (as sshd -t, nginx -t)\n"
+		"  -T                  the command show-config (as sshd -T, nginx -T)\n"
 		"  -h, --help          this help\n"
 		"  -V, --version       print the version\n"
 		"\n"
@@ -65,21 +75,58 @@ static void print_version(void)
 	printf("imexguard " IG_VERSION " (" LUA_RELEASE ")\n");
 }
 
+/* Whether the command line names a command with a reason line (commands.lua's reason_line: health,
+ * config-test, also as its short option): its usage errors print that line on stdout too. */
+static int reason_line_wanted;
+
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {
+	char msg[512];
 	va_list ap;
-	fprintf(stderr, "imexguard: ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry 'imexguard --help'.\n");
+	fprintf(stderr, "imexguard: %s\nTry 'imexguard --help'.\n", msg);
+	if (reason_line_wanted) /* what health.sh and NHC take as the reason */
+		printf("imexguard: error: %s\n", msg);
 	return ig_usage_exit;
+}
+
+/* Set reason_line_wanted from the arguments (before they are parsed: an error may come first). */
+static void scan_reason_line(int argc, char **argv)
+{
+	reason_line_wanted = 0;
+	for (int i = 1; i < argc; i++)
+		for (const struct ig_command *k = ig_commands; k->name; k++)
+			if (k->reason_line && (strcmp(argv[i], k->name) == 0 ||
+					       (k->short_opt && argv[i][0] == '-' &&
+						argv[i][1] == k->short_opt && argv[i][2] == '\0')))
+				reason_line_wanted = 1;
 }
 
 /* ---- arguments ------------------------------------------------------------------------------ */
 
-enum { OPT_CONFIG = 256, OPT_POLICY, OPT_DEADLINE, OPT_SET, OPT_LUA_DIR, OPT_JSON, OPT_TIMING };
+enum {
+	OPT_CONFIG = 256,
+	OPT_POLICY,
+	OPT_DEADLINE,
+	OPT_SET,
+	OPT_LUA_DIR,
+	OPT_JSON,
+	OPT_TIMING,
+	OPT_JOB,
+	OPT_NODELIST
+};
+
+/* The command whose short option is c (`-t`: config-test), or NULL. */
+static const char *short_command(int c)
+{
+	for (const struct ig_command *k = ig_commands; k->name; k++)
+		if (k->short_opt && k->short_opt == c)
+			return k->name;
+	return NULL;
+}
 
 /* Is name one of list, a ", "-separated list of names (generated.h)? */
 static int in_list(const char *list, const char *name)
@@ -119,6 +166,13 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		return -1;
 	case OPT_LUA_DIR:
 		o->lua_dir = optarg;
+		o->lua_dir_from = "--lua-dir";
+		return -1;
+	case OPT_JOB:
+		o->job = optarg;
+		return -1;
+	case OPT_NODELIST:
+		o->nodelist = optarg;
 		return -1;
 	case OPT_JSON:
 		o->json = 1;
@@ -141,6 +195,14 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 	case ':':
 		return usage_error("option '%s' needs an argument", argv[optind - 1]);
 	default:
+		if (c > 0 && c < 256 && short_command(c)) {
+			if (o->command && strcmp(o->command, short_command(c)) != 0)
+				return usage_error("-%c and -%c: give one command", c,
+						   o->short_opt);
+			o->command = short_command(c);
+			o->short_opt = (char)c;
+			return -1;
+		}
 		return usage_error("unknown option '%s'", argv[optind - 1]);
 	}
 }
@@ -150,14 +212,20 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 static int take_command(int argc, char **argv, struct ig_opts *o)
 {
 	const struct ig_command *c;
-	if (optind >= argc)
+	if (o->short_opt) { /* -t, -T: the command is given */
+		if (optind < argc)
+			return usage_error("unexpected argument '%s' (-%c is the command %s)",
+					   argv[optind], o->short_opt, o->command);
+	} else if (optind >= argc) {
 		return usage_error("missing COMMAND (%s)", ig_command_names);
-	o->command = argv[optind++];
+	} else {
+		o->command = argv[optind++];
+	}
 	for (c = ig_commands; c->name && strcmp(c->name, o->command) != 0; c++)
 		;
 	if (c->name == NULL)
 		return usage_error("unknown command '%s' (%s)", o->command, ig_command_names);
-	if (c->arg) {
+	if (c->arg && !o->short_opt) {
 		if (optind >= argc)
 			return usage_error("%s: missing %s", c->name, c->arg);
 		o->arg = argv[optind++];
@@ -175,8 +243,20 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
+	if ((o->job || o->nodelist) && strcmp(o->command, "plan") != 0)
+		return usage_error("%s is for plan only (a real run takes the job from Slurm's "
+				   "environment)",
+				   o->job ? "--job" : "--nodelist");
+	if (o->job && !*o->job)
+		return usage_error("--job: empty job id");
+	if (o->nodelist && !*o->nodelist)
+		return usage_error("--nodelist: empty hostlist");
+	struct stat st;
 	if (o->lua_dir && o->lua_dir[0] != '/')
-		return usage_error("--lua-dir %s: must be an absolute directory", o->lua_dir);
+		return usage_error("%s %s: must be an absolute directory", o->lua_dir_from,
+				   o->lua_dir);
+	if (o->lua_dir && (stat(o->lua_dir, &st) != 0 || !S_ISDIR(st.st_mode)))
+		return usage_error("%s %s: not a directory", o->lua_dir_from, o->lua_dir);
 	return -1;
 }
 
@@ -188,6 +268,8 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"deadline", required_argument, NULL, OPT_DEADLINE},
 	    {"set", required_argument, NULL, OPT_SET},
 	    {"lua-dir", required_argument, NULL, OPT_LUA_DIR},
+	    {"job", required_argument, NULL, OPT_JOB},
+	    {"nodelist", required_argument, NULL, OPT_NODELIST},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"timing", no_argument, NULL, OPT_TIMING},
 	    {"quiet", no_argument, NULL, 'q'},
@@ -197,18 +279,27 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {NULL, 0, NULL, 0},
 	};
 	memset(o, 0, sizeof *o);
+	scan_reason_line(argc, argv);
 	o->config = DEFAULT_CONFIG;
 	o->lua_dir = getenv("IMEXGUARD_LUA_DIR");
 	if (o->lua_dir && !*o->lua_dir)
 		o->lua_dir = NULL;
+	o->lua_dir_from = "IMEXGUARD_LUA_DIR";
 	o->sets = calloc((size_t)argc + 1, sizeof *o->sets);
 	if (o->sets == NULL) {
 		fprintf(stderr, "imexguard: out of memory\n");
 		return ig_usage_exit;
 	}
+	/* ":hVqv" and the commands' short options (commands.lua: -t, -T) */
+	char optstring[64] = ":hVqv";
+	size_t n = strlen(optstring);
+	for (const struct ig_command *k = ig_commands; k->name && n + 1 < sizeof optstring; k++)
+		if (k->short_opt)
+			optstring[n++] = k->short_opt;
+	optstring[n] = '\0';
 	int c, rc;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":hVqv", longopts, NULL)) != -1)
+	while ((c = getopt_long(argc, argv, optstring, longopts, NULL)) != -1)
 		if ((rc = take_option(c, argv, o)) >= 0)
 			return rc;
 	return take_command(argc, argv, o);

@@ -6,6 +6,7 @@
 
 struct ig_opts {
 	const char *command;	  /* a name of ig_commands (lua/imexguard/commands.lua) */
+	char short_opt;		  /* the short option that gave the command ('t'), or 0 */
 	const char *arg;	  /* the command's argument (check's POLICY), or NULL */
 	const char *config;	  /* --config, or the default path */
 	int config_explicit;	  /* --config given: a missing file is an error */
@@ -14,10 +15,13 @@ struct ig_opts {
 	double deadline;	  /* --deadline in seconds */
 	const char **sets;	  /* --set KEY=VALUE, nsets of them (malloc'd) */
 	int nsets;
-	const char *lua_dir; /* --lua-dir or IMEXGUARD_LUA_DIR, or NULL */
-	int json;	     /* --json */
-	int timing;	     /* --timing */
-	int verbosity;	     /* -q: -1, none: 0, -v: 1 (each -v one more) */
+	const char *lua_dir;	  /* --lua-dir or IMEXGUARD_LUA_DIR, or NULL */
+	const char *lua_dir_from; /* where lua_dir came from: "--lua-dir" or "IMEXGUARD_LUA_DIR" */
+	const char *job;	  /* plan --job N: the job id (SLURM_JOB_ID), or NULL */
+	const char *nodelist;	  /* plan --nodelist LIST: the job's hostlist, or NULL */
+	int json;		  /* --json */
+	int timing;		  /* --timing */
+	int verbosity;		  /* -q: -1, none: 0, -v: 1 (each -v one more) */
 };
 
 /* Parse the arguments into o (GNU getopt_long permutes, so options may follow the command:

@@ -18,6 +18,7 @@ struct ig_run {
 	double t0;	 /* ig_now() at the start, seconds */
 	double budget;	 /* seconds: the run's deadline (--deadline, the setting, or the default) */
 	int interrupted; /* check: the deadline interrupt fired (no Lua runs with the hook after) */
+	int printed;	 /* something was written on stdout */
 };
 
 /* Set r->job (the "job=<id>" of log lines) from id, every character outside [A-Za-z0-9_.-]

@@ -4,10 +4,12 @@
 --       precompiled (ig_embedded, declared in src/sandbox.h): the binary's build/embedded.c
 --   lua5.4 src/embed.lua facts OUT.c                 the facts C takes from the Lua library
 --       (declared in src/generated.h): build/generated.c, linked into the binary and host.so.
---       From lua/imexguard/commands.lua the command table (name, argument) and the usage
+--       From lua/imexguard/commands.lua the command table (name, argument, short option,
+--       reason line) and the usage
 --       text's list of commands; from lua/imexguard/outcomes.lua ig_outcome_code, the usage
 --       text's list of outcomes and the usage exit code; from lua/imexguard/settings.lua the
---       default of the setting `deadline` and the log levels (the values of `log_level`).
+--       default of the setting `deadline` and the log levels (the values of `log_level`); from
+--       lua/imexguard/progress.lua the seconds between two progress lines of a wait.
 --
 -- chunks: each file becomes one entry {name, chunkname, bytes, length}: lua/imexguard/x.lua is
 -- the module "imexguard.x", lua/imexguard/d/x.lua "imexguard.d.x" and lua/imexguard/d/init.lua
@@ -81,7 +83,8 @@ local function commands_usage(commands)
   local lines = {}
   local pad = string.rep(" ", HELP_COLUMN)
   for _, c in ipairs(commands.list) do
-    local head = "  " .. c.name .. (c.arg and " " .. c.arg or "") .. (c.json and " [--json]" or "")
+    local head = "  " .. c.name .. (c.short and ", -" .. c.short or "") .. (c.arg and " " .. c.arg or "")
+      .. (c.json and " [--json]" or "")
       .. (c.verbosity and " [-q|-v]" or "")
     local help = c.help .. (c.deadline and "; budget " .. c.deadline .. " s unless --deadline" or "")
     local line
@@ -121,9 +124,12 @@ local function facts()
     "const struct ig_command ig_commands[] = {",
   }
   for _, c in ipairs(commands.list) do
-    out[#out + 1] = string.format("\t{%s, %s},", cstring(c.name), c.arg and cstring(c.arg) or "NULL")
+    assert(c.short == nil or c.short:match("^%a$"),
+      "commands.lua: short of " .. c.name .. " is not one letter")
+    out[#out + 1] = string.format("\t{%s, %s, %s, %d},", cstring(c.name), c.arg and cstring(c.arg) or "NULL",
+      c.short and "'" .. c.short .. "'" or "0", c.reason_line and 1 or 0)
   end
-  out[#out + 1] = "\t{NULL, NULL},\n};"
+  out[#out + 1] = "\t{NULL, NULL, 0, 0},\n};"
   out[#out + 1] = string_def("const char ig_command_names[]", table.concat(commands.names(), ", "))
   out[#out + 1] = string_def("const char ig_json_commands[]", table.concat(commands.names("json"), ", "))
   out[#out + 1] = string_def("const char ig_verbosity_commands[]",
@@ -145,6 +151,8 @@ local function facts()
   local deadline = settings.by_name.deadline.default
   assert(type(deadline) == "number" and deadline > 0, "embed.lua: the default deadline is not a number > 0")
   out[#out + 1] = string.format("\nconst double ig_default_deadline = %.17g;", deadline)
+  local every = require("imexguard.progress").EVERY
+  out[#out + 1] = string.format("const double ig_progress_every = %.17g;", every)
   local levels = {}
   for _, name in ipairs(settings.by_name.log_level.values) do levels[#levels + 1] = cstring(name) end
   out[#out + 1] = "const char *const ig_log_levels[] = {" .. table.concat(levels, ", ") .. ", NULL};"

@@ -11,11 +11,15 @@
 
 /* ---- commands.lua ---------------------------------------------------------------------------- */
 
-/* A command the command line accepts: its name and the name of its one argument as the usage text
- * shows it ("POLICY"), or NULL when it takes none. */
+/* A command the command line accepts: its name, the name of its one argument as the usage text
+ * shows it ("POLICY") or NULL when it takes none, the short option that runs it ('t' for
+ * `imexguard -t`) or 0, and reason_line: 1 when a non-zero exit always prints one line
+ * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing). */
 struct ig_command {
 	const char *name;
 	const char *arg;
+	char short_opt;
+	int reason_line;
 };
 /* The commands, in the order --help lists them; the table ends with a NULL name. */
 extern const struct ig_command ig_commands[];
@@ -49,5 +53,11 @@ extern const double ig_default_deadline;
 /* The names of the log levels (LEVELS: the values of the setting log_level), from the most
  * verbose; the list ends with NULL.  Their syslog priorities are enum ig_level (imexguard.h). */
 extern const char *const ig_log_levels[];
+
+/* ---- progress.lua ---------------------------------------------------------------------------- */
+
+/* Seconds between two progress lines of a long wait at level info (EVERY): unit.c's wait for a
+ * systemd job tells its progress as the Lua waits do. */
+extern const double ig_progress_every;
 
 #endif

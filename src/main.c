@@ -36,6 +36,29 @@
 
 /* ---- the end of a run ----------------------------------------------------------------------- */
 
+/* Whether the command prints one reason line on stdout for a non-zero exit (commands.lua's
+ * reason_line: health, config-test). */
+static int wants_reason_line(const char *command)
+{
+	for (const struct ig_command *c = ig_commands; c->name; c++)
+		if (strcmp(c->name, command) == 0)
+			return c->reason_line;
+	return 0;
+}
+
+/* The one line "imexguard: OUTCOME: cause" on stdout of a command with a reason line (health,
+ * config-test) that ends non-zero without having printed it (a settings or policy error, the
+ * deadline, the Lua library): what Slurm's HealthCheckProgram wrapper and NHC take as the reason.
+ * msg is one line already. */
+static void reason_line(struct ig_run *r, const char *outcome, int code, const char *msg)
+{
+	if (code == 0 || r->printed || !wants_reason_line(r->o->command))
+		return;
+	printf("imexguard: %s: %.200s\n", outcome, msg);
+	fflush(stdout);
+	r->printed = 1;
+}
+
 /* Log the one final line (message made one line) and return the exit code `code`. */
 static int finish(struct ig_run *r, const char *outcome, int code, const char *message)
 {
@@ -45,6 +68,7 @@ static int finish(struct ig_run *r, const char *outcome, int code, const char *m
 	snprintf(f_command, sizeof f_command, "IMEXGUARD_COMMAND=%s", r->o->command);
 	const char *const fields[] = {f_outcome, f_job, f_command, NULL};
 	ig_one_line(msg, sizeof msg, message ? message : "");
+	reason_line(r, outcome, code, msg);
 	ig_log(code == 0 ? IG_NOTICE : IG_ERR, fields, "%s job=%s outcome=%s%s%s", r->o->command,
 	       r->job, outcome, msg[0] ? ": " : "", msg);
 	return code;
@@ -90,6 +114,7 @@ static int answer(struct ig_run *r)
 		const char *out = lua_tolstring(L, -1, &n);
 		fwrite(out, 1, n, stdout);
 		fflush(stdout);
+		r->printed = r->printed || n > 0;
 	}
 	lua_pop(L, 1);
 	if (lua_getfield(L, -1, "outcome") == LUA_TSTRING) {
@@ -161,6 +186,12 @@ static int load_settings(struct ig_run *r)
 {
 	enum ig_call st = ig_driver_call(r, "settings", 1);
 	ig_timing_phase("settings");
+	if (st == IG_CALL_MEMORY) { /* the settings file itself reached the limit */
+		char msg[MAX_MESSAGE + 1];
+		const char *m = lua_tostring(r->L, -1);
+		snprintf(msg, sizeof msg, "settings: %s", m ? m : "memory limit reached");
+		return finish_host(r, "settings-error", msg);
+	}
 	if (st != IG_CALL_OK)
 		return finish_call(r, st, "settings: ");
 	if (lua_getfield(r->L, -1, "outcome") != LUA_TNIL) {
@@ -274,15 +305,21 @@ static int run(struct ig_opts *o)
 	char err[1024];
 	r.L = ig_sandbox_new(o->lua_dir, err, sizeof err);
 	ig_timing_phase("lua-state");
-	if (r.L == NULL) {
-		ig_log(IG_ERR, NULL, "%s job=%s outcome=policy-error: %s", o->command, r.job, err);
-		return ig_usage_exit;
-	}
+	/* an internal error (cli.c checked --lua-dir): exit 1, as usage errors */
+	if (r.L == NULL)
+		return finish(&r, "error", ig_usage_exit, err);
 	int code;
 	enum ig_call st = ig_sandbox_require(r.L, "imexguard.driver");
 	ig_timing_phase("load-driver");
+	/* the library does not load (from --lua-dir, IMEXGUARD_LUA_DIR): exit 1, as usage errors;
+	 * the outcome name "error" is no outcome of outcomes.lua */
 	if (st != IG_CALL_OK) {
-		code = finish_call(&r, st, "imexguard's Lua library: ");
+		const char *m = lua_tostring(r.L, -1);
+		char msg[MAX_MESSAGE + 1];
+		snprintf(msg, sizeof msg, "imexguard's Lua library%s%s: %s",
+			 o->lua_dir ? " from " : "", o->lua_dir ? o->lua_dir_from : "",
+			 m ? m : "(no message)");
+		code = finish(&r, "error", ig_usage_exit, msg);
 	} else {
 		ig_driver_open(&r);
 		if ((code = load_settings(&r)) < 0)

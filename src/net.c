@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Push the IPv4 addresses of ai (in order, duplicates dropped) as a Lua list. */
 static void push_addresses(lua_State *L, const struct addrinfo *ai)
@@ -234,12 +235,21 @@ static int l_hostname(lua_State *L)
 	return 1;
 }
 
-/* Add local_addresses, resolve, hostname to the table on top of the stack. */
+/* host.euid() -> integer: this process's effective user id (geteuid(2), never fails).  A
+ * permission error of a non-root run says "run as root" (the prolog runs as root under slurmd). */
+static int l_euid(lua_State *L)
+{
+	lua_pushinteger(L, (lua_Integer)geteuid());
+	return 1;
+}
+
+/* Add local_addresses, resolve, hostname, euid to the table on top of the stack. */
 void ig_register_net(lua_State *L)
 {
 	static const luaL_Reg fns[] = {{"local_addresses", l_local_addresses},
 				       {"resolve", l_resolve},
 				       {"hostname", l_hostname},
+				       {"euid", l_euid},
 				       {NULL, NULL}};
 	luaL_setfuncs(L, fns, 0);
 }

@@ -19,6 +19,7 @@
  * longjmps) can never leak a message, slot or error.
  */
 #include "bus.h"
+#include "generated.h"
 #include "imexguard.h"
 
 #include <errno.h>
@@ -573,13 +574,46 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 	return 0;
 }
 
-/* Dispatch signals until w->result is set or `end` passes.  Returns 0, -ETIMEDOUT, or the
- * negative errno of a failing connection. */
-static int job_wait_removed(sd_bus *b, double end, struct job_wait *w)
+/* A duration as systemd writes it ("15s", "1min 30s"; lua/imexguard/progress.lua's duration) in
+ * buf. */
+static void duration(char *buf, size_t size, double s)
 {
-	while (!w->result[0]) {
-		int r = ig_bus_step(b, end);
+	long n = s > 0 ? (long)s : 0;
 
+	if (s > 0 && s < 1)
+		snprintf(buf, size, "%.1fs", s);
+	else if (n < 60)
+		snprintf(buf, size, "%lds", n);
+	else if (n % 60 == 0)
+		snprintf(buf, size, "%ldmin", n / 60);
+	else
+		snprintf(buf, size, "%ldmin %lds", n / 60, n % 60);
+}
+
+/* Dispatch signals until w->result is set or `end` passes, telling the wait's progress at level
+ * info every ig_progress_every seconds, as systemd tells a slow start ("waiting for systemd's job
+ * restart nvidia-imex.service (5s / 30s)"; lua/imexguard/progress.lua's line).  what: "VERB UNIT";
+ * total: the seconds the wait may take.  Returns 0, -ETIMEDOUT, or the negative errno of a failing
+ * connection. */
+static int job_wait_removed(sd_bus *b, double end, struct job_wait *w, const char *what,
+			    double total)
+{
+	double start = ig_now(), next = start + ig_progress_every;
+
+	while (!w->result[0]) {
+		double until = next < end ? next : end;
+		int r = ig_bus_step(b, until);
+
+		if (r == -ETIMEDOUT && until < end) {
+			char waited[32], all[32];
+
+			duration(waited, sizeof waited, ig_now() - start);
+			duration(all, sizeof all, total);
+			ig_log(IG_INFO, NULL, "waiting for systemd's job %s (%s / %s)", what,
+			       waited, all);
+			next += ig_progress_every;
+			continue;
+		}
 		if (r < 0)
 			return r;
 	}
@@ -643,7 +677,7 @@ static int unit_job_run(const char *name, const char *verb, const char *method, 
 		r = job_queue(b, end, method, name, &w, &error);
 	for (;;) {
 		if (r >= 0)
-			r = job_wait_removed(b, end, &w);
+			r = job_wait_removed(b, end, &w, what, bound);
 		if (r >= 0 || !ig_bus_conn_error(r) || recovered++ == BUS_RETRIES ||
 		    ig_bus_usec_left(end) == 0)
 			break;

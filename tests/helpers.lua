@@ -286,11 +286,11 @@ end
 function M.final(r)
   local last
   for l in r.stderr:gmatch("[^\n]+") do
-    if l:match("^imexguard: %a+: %a+ job=%S+ outcome=") then last = l end
+    if l:match("^imexguard: %a+: [%a-]+ job=%S+ outcome=") then last = l end
   end
   assert(last, "no final line in stderr:\n" .. r.stderr)
   local level, command, job, outcome, msg =
-    last:match("^imexguard: (%a+): (%a+) job=(%S+) outcome=([%w-]+):? ?(.*)$")
+    last:match("^imexguard: (%a+): ([%a-]+) job=(%S+) outcome=([%w-]+):? ?(.*)$")
   return { level = level, command = command, job = job, outcome = outcome, message = msg }
 end
 

@@ -16,6 +16,10 @@ local M = {}
 -- metrics: true when its runs are recorded in the metrics file (setting metrics_dir);
 -- deadline: seconds, the budget when --deadline gives none and it is below the setting
 --   `deadline` (nil: the setting);
+-- short: the short option that runs it instead of the name (`imexguard -t`, as `sshd -t`);
+-- reason_line: true when a non-zero exit always prints one line 'imexguard: OUTCOME: cause' on
+--   stdout (src/main.c prints it when the run printed nothing: a settings or policy error, the
+--   deadline), what a health check or a configuration test reads;
 -- help: what it does, one or more sentences (the usage text wraps them).
 M.list = {
   { name = "prolog", entry = "required", metrics = true,
@@ -29,7 +33,7 @@ M.list = {
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
   -- `check_cmd_status -t 10`
-  { name = "health", entry = "optional", dry_run = true, metrics = true, deadline = 10,
+  { name = "health", entry = "optional", dry_run = true, metrics = true, deadline = 10, reason_line = true,
     help = "check this node's IMEX, changing nothing (Slurm HealthCheckProgram, LBNL NHC): exit 0 "
       .. "healthy or not applicable, else one line 'imexguard: OUTCOME: cause' on stdout" },
   -- the job registry by hand (docs/design.md "The state file and the job registry"): what an
@@ -41,6 +45,15 @@ M.list = {
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
   { name = "check", arg = "POLICY", json = true,
     help = "compile a policy in the sandbox, run standard scenarios" },
+  -- the names and letters of sshd -t / nginx -t (test the configuration) and sshd -T / nginx -T
+  -- (show the effective one); `show-config` as `scontrol show config`
+  { name = "config-test", short = "t", dry_run = true, reason_line = true,
+    help = "test the settings (imexguard.conf, --set) and that the policy loads, changing nothing: exit 0 "
+      .. "and one line 'FILE: ok ...' on stdout, else one line 'imexguard: OUTCOME: cause' (settings-error "
+      .. "names the file, line and key)" },
+  { name = "show-config", short = "T", json = true,
+    help = "print every setting, its value and where it came from (default, FILE:LINE, --set, "
+      .. "--deadline, --policy), as a settings file" },
   { name = "version",
     help = "print the version" },
 }

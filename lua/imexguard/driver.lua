@@ -7,7 +7,8 @@
 --
 -- `run` is made by main.c once and lives for the whole run; the driver keeps its state in it.
 -- main.c sets: command, config (path), config_explicit, policy (path or nil), check_path, sets
--- (list of "KEY=VALUE"), deadline_arg (string or nil), json, env (the environment), and `c`, the
+-- (list of "KEY=VALUE"), deadline_arg (string or nil), job_arg and nodelist_arg (plan's --job and
+-- --nodelist, or nil), json, env (the environment), and `c`, the
 -- host's own functions: c.read_trusted(path, what) -> text | nil, msg, code (the trust check of
 -- src/trust.c), c.has_module(name) -> boolean, c.preload(name, value) (what require(name) returns
 -- from now on), c.set_job(id) (the job id of the final line and of the watchdog's line).
@@ -79,54 +80,86 @@ end
 local function settings_text(run)
   local text, err, code = run.c.read_trusted(run.config, 'settings file')
   if text then return text end
-  if code == 'ENOENT' and not run.config_explicit then return nil end -- optional default file
+  if code == 'ENOENT' and not run.config_explicit then -- optional default file
+    run.config_absent = true
+    return nil
+  end
   return false, err
 end
 
---- Validated settings from the file text (nil: defaults) and the --set overrides.
+-- "PATH:LINE" of the key in the settings file's text, or PATH when the key is not found as written.
+local function where(text, path, key)
+  local line = key and S.locate(text, key)
+  return line and (path .. ':' .. line) or path
+end
+
+--- Validated settings from the file text (nil: defaults) and the --set overrides, and where each
+-- came from (the view of `show-config`).
 -- @param text string|nil the settings file's text
 -- @param path string its path (messages)
 -- @param sets table list of "KEY=VALUE"
--- @return table settings, or nil, error message
+-- @return table settings, table sources {[name] = "default" | "PATH:LINE" | "--set"}; or nil,
+--   error message (one line: the file and line, or --set, and the key)
 function D.load_settings(text, path, sets)
   local raw, err = {}
+  local sources = {}
   if text then
     raw, err = S.load(text, '@' .. path)
     if not raw then return nil, 'settings file ' .. err end
     -- a bad value in the file is the file's fault, whatever --set says
     local ok; ok, err = S.validate(raw)
-    if not ok then return nil, 'settings file ' .. path .. ': ' .. err end
+    if not ok then return nil, 'settings file ' .. where(text, path, S.key_of(err)) .. ': ' .. err end
+    for k in pairs(raw) do sources[k] = where(text, path, k) end
   end
   raw, err = S.apply_overrides(raw, sets)
   if not raw then return nil, err end
+  for _, item in ipairs(sets or {}) do
+    local key = tostring(item):match('^%s*([%w_]+)%s*=')
+    if key then sources[key] = '--set' end
+  end
   local t; t, err = S.validate(raw)
   if not t then return nil, '--set: ' .. err end
-  return t
+  for _, e in ipairs(S.schema) do sources[e.name] = sources[e.name] or 'default' end
+  return t, sources
 end
 
---- Call 1: read and validate the settings (file, --set, --deadline); run.settings.
+--- Call 1: read and validate the settings (file, --set, --deadline); run.settings and
+-- run.sources (where each came from). A settings file that is missing (when named by --config),
+-- unreadable, refused by the trust check or wrong, and a wrong --set, end the run in
+-- settings-error before anything else runs: nothing changed.
 -- @param run table the run
 -- @return table {deadline = seconds, bus, log_level, log_journal, memory_limit = MiB} for main.c
 -- to apply, or an end
 function D.settings(run)
   local text, err = settings_text(run)
-  if text == false then return ends(run, 'policy-error', err) end
+  if text == false then return D.settings_error(run, err) end
   local sets = {}
   for i, s in ipairs(run.sets or {}) do sets[i] = s end
   -- --deadline wins over the file and --set
   if run.deadline_arg then sets[#sets + 1] = 'deadline=' .. run.deadline_arg end
-  local t; t, err = D.load_settings(text, run.config, sets)
-  if not t then return ends(run, 'policy-error', err or 'settings: invalid') end
+  local t, sources = D.load_settings(text, run.config, sets)
+  if not t then return D.settings_error(run, sources or 'settings: invalid') end
+  if run.deadline_arg then sources.deadline = '--deadline' end
+  if run.policy then sources.policy = '--policy' end
   -- a command's own budget (imexguard.commands: health's 10 s) when --deadline gives none
   local budget = commands.by_name[run.command] and commands.by_name[run.command].deadline
   if budget and not run.deadline_arg then
     t.deadline = math.min(t.deadline, budget)
   end
-  run.settings = t
+  run.settings, run.sources = t, sources
   local host = require('imexguard.host')
   run.started = host.now and host.now() -- monotonic seconds, for the metrics' run duration
   return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal,
     memory_limit = t.memory_limit }
+end
+
+--- The end of a run whose settings are wrong: settings-error, the message naming the file, line
+-- and key (or --set). (main.c prints the one reason line of `health` and `config-test`.)
+-- @param run table the run
+-- @param err string the error
+-- @return table the end
+function D.settings_error(run, err)
+  return ends(run, 'settings-error', one_line(err))
 end
 
 -- ---- the host table and the policy ------------------------------------------------------------
@@ -192,6 +225,22 @@ function D.job(env, has_slurmenv)
     nodename = env.SLURMD_NODENAME, user = env.SLURM_JOB_USER }
 end
 
+--- The environment with the job of `plan --job N --nodelist LIST` (a plan without a job: no Slurm
+-- environment needed): SLURM_JOB_ID/SLURM_JOBID = N, SLURM_JOB_NODELIST/SLURM_NODELIST = LIST, as
+-- slurmd gives a prolog.
+-- @param env table the environment
+-- @param job string|nil --job
+-- @param nodelist string|nil --nodelist
+-- @return table env itself when neither is given, else a copy with them
+function D.job_env(env, job, nodelist)
+  if not job and not nodelist then return env end
+  local e = {}
+  for k, v in pairs(env) do e[k] = v end
+  if job then e.SLURM_JOB_ID, e.SLURM_JOBID = job, job end
+  if nodelist then e.SLURM_JOB_NODELIST, e.SLURM_NODELIST = nodelist, nodelist end
+  return e
+end
+
 --- Check a loaded policy: a table of entry points (imexguard.commands: a `required` one must be a
 -- function, an `optional` one a function or nil).
 -- @param p any what the policy's chunk returned
@@ -211,13 +260,51 @@ function D.check(p)
 end
 
 -- The compiled chunk of the policy file at `path` (read through the trust check, chunkname
--- "@path" so errors name file:line), or nil, error message.
+-- "@path" so errors name file:line) and, third, its text; or nil, error message.
 local function policy_chunk(run, path)
   local text, err = run.c.read_trusted(path, 'policy')
   if not text then return nil, err end
   local chunk, cerr = load(text, '@' .. path, 't')
   if not chunk then return nil, 'policy ' .. tostring(cerr) end
-  return chunk
+  return chunk, nil, text
+end
+
+--- An error raised while a policy file's chunk ran, made to name the policy file and line. A
+-- policy that ends in `return P.extend{ typo = f }` makes a tail call: Lua drops the chunk's frame
+-- before extend runs (Lua 5.4 manual, 3.4.10: a tail call erases any debug information about the
+-- calling function), so extend's `error(msg, 2)` names the frame below, this driver's call of the
+-- chunk (or, under pcall, no position at all). Such a message gets the policy file's line: the
+-- line that names the key the message quotes ('typo'), else for a message naming this driver the
+-- chunk's last `return`; a message without a position (error(msg, 0)) gets the file alone.
+-- @param err any the error value
+-- @param path string the policy file
+-- @param text string its contents
+-- @return any the error value, a string naming path:line where it named this driver
+function D.policy_error(err, path, text)
+  if type(err) ~= 'string' then return err end
+  -- named this driver, or no position at all (the frame below the chunk is pcall, a C function)
+  local named_driver = err:match('^[^\n]-imexguard/driver%.lua:%d+: (.*)$')
+  local rest = named_driver or (not err:match('^[^%s:]+:%d+: ') and err)
+  if not rest then return err end
+  local line
+  local key = rest:match("'([%a_][%w_]*)'")
+  if key then line = S.locate(text, key) end
+  if not line and named_driver then
+    local n = 0
+    for l in (text .. '\n'):gmatch('([^\n]*)\n') do
+      n = n + 1
+      if l:match('^%s*return[%s({]') then line = n end
+    end
+  end
+  -- error(msg, 0) of the policy itself, a key not found: the file without a line (never a guess)
+  return line and string.format('%s:%d: %s', path, line, rest) or string.format('%s: %s', path, rest)
+end
+
+-- Run a policy file's chunk: what it returns, errors made to name the policy file (D.policy_error).
+local function run_chunk(chunk, path, text)
+  local ok, p = pcall(chunk)
+  if not ok then error(D.policy_error(p, path, text), 0) end
+  return p
 end
 
 -- The policy table (path nil: the built-in policy) with its entry points checked, or nil, error
@@ -230,9 +317,9 @@ local function load_policy(run, path)
     end
     p = require(D.DEFAULT_POLICY)
   else
-    local chunk, err = policy_chunk(run, path)
+    local chunk, err, text = policy_chunk(run, path)
     if not chunk then return nil, err end
-    p = chunk()
+    p = run_chunk(chunk, path, text)
   end
   local entries, err = D.check(p)
   if not entries then return nil, string.format('policy %s: %s', path or D.DEFAULT_POLICY, err) end
@@ -261,6 +348,7 @@ end
 -- @param run table the run (after settings)
 -- @return table {} or an end
 function D.prepare(run)
+  if D.HOST_COMMANDS[run.command] then return D.HOST_COMMANDS[run.command](run) end
   local dry_run = D.DRY_RUN[run.command] == true
   local real = require('imexguard.host')
   run.real_host = real
@@ -272,7 +360,7 @@ function D.prepare(run)
   if not policy then return ends(run, 'policy-error', err) end
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
-  local env = run.env
+  local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
   local ctx = {
     command = run.command, host = host,
     settings = S.readonly(run.settings, 'ctx.settings', S.by_name),
@@ -287,6 +375,78 @@ function D.prepare(run)
   run.what = string.format('policy %s: %s', path or D.DEFAULT_POLICY, run.command)
   return {}
 end
+
+-- ---- config-test and show-config (the host runs them: no entry point) ----------------------
+
+--- `config-test` (after D.settings passed): the policy loads with its entry points (with the
+-- dry-run recorders as imexguard.host: nothing changes). Ends ok with one line on stdout,
+-- "FILE: ok; policy P loads (entry points)", or policy-error (main.c prints its reason line).
+-- @param run table the run
+-- @return table the end
+function D.config_test(run)
+  run.c.preload('imexguard.host', (D.host(require('imexguard.host'), true)))
+  local path = run.policy or run.settings.policy
+  local policy, entries = load_policy(run, path)
+  if not policy then return ends(run, 'policy-error', entries) end
+  local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
+  local sets = #(run.sets or {}) > 0 and string.format(' with %d --set', #run.sets) or ''
+  local line = one_line(string.format('%s%s: ok; policy %s loads (%s)', file, sets, path or D.DEFAULT_POLICY,
+    entries))
+  return ends(run, 'ok', line, line .. '\n')
+end
+
+-- A value as a settings file writes it (the output of show-config is a valid settings file).
+local function literal(v)
+  if type(v) == 'string' then return string.format('%q', v) end
+  if type(v) == 'table' then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = literal(x) end
+    return '{ ' .. table.concat(parts, ', ') .. ' }'
+  end
+  return tostring(v)
+end
+
+--- `show-config` (after D.settings): every setting of the schema in its order, its value and where
+-- it came from (run.sources: default, FILE:LINE, --set, --deadline, --policy), like `sshd -T` and
+-- `scontrol show config`. The text is a valid settings file (`name = value -- source`); --json
+-- writes {config, settings = [{name, value (null: unset), source}]}. Ends ok.
+-- @param run table the run
+-- @return table the end
+function D.show_config(run)
+  local t, src = run.settings, run.sources or {}
+  local shown = {}
+  for k, v in pairs(t) do shown[k] = v end
+  if run.policy then shown.policy = run.policy end
+  local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
+  local out
+  if run.json then
+    local cjson = require 'cjson'
+    local list = {}
+    for i, e in ipairs(S.schema) do
+      local v = shown[e.name]
+      if v == nil then v = cjson.null end
+      list[i] = { name = e.name, value = v, source = src[e.name] or 'default' }
+    end
+    out = cjson.encode({ config = run.config, settings = setmetatable(list, cjson.array_mt) }) .. '\n'
+  else
+    local lines = { '-- imexguard settings from ' .. file .. ': value and source (default, FILE:LINE, --set, '
+      .. '--deadline, --policy)' }
+    for _, e in ipairs(S.schema) do
+      local v = shown[e.name]
+      local source = src[e.name] or 'default'
+      if v == nil then
+        lines[#lines + 1] = string.format('-- %s unset (%s)', e.name, source)
+      else
+        lines[#lines + 1] = string.format('%s = %s -- %s', e.name, literal(v), source)
+      end
+    end
+    out = table.concat(lines, '\n') .. '\n'
+  end
+  return ends(run, 'ok', string.format('%d settings from %s', #S.schema, file), out)
+end
+
+--- The commands the host runs itself after the settings (no entry point), by name.
+D.HOST_COMMANDS = { ['config-test'] = D.config_test, ['show-config'] = D.show_config }
 
 --- SIGUSR1 as host.unit_kill takes it: the nudge's signal (imexguard.nudge.SIGUSR1; driver_spec
 -- checks that they agree; the driver does not load that module on every run).
@@ -476,9 +636,9 @@ function D.check_begin(run)
   -- a policy that requires the primitives reaches the fake host, never the node
   run.c.preload('imexguard.host', sc.host_proxy())
   local path = run.check_path
-  local chunk, err = policy_chunk(run, path)
+  local chunk, err, text = policy_chunk(run, path)
   if not chunk then return ends(run, 'policy-error', err) end
-  local entries; entries, err = D.check(chunk())
+  local entries; entries, err = D.check(run_chunk(chunk, path, text))
   if not entries then return ends(run, 'policy-error', string.format('policy %s: %s', path, err)) end
   run.check = { sc = sc, chunk = chunk, entries = entries, names = sc.names(), i = 0, results = {} }
   return { output = not run.json and string.format('policy %s: entry points %s\n', path, entries) or nil }

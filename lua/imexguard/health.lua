@@ -8,6 +8,7 @@ local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
 local nudge = require "imexguard.nudge"
+local progress_of = require "imexguard.progress"
 
 local M = {}
 
@@ -71,10 +72,24 @@ function M.probe(ctx, timeout, config, cfg)
   end
   local domain, perr, kind = ctl.parse_domain(res.stdout or "", res.status)
   if not domain then
+    if kind == "unconfigured" then perr = M.unconfigured_hint(ctx, perr) end
     return { kind = kind or "malformed", err = one_line(perr) }
   end
   ctx.domain_seen = domain -- the node states this run saw (the driver's metrics)
   return { domain = domain }
+end
+
+--- The ctl's "not configured" (exit 255, "Failed to read node configuration file") of a run that is
+-- not root: the ctl could not read its configuration, which a permission error causes as well as
+-- a missing file; the message then says so and to run as root instead of only "not configured".
+-- @param ctx table policy context (host.euid)
+-- @param msg string ctl.parse_domain's message
+-- @return string
+function M.unconfigured_hint(ctx, msg)
+  local euid = type(ctx.host.euid) == "function" and ctx.host.euid() or 0
+  if euid == 0 then return msg end
+  return string.format("%s; running as uid %d, the ctl may be unable to read its configuration: run as root",
+    msg, euid)
 end
 
 --- Set of hosts of a domain (table host -> true) and its size.
@@ -373,8 +388,9 @@ end
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
 -- nodes, an answer "local daemon unreachable" counts as that signature), or a stale node-map
 -- mismatch (verdict "stale-mismatch", C32) is seen naming the same peers over as many polls spanning
--- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame). Each poll is logged at
--- debug level with its time since the start of the wait. With the setting `nudge` (default on),
+-- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame). A poll is logged at
+-- debug level with its time since the start of the wait when what it saw changed, and the wait's
+-- progress at info every few seconds (imexguard.progress). With the setting `nudge` (default on),
 -- every answer also goes to an imexguard.nudge nudger: when this node is READY and its link to a
 -- READY peer of want.addrs has not been CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to
 -- the unit's main process (the daemon restarts its outgoing connections instead of waiting for its
@@ -402,6 +418,7 @@ function M.wait(ctx, want, first, judge)
   judge = judge or M.judge
   local p = pace.new(s.poll_interval, start)
   local nudger = nudge.new(ctx, want, M.label)
+  local told = progress_of.new(h, string.format("the domain's health (%d nodes)", #want.addrs), window)
   while true do
     local asked = not answer and h.now()
     if not answer then
@@ -413,7 +430,8 @@ function M.wait(ctx, want, first, judge)
     local v = judge(answer, want)
     local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
     if asked then p:polled(asked, h.now(), seen) end
-    h.log("debug", string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen))
+    told:debug(string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen), seen)
+    told:tick(seen)
     if no_local_daemon(answer) and command_service_off(want) then
       -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
       v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},

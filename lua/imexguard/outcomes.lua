@@ -13,7 +13,7 @@ M.list = {
   { "peers-unhealthy", 0, "this node is healthy, the named peers are not (they drain themselves)" },
   { "bad-input", 2, "the job's node list, job id, an address or the environment is unusable; "
     .. "nothing changed" },
-  { "policy-error", 3, "the policy or the settings raised an error, reached the memory limit, or a file was "
+  { "policy-error", 3, "the policy raised an error or reached the memory limit, or the policy file was "
     .. "refused (trust)" },
   { "lock-timeout", 4, "another run held the node lock too long (its pid and job are named)" },
   { "conflict", 5, "a rewrite or restart would break another job using IMEX on this node (named, after "
@@ -41,8 +41,8 @@ M.list = {
     .. "blamed" },
   { "fabric-unknown", 17, "the GPUs' fabric registration could not be read (nvidia-smi absent, hung or "
     .. "unparsable) and on_fabric_unknown is \"fail\"" },
-  { "settings-error", 18, "imexguard.conf or a --set is wrong (the file, line and key are named); nothing "
-    .. "changed" },
+  { "settings-error", 18, "imexguard.conf or a --set is wrong, or the file is missing (--config), unreadable "
+    .. "or refused (trust); the file, line and key are named; nothing changed" },
   { "stuck-mismatch", 19, "a node-map mismatch stays on a link whose two ends run the job's list (IMEX "
     .. "keeps it until both ends restart), and this run may not restart to clear it, or already did "
     .. "once; every node of the pair ends so, naming the nodes to restart together" },

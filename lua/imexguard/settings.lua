@@ -55,9 +55,11 @@ M.schema = {
     doc = "seconds: timeout of one name resolution" },
   { name = "allow_loopback", default = false, kind = "boolean",
     doc = "accept 127.0.0.0/8 addresses in the node list (tests and the simulator only)" },
-  { name = "lock_timeout", default = 60, kind = "number",
-    doc = "seconds: how long a prolog waits for the node lock held by another run (the epilog waits "
-      .. "up to its whole deadline when that is longer)" },
+  { name = "lock_timeout", default = nil, kind = "number", optional = true,
+    doc = "seconds: how long a run waits for the node lock held by another run; unset: the run's whole "
+      .. "budget less 5 s (a prolog queued behind a whole run ahead, which holds the lock at most its own "
+      .. "deadline, still gets it; the kernel frees the lock of a holder that died); the epilog waits up to "
+      .. "its whole budget less 2 s when that is longer" },
   { name = "start_timeout", default = 30, kind = "number",
     doc = "seconds: how long to wait for systemd's start/restart job of the unit" },
   { name = "health_timeout", default = 60, kind = "number",
@@ -277,6 +279,37 @@ function M.load(text, chunkname)
   return ret
 end
 
+--- The line of a settings file's text that sets `key`: the first line where the key is assigned
+-- (`key = ...` at the start of a line, or `key = ...` after `{`, `,` or `;` in a returned table).
+-- A settings file holds values only (M.load), so the first assignment is the one that counts
+-- unless the file assigns a key twice (then the last one counts; this names the first).
+-- @param text string the file's contents
+-- @param key string a setting's name
+-- @return integer line number (1-based), or nil when the key is not found as written
+function M.locate(text, key)
+  if type(text) ~= "string" or type(key) ~= "string" or not key:match("^[%a_][%w_]*$") then
+    return nil
+  end
+  local n = 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local code = line:gsub("%-%-.*$", "")
+    if code:match("^%s*" .. key .. "%s*=[^=]") or code:match("[{,;]%s*" .. key .. "%s*=[^=]")
+      or code:match("^%s*" .. key .. "%s*=%s*$") then
+      return n
+    end
+  end
+  return nil
+end
+
+--- The key a validate() or apply_overrides() error names ("setting 'x' must be...",
+-- "unknown setting 'x'"), or nil.
+-- @param err string the error message
+-- @return string|nil
+function M.key_of(err)
+  return tostring(err):match("setting '([%w_]+)'")
+end
+
 --- Check a table of settings and fill in the defaults.
 -- Unknown keys, wrong types and values outside an enum are errors naming the key.
 -- @param t table raw settings (as from load)
@@ -313,6 +346,9 @@ local BOOLEANS = { ["true"] = true, yes = true, on = true, ["1"] = true,
 -- @return value | nil, err ; an empty value unsets an optional setting (returns M.UNSET)
 M.UNSET = setmetatable({}, { __tostring = function() return "(unset)" end })
 local function parse_value(e, s)
+  if s == "" and e.optional then
+    return M.UNSET
+  end
   if e.kind == "number" then
     local n = tonumber(s)
     if not n then
@@ -334,9 +370,6 @@ local function parse_value(e, s)
       return words[1]
     end
     return words
-  end
-  if s == "" and e.optional then
-    return M.UNSET
   end
   return s
 end

@@ -17,6 +17,7 @@ local verdicts = lazy "imexguard.verdict" -- (steps name their verdict tables `v
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local domains = lazy "imexguard.domains"
+local progress = lazy "imexguard.progress"
 
 local M = {}
 
@@ -108,8 +109,8 @@ function M.query_unit(ctx)
   local unit = ctx.settings.unit
   local props, err, code = ctx.host.unit(unit)
   if not props then
-    return fail(by_code(code, "unit-unknown"), "node %s: state of %s unknown (%s: %s); nothing restarted",
-      M.node_name(ctx), unit, tostring(code), tostring(err))
+    return fail(by_code(code, "unit-unknown"), "node %s: state of %s unknown (%s: %s%s); nothing restarted",
+      M.node_name(ctx), unit, tostring(code), tostring(err), M.root_hint(ctx.host, code, err))
   end
   return props
 end
@@ -392,43 +393,102 @@ end
 --- Mode of the state directory (0755).
 M.STATE_DIR_MODE = tonumber("755", 8)
 
---- Create a directory and its missing parents (host.mkdir: an existing directory is success).
--- The state directory (/run/imexguard by default) is on a tmpfs: it is gone after a reboot.
+--- Create a directory, its last component only (host.mkdir: an existing directory is success).
+-- The parent must exist: a misspelt setting (state_dir = "/rnu/imexguard") then fails with the
+-- parent named instead of creating a whole tree (mkdir without -p, as systemd's
+-- RuntimeDirectory= creates one directory under /run). The state directory (/run/imexguard by
+-- default) is on a tmpfs: it is gone after a reboot, its parent /run is not.
 -- @param host table the primitives (mkdir; a host without it is left alone)
 -- @param path string absolute directory
 -- @param mode integer permission bits (e.g. 493 = 0755)
--- @return true, or nil, message, code (of the first mkdir that failed)
+-- @return true, or nil, message, code (mkdir's; ENOENT: the message names the missing parent)
 function M.ensure_dir(host, path, mode)
   if type(host.mkdir) ~= "function" then return true end
   local ok, err, code = host.mkdir(path, mode)
   if ok then return true end
   if code == "ENOENT" then
-    local parent = path:match("^(.+)/[^/]+/*$")
-    if parent and parent ~= path then
-      local pok, perr, pcode = M.ensure_dir(host, parent, mode)
-      if not pok then return nil, perr, pcode end
-      return host.mkdir(path, mode)
-    end
+    local parent = path:match("^(.+)/[^/]+/*$") or "/"
+    return nil, string.format("its parent directory %s does not exist (only the last component is created: "
+      .. "is the setting misspelt?)", parent), code
   end
-  return nil, err, code
+  return nil, err .. M.root_hint(host, code), code
+end
+
+-- What a refused D-Bus call of a non-root process says (systemd's polkit check: the bus
+-- primitives' code is "bus", the cause is in the message).
+local DENIED = { "Access denied", "Permission denied", "Interactive authentication required" }
+
+--- The hint of a permission error: " (running as uid N: run as root)" when the error is EACCES or
+-- EPERM (or a D-Bus call refused with "Access denied", "Interactive authentication required") and
+-- this process is not root (host.euid), else "". Only where a permission error is the cause: other
+-- errors of a non-root run say nothing about root.
+-- @param host table the primitives (euid when present)
+-- @param code string|nil the error's code
+-- @param message string|nil the error's message
+-- @return string
+function M.root_hint(host, code, message)
+  local denied = code == "EACCES" or code == "EPERM"
+  for _, d in ipairs(DENIED) do
+    denied = denied or (type(message) == "string" and message:find(d, 1, true) ~= nil)
+  end
+  if not denied then return "" end
+  local euid = type(host.euid) == "function" and host.euid() or nil
+  if euid == 0 then return "" end
+  return euid and string.format(" (running as uid %d: run as root)", euid) or " (run as root)"
 end
 
 --- Seconds the epilog keeps of its budget for its own work after waiting for the node lock.
 M.EPILOG_RESERVE = 2
+--- Seconds a run keeps of its budget after waiting for the node lock when lock_timeout is unset:
+-- behind a run ahead that brought the domain up, a prolog needs one ctl check (ctl_timeout, 5 s by
+-- default at most) and the state file.
+M.LOCK_RESERVE = 5
 
---- How long a run waits for the node lock: the setting lock_timeout; the epilog waits up to its
--- whole budget less EPILOG_RESERVE when that is longer. The holder is a run that started earlier
--- and ends by its own deadline, and a failed epilog drains a healthy node in Slurm (field case
--- C24 of docs/design.md: a prolog may hold the lock for start_timeout + health_timeout, longer
--- than lock_timeout).
+--- How long a run waits for the node lock: the setting lock_timeout, or when it is unset (the
+-- default) the run's whole budget less LOCK_RESERVE; the epilog waits up to its whole budget less
+-- EPILOG_RESERVE when that is longer. The holder is a run that started earlier and ends by its
+-- own deadline (a dead holder's flock is freed by the kernel), so a fixed wait shorter than a
+-- whole run loses to a legitimate one: a prolog may hold the lock for start_timeout +
+-- health_timeout (C24 of docs/design.md), and a prolog queued behind it that gave up after 60 s
+-- drained its node with lock-timeout. A failed epilog drains a healthy node in Slurm.
 -- @tparam table ctx the run's context
 -- @treturn number seconds
 function M.lock_wait(ctx)
   local t = ctx.settings.lock_timeout
+  if t == nil then t = math.max(0.1, ctx.host.remaining() - M.LOCK_RESERVE) end
   if ctx.command == "epilog" then
     t = math.max(t, ctx.host.remaining() - M.EPILOG_RESERVE)
   end
   return t
+end
+
+--- "pid N (job=J)" of a lock holder (host.lock's fourth result), or "an unknown process".
+-- @param holder table|nil {pid, owner}
+-- @return string
+function M.lock_holder_text(holder)
+  return holder and holder.pid and string.format("pid %s (%s)", tostring(holder.pid),
+    tostring(holder.owner or "no holder record")) or "an unknown process"
+end
+
+--- host.lock(path, timeout, "job=ID") in steps of at most progress.EVERY seconds, telling the wait's
+-- progress at info between them ("waiting for node lock PATH held by pid N (job=J) (10s / 1min
+-- 25s)"): a prolog queued behind another run is not silent for a minute.
+-- @param ctx table policy context
+-- @param path string the lock file
+-- @param timeout number seconds in all
+-- @return host.lock's results (the last attempt's)
+function M.lock_waiting(ctx, path, timeout)
+  local host = ctx.host
+  local t0 = host.now()
+  local told = progress.new(host, "node lock " .. path, timeout)
+  while true do
+    local left = timeout - (host.now() - t0)
+    local step = math.min(left, progress.EVERY)
+    local lk, err, code, holder = host.lock(path, step, "job=" .. M.job_id(ctx))
+    if lk or code ~= "timeout" or left <= step then return lk, err, code, holder end
+    told.what = "node lock " .. path .. " held by " .. M.lock_holder_text(holder)
+    told:tick()
+  end
 end
 
 --- Step 3: take the node lock (state_dir/lock), creating state_dir first (host.mkdir, 0755).
@@ -445,10 +505,9 @@ function M.lock(ctx)
       .. "%s: %s; nothing changed", M.node_name(ctx), s.state_dir, path, tostring(derr))
   end
   local timeout = M.lock_wait(ctx)
-  local lk, err, code, holder = ctx.host.lock(path, timeout, "job=" .. M.job_id(ctx))
+  local lk, err, code, holder = M.lock_waiting(ctx, path, timeout)
   if not lk then
-    local who = holder and holder.pid and string.format("pid %s (%s)", tostring(holder.pid),
-      tostring(holder.owner or "no holder record")) or "an unknown process"
+    local who = M.lock_holder_text(holder)
     if code == "timeout" then
       return fail("lock-timeout", "node %s: node lock %s held by %s for more than %g s", M.node_name(ctx),
         path, who, timeout)
@@ -457,7 +516,8 @@ function M.lock(ctx)
         "node %s: the run's deadline passed waiting for node lock %s held by %s", M.node_name(ctx), path, who)
     end
     return fail("write-failed", "node %s: cannot create or open node lock %s in the state directory %s "
-      .. "(%s): %s; nothing changed", M.node_name(ctx), path, s.state_dir, tostring(code), tostring(err))
+      .. "(%s): %s%s; nothing changed", M.node_name(ctx), path, s.state_dir, tostring(code), tostring(err),
+      M.root_hint(ctx.host, code))
   end
   return setmetatable({ lock = lk }, Guard)
 end
@@ -511,8 +571,8 @@ function M.write_nodes(ctx, info, want, st)
   if not ok then
     -- host.write_atomic's message says whether the old file is intact (or, when only the final
     -- directory fsync failed, that it was replaced): it is not repeated here.
-    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s",
-      M.node_name(ctx), info.nodes_file, tostring(err))
+    return fail(by_code(code, "write-failed"), "node %s: writing node list %s failed: %s%s",
+      M.node_name(ctx), info.nodes_file, tostring(err), M.root_hint(host, code))
   end
   st.nodes = want.bytes
   st.written_us = host.wallclock() * 1e6
@@ -529,11 +589,13 @@ end
 function M.settle_unit(ctx, wait)
   local s, host = ctx.settings, ctx.host
   local start = host.now()
+  local told = progress.new(host, s.unit .. " to settle", s.start_timeout)
   while true do
     local props, o, m = M.query_unit(ctx)
     if not props then return nil, o, m end
     local a = props.active_state
     if not wait or (a ~= "activating" and a ~= "deactivating") then return props end
+    told:tick(a)
     if host.now() - start >= s.start_timeout then
       return fail("service-failed", "node %s: %s still %s after %g s (wait-timeout)", M.node_name(ctx),
         s.unit, a, s.start_timeout)
@@ -847,7 +909,9 @@ end
 function M.wait_registry(ctx, key, until_t)
   local host, s = ctx.host, ctx.settings
   local boot = M.boot_id(ctx)
+  local told = progress.new(host, "the registered jobs' epilogs (conflict_wait)", until_t - host.now())
   while host.now() < until_t do
+    told:tick()
     local ok = host.sleep(math.min(s.poll_interval, until_t - host.now()))
     if not ok then return false end
     local st = state.load(host, s)
@@ -1163,8 +1227,8 @@ function M.unit_start_job(ctx, verb, reset_done)
     end
     text = text .. "; reset-failed failed: " .. tostring(rerr)
   end
-  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s", M.node_name(ctx),
-    verb, s.unit, tostring(code or res), text)
+  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s%s",
+    M.node_name(ctx), verb, s.unit, tostring(code or res), text, M.root_hint(host, code, err))
 end
 
 --- Step 7: (re)start the unit and record what it runs: the new invocation ID and the exact bytes of

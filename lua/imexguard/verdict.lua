@@ -405,7 +405,7 @@ local function map_reason(self, p, findings)
   return nil
 end
 
-local function judge_peers(v, domain, expected, self_host, maps)
+local function judge_peers(v, domain, expected, self_host, maps, list_name)
   local self = domain.by_host[self_host]
   local wanted, findings = {}, {}
   for _, h in ipairs(expected) do wanted[h] = true end
@@ -425,7 +425,7 @@ local function judge_peers(v, domain, expected, self_host, maps)
   for _, n in ipairs(domain.nodes) do
     if not wanted[n.host] and n.status ~= "READY" then
       v.faulty[#v.faulty + 1] = { host = n.host,
-        reason = "status " .. n.status .. " (not in the job's node list)" }
+        reason = "status " .. n.status .. " (not in " .. (list_name or "the job's node list") .. ")" }
     end
   end
 end
@@ -464,7 +464,9 @@ end
 --   that file's list); false: no order comparison (each node's view is still checked). Default:
 --   `expected`. own_only (C33: a node with no registered job): only this node's own part is judged
 --   (the local-fault checks but "cut off", and the configuration fault: its command port is its
---   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists
+--   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists;
+--   `list_name`: what `expected` is, in messages (default "the job's node list"; status and
+--   health, which run without a job, name the node list file or the daemon's own list)
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"stale-mismatch"|"peer-fault"|
 --   "unhealthy",
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
@@ -485,6 +487,8 @@ function M.health(domain, expected, self_host, opts)
   if list ~= false and type(list) ~= "table" then
     error("verdict.health: opts.node_list must be a list or false", 2)
   end
+  -- what `expected` is, in messages: a prolog's job, or status's node list file (no job there)
+  local list_name = opts and opts.list_name or "the job's node list"
   local job = M.compare_map(domain, expected, self_host)
   local order = list and (list == expected and job or M.compare_map(domain, list, self_host)) or nil
   local maps = M.map_faults(domain)
@@ -493,7 +497,7 @@ function M.health(domain, expected, self_host, opts)
   v.mismatch = #v.missing > 0 or #v.extra > 0
   local note = ""
   if v.mismatch then
-    note = "; node map differs from the job's"
+    note = "; node map differs from " .. list_name
     if #v.missing > 0 then note = note .. ": missing " .. hosts_text(v.missing) end
     if #v.extra > 0 then
       note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
@@ -519,7 +523,7 @@ function M.health(domain, expected, self_host, opts)
       .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
     return v
   end
-  judge_peers(v, domain, expected, self_host, maps)
+  judge_peers(v, domain, expected, self_host, maps, list_name)
   local head = string.format("domain %s", tostring(domain.status))
   v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
   v.stale_mismatch = not v.healthy and stale or nil

@@ -85,7 +85,8 @@ describe("imexguard command line", function()
       assert.equal(0, r.code)
       for _, word in ipairs({ "prolog", "epilog", "status", "plan", "check POLICY", "version",
         "--config FILE", "--policy FILE", "--deadline SECONDS", "--set KEY=VALUE", "--lua-dir DIR",
-        "--json", "--timing", "policy-error 3", "deadline-exceeded 10", "exits 1" }) do
+        "--json", "--timing", "policy-error 3", "deadline-exceeded 10", "exits 1", "settings-error 18",
+        "config-test, -t", "show-config, -T", "--job ID", "--nodelist LIST", "KEY= unsets" }) do
         assert.matches(word, r.stdout, 1, true)
       end
     end)
@@ -197,8 +198,8 @@ describe("imexguard command line", function()
         .. "P.epilog = P.prolog\nreturn P\n")
       local r = run(dir, { "--config", conf, "--policy", p, "prolog" })
       local f = final(r)
-      assert.equal("policy-error", f.outcome)
-      assert.equal(3, r.code)
+      assert.equal("settings-error", f.outcome)
+      assert.equal(18, r.code)
       assert.equal("err", f.level)
       assert.matches(want, f.message, 1, true)
       assert.not_matches("POLICY RAN", r.stderr)
@@ -207,12 +208,16 @@ describe("imexguard command line", function()
 
     it("refuses an unknown key, naming it and the file; the policy does not run", function()
       local conf, f = refused('deadline = 30\nlock_timout = 5\n', "unknown setting 'lock_timout'")
-      assert.equal("settings file " .. conf .. ": unknown setting 'lock_timout'", f.message)
+      assert.equal("settings file " .. conf .. ":2: unknown setting 'lock_timout'", f.message)
     end)
 
     it("refuses a wrong type, naming the key", function()
       refused('deadline = "30"\n', "setting 'deadline' must be a number > 0 (seconds), got string \"30\"")
-      refused('on_peer_fault = "drain"\n', "setting 'on_peer_fault' must be one of")
+      local conf, f = refused('unit = "a"\n\n  on_peer_fault = "drain" -- site\n',
+        "setting 'on_peer_fault' must be one of")
+      assert.matches("^settings file " .. conf:gsub("%p", "%%%0") .. ":3: setting 'on_peer_fault'", f.message)
+      conf, f = refused('return {\n  unit = "a",\n  deadline = -1,\n}\n', "setting 'deadline' must be")
+      assert.matches("^settings file " .. conf:gsub("%p", "%%%0") .. ":3: ", f.message)
     end)
 
     it("refuses code in the settings file, with file:line", function()
@@ -223,7 +228,8 @@ describe("imexguard command line", function()
 
     it("refuses a missing explicit settings file, naming it", function()
       local r = run(dir, { "--config", dir .. "/missing.conf", "--policy", echo_policy("'x'"), "prolog" })
-      assert.equal(3, r.code)
+      assert.equal(18, r.code)
+      assert.equal("settings-error", final(r).outcome)
       assert.equal("cannot read settings file " .. dir .. "/missing.conf: No such file or directory",
         final(r).message)
     end)
@@ -236,7 +242,8 @@ describe("imexguard command line", function()
         "--policy", p, "prolog" })
       assert.equal("set.service 5 true", final(r).message)
       r = run(dir, { "--config", conf, "--set", "lock_timeout=soon", "--policy", p, "prolog" })
-      assert.equal(3, r.code)
+      assert.equal(18, r.code)
+      assert.equal("settings-error", final(r).outcome)
       assert.equal("--set lock_timeout: 'soon' is not a number", final(r).message)
       r = run(dir, { "--config", conf, "--set", "colour=blue", "--policy", p, "prolog" })
       assert.equal("--set: unknown setting 'colour'", final(r).message)

@@ -279,13 +279,17 @@ describe("imexguard sandbox escapes", function()
       local r = H.run_imexguard({ "--config", dir .. "/huge.conf", "--policy", dir .. "/none.conf",
         "prolog" }, { dir = dir, inherit_env = true })
       local outcome, msg = final(r)
-      assert.equal("policy-error", outcome, r.stderr)
+      assert.equal("settings-error", outcome, r.stderr)
+      assert.equal(18, r.code)
       assert.equal("settings: memory limit of 256 MiB reached (the setting memory_limit)", msg)
     end)
 
-    it("refuses a memory_limit below 16 MiB naming the setting", function()
-      refused(policy("return 'ok'", { "--set", "memory_limit=8" }),
-        "setting 'memory_limit' must be a number >= 16 (MiB)")
+    it("refuses a memory_limit below 16 MiB naming the setting (settings-error)", function()
+      local r = policy("return 'ok'", { "--set", "memory_limit=8" })
+      local outcome, msg = final(r)
+      assert.equal("settings-error", outcome, r.stderr)
+      assert.equal(18, r.code)
+      assert.matches("setting 'memory_limit' must be a number >= 16 (MiB)", msg, 1, true)
     end)
   end)
 

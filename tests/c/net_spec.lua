@@ -45,6 +45,11 @@ describe("host network primitives", function()
     assert.equal(H.sh("uname -n"), host.hostname())
   end)
 
+  it("euid is this process's effective user id", function()
+    assert.equal(tonumber(H.sh("id -u")), host.euid())
+    assert.equal("integer", math.type(host.euid()))
+  end)
+
   it("a resolver that never answers costs the timeout (or the deadline), not more", function()
     local ns = dir .. "/ns"
     -- a silent name server on a loopback address of its own (Lua 5.4 seeds math.random per

@@ -69,8 +69,8 @@ describe("driver", function()
   end)
 
   describe("the tables derived from commands.lua", function()
-    it("DRY_RUN: plan, health and registrations change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true, registrations = true }, D.DRY_RUN)
+    it("DRY_RUN: plan, health, registrations and config-test change nothing, as commands.lua says", function()
+      assert.same({ plan = true, health = true, registrations = true, ["config-test"] = true }, D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
@@ -145,6 +145,30 @@ describe("driver", function()
     end)
   end)
 
+  describe("policy_error: an error of a policy file's chunk names that file", function()
+    local TEXT = "local P = require('policies.default')\n\nreturn P.extend{\n  wait_helthy = f,\n}\n"
+    it("a message naming the driver (a tail call erased the chunk's frame): the line of the quoted key",
+      function()
+      assert.equal("/p.lua:4: policy extend: unknown hook 'wait_helthy'", D.policy_error(
+        "lua/imexguard/driver.lua:300: policy extend: unknown hook 'wait_helthy'", "/p.lua", TEXT))
+    end)
+    it("naming the driver, no key found: the line of the last return", function()
+      assert.equal("/p.lua:3: boom",
+        D.policy_error("/x/lua/imexguard/driver.lua:9: boom", "/p.lua", TEXT))
+    end)
+    it("no position (under pcall, or error(msg, 0)): the key's line, else the file alone", function()
+      assert.equal("/p.lua:4: unknown hook 'wait_helthy'",
+        D.policy_error("unknown hook 'wait_helthy'", "/p.lua", TEXT))
+      assert.equal("/p.lua: boom", D.policy_error("boom", "/p.lua", TEXT))
+    end)
+    it("a message with a position of its own, or not a string, is kept", function()
+      assert.equal("/p.lua:2: x", D.policy_error("/p.lua:2: x", "/p.lua", TEXT))
+      assert.equal("/lib/m.lua:7: y", D.policy_error("/lib/m.lua:7: y", "/p.lua", TEXT))
+      local t = {}
+      assert.equal(t, D.policy_error(t, "/p.lua", TEXT))
+    end)
+  end)
+
   describe("load_settings", function()
     it("no file: the defaults", function()
       assert.same(assert(S.validate({})), assert(D.load_settings(nil, CONFIG, {})))
@@ -161,7 +185,7 @@ describe("driver", function()
       assert.same({ nil, "settings file " .. CONFIG .. ":1: unexpected symbol near <eof>" },
         { D.load_settings("deadline = ", CONFIG, {}) })
       local _, err = D.load_settings('deadline = "x"', CONFIG, { "deadline=5" })
-      assert.equal("settings file " .. CONFIG .. ": setting 'deadline' must be a number > 0 (seconds), "
+      assert.equal("settings file " .. CONFIG .. ":1: setting 'deadline' must be a number > 0 (seconds), "
         .. 'got string "x"', err)
     end)
 
@@ -185,10 +209,10 @@ describe("driver", function()
       assert.equal(h.now(), run.started)
     end)
 
-    it("a --config that cannot be read ends the run in policy-error, naming it", function()
+    it("a --config that cannot be read ends the run in settings-error, naming it", function()
       local a = D.settings(new_run{ config_explicit = true })
-      assert.equal("policy-error", a.outcome)
-      assert.equal(3, a.code)
+      assert.equal("settings-error", a.outcome)
+      assert.equal(18, a.code)
       assert.equal("cannot read settings file " .. CONFIG .. ": No such file or directory", a.message)
     end)
 
@@ -201,10 +225,21 @@ describe("driver", function()
       assert.equal(15, D.settings(run).deadline)
     end)
 
-    it("an invalid file ends the run in policy-error", function()
-      local a = D.settings(new_run{ files = { [CONFIG] = "dedline = 3" } })
-      assert.equal("policy-error", a.outcome)
-      assert.equal("settings file " .. CONFIG .. ": unknown setting 'dedline'", a.message)
+    it("an invalid file ends the run in settings-error, naming the file, line and key", function()
+      local a = D.settings(new_run{ files = { [CONFIG] = "unit = 'x'\n\ndedline = 3" } })
+      assert.equal("settings-error", a.outcome)
+      assert.equal(18, a.code)
+      assert.equal("settings file " .. CONFIG .. ":3: unknown setting 'dedline'", a.message)
+    end)
+
+    it("run.sources: where each setting came from (show-config)", function()
+      local files = { [CONFIG] = "unit = 'x'\nreturn nil" }
+      local run = new_run{ files = files, sets = { "ctl=/bin/true" }, deadline_arg = "15" }
+      D.settings(run)
+      assert.equal(CONFIG .. ":1", run.sources.unit)
+      assert.equal("--set", run.sources.ctl)
+      assert.equal("--deadline", run.sources.deadline)
+      assert.equal("default", run.sources.state_dir)
     end)
 
     it("health's budget: at most 10 s unless --deadline gives one; other commands: the setting", function()

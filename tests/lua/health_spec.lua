@@ -154,13 +154,13 @@ describe("health.wait", function()
     answers[15] = { domain = cmd_unreachable(H) }
     local h = testing.host{ ctl = answers }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 120, poll_interval = 1 } }
-    local o, _, polls = health.wait(ctx, want(H))
-    assert.equal("config-fault", o)
-    local at = {}
-    for _, l in ipairs(h.logs) do
-      local n, t = l[2]:match("^health poll (%d+) at ([%d.]+) s")
-      if n then at[tonumber(n)] = tonumber(t) end
+    local at = {} -- the time of each poll (the debug lines are written only when the answer changed)
+    local function judge(answer, w)
+      at[#at + 1] = h.now()
+      return health.judge(answer, w)
     end
+    local o, _, polls = health.wait(ctx, want(H), nil, judge)
+    assert.equal("config-fault", o)
     assert.is_true(at[polls] - at[15] >= (health.CONFIG_FAULT_POLLS - 1) * 1,
       string.format("3 peers at %.3f s, established at %.3f s", at[15], at[polls]))
   end)
@@ -290,5 +290,51 @@ describe("health.group_faults and show_hosts: a rack's blame stays short", funct
     assert.same({ "10.0.0.[3-8,10-18]: status UNAVAILABLE", "gb09: connection from this node INVALID" },
       health.group_faults(faulty, "10.0.0.1", names))
     assert.equal("10.0.0.[9-10]", health.show_hosts({ "10.0.0.10", "10.0.0.9" }))
+  end)
+end)
+
+describe("health.probe: the ctl's 'not configured' of a run that is not root", function()
+  local function ctx_of(euid)
+    return {
+      settings = { ctl = "nvidia-imex-ctl", imex_config = "/etc/nvidia-imex/config.cfg", ctl_timeout = 5 },
+      host = { euid = function() return euid end,
+        run = function() return { stdout = "Failed to read node configuration file\n", status = 255 } end } }
+  end
+
+  it("says the ctl may not read its configuration and to run as root (a permission error looks the same)",
+    function()
+      local answer = health.probe(ctx_of(1000))
+      assert.equal("unconfigured", answer.kind)
+      assert.matches("running as uid 1000, the ctl may be unable to read its configuration: run as root",
+        answer.err, 1, true)
+    end)
+
+  it("as root: only 'not configured'", function()
+    local answer = health.probe(ctx_of(0))
+    assert.equal("unconfigured", answer.kind)
+    assert.matches("IMEX is not configured", answer.err, 1, true)
+    assert.not_matches("as root", answer.err, 1, true)
+  end)
+end)
+
+describe("health.wait's log lines (imexguard.progress)", function()
+  it("progress at info every progress.EVERY s naming what is awaited and the time left; one debug "
+    .. "line per change, not per poll", function()
+    local progress = require "imexguard.progress"
+    local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+    local ctx = testing.ctx{ host = h, settings = { health_timeout = 20, poll_interval = 1 } }
+    local o, _, polls = health.wait(ctx, { addrs = H, self = H[1], names = {} })
+    assert.equal("peers-unhealthy", o)
+    local info, debug = {}, {}
+    for _, l in ipairs(h.logs) do
+      if l[1] == "info" and l[2]:match("^waiting for ") then info[#info + 1] = l[2] end
+      if l[1] == "debug" and l[2]:match("^health poll ") then debug[#debug + 1] = l[2] end
+    end
+    assert.is_true(polls > 10)
+    assert.equal(1, #debug) -- the same answer on every poll
+    assert.is_true(#info >= 20 // progress.EVERY - 1 and #info <= 20 // progress.EVERY, #info .. " lines")
+    local waited = tonumber(info[1]:match("^waiting for the domain's health %(4 nodes%) %((%d+)s / 20s%): "))
+    assert.is_true(waited ~= nil and waited >= progress.EVERY and waited < progress.EVERY + 2, info[1])
+    assert.matches("10.0.0.2", info[1], 1, true)
   end)
 end)

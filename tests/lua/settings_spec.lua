@@ -12,7 +12,7 @@ describe("imexguard.settings", function()
         ctl_timeout = 5, state_dir = "/run/imexguard",
         boot_id_file = "/proc/sys/kernel/random/boot_id", address_source = "dns", resolve_timeout = 2,
         domain_map = "auto",
-        allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
+        allow_loopback = false, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, nudge = true, nudge_after = 1, stale_mismatch_after = 3,
         on_peer_fault = "warn",
         restart_under_jobs = false, fabric_check = "auto", nvidia_smi = "/usr/bin/nvidia-smi",

@@ -435,14 +435,55 @@ describe("steps", function()
     end)
   end)
 
+  describe("node_name", function()
+    it("is Slurm's name (SLURMD_NODENAME of the prolog environment), the kernel's only without it", function()
+      local h = testing.host{ hostname = "gb200-rack1-tray3.cluster.local" }
+      local ctx = testing.ctx{ host = h, env = { SLURMD_NODENAME = "gb200-n003" } }
+      ctx.job = require("imexguard.slurmenv").job(ctx.env)
+      assert.equal("gb200-n003", steps.node_name(ctx))
+      ctx = testing.ctx{ host = h, env = {} }
+      ctx.job = require("imexguard.slurmenv").job(ctx.env)
+      assert.equal("gb200-rack1-tray3.cluster.local", steps.node_name(ctx))
+    end)
+  end)
+
   describe("ensure_dir", function()
-    it("creates missing parents, an existing directory is fine", function()
-      local h = testing.host{ absent_dirs = { "/run/a", "/run/a/b" } }
-      assert.is_true(steps.ensure_dir(h, "/run/a/b", 493))
-      assert.same({ "/run/a/b", "/run/a", "/run/a/b" }, { h.mkdirs[1].path, h.mkdirs[2].path,
-        h.mkdirs[3].path })
-      assert.is_true(h.dir_exists("/run/a/b"))
-      assert.is_true(steps.ensure_dir(h, "/run/a/b", 493))
+    it("creates the last component only, an existing directory is fine", function()
+      local h = testing.host{ absent_dirs = { "/run/a" } }
+      assert.is_true(steps.ensure_dir(h, "/run/a", 493))
+      assert.is_true(h.dir_exists("/run/a"))
+      assert.is_true(steps.ensure_dir(h, "/run/a", 493))
+    end)
+
+    it("a missing parent (a misspelt state_dir) creates nothing and names the parent", function()
+      local h = testing.host{ absent_dirs = { "/rnu", "/rnu/imexguard" } }
+      local ok, err, code = steps.ensure_dir(h, "/rnu/imexguard", 493)
+      assert.is_nil(ok)
+      assert.equal("ENOENT", code)
+      assert.matches("parent directory /rnu does not exist", err, 1, true)
+      assert.equal(1, #h.mkdirs)
+      assert.is_false(h.dir_exists("/rnu"))
+    end)
+
+    it("root_hint: a D-Bus call refused by polkit counts as a permission error", function()
+      local h = testing.host{ euid = 1000 }
+      assert.equal(" (running as uid 1000: run as root)",
+        steps.root_hint(h, "bus", "StartUnit: Interactive authentication required."))
+      assert.equal(" (running as uid 1000: run as root)", steps.root_hint(h, "bus", "Access denied"))
+      assert.equal("", steps.root_hint(h, "bus", "Connection refused"))
+      assert.equal("", steps.root_hint(testing.host{}, "bus", "Access denied"))
+    end)
+
+    it("a permission error of a non-root run says to run as root; root's does not", function()
+      local h = testing.host{ euid = 1000, fail = { ["/run/x"] = { mkdir = "EACCES" } } }
+      local _, err = steps.ensure_dir(h, "/run/x", 493)
+      assert.matches("running as uid 1000: run as root", err, 1, true)
+      h = testing.host{ fail = { ["/run/x"] = { mkdir = "EACCES" } } }
+      _, err = steps.ensure_dir(h, "/run/x", 493)
+      assert.not_matches("as root", err, 1, true)
+      h = testing.host{ euid = 1000, fail = { ["/run/x"] = { mkdir = "ENOSPC" } } }
+      _, err = steps.ensure_dir(h, "/run/x", 493)
+      assert.not_matches("as root", err, 1, true)
     end)
 
     it("a failure is returned with its code", function()

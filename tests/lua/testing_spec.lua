@@ -554,7 +554,7 @@ describe("testing: one module per primitive group, one public API", function()
     ["testing.lock"] = { "lock", "lock_holder" },
     ["testing.unit"] = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
     ["testing.run"] = { "run" },
-    ["testing.net"] = { "log", "hostname", "local_addresses", "resolve" },
+    ["testing.net"] = { "log", "hostname", "euid", "local_addresses", "resolve" },
   }
 
   for name, prims in pairs(GROUPS) do

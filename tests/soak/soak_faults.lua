@@ -119,7 +119,7 @@ local FAULTS = {
     before = function(d, s) return small_state_fs(d, s, { fill = true }) end },
   { name = "read-only state directory", outcome = { ["write-failed"] = true }, deadline = 10,
     before = function(d, s) return small_state_fs(d, s, { readonly = true }) end },
-  { name = "settings file that loops", outcome = { ["deadline-exceeded"] = true, ["policy-error"] = true },
+  { name = "settings file that loops", outcome = { ["deadline-exceeded"] = true, ["settings-error"] = true },
     deadline = 3, before = settings_plus("while true do end") },
 }
 

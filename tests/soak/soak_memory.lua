@@ -1,5 +1,6 @@
 --- Soak check 5/6 (memory): a settings file and a policy that allocate without bound must end as
--- `policy-error` with nothing changed, stopped by the sandbox's allocator limit, not by the kernel.
+-- `settings-error` and `policy-error` with nothing changed, stopped by the sandbox's allocator
+-- limit, not by the kernel.
 -- The prolog runs under `ulimit -v` of 2 GiB (a safety net for the machine) and GNU time reports
 -- its peak resident size: it must stay under 600 MiB (the limit, the setting memory_limit of
 -- 256 MiB by default, plus the process), and the final line must name the limit.
@@ -61,7 +62,9 @@ function M.run(tap, d, scratch)
     local outcome, text, peak, took = capped_prolog(d, 40 + i, args, scratch)
     if orig then util.write(path, orig) end
     local same = d:nodes_file("n1") == list and d:invocation("n1") == inv
-    local ok = outcome == "policy-error" and same and peak ~= nil and peak < PEAK_KIB
+    -- a settings file is the settings' fault (settings-error), a policy the policy's
+    local want = c.settings and "settings-error" or "policy-error"
+    local ok = outcome == want and same and peak ~= nil and peak < PEAK_KIB
       and text:find("memory limit of 256 MiB reached", 1, true) ~= nil
     local line = string.format("memory: a %s that allocates without bound ended %s in %.1f s, peak %s MiB "
       .. "(limit %d MiB), node list %s, no restart: %s", c.what, tostring(outcome), took,

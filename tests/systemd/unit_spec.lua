@@ -458,6 +458,20 @@ describe("host.unit* against systemd", function()
       assert.is_nil(capture("systemctl --user list-jobs --no-legend --no-pager"):match("ig%-hang"))
     end)
 
+    it("tells a long start job's progress at info every few seconds (systemd's '(5s / 6s)')", function()
+      -- in a process of its own, whose stderr (the log lines of host.so) the spec reads
+      local cmd = string.format("lua5.4 -e %q 2>&1", string.format(
+        "package.cpath = %q; local h = require 'imexguard.host'; assert(h.unit_set_bus(%q)); "
+          .. "print('result', h.unit_job('ig-hang.service', 'start', 6.5))", package.cpath, BUS))
+      local out = capture(cmd)
+      assert.matches("result%s+nil", out)
+      local lines = {}
+      for l in out:gmatch("waiting for systemd's job [^\n]+") do lines[#lines + 1] = l end
+      assert.equal(1, #lines, out)
+      assert.matches("^waiting for systemd's job start ig%-hang%.service %(5s / 6%.?%d*s%)$", lines[1])
+      assert.equal("done", host.unit_job("ig-hang.service", "stop", 5))
+    end)
+
     it("reports canceled when another client's stop replaces our start job", function()
       -- A helper (its own 5 s limit) waits until our start job is queued, then stops the unit.
       local helper = [[

@@ -31,7 +31,7 @@ M.CONFIG_TEXT = table.concat({
 M.DEFAULT_SETTINGS = {
   deadline = 120, unit = M.UNIT, imex_config = M.CONFIG, ctl = "/usr/bin/nvidia-imex-ctl",
   ctl_timeout = 5, state_dir = "/run/imexguard", address_source = "dns", resolve_timeout = 2,
-  allow_loopback = false, lock_timeout = 60, start_timeout = 30, health_timeout = 60,
+  allow_loopback = false, start_timeout = 30, health_timeout = 60,
   poll_interval = 0.25, on_peer_fault = "warn", restart_under_jobs = false,
 }
 

@@ -12,10 +12,11 @@ local function default_resolve()
 end
 
 --- Add the log and network primitives to a fake host.
--- @param h table the fake host (gets log, hostname, local_addresses, resolve)
+-- @param h table the fake host (gets log, hostname, euid, local_addresses, resolve)
 -- @param w table the host's shared world (needs rec, spend)
 -- @param opts table testing.host options (resolve = {[name] = {addresses} | "timeout" | code |
---   function(name)}, local_addresses, hostname, port_owner = {pid, comm, cmdline} (a process
+--   function(name)}, local_addresses, hostname, euid (default 0: root),
+--   port_owner = {pid, comm, cmdline} (a process
 --   other than the unit listening on every port: a stray daemon, field case C27 of
 --   docs/design.md) | function(port, timeout, address, pid) | "none" (nothing listens); default:
 --   the unit's main process while it is active, else nothing; each call is recorded as
@@ -44,6 +45,7 @@ function M.install(h, w, opts)
     return base.copy(r)
   end
   function h.hostname() return opts.hostname or "n1" end
+  function h.euid() return opts.euid or 0 end
   -- the owner of a listener: scripted (opts[key]), else the unit's main process while it is active
   local function owner(key, ...)
     local o = opts[key]

@@ -87,10 +87,16 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       end
     end)
 
-    it("without a job, speaks of this node's node list file, not the job's node list", function()
+    it("judged on the node list file (registered jobs' lists differ), speaks of this node's node list "
+      .. "file, not the job's node list", function()
       local degraded = { domain = { nodes = { { host = "10.0.0.1" }, { host = "10.0.0.2" },
         { host = "10.0.0.9", status = "UNAVAILABLE" } } } }
-      local h = testing.host{ ctl = { degraded } }
+      local files = H.registered()
+      local st = require("cjson").decode(files[next(files)])
+      st.jobs[2] = { id = "101", nodes = "10.0.0.1\n", registered_us = "1699999400000000",
+        invocation_id = "" }
+      files[next(files)] = require("cjson").encode(st) .. "\n"
+      local h = testing.host{ ctl = { degraded }, files = files }
       local _, message, report = run(h, { command = "status" })
       assert.not_matches("job's", message .. report, 1, true)
       assert.matches("not in this node's node list file", message .. report, 1, true)

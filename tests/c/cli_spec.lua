@@ -359,7 +359,7 @@ return P
         assert.equal(1, r.code, table.concat(args, " "))
         assert.equal("", r.stdout)
         assert.matches("imexguard: %-%-json: " .. args[1] .. " has no JSON output %(only status, plan, "
-          .. "registrations, check%)", r.stderr)
+          .. "registrations, check, show%-config%)", r.stderr)
       end
       r = run(dir, { "epilog", "-q" })
       assert.equal(1, r.code)

@@ -12,6 +12,8 @@ M.simroot = os.getenv("IMEXGUARD_E2E_SIMROOT")
 M.logdir = os.getenv("IMEXGUARD_E2E_LOG")
 --- The Debian root Slurm runs in ("" for this machine's Slurm).
 M.chroot = os.getenv("IMEXGUARD_E2E_CHROOT") or ""
+--- The prefix of a shell command that runs it where slurmd runs ("chroot ROOT ", or "").
+M.in_root = M.chroot ~= "" and ("chroot " .. simdomain.quote(M.chroot) .. " ") or ""
 --- Slurm's major version, "22.05" or "24.11".
 M.slurm = os.getenv("IMEXGUARD_E2E_SLURM") or ""
 M.nodes = { "n1", "n2", "n3", "n4" }

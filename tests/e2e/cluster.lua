@@ -51,7 +51,8 @@ function M.sbatch(args, script)
   return assert(out:match("^(%d+)"), out)
 end
 
---- Wait until a job has left the queue (completed, failed or requeued and held).
+--- Wait until a job has left the queue (completed, failed or requeued and held: a failed prolog
+-- requeues the job held, "PENDING" with a Reason naming the hold, which is returned at once).
 -- @tparam string id job id
 -- @tparam[opt=90] number timeout seconds
 -- @treturn string|nil its JobState (nil once purged)
@@ -61,10 +62,21 @@ function M.wait_job(id, timeout)
     local _, out = M.sh("scontrol show job " .. id)
     state = out:match("JobState=(%S+)")
     if not state then return true end -- purged: completed long ago
+    if state == "PENDING" and (out:match("Reason=(%S+)") or ""):lower():match("held") then return true end
     return state ~= "PENDING" and state ~= "RUNNING" and state ~= "CONFIGURING"
       and state ~= "COMPLETING"
   end, timeout or 90, 0.2)
   return state
+end
+
+--- A batch job's output file (sbatch -o), "" when none.
+function M.job_output(id)
+  return simdomain.read_file(M.root .. "/slurm-" .. id .. ".out") or ""
+end
+
+--- Whether PATH exists (any type; "DIR/." for a directory).
+function M.exists(path)
+  return os.execute("test -e " .. simdomain.quote(path)) == true
 end
 
 --- imexguard's stderr lines of node N (prolog, epilog, health), as one string.
@@ -89,6 +101,38 @@ function M.lines(text)
   for l in (text or ""):gmatch("[^\n]+") do t[#t + 1] = l end
   table.sort(t)
   return t
+end
+
+--- Back to four idle nodes with no job: cancel every job, wait for the queue to empty, resume the
+-- drained and down nodes, wait until all four are idle (a spec's teardown, so that the next spec
+-- starts from a known cluster whatever this one left).
+-- @treturn boolean whether the cluster is idle again
+function M.reset()
+  M.sh("scancel --user=root")
+  simdomain.wait_until(function()
+    local ok, out = M.sh("squeue -h -o %i")
+    return ok and out:match("^%s*$")
+  end, 60, 0.2)
+  for _, n in ipairs(M.nodes) do
+    local s = M.node_state(n)
+    if s:match("drain") or s:match("down") or s:match("fail") then
+      M.sh("scontrol update nodename=" .. n .. " state=resume")
+    end
+  end
+  return simdomain.wait_until(function()
+    local _, out = M.sh("sinfo -h -o '%t %D'")
+    return out:gsub("%s+$", "") == "idle 4"
+  end, 60, 0.2) and true or false
+end
+
+--- A simulated domain of four nodes in the cluster's simulated root, from scratch (the node
+-- directories of an earlier spec removed), each node with SETTINGS (Lua source lines) besides
+-- simdomain's; not started.
+-- @tparam {string,...} settings extra settings
+-- @treturn table the domain (contrib/simdomain.lua)
+function M.domain(settings)
+  os.execute("rm -rf " .. simdomain.quote(M.simroot) .. "/n[0-9]*")
+  return simdomain.new { nodes = 4, root = M.simroot, settings = settings }
 end
 
 --- The scontrol setting that finds this cluster (slurmd does not pass SLURM_CONF to the prolog

@@ -28,12 +28,13 @@ describe("imexguard as the Slurm prolog", function()
 
   teardown(function()
     if d then d:stop() end
+    assert.is_true(cluster.reset(), "the cluster is idle again")
   end)
 
   it("a 4-node job: every prolog succeeds and a step reads UP from the ctl", function()
     local id = sbatch("-N4", "srun -N4 sh -c '" .. d.build .. "/nvidia-imex-ctl -c " .. simroot
       .. "/$SLURMD_NODENAME/config.cfg -N -j > " .. root .. "/ctl-$SLURM_JOB_ID-$SLURMD_NODENAME.json'")
-    assert.are.equal("COMPLETED", wait_job(id), simdomain.read_file(root .. "/slurm-" .. id .. ".out"))
+    assert.are.equal("COMPLETED", wait_job(id), cluster.job_output(id))
     for _, n in ipairs(all) do
       assert.are.same({ "ok" }, outcomes(n, id))
       local text = simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")
@@ -112,8 +113,8 @@ describe("imexguard as the Slurm prolog", function()
   it("a prolog environment without a node list: bad-input and nothing rewritten", function()
     -- Slurm always sets SLURM_NODELIST; run the installed prolog wrapper as slurmd would, minus it.
     local before_file, before_inv = d:nodes_file("n1"), d:invocation("n1")
-    local ok, out = sh(cluster.in_root .. "env -i SLURMD_NODENAME=n1 SLURM_JOB_ID=999 SLURM_SCRIPT_CONTEXT=prolog_slurmd "
-      .. q(root .. "/prolog.sh") .. "; echo rc=$?")
+    local ok, out = sh(cluster.in_root .. "env -i SLURMD_NODENAME=n1 SLURM_JOB_ID=999 "
+      .. "SLURM_SCRIPT_CONTEXT=prolog_slurmd " .. q(root .. "/prolog.sh") .. "; echo rc=$?")
     assert.is_true(ok)
     assert.truthy(out:match("rc=2"), out)
     assert.truthy(log_of("n1"):match("job=999 outcome=bad%-input"), log_of("n1"))

@@ -52,7 +52,8 @@ function M.sbatch(args, script)
 end
 
 --- Wait until a job has left the queue (completed, failed or requeued and held: a failed prolog
--- requeues the job held, "PENDING" with a Reason naming the hold, which is returned at once).
+-- requeues the job held, "PENDING" with a Reason naming the hold, which is returned at once, as is
+-- a job pending for drained or down nodes).
 -- @tparam string id job id
 -- @tparam[opt=90] number timeout seconds
 -- @treturn string|nil its JobState (nil once purged)
@@ -62,7 +63,11 @@ function M.wait_job(id, timeout)
     local _, out = M.sh("scontrol show job " .. id)
     state = out:match("JobState=(%S+)")
     if not state then return true end -- purged: completed long ago
-    if state == "PENDING" and (out:match("Reason=(%S+)") or ""):lower():match("held") then return true end
+    -- held, or waiting for nodes that are drained or down: no change without an admin
+    local why = (out:match("Reason=(%S+)") or ""):lower()
+    if state == "PENDING" and (why:match("held") or why:match("drain") or why:match("reqnodenotavail")) then
+      return true
+    end
     return state ~= "PENDING" and state ~= "RUNNING" and state ~= "CONFIGURING"
       and state ~= "COMPLETING"
   end, timeout or 90, 0.2)

@@ -140,8 +140,8 @@ function M.domain(settings)
   return simdomain.new { nodes = 4, root = M.simroot, settings = settings }
 end
 
---- The scontrol setting that finds this cluster (slurmd does not pass SLURM_CONF to the prolog
--- of a node with a slurm.conf file; imexguard runs scontrol in the same root as slurmd).
+--- The scontrol setting that finds this cluster (slurmd 22.05 passes no SLURM_CONF to the prolog;
+-- 24.11 does, naming the conf-cache on a configless node); scontrol runs where slurmd runs.
 function M.scontrol_setting()
   return string.format("scontrol = { %q, %q, %q }", "/usr/bin/env",
     "SLURM_CONF=" .. assert(os.getenv("SLURM_CONF")), "/usr/bin/scontrol")

@@ -6,8 +6,8 @@
 #   contrib/deps.sh run      the runtime libraries a node needs when the binary is copied to it
 #   contrib/deps.sh demo     build + a private systemd manager and the tools `make demo` uses
 #   contrib/deps.sh pkg      build + Debian packaging tools and mandoc (`make deb`)
-#   contrib/deps.sh test     demo + pkg + linters, busted, Slurm and munge for the e2e tier
-#                            (`make check`)
+#   contrib/deps.sh test     demo + pkg + linters, busted, Slurm and munge for the e2e tier,
+#                            debootstrap for the slurm24 tier's Debian 13 root (`make check`)
 #   contrib/deps.sh --list GROUP   print the group's packages, install nothing
 # Neither build nor run ever installs Slurm or munge: they are safe on a compute node that runs a
 # site Slurm. No group leaves a unit of what it installed enabled or running (the test group's
@@ -22,7 +22,7 @@ RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
 DEMO="$BUILD systemd dbus util-linux procps iproute2"
 PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
 TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format
-munge slurmctld slurmd slurm-client python3-prometheus-client time"
+munge slurmctld slurmd slurm-client python3-prometheus-client time debootstrap"
 # Services that Debian's test packages enable on install.
 SERVICES="munge slurmctld slurmd"
 

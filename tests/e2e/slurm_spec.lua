@@ -1,65 +1,16 @@
 -- End to end under a real Slurm (tests/e2e/run: munged, slurmctld, four slurmd -N nK with
 -- PrologFlags=Alloc and Prolog=/Epilog= running build/imexguard), each Slurm node mapped to one
--- simulated IMEX node of contrib/imexsim under the private systemd user manager.
+-- simulated IMEX node of contrib/imexsim under the private systemd user manager. Both end-to-end
+-- tiers run it: e2e under Debian 12's Slurm 22.05, slurm24 under Debian 13's 24.11 (tests/slurm24).
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 local cjson = require "cjson"
+local cluster = require "tests.e2e.cluster"
 
 local q = simdomain.quote
-local root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run")
-local simroot = os.getenv("IMEXGUARD_E2E_SIMROOT")
-local logdir = os.getenv("IMEXGUARD_E2E_LOG")
-
-local function sh(cmd)
-  local ok, out = simdomain.capture(cmd)
-  return ok, out
-end
-
-local function node_state(n)
-  local _, out = sh("sinfo -h -n " .. n .. " -o %T")
-  return (out:gsub("%s+$", ""))
-end
-
-local function node_reason(n)
-  local _, out = sh("scontrol show node " .. n)
-  return out:match("Reason=([^\n]*)") or ""
-end
-
--- Submit a batch job; returns its id.
-local function sbatch(args, script)
-  local path = root .. "/job-" .. tostring(math.random(1e9)) .. ".sh"
-  simdomain.write_file(path, "#!/bin/sh\n" .. script .. "\n")
-  local ok, out = sh("sbatch --parsable -D " .. q(root) .. " -o " .. q(root .. "/slurm-%j.out") .. " "
-    .. args .. " " .. q(path))
-  assert(ok, out)
-  return assert(out:match("^(%d+)"), out)
-end
-
--- Wait until a job has left the queue (completed, failed or requeued and held); returns its state.
-local function wait_job(id, timeout)
-  local state
-  simdomain.wait_until(function()
-    local _, out = sh("scontrol show job " .. id)
-    state = out:match("JobState=(%S+)")
-    if not state then return true end -- purged: completed long ago
-    return state ~= "PENDING" and state ~= "RUNNING" and state ~= "CONFIGURING"
-      and state ~= "COMPLETING"
-  end, timeout or 90, 0.2)
-  return state
-end
-
-local function log_of(n)
-  return simdomain.read_file(logdir .. "/imexguard-" .. n .. ".log") or ""
-end
-
-local function outcomes(n, job)
-  local t = {}
-  for line in log_of(n):gmatch("[^\n]+") do
-    local j, o = line:match("prolog job=(%d+) outcome=([%w%-]+)")
-    if j == tostring(job) then t[#t + 1] = o end
-  end
-  return t
-end
+local root, simroot, logdir = cluster.root, cluster.simroot, cluster.logdir
+local sh, node_state, node_reason = cluster.sh, cluster.node_state, cluster.node_reason
+local sbatch, wait_job, log_of, outcomes = cluster.sbatch, cluster.wait_job, cluster.log_of, cluster.outcomes
 
 describe("imexguard as the Slurm prolog", function()
   local d
@@ -68,8 +19,7 @@ describe("imexguard as the Slurm prolog", function()
   setup(function()
     -- drain_reason: a failed prolog drains its node with imexguard's reason; scontrol finds this
     -- private cluster through SLURM_CONF (slurmd does not pass it to the prolog)
-    local scontrol = string.format("scontrol = { %q, %q, %q }", "/usr/bin/env",
-      "SLURM_CONF=" .. assert(os.getenv("SLURM_CONF")), "/usr/bin/scontrol")
+    local scontrol = cluster.scontrol_setting()
     -- the simulator's old rule for node-map mismatches (either end's restart clears one): these specs
     -- count the restarts of a list change; with its default (C32: both ends must restart) a job's
     -- prologs that restart at once may see a stale mismatch and restart once more
@@ -81,12 +31,13 @@ describe("imexguard as the Slurm prolog", function()
 
   teardown(function()
     if d then d:stop() end
+    assert.is_true(cluster.reset(), "the cluster is idle again")
   end)
 
   it("a 4-node job: every prolog succeeds and a step reads UP from the ctl", function()
     local id = sbatch("-N4", "srun -N4 sh -c '" .. d.build .. "/nvidia-imex-ctl -c " .. simroot
       .. "/$SLURMD_NODENAME/config.cfg -N -j > " .. root .. "/ctl-$SLURM_JOB_ID-$SLURMD_NODENAME.json'")
-    assert.are.equal("COMPLETED", wait_job(id))
+    assert.are.equal("COMPLETED", wait_job(id), cluster.job_output(id))
     for _, n in ipairs(all) do
       assert.are.same({ "ok" }, outcomes(n, id))
       local text = simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")
@@ -165,8 +116,8 @@ describe("imexguard as the Slurm prolog", function()
   it("a prolog environment without a node list: bad-input and nothing rewritten", function()
     -- Slurm always sets SLURM_NODELIST; run the installed prolog wrapper as slurmd would, minus it.
     local before_file, before_inv = d:nodes_file("n1"), d:invocation("n1")
-    local ok, out = sh("env -i SLURMD_NODENAME=n1 SLURM_JOB_ID=999 SLURM_SCRIPT_CONTEXT=prolog_slurmd "
-      .. q(root .. "/prolog.sh") .. "; echo rc=$?")
+    local ok, out = sh(cluster.in_root .. "env -i SLURMD_NODENAME=n1 SLURM_JOB_ID=999 "
+      .. "SLURM_SCRIPT_CONTEXT=prolog_slurmd " .. q(root .. "/prolog.sh") .. "; echo rc=$?")
     assert.is_true(ok)
     assert.truthy(out:match("rc=2"), out)
     assert.truthy(log_of("n1"):match("job=999 outcome=bad%-input"), log_of("n1"))

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 std = "lua54"
 max_line_length = 110
 exclude_files = { "build/**" }

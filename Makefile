@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # imexguard: plain Makefile (the layout of fzy and vis: flat src/, one file per concern).
 PREFIX   ?= /usr/local
 DESTDIR  ?=

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/ab.lua: the paired comparison of two imexguard builds that bench/ab.sh ran in turn.
 --   lua5.4 bench/ab.lua LOG
 -- Prints, per --timing name (and `wall`, ms), build A's and build B's median and the median of the

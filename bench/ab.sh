@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/ab.sh: compare two imexguard builds run by run on the same simulated node. Given as the
 # BENCH_PROFILE prefix of the fast path's breakdown runs (bench/README.md), it runs the prolog the
 # bench asks for with build A's imexguard, the next one with build B's, and so on, and appends to

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/baseline-prolog.sh: the BASELINE of `make bench`, not part of imexguard and not for production.
 #
 # A Slurm prolog written the way the widely deployed IMEX prolog scripts work (docs/design.md, "IMEX

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/bench.lua: the measurements of `make bench` (bench/README.md explains every number).
 -- Run by bench/run as `tests/with-systemd lua5.4 bench/bench.lua` from the top of the tree.
 -- imexguard's prolog and the baseline shell prolog (bench/baseline-prolog.sh) run against the same

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/lua_scale.lua: how imexguard's own Lua cost grows with the size of the domain.
 --
 -- Usage, from the top of the tree: `lua5.4 bench/lua_scale.lua [MAX_N] [MIN_SECONDS] [PATTERN]`

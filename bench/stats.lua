@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/stats.lua: statistics, metrics and the JSON of build/bench.json.
 -- A metric is one row of the results: {name, unit, median, min, max, baseline_median, ratio, n}
 -- (bench/README.md, "build/bench.json"). Ratios are imexguard's median over the baseline's median

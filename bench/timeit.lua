@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/timeit.lua: time one shell command on the monotonic clock.
 -- Usage: lua5.4 bench/timeit.lua BUILD_DIR 'SHELL COMMAND' [DONE_FILE]
 -- Prints one line "START END STATUS" (and writes it to DONE_FILE when given, so that a caller can

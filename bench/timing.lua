@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- bench/timing.lua: imexguard's `--timing` lines, parsed and summed up over runs.
 -- With `--timing`, any imexguard command prints on stderr, at exit, lines of exactly this form:
 --     timing: NAME MS ms

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The demo behind `make demo`: imexguard's prolog on a simulated IMEX domain under a private
 -- systemd user manager. Run as `tests/with-systemd lua5.4 contrib/demo.lua [--nodes N]`.
 -- Every node's daemon starts with a stale node list (an earlier job's); job 1 runs the prolog on

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # `make demo`: the prolog on a simulated IMEX domain under a private systemd user manager.
 # Arguments go to contrib/demo.lua (--nodes=18 simulates one NVL72 rack); the demo stops and
 # removes everything it started before it returns.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Install the Debian packages (Debian 12; the same names exist on Ubuntu 24.04) that imexguard needs,
 # by purpose, when missing. apt-get runs only if something is missing (nothing to do on a prepared
 # machine).

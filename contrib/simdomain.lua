@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- A simulated IMEX domain under a systemd user manager: the demo's and the integration tests' stage.
 -- Test and demo infrastructure (plain Lua 5.4 with io/os; not loaded by imexguard itself).
 -- It expects to run inside tests/with-systemd, which exports IMEXGUARD_TEST_BUS and

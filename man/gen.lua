@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Fill a man page template (scdoc source) with sections generated from the code's own sources,
 -- so that the pages cannot drift from the code:
 -- `@SYNOPSIS@` and `@COMMANDS@` from lua/imexguard/commands.lua (name, arg, json, help, deadline),

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Move the paragraph macro scdoc emits before the end of an indented block (.P .RE) after it,
 -- then drop the paragraph macros that do nothing (right after .TH, .SH, .RS or .P, or right before
 -- .SH, .P, .RE or the end), so that `mandoc -T lint -W warning` reports nothing.

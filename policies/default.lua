@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The default imexguard policy: a policy table whose methods are the steps of its decision model
 -- (docs/policy-api.md "The built-in policy"; docs/design.md "Decision model of the default
 -- policy", case ids Cnn: its "Field cases"), in this order:

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the default policy: a node-map mismatch that stays (C32 of docs/design.md, "Field
 -- cases") in the prolog, plan, status and health, against the fake host. IMEX keeps a node-map
 -- mismatch until both ends of the link restart with one list (AWS's PCS guide), so a link whose two

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the default policy's IMEX domains (imexguard.domains; docs/design.md step 2, C29, C30):
 -- a job that spans NVLink domains gets one node list per domain, its nodes in no domain are left out.
 local testing = require "imexguard.testing"

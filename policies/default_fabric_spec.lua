@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The default policy and the GPUs' NVLink fabric (field case C31 of docs/design.md), on the kit's
 -- scenarios: the prolog's health step, health, status and plan. nvidia-smi is scripted by argv
 -- (C40): the default world's GPUs are registered in one partition.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the default policy: status (docs/design.md, "Decision model of the default
 -- policy"; Cnn: its "Field cases") against the fake host. A field case whose tests drive
 -- several entry points has a describe of the same name in each policies/default_*_spec.lua;

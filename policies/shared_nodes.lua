@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Site policy: nodes shared by several jobs at once (partitions with OverSubscribe, or jobs that
 -- do not ask for --exclusive; Slurm sets SLURM_JOB_OVERSUBSCRIBE to YES, OK or TOPO for a job that
 -- may share, NO otherwise, and older releases do not set it). Everything is the default policy

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the shared-nodes site policy: never restart a running daemon while another job is
 -- registered, whatever its list; otherwise the default policy.
 local testing = require "imexguard.testing"

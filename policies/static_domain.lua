@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Site policy: a static IMEX domain. The daemon is started at boot with a fixed node list (the
 -- whole rack, written once by the admin or the image), and Slurm's switch/nvidia_imex plugin hands
 -- each job its IMEX channel. imexguard then never rewrites nodes_config.cfg and never starts,

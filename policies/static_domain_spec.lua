@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the static-domain site policy: verify only, never rewrite, start, restart or stop.
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"

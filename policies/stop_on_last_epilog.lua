@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Site policy: stop IMEX when the last job that uses it on this node ends. The prolog is the
 -- default policy's (policies/default.lua; it starts the daemon again for the next job, "start"
 -- because the unit is inactive); the epilog unregisters the job as the default does, and when no

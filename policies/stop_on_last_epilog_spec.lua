@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the stop-on-last-epilog site policy: IMEX stops when the last registered job ends.
 local testing = require "imexguard.testing"
 local P = require "stop_on_last_epilog"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.c: the D-Bus connection to systemd's service manager (libsystemd's sd-bus), for the unit
  * primitives of unit.c.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.h: the process's D-Bus connection to systemd's service manager (bus.c): opened on first
  * use, reopened after systemd re-executes, bounded calls and pipelined (asynchronous) calls.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.c: the command line of imexguard: the usage text and the arguments (getopt_long).  The
  * commands, their list in the usage text, the default deadline and the outcomes come from the Lua

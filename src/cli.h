@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cli.h: the command line of the imexguard binary (cli.c): options and the command.
  */

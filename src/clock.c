@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * clock.c: the monotonic clock, the run's global deadline (budget), bounded sleep, and the
  * error helpers every primitive uses (ig_code, ig_push_error).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.c: the C side of the protocol between main.c and lua/imexguard/driver.lua: the run table
  * (the driver's one argument, made once per run), the host functions it carries (run.c), and

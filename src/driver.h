@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.h: the C side of the protocol with lua/imexguard/driver.lua (driver.c), used by main.c.
  */

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Build step: write the C files that the build generates from the Lua library. Run from the top
 -- of the repository:
 --   lua5.4 src/embed.lua chunks OUT.c FILE.lua...   the Lua library and the shipped policies,

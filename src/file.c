@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * file.c: bounded read, lstat, atomic replace, character device nodes.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * generated.h: the facts the C host takes from the Lua library, declared here and defined in
  * build/generated.c, which src/embed.lua writes at build time from lua/imexguard/commands.lua

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * host.c: the Lua C module `imexguard.host` (require "imexguard.host" from busted; the binary
  * calls luaopen_imexguard_host too and then removes what policies must not have, such as

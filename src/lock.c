@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * lock.c: the node lock.  An exclusive flock(2) on a dedicated lock file, waited for in the kernel
  * and bounded by min(timeout, the run's budget).

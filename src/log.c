@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log.c: one event = one plain line on stderr (slurmd copies a prolog's stderr into its own log)
  * plus, when enabled, one journald entry (sd_journal_sendv, systemd's native protocol) with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * main.c: the imexguard binary, the edges of a run.  It parses the arguments (cli.c),
  * creates the sandbox (sandbox.c), sets the deadline and arms the watchdog (watchdog.c), and hands

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * net.c: this machine's IPv4 addresses, IPv4 name resolution bounded by a timeout, host name.
  *

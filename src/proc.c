@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * proc.c: who owns a TCP port or a unix socket, from the kernel's socket tables and /proc
  * (sock_diag(7), proc(5)).  socket_owner (below) does the same for a unix socket's path, from

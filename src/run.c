@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * run.c: run an argv (no shell) with a timeout, capped output, in its own process group; started
  * and waited for in one call (host.run), or started now and waited for later (host.spawn and its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sandbox.c: the Lua host of the imexguard binary.
  *

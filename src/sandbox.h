@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sandbox.h: the Lua host of the imexguard binary (sandbox.c): the restricted Lua state in which
  * settings files and policies run, the loader of the modules compiled into the binary

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * timing.c: where a run's time goes (`imexguard --timing COMMAND`).
  *

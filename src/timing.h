@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * timing.h: where a run's time goes (--timing; timing.c).  Every function is a no-op until
  * ig_timing_enable is called.

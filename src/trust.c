@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trust.c: the trust check of the files imexguard loads as code or settings (the settings file,
  * a policy, a --lua-dir module) when it runs as root, and their bounded read.

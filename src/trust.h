@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * trust.h: reading the files imexguard runs as code or settings (trust.c).  Only the binary uses
  * it; the Lua C module (host.so) for busted does not contain it.

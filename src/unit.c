@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * unit.c: systemd units: the Lua primitives unit, unit_job, unit_reset_failed, unit_kill and
  * unit_set_bus (see docs/policy-api.md, section "systemd").

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watchdog.c: layer 3 of the deadline and the end of a run by a signal.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * watchdog.h: layer 3 of the deadline (a timer that ends a run stuck in C) and the end of a run
  * on SIGTERM/SIGINT (watchdog.c).  Only the binary uses it.

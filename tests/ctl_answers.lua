@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Ctl answers built for the Lua specs (tests/lua), each written once: the described domains that
 -- imexguard.testing.render_domain turns into `nvidia-imex-ctl -N -j` JSON, and JSON answers of
 -- any node ids for the scale specs.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Small shared helpers for the busted specs of the C primitives and of the built binary
 -- (tests/c/*_spec.lua).  The build is located through IMEXGUARD_BUILD (default "build"): the
 -- module is <build>/lua/imexguard/host.so, the binary <build>/imexguard.  Nothing here touches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imexsim: config.cfg and node file parsing (formats from NVIDIA's IMEX guide, see docs/design.md,
  * "IMEX facts the code relies on", Files). */
 #include "imexsim.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * imexsim ctl: a simulated nvidia-imex-ctl.  -q asks the local daemon for its state; -N asks every
  * node of the node list, in parallel, on its command port and prints the domain in the real JSON

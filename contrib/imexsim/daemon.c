@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * imexsim daemon: a simulated nvidia-imex.  One single-threaded ppoll() loop serves
  *  - the peer mesh on SERVER_PORT: every node listens and connects out to every other node; a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * imexsim: a simulated nvidia-imex daemon and nvidia-imex-ctl (test and demo infrastructure for
  * machines without NVLink).  One binary; main.c dispatches on the name it was called by.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * imexsim: one binary for the simulated nvidia-imex daemon and nvidia-imex-ctl.  It dispatches on
  * basename(argv[0]): "nvidia-imex-ctl" runs the ctl, any other name the daemon; `imexsim daemon

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* imexsim: clock, non-blocking TCP and unix socket helpers, line buffers and the connection status
  * names. */
 #include "imexsim.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Slurm HealthCheckProgram= wrapper (slurm.conf: HealthCheckProgram=/usr/local/libexec/imexguard/health.sh).
 # slurmd runs it as root every HealthCheckInterval seconds, with no arguments, and does nothing with
 # its exit status: a health check program must drain, and resume, the node itself. This runs

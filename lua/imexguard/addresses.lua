@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Slurm node names -> IPv4 addresses for the IMEX node list (docs/design.md, step 2).
 -- Sources: "dns" (host.resolve: a name must resolve to exactly ONE IPv4 address) or "map": the
 -- address map, the one way to give node names fixed IMEX addresses (settings address_source = "map"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- IMEX channels: the character device `/dev/nvidia-caps-imex-channels/channel0` that CUDA opens to
 -- share memory across the nodes of a domain.
 --

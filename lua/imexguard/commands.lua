@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The commands of imexguard: the one source of these facts. The build generates the C side from
 -- this file (src/embed.lua: the command table that src/cli.c accepts and the usage text's list),
 -- man/gen.lua the man page's COMMANDS section, and the driver (driver.lua) reads it for the entry

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- `nvidia-imex-ctl` output parsed: `-q`, `-N -j` and the text form of `-N` (imexguard.verdict
 -- judges a parsed answer).
 --

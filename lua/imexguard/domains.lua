@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The domain map: which nodes share one IMEX domain (docs/design.md, step 2; field cases C29, C30).
 -- One IMEX domain per NVLink domain or partition: NVIDIA's DRA driver and AWS write one node list
 -- per clique / UltraServer, never one list across racks, and leave nodes without NVLink (CPU nodes)

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The drain reason: Slurm drains a node whose prolog exits non-zero with the reason "Prolog error"
 -- (slurmd reports the failure, slurmctld drains the node), which tells the admin nothing. With the
 -- setting `drain_reason`, the prolog drains its own node first with a reason that says why:

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The run, told in Lua: the sequence of an imexguard run (settings, the host table or the
 -- recorders of a dry run, the policy, ctx, the entry point, its outcome and exit code; the standard
 -- scenarios of `check`). src/main.c keeps the edges (arguments, sandbox, deadline, watchdog,

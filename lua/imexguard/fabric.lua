@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The GPUs' NVLink fabric registration (field case C31 of docs/design.md): read it with
 -- `nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,fabric.cliqueId
 -- --format=csv,noheader` (NVML's nvmlDeviceGetGpuFabricInfoV, one line per GPU), judge it, and wait

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
 -- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md).
 -- The status table that shows a domain is imexguard.report's.

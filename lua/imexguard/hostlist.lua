@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Slurm hostlist expressions (`SLURM_JOB_NODELIST`, `SLURM_NODELIST`).
 --
 -- Pure Lua, no side effects. The rules mirror Slurm's own expander (src/common/hostlist.c, as

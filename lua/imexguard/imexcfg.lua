@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- NVIDIA IMEX `config.cfg`: parse, package defaults, lookup with defaults, lint, and the config
 -- path of a unit's ExecStart.
 --

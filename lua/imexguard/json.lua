@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The JSON interface of `--json` (docs/json.md): objects whose keys keep the order they were set
 -- in, arrays that stay arrays when empty, times in ISO 8601, and the schema version. lua-cjson
 -- writes the scalars (strings, numbers, booleans); this module writes the structure, because

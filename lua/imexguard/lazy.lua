@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- A module loaded when first used: `local health = lazy "imexguard.health"` stands for the module,
 -- and the first field read from it requires it (once). A command that never reads one never
 -- loads it: the epilog does not load the health wait, the ctl's parsers or the hostlist, and

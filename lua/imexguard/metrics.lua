@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Prometheus metrics in node_exporter's textfile collector format.
 --
 -- node_exporter (--collector.textfile.directory) reads every `*.prom` file of a directory on each

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The IMEX node list file (`nodes_config.cfg`): format, parse, check.
 --
 -- Pure Lua, no side effects. Sources: NVIDIA IMEX guide (one address per line; a node's ID is the

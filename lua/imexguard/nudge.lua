@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The nudge of the health wait: never wait on a reconnect back-off.
 --
 -- After a peer restarts, an IMEX daemon reconnects to it with a back-off: 0.5 s growing to 3 s per

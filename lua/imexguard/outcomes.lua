@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Outcomes of a run: name -> exit code, and the rule for peers-unhealthy. The one source of
 -- these facts: the build generates the C side from this file (src/embed.lua writes
 -- ig_outcome_code, the usage text's list and USAGE_EXIT into build/generated.c).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- When the health wait polls the ctl next: soon after the domain's answer changed, less often
 -- while it stays the same, and never more often on average than polling every poll_interval.
 --

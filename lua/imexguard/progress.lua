@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The progress of a long wait, told at level info every few seconds, as systemd tells a slow
 -- start ("A start job is running for nvidia-imex.service (15s / 1min 30s)"): what is awaited, the
 -- time waited and the time it may take in all. The waits of a run (the health wait, the node lock,

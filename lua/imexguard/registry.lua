@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The job registry (docs/design.md: step 6, the epilog and "The state file and the job registry";
 -- field case C08 there): the jobs whose prolog succeeded on this node and whose epilog has not run
 -- yet, kept as `st.jobs` in the state file (imexguard.state). Pure functions on the state table:

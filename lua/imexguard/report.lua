@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
 -- (or JSON with --json), the per-node domain table of `status` included. Pure functions of the
 -- facts the policy gathered; no primitive is called.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Settings: the schema of /etc/imexguard/imexguard.conf, its defaults, loading and validation.
 -- A settings file holds values only (luacheckrc style): top-level assignments such as
 -- `unit = "nvidia-imex.service"`, or a single `return { unit = "..." }`. It is evaluated in an

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Slurm's slurm.conf where Slurm keeps it (field case C38 of docs/design.md, "Field cases"): find
 -- it, read it with its `Include` files, and look up a key as Slurm does. Read-only, never Slurm's
 -- controller (Slurm advises prologs not to call commands that reach it).

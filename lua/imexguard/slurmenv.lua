@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The job as the Slurm prolog/epilog environment describes it (field case C11 of
 -- docs/design.md, "Field cases").
 --

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The node's state file (state_dir/state.json): what imexguard wrote, what the daemon runs, and
 -- the job registry (docs/design.md, steps 4, 5, 6 and 9, and "The state file and the job registry").
 -- Fields (all optional):

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The steps the default policy is built from (docs/design.md, "Decision model of the default
 -- policy"; case ids: its "Field cases"). Each step returns its result, or nil, outcome, message
 -- (one line naming the node, file, unit or host at fault). The decision steps (applies, desired,

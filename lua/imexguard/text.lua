@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Text helpers shared by the steps, the policies and the kit: a message that goes into one log
 -- line (the final line, a journal entry, slurmd's log) must not span lines or grow without bound.
 local M = {}

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The verdict on a parsed `nvidia-imex-ctl -N` answer (imexguard.ctl parses it): the ordered node
 -- map compared with a node list, each node's view of that map, and the domain's health for one job
 -- on this node, with the blame (this node, its peers, a configuration fault).

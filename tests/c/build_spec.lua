@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The build (Makefile, src/embed.lua): header dependencies of every object (-MD -MP), a plain
 -- `make` without the build packages, and the C side of the outcomes generated from
 -- lua/imexguard/outcomes.lua. Dry runs only (make -n): nothing in the tree is rebuilt or touched.

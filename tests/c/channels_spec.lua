@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- IMEX channels against the real kernel: lua/imexguard/channels.lua with the real host module
 -- (src/file.c mknod_char, mkdir, stat) on a tmpfs in a private mount namespace; the result is
 -- checked with stat(1) (major, minor, mode, owner, type) inside the same namespace.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- `imexguard check POLICY` (src/main.c run_check, lua/imexguard/driver.lua, testing/check.lua): loading
 -- in the sandbox with file:line errors, the entry point check, and the standard scenarios run
 -- against the test kit's fake host, each reported as one PASS/FAIL/N/A line; exit 0 only when none

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The imexguard command line (src/main.c, src/cli.c, lua/imexguard/driver.lua): usage errors,
 -- --help/--version, settings (file, --set, --deadline), the context given to the policy, check,
 -- status, plan, and the final log line.

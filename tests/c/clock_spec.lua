@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Clock and deadline (src/clock.c) through the Lua binding.
 local H = require "helpers"
 local host = H.host()

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- lua/imexguard/commands.lua is the one source of the commands: a command added there appears in
 -- --help, in the usage error's list and in imexguard(8), and the argument parser accepts it, with
 -- no other edit (src/embed.lua generates the C side, man/gen.lua the man page). The spec copies

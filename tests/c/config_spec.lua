@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The configuration commands and the errors of the settings (issue "An operator's tool", point 1):
 -- settings-error (exit 18) naming the file, line and key; `config-test` / `-t` (sshd -t, nginx -t);
 -- `show-config` / `-T` (sshd -T, scontrol show config) with each setting's source; `health` and

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The sandbox's soft spots, each tried through the BUILT binary ($IMEXGUARD_BUILD/imexguard)
 -- on a policy or settings file in a private temp dir: bytecode, load with a foreign environment,
 -- require of a standard library, setmetatable(_G), collectgarbage, finalizers, coroutines,

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Files (src/file.c) through the Lua binding: read cap, stat, atomic replace (field case C03
 -- of docs/design.md, "Field cases"), mknod.
 local H = require "helpers"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The node lock (src/lock.c) through its Lua binding, with real contending processes (field case
 -- C01 of docs/design.md, "Field cases").
 local H = require "helpers"

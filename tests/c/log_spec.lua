@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Logging (src/log.c): the stderr line slurmd keeps, captured from a child lua5.4 process.
 local H = require "helpers"
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Network primitives (src/net.c): loopback only; the slow resolver runs in a private mount
 -- namespace whose resolv.conf points at a loopback socket that never answers.
 local H = require "helpers"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The command runner (src/run.c) through its Lua binding.
 local H = require "helpers"
 local host = H.host()

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The Lua sandbox of the imexguard binary (src/sandbox.c): the deadline layers, removed globals
 -- and modules, the global guard, error reporting, outcome codes, memory cap and the trust check.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.

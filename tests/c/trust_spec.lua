@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Trust (src/trust.c ig_read_trusted): running as root, imexguard refuses a
 -- settings file, policy or --lua-dir module that a user other than root could change: the file
 -- owned by another uid or writable by group/others, or any directory on its way from "/" writable

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The private Slurm cluster of tests/e2e/run, as the end-to-end specs use it (the 22.05 tier,
 -- tests/e2e, and the 24.11 tier, tests/slurm24): Slurm commands, job submission and waiting, node
 -- state and reason, and imexguard's log lines per node. Needs the environment of tests/e2e/run.

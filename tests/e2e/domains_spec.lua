@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- End to end under a real Slurm 22.05 (tests/e2e/run): a job over two NVLink blocks gets one IMEX
 -- node list per block (field case C29 of docs/design.md). Slurm 22.05 has topology/tree only, so the
 -- block topology is a topology.conf beside the tier's slurm.conf that Slurm never loads (no

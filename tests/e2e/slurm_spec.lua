@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- End to end under a real Slurm (tests/e2e/run: munged, slurmctld, four slurmd -N nK with
 -- PrologFlags=Alloc and Prolog=/Epilog= running build/imexguard), each Slurm node mapped to one
 -- simulated IMEX node of contrib/imexsim under the private systemd user manager. Both end-to-end

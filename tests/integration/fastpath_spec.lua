@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Integration: the prolog's fast path on a simulated 2-node domain under a real systemd user
 -- manager (tests/with-systemd): the staleness probe's ctl runs during the unit query under the lock
 -- (host.spawn, docs/design.md step 5), and --timing accounts for every part of the run.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Integration (field cases C21, C22, C28 of docs/design.md): the prolog, plan and status under a
 -- real systemd user manager (tests/with-systemd) on the simulator (contrib/simdomain.lua): a
 -- command port bound to loopback or refused for remote clients (C22: every prolog ends config-fault

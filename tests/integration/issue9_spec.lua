@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Integration of channels, health and metrics through the real binary under a real systemd user manager
 -- (tests/with-systemd) with the simulator (contrib/simdomain.lua): the IMEX channel created by
 -- `imexguard prolog` on a tmpfs device directory in a private mount namespace (checked with stat),

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Integration: the unit's lifecycle under a real systemd user manager (tests/with-systemd) with the
 -- simulator (contrib/simdomain.lua): a unit that hits its start limit (C26), a daemon started by
 -- hand on the command port (C27), a unit shipped disabled (C23), and a late epilog (C24, two real

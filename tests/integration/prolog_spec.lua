@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Integration: `imexguard prolog` on a simulated 4-node IMEX domain under a real systemd user manager
 -- (tests/with-systemd), with the real 22.05 prolog environment and the simulator's real ctl formats.
 -- Case ids (Cnn) are the field cases of docs/design.md, "Field cases".

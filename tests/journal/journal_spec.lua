@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The journal entries of src/log.c, read back from a real systemd-journald: the final entry of a
 -- run of the built binary (SYSLOG_IDENTIFIER, PRIORITY, MESSAGE, IMEXGUARD_OUTCOME,
 -- IMEXGUARD_JOB_ID, IMEXGUARD_COMMAND), host.log's IMEXGUARD_<KEY> fields, the off switches, and

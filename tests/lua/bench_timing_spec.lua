@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the bench's own helpers: bench/timing.lua (imexguard's --timing lines) and
 -- bench/stats.lua (the metrics and the JSON of build/bench.json).
 package.path = "bench/?.lua;" .. package.path

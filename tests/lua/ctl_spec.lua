@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.ctl, the parsers (field cases C06, C20, C21 of docs/design.md, "Field cases")
 -- over every fixture in tests/fixtures/ctl; the verdict on a parsed answer: verdict_spec.lua.
 local cjson = require "cjson"

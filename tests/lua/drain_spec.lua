@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- imexguard.drain: the drain reason of a failed prolog, on the kit's fake host (scontrol scripted).
 local testing = require "imexguard.testing"
 local drain = require "imexguard.drain"

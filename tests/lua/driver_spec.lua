@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.driver, the run told in Lua: its protocol functions called as src/main.c calls
 -- them, on a run table whose host functions (`run.c`) are fakes and whose primitives are the test
 -- kit's fake host (imexguard.testing), preloaded as imexguard.host: no binary, no node. The binary's

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- imexguard.fabric: parsing nvidia-smi's fabric query (field reports in tests/fixtures/nvidia-smi/),
 -- judging a node's GPUs, the domain map's partition name, and the bounded check on the kit's host.
 local fabric = require "imexguard.fabric"

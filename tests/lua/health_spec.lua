@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
 -- polls (C22), its blame and early stop in wait (the node map in the status report, C21:
 -- report_spec). Case ids are the field cases of docs/design.md, "Field cases".

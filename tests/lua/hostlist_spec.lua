@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.hostlist (field case C12 of docs/design.md), with a differential test against
 -- Slurm's own expander (`scontrol show hostnames`, which needs no controller: only a readable
 -- slurm.conf).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Field cases C21, C22 and C28 of docs/design.md below the policy: the daemon's config from the
 -- unit (steps.daemon_config, C28), the ordered node map in staleness (steps.assess, C21),
 -- config-fault's exit code and setting (C22), config.cfg findings for plan/status

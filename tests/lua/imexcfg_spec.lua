@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.imexcfg (NVIDIA's config.cfg). Case ids (C22, C28) are the field cases of
 -- docs/design.md, "Field cases".
 local imexcfg = require "imexguard.imexcfg"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The JSON interface (docs/json.md): imexguard.json's writer (key order, arrays, null, ISO 8601
 -- times) and the shape of every command's --json report, pinned: keys in order and their types.
 -- A change of a shape here is a change of the interface: docs/json.md and, when a key is removed

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.lazy and of the modules each command of the default policy loads: a command
 -- loads only the modules it uses (docs/design.md, "Performance goals").
 local testing = require "imexguard.testing"

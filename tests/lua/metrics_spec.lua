@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Prometheus textfile metrics (lua/imexguard/metrics.lua): the file parses with the reference
 -- parser of the format (python3-prometheus-client), counters survive between runs, the update
 -- goes through host.write_atomic under its own lock and never fails a run.

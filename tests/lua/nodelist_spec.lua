@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.nodelist (field cases C04, C05 of docs/design.md, "Field cases").
 local nodelist = require "imexguard.nodelist"
 local text = require "imexguard.text"

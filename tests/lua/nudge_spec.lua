@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the nudge (lua/imexguard/nudge.lua) in the health wait (health.wait): when this node's
 -- daemon is READY and its link to a READY peer of the job stays down for nudge_after seconds, the
 -- wait sends SIGUSR1 to the unit's main process through systemd (host.unit_kill), at most once per

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- imexguard.pace: when the health wait polls next.
 local pace = require "imexguard.pace"
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.progress: the progress line of a long wait (systemd's "(15s / 1min 30s)"),
 -- at most one per progress.EVERY seconds, and debug lines only when what a wait saw changed.
 local progress = require "imexguard.progress"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.report: the plan and status reports of the default policy, the status table
 -- with its node map (C21) and configuration fault (C22) included.
 local report = require "imexguard.report"

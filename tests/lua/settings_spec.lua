@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- lua/imexguard/settings.lua: schema, loading in an empty env, validation, --set overrides, and
 -- the example file documenting every setting.
 local S = require "imexguard.settings"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.slurmconf (C38 of docs/design.md, "Field cases"): slurm.conf where Slurm
 -- keeps it (SLURM_CONF, the setting, the configless link), its Includes, keys as Slurm reads them.
 local testing = require "imexguard.testing"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.slurmenv (field case C11 of docs/design.md) against the captured 22.05 prolog
 -- environment.
 local slurmenv = require "imexguard.slurmenv"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.state: a state file load accepts is one encode can write back.
 local state = require "imexguard.state"
 

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the steps the default policy is built from (steps, state, addresses, health); case ids
 -- are the field cases of docs/design.md.
 local testing = require "imexguard.testing"

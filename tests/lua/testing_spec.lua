@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the fake host (imexguard.testing): it must behave like docs/policy-api.md says.
 local testing = require "imexguard.testing"
 local ctl = require "imexguard.ctl"

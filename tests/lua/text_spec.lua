@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.text: the one one_line helper of the Lua side.
 local text = require "imexguard.text"
 local steps = require "imexguard.steps"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.verdict, the verdict on a parsed ctl answer (field cases C20, C21, C22 of
 -- docs/design.md, "Field cases"), over the fixtures in tests/fixtures/ctl; the parsers: ctl_spec.lua.
 local cjson = require "cjson"

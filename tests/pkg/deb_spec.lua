@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The Debian package (`make deb`, debian/): it builds from the work tree without changing it,
 -- lintian reports no error and no warning, its control data and contents are what a site installs
 -- (Depends from dh_shlibdeps, one commented conffile, the binary, the Slurm wrappers in

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The man pages imexguard(8) and imexguard.conf(5) (man/*.scd.in, built by `make man` into
 -- build/man): mandoc finds nothing wrong in them, and the settings and outcomes they show agree with
 -- the code's own sources, lua/imexguard/settings.lua (schema) and lua/imexguard/outcomes.lua,

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Field cases C32 (a node-map mismatch that stays) and C33 (an idle node's health) of
 -- docs/design.md under the real systemd user manager (tests/with-systemd; contrib/simdomain.lua,
 -- one imexsim@NODE.service per node). The simulator keeps a node-map mismatch until both ends run

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The GPUs' NVLink fabric (field case C31 of docs/design.md) on the simulator under a real systemd
 -- user manager (tests/with-systemd; contrib/simdomain.lua): each node's nvidia-smi is the
 -- simulator's (contrib/imexsim/nvidia-smi), answering from the node's `gpus` file. The imexguard

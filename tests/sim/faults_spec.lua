@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the simulator's second version (contrib/imexsim): reconnect back-off, restarts as new
 -- instances, clean shutdown that tells peers, SIGUSR1, the start-up states, -H, -i, and the fault
 -- knobs; the DEGRADED and DOWN cases of docs/design.md ("IMEX facts the code relies on",

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The field's faults (field cases C21, C22, C26, C27, C28 of docs/design.md, "Field cases"),
 -- produced by the simulator under a real systemd user manager (tests/with-systemd;
 -- contrib/simdomain.lua, one imexsim@NODE.service per node): a daemon started with another order, a

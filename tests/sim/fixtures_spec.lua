@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The simulator's -N -j and -N output, parsed and compared field by field with EVERY real sample
 -- of tests/fixtures/ctl: up-2node-570.json, down-unconfigured.json, up-18node-text.txt (an
 -- 18-node simulated domain) and up-2node-570-00-text.txt (IMEXSIM_CTL_FORMAT=570.00). The

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Test helper for the IMEX simulator (contrib/imexsim): simulated domains of daemons on a random
 -- 127.X.Y.0/24 subnet with a random port base, each node in its own temp dir, every process
 -- stopped by PID in cleanup(). The build is found through IMEXGUARD_BUILD (default "build").

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the IMEX simulator (contrib/imexsim) against the real output in tests/fixtures/ctl/
 -- and the behaviour in docs/design.md ("IMEX facts the code relies on"). Run: tests/run sim, or
 -- busted tests/sim (IMEXGUARD_BUILD=<build dir> for another build; default build/).

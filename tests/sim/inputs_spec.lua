@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The node's inputs as the field has them (field cases C35-C39 of docs/design.md, "Field cases"),
 -- with the real imexguard binary against the simulator under a real systemd user manager
 -- (tests/with-systemd; contrib/simdomain.lua): a state directory that outlived a reboot (C36) and

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- The nudge (lua/imexguard/nudge.lua, issue 21) under the real systemd user manager
 -- (tests/with-systemd; contrib/simdomain.lua, one imexsim@NODE.service per node): a 4-node domain
 -- whose daemons reconnect to a lost peer only after a long back-off (IMEXSIM_RECONNECT_MS=15000,

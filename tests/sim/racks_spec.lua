@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- NVLink racks (IMEX domains, field cases C29 and C30 of docs/design.md): simulated racks of their
 -- own address ranges (127.<rack>.<net>.x) under a real systemd user manager (tests/with-systemd;
 -- contrib/simdomain.lua with `racks`), Slurm's block topology in a topology.conf beside the

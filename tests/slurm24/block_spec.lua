@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Slurm 24.11's topology/block (tests/slurm24/run: blocks b1 = n[1-2], b2 = n[3-4] in the
 -- topology.conf beside slurm.conf): a job over both blocks gets one IMEX node list per block, not
 -- one across them (C29; the fabric issue). imexguard finds the blocks with domain_map = "auto",

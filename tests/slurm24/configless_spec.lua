@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Slurm 24.11 configless (tests/slurm24/run: SlurmctldParameters=enable_configless; n3 and n4 run
 -- `slurmd --conf-server`): slurmd keeps the configuration in its spool's conf-cache and names it in
 -- the prolog's SLURM_CONF, and SwitchType=switch/nvidia_imex is only in the Included switch.conf.

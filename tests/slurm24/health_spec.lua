@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- HealthCheckProgram run by the real slurmd 24.11 (tests/slurm24/run: contrib/slurm/health.sh with
 -- each node's imexguard, every 2 s, only while $IMEXGUARD_E2E_ROOT/health.on exists; each run
 -- appends "health NODE rc=N" to log/health.log). One rack n[1-4]:

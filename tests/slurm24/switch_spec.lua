@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Slurm 24.11's switch/nvidia_imex (tests/slurm24/run: SwitchType in an Included switch.conf,
 -- SwitchParameters=imex_dev_major=238, active without a driver on the root's own /dev): under the
 -- static policy (policies/static_domain.lua), imexguard never makes a shared channel 0, even with

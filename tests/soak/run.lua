@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The soak tier: counted evidence for imexguard's promises under fault injection and fuzzing.
 --
 --   lua5.4 tests/soak/run.lua [--long] [--only NAME,...]   (inside tests/with-systemd)

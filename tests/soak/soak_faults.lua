@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 5: faults of the environment, each on a 2-node simulated domain under the private
 -- systemd of tests/with-systemd: a SIGSTOPped systemd manager, a ctl that hangs, a ctl that floods
 -- its output, a full (small tmpfs) and a read-only state directory, a settings file that loops and

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 4: fuzzing with generated inputs (seeded PRNG of tests/soak/run.lua).
 -- Targets: `nvidia-imex-ctl -N -j` answers mutated from tests/fixtures/ctl (structurally: missing
 -- keys, wrong types, huge numbers, duplicate ids, unknown states; and bytewise: truncation,

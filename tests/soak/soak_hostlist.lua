@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 4 (hostlists): imexguard.hostlist.expand against Slurm's own expander,
 -- `scontrol show hostnames`, on generated expressions. One scontrol reads every expression as a
 -- command on stdin (each followed by a marker command, so its answer can be cut out), with a

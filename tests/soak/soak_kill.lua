@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 1: kill -9 of the whole prolog at random points. A 2-node simulated domain under the
 -- private systemd of tests/with-systemd (contrib/simdomain.lua); n2 keeps the list {n1, n2}, and
 -- each run on n1 alternates its job's node list between n[1-2] and n1, so every prolog rewrites the

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 3: lock overlap. Many processes take the node lock (host.lock) in contended rounds;
 -- an overlap detector records (pid, inode, enter, exit) of every critical section on the monotonic
 -- clock and a shared counter is incremented read-modify-write inside it (a lost update is an

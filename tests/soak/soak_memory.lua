@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Soak check 5/6 (memory): a settings file and a policy that allocate without bound must end as
 -- `settings-error` and `policy-error` with nothing changed, stopped by the sandbox's allocator
 -- limit, not by the kernel.

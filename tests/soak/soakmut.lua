@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Mutators of the soak fuzzer (tests/soak/soak_fuzz.lua), driven by math.random (seeded by
 -- tests/soak/run.lua): bytewise (truncation, invalid UTF-8, flips, splices), line-wise, JSON-tree
 -- (missing keys, wrong types, huge numbers, duplicate ids, unknown states) and Lua-token mutations.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- Shared helpers of the soak tier (tests/soak): TAP lines with counts, shell, files, temp dirs,
 -- the C module, helper processes and bounded waits. Nothing here touches anything outside temp dirs.
 local M = { passed = 0, failed = 0 }

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of host.port_owner (src/proc.c): the process listening on a TCP port, against real
 -- listeners: one a systemd unit's main process (tests/systemd/units/ig-listen.service), one
 -- started by hand outside any unit (field case C27 of docs/design.md: a stray daemon on the command port).

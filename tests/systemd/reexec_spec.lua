@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Field case C25 (docs/design.md, "Field cases"): systemd re-executes during a run.
 -- `imexguard prolog` (the real binary) on a simulated 4-node IMEX domain (contrib/simdomain.lua,
 -- as tests/integration does) while the user manager is re-executed and reloaded in a loop

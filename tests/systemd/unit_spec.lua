@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 -- Specs of the systemd primitives (src/unit.c) against a real systemd user manager.
 -- Run: tests/with-systemd busted --cpath='build/lua/?.so' tests/systemd (or tests/run systemd)
 -- tests/with-systemd provides the manager in a private mount namespace and exports

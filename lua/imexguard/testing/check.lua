@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The standard scenarios of `imexguard check POLICY` (imexguard.testing.check): situations every
 -- sane policy must handle, run against the test kit's fake host (imexguard.testing). Each scenario
 -- runs the policy's prolog (or epilog) one or more times in a scripted world and judges what it

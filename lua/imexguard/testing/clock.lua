@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The fake host's clock (src/clock.c's primitives): a virtual monotonic clock that only moves when
 -- a primitive spends time, a wall clock that follows it from base.WALL0, and the run's
 -- deadline. Test infrastructure of imexguard.testing.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The fake host's files (src/file.c's primitives): read, stat, write_atomic, remove_temps, mkdir,
 -- dir_exists, mknod_char over an in-memory file table, with scripted failures and missing directories.
 -- Test infrastructure of imexguard.testing.

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- A fake host for policy specs (busted): the primitives of docs/policy-api.md, scripted.
 --
 --   local testing = require "imexguard.testing"

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
 -- local_addresses, resolve (a scripted resolver), port_owner (who listens on a TCP port) and
 -- socket_owner (on a unix socket).

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The fake host's commands (src/run.c's primitives `run` and `spawn`), scripted by program (C40 of
 -- docs/design.md): the ctl (`nvidia-imex-ctl`, or any argv with its query `-N`), `nvidia-smi` and
 -- `scontrol` each have their own script and a default; the option `commands` scripts these or any

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The test kit's scenarios (imexguard.testing.scenario): given a node and its domain, when an entry
 -- point runs for a job, then an outcome and side effects. One scenario is one node whose files,
 -- unit, registry and clock persist across the runs, so a sequence (prolog 101, prolog 101' on another

@@ -1,3 +1,4 @@
+-- SPDX-License-Identifier: Apache-2.0
 --- The fake host's systemd unit (src/unit.c's primitives over sd-bus): unit (the properties),
 -- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
 -- unit_kill, with scripted queries and job results. Test infrastructure of imexguard.testing.

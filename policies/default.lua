@@ -230,6 +230,9 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
   local rok, props, rm = self:restart(ctx, want, v, st, info)
   if not rok then return props, rm end
+  -- this end is new now; the other end's prolog may be restarting its daemon (a slow unit job, a
+  -- systemd re-exec): the whole health wait for it, not stale_mismatch_after
+  want.stale_wait = true
   local o2, m2 = self:wait_healthy(ctx, want, {})
   if o2 == health.STALE_MISMATCH_OUTCOME then
     m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "

@@ -110,6 +110,25 @@ describe("C32: a node-map mismatch that stays", function()
       assert.same({}, s.host.kills)
     end)
 
+    it("after its one restart, this node waits the whole health wait for the other end's restart (a slow "
+      .. "unit job, a systemd re-exec), not stale_mismatch_after again: ok, one restart", function()
+      local f = stale({ A, B }, { { A, B } }, false)
+      local restarted_at
+      local function peer_late(n, argv, h)
+        for _, j in ipairs(h.jobs) do
+          if j.verb == "restart" then restarted_at = restarted_at or h.now() end
+        end
+        -- the other end's new daemon comes 10 s after this node's restart (> stale_mismatch_after)
+        if restarted_at and h.now() - restarted_at > 10 then return testing.up({ A, B }) end
+        return f(n, argv, h)
+      end
+      local s = testing.scenario{ file = { "n1", "n2" }, domain = peer_late }
+      local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome, message)
+      assert.equal(1, s:restarts())
+      assert.matches("restarted once to clear a stale node%-map mismatch", message)
+    end)
+
     it("3 nodes, this node stuck with two peers that are connected to each other: one restart, ok", function()
       local s = testing.scenario{ file = { "n1", "n2", "n3" },
         domain = stale({ A, B, C }, { { A, B }, { A, C } }, true) }

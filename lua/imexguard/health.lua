@@ -389,7 +389,9 @@ end
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
 -- nodes, an answer "local daemon unreachable" counts as that signature), or a stale node-map
 -- mismatch (verdict "stale-mismatch", C32) is seen naming the same peers over as many polls spanning
--- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame). A poll is logged at
+-- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame); with want.stale_wait
+-- (this node already did its part: P:wait_converged after its one restart) it waits the whole wait
+-- for the other end's restart instead, and ends so only then. A poll is logged at
 -- debug level with its time since the start of the wait when what it saw changed, and the wait's
 -- progress at info every few seconds (imexguard.progress). With the setting `nudge` (default on),
 -- every answer also goes to an imexguard.nudge nudger: when this node is READY and its link to a
@@ -464,7 +466,8 @@ function M.wait(ctx, want, first, judge)
     local sk = stale_key(v)
     if sk ~= stale_peers then stale_since, stale_peers, stale_polls = sk and h.now(), sk, 0 end
     stale_polls = sk and stale_polls + 1 or 0
-    if sk and stale_polls >= fault_polls and h.now() - stale_since >= (s.stale_mismatch_after or 3) then
+    if sk and not want.stale_wait and stale_polls >= fault_polls
+      and h.now() - stale_since >= (s.stale_mismatch_after or 3) then
       break
     end
     answer = nil

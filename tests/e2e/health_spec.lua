@@ -39,9 +39,8 @@ end
 
 describe("contrib/slurm/health.sh under a real slurmctld", function()
   teardown(function()
-    -- leave n3 as the other specs expect it: idle
-    sh("scontrol update nodename=n3 state=resume")
-    simdomain.wait_until(function() return state("n3") == "idle" end, 30, 0.2)
+    -- leave the cluster as the other specs expect it: four idle nodes, no job
+    assert.is_true(require("tests.e2e.cluster").reset(), "the cluster did not come back to 4 idle nodes")
   end)
 
   it("drains an unhealthy node with imexguard's line, resumes it once healthy", function()

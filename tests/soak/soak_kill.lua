@@ -16,6 +16,8 @@ local EXPECTED = {
   ["config.cfg"] = true, ["imex.log"] = true, ["imexguard.conf"] = true, ["nodes_config.cfg"] = true,
   ["state"] = true, ["last-prolog.out"] = true, ["last-epilog.out"] = true, ["lock"] = true,
   ["state.json"] = true, ["imex.pid"] = true, -- the simulated daemon's own pid file (IMEXSIM_PID_FILE)
+  -- the last prolog's and epilog's record for `status` (imexguard.state.save_last)
+  ["last-prolog.json"] = true, ["last-epilog.json"] = true,
 }
 
 local function leftovers(d)

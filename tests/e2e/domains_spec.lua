@@ -11,7 +11,9 @@ local q = simdomain.quote
 local root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run")
 local simroot = os.getenv("IMEXGUARD_E2E_SIMROOT")
 local logdir = os.getenv("IMEXGUARD_E2E_LOG")
-local topology = root .. "/topology.conf"
+-- a file of its own, named by topology_file: beside the tier's slurm.conf, the Slurm 24.11 tier keeps
+-- the topology.conf its slurmctld loads (tests/slurm24), which this spec must not replace
+local topology = root .. "/imexguard-topology.conf"
 
 -- Submit a batch job; returns its id.
 local function sbatch(args, script)

@@ -25,7 +25,9 @@ describe("imexguard as the Slurm prolog", function()
     -- count the restarts of a list change; with its default (C32: both ends must restart) a job's
     -- prologs that restart at once may see a stale mismatch and restart once more
     d = simdomain.new { nodes = 4, root = simroot, extra_cfg = simdomain.MISMATCH_CLEARS_ONE,
-      settings = { "health_timeout = 8", "drain_reason = true", scontrol } }
+      -- one IMEX domain over n[1-4] (the Slurm 24.11 tier's topology.conf has two blocks, which
+      -- tests/slurm24/block_spec.lua and tests/e2e/domains_spec.lua judge)
+      settings = { "health_timeout = 8", "drain_reason = true", scontrol, 'domain_map = "none"' } }
     for _, n in ipairs(all) do d:write_nodes(n, { n }) end
     assert(d:start())
   end)
@@ -38,7 +40,7 @@ describe("imexguard as the Slurm prolog", function()
   it("a 4-node job: every prolog succeeds and a step reads UP from the ctl", function()
     local id = sbatch("-N4", "srun -N4 sh -c '" .. d.build .. "/nvidia-imex-ctl -c " .. simroot
       .. "/$SLURMD_NODENAME/config.cfg -N -j > " .. root .. "/ctl-$SLURM_JOB_ID-$SLURMD_NODENAME.json'")
-    assert.are.equal("COMPLETED", wait_job(id), cluster.job_output(id))
+    assert.are.equal("COMPLETED", wait_job(id), cluster.job_output(id) .. cluster.log_of("n1"))
     for _, n in ipairs(all) do
       assert.are.same({ "ok" }, outcomes(n, id))
       local text = simdomain.read_file(root .. "/ctl-" .. id .. "-" .. n .. ".json")

@@ -185,7 +185,7 @@ VERSION = $(shell sed -n 's/^\#define IG_VERSION "\(.*\)"/\1/p' src/imexguard.h)
 LIBEXEC  = $(PREFIX)/libexec/imexguard
 DOCDIR   = $(PREFIX)/share/doc/imexguard
 COMPDIR  = $(PREFIX)/share/bash-completion/completions
-DOCS     := README.md docs/design.md docs/policy-api.md
+DOCS     := README.md docs/design.md docs/policy-api.md docs/json.md
 EXAMPLES := contrib/imexguard.conf.example contrib/slurm/slurm.conf.snippet contrib/nhc/nhc.conf
 
 install: $(BIN) $(MANPAGES) $(COMPLETION)

@@ -779,10 +779,11 @@ function Policy:run_forget(ctx)
   end
   local remaining = registry.jobs(st)
   local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
-  return "ok", text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
+  local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
     .. "ago); %s; %s left as it is", node, id, steps.entry_hosts(entry), age or "?",
     #remaining == 0 and "no job registered now" or ("still registered: job " .. registry.ids(remaining)),
     s.unit))
+  return "ok", msg, msg .. "\n" -- said on stdout too: an admin ran it by hand
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ M.list = {
     help = "make this node's IMEX domain match the job (Slurm Prolog)" },
   { name = "epilog", entry = "required", metrics = true,
     help = "the job ended (Slurm Epilog)" },
-  { name = "status", json = true, verbosity = true, entry = "optional", metrics = true,
+  { name = "status", json = true, verbosity = true, entry = "optional", metrics = true, reason_line = true,
     help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
       .. "domain, with a diagnosis per unhealthy node" },
   { name = "plan", json = true, entry = "optional", dry_run = true,
@@ -41,7 +41,7 @@ M.list = {
   -- admin needs when an epilog never ran (slurmd crashed) and a registration blocks the next job
   { name = "registrations", json = true, verbosity = true, entry = "optional", dry_run = true,
     help = "list the jobs registered on this node (the job registry): job, hosts, since when" },
-  { name = "forget", arg = "JOBID", entry = "optional",
+  { name = "forget", arg = "JOBID", entry = "optional", reason_line = true,
     help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
   { name = "check", arg = "POLICY", json = true,

@@ -410,7 +410,8 @@ end
 --- `show-config` (after D.settings): every setting of the schema in its order, its value and where
 -- it came from (run.sources: default, FILE:LINE, --set, --deadline, --policy), like `sshd -T` and
 -- `scontrol show config`. The text is a valid settings file (`name = value -- source`); --json
--- writes {config, settings = [{name, value (null: unset), source}]}. Ends ok.
+-- writes {schema, command, ok, config, settings = [{name, value (null: unset), source}]} in that
+-- order (docs/json.md). Ends ok.
 -- @param run table the run
 -- @return table the end
 function D.show_config(run)
@@ -421,14 +422,15 @@ function D.show_config(run)
   local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
   local out
   if run.json then
-    local cjson = require 'cjson'
+    local json = require 'imexguard.json'
     local list = {}
     for i, e in ipairs(S.schema) do
       local v = shown[e.name]
-      if v == nil then v = cjson.null end
-      list[i] = { name = e.name, value = v, source = src[e.name] or 'default' }
+      if type(v) == 'table' then v = json.array(v) end
+      list[i] = json.object():set('name', e.name):set('value', v):set('source', src[e.name] or 'default')
     end
-    out = cjson.encode({ config = run.config, settings = setmetatable(list, cjson.array_mt) }) .. '\n'
+    out = json.encode(json.report('show-config'):set('ok', true):set('config', run.config)
+      :set('settings', json.array(list)))
   else
     local lines = { '-- imexguard settings from ' .. file .. ': value and source (default, FILE:LINE, --set, '
       .. '--deadline, --policy)' }

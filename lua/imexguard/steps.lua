@@ -845,6 +845,15 @@ local function lines(bytes)
   return l
 end
 
+-- The fields of a job's registry entry besides its id, node list and time: the boot it belongs to
+-- (C36), the job's hosts compressed for people (`hosts`), then the policy's `extra` (which wins).
+local function entry_fields(ctx, want, extra)
+  local e = { boot_id = M.boot_id(ctx) }
+  if type(want.list) == "table" then e.hosts = hostlist.ranged(want.list) end
+  for k, v in pairs(extra or {}) do e[k] = v end
+  return e
+end
+
 --- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
 -- "gb[03-18]", recorded by M.register), else its node list's addresses compressed in numeric order
 -- ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
@@ -937,13 +946,11 @@ function M.register(ctx, st, want, extra)
     host.log("warning", "job has no SLURM_JOB_ID: not registered")
     return nil
   end
-  local e = { invocation_id = "", boot_id = M.boot_id(ctx) }
-  for k, v in pairs(extra or {}) do e[k] = v end
-  if e.invocation_id == "" then
+  local e = entry_fields(ctx, want, extra)
+  if e.invocation_id == nil or e.invocation_id == "" then
     local props = host.unit(ctx.settings.unit)
     e.invocation_id = props and props.invocation_id or ""
   end
-  if e.hosts == nil and type(want.list) == "table" then e.hosts = hostlist.ranged(want.list) end
   local entry = registry.register(st, id, want.bytes, host.wallclock() * 1e6, e)
   local ok, err, code = state.save(host, ctx.settings, st)
   if not ok then
@@ -1077,8 +1084,7 @@ end
 function M.begin_change(ctx, st, want, extra)
   local host = ctx.host
   local id = M.job_id(ctx)
-  local e = { boot_id = M.boot_id(ctx) }
-  for k, v in pairs(extra or {}) do e[k] = v end
+  local e = entry_fields(ctx, want, extra)
   if e.invocation_id == nil then e.invocation_id = "" end
   local now_us = host.wallclock() * 1e6
   registry.register(st, id, want.bytes, now_us, e)

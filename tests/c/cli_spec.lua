@@ -358,8 +358,9 @@ return P
         { "version", "--json" } }) do
         r = run(dir, args)
         assert.equal(1, r.code, table.concat(args, " "))
-        -- health prints its one reason line on stdout for every non-zero exit (health.sh's drain reason)
-        assert.equal(args[1] == "health" and "imexguard: error: --json: health has no JSON output (only "
+        -- health and forget print their one reason line on stdout for every non-zero exit (commands.lua)
+        local reason_line = args[1] == "health" or args[1] == "forget"
+        assert.equal(reason_line and "imexguard: error: --json: " .. args[1] .. " has no JSON output (only "
           .. "status, plan, registrations, check, show-config)\n" or "", r.stdout)
         assert.matches("imexguard: %-%-json: " .. args[1] .. " has no JSON output %(only status, plan, "
           .. "registrations, check, show%-config%)", r.stderr)

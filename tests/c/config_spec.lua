@@ -120,6 +120,9 @@ describe("imexguard configuration commands", function()
       local r = run(dir, { "--config", conf, "show-config", "--json" })
       assert.equal(0, r.code, r.stderr)
       local obj = cjson.decode(r.stdout)
+      -- docs/json.md: schema first, then command and ok, keys in one order in every run
+      assert.matches('^{"schema":1,"command":"show%-config","ok":true,"config":', r.stdout)
+      assert.matches('{"name":"deadline","value":90,"source":"default"}', r.stdout, 1, true)
       assert.equal(conf, obj.config)
       local by = {}
       for _, s in ipairs(obj.settings) do by[s.name] = s end
@@ -164,7 +167,9 @@ describe("imexguard configuration commands", function()
       r = run(dir, { "--lua-dir", dir .. "/nope", "health" })
       assert.equal(1, r.code)
       assert.equal("imexguard: error: --lua-dir " .. dir .. "/nope: not a directory\n", r.stdout)
-      r = run(dir, { "status", "--set", "x" }) -- other commands: stderr only
+      r = run(dir, { "status", "--set", "x" }) -- status too: pdsh ... status -q shows why
+      assert.equal("imexguard: error: --set: expected KEY=VALUE, got 'x'\n", r.stdout)
+      r = run(dir, { "epilog", "--set", "x" }) -- Slurm's prolog and epilog: stderr only
       assert.equal("", r.stdout)
     end)
 

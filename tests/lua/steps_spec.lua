@@ -567,6 +567,12 @@ describe("conflict_message", function()
     assert.equal("n[1-2]", e.hosts)
     assert.equal("n[1-2]", steps.entry_hosts(e))
     assert.equal("10.0.0.[1-2]", steps.entry_hosts({ nodes = "10.0.0.2\n10.0.0.1\n" }))
+    -- so does the registration before a change (a prolog that rewrites the list or restarts)
+    st = {}
+    local want = { bytes = "10.0.0.2\n10.0.0.1\n", list = { "n2", "n1" } }
+    local c = assert(steps.begin_change(ctx, st, want, {}))
+    assert.equal("n[1-2]", require("imexguard.registry").jobs(st)[1].hosts)
+    c:finish("ok")
   end)
 end)
 

@@ -67,6 +67,7 @@ describe("the Debian package", function()
       "./usr/share/bash-completion/completions/imexguard", "./usr/share/imexguard/nhc/imexguard.nhc",
       "./usr/share/doc/imexguard/copyright", "./usr/share/doc/imexguard/README.md.gz",
       "./usr/share/doc/imexguard/design.md.gz", "./usr/share/doc/imexguard/policy-api.md.gz",
+      "./usr/share/doc/imexguard/json.md.gz",
       "./usr/share/doc/imexguard/examples/imexguard.conf.example",
       "./usr/share/doc/imexguard/examples/slurm.conf.snippet",
       "./usr/share/doc/imexguard/examples/nhc.conf",

@@ -931,10 +931,11 @@ describe("default policy job registry (C08, scenario style)", function()
   end)
 
   describe("C39: temp files a killed write left behind", function()
-    local LEFT = { "/run/imexguard/.state.json.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.x9Y8z7" }
-    local ALIKE = { "/run/imexguard/.foo.AbC123", "/run/imexguard/.state.json.bak",
-      "/etc/nvidia-imex/.config.cfg.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.AbC1234",
-      "/tmp/.state.json.AbC123" }
+    local LEFT = { "/run/imexguard/.state.json.imexguard.AbC123",
+      "/etc/nvidia-imex/.nodes_config.cfg.imexguard.x9Y8z7" }
+    local ALIKE = { "/run/imexguard/.foo.imexguard.AbC123", "/run/imexguard/.state.json.bak",
+      "/etc/nvidia-imex/.config.cfg.imexguard.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.imexguard.AbC1234",
+      "/tmp/.state.json.imexguard.AbC123", "/etc/nvidia-imex/.nodes_config.cfg.x9Y8z7" }
     local function given_left()
       local files = {}
       for _, p in ipairs(LEFT) do files[p] = "partial" end

@@ -10,23 +10,23 @@
  *     rename of the directory in between cannot send the data elsewhere;
  *  2. the temp file is an unnamed O_TMPFILE inode (Linux >= 3.11) when the file system supports
  *     it: a writer killed (kill -9) while writing leaves nothing behind.  Otherwise (NFS, old
- *     kernels) a named `.<basename>.XXXXXX` file created O_EXCL (what mkostemp does, but relative
- *     to the directory descriptor);
+ *     kernels) a named `.<basename>.imexguard.XXXXXX` file created O_EXCL (what mkostemp does, but
+ * relative to the directory descriptor);
  *  3. flock(LOCK_EX) the temp inode (marks it as "being written by a live process"), fchmod to
  *     `mode` exactly (no umask), write everything (restarting on EINTR and short writes), fsync;
- *  4. O_TMPFILE: give it a name `.<basename>.XXXXXX` with linkat; rename the name over `path`;
+ *  4. O_TMPFILE: give it a name `.<basename>.imexguard.XXXXXX` with linkat; rename the name over
+ * `path`;
  *  5. fsync the directory so the rename itself is durable.
  * On any failure before the rename the temp inode is closed/unlinked and `path` is untouched;
  * the code is the errno of the failing step (ENOSPC, EROFS, EDQUOT, EIO, EACCES...).
  * Leftovers: a writer killed between creating a named temp file and the rename leaves a
- * `.<basename>.XXXXXX` file.  The next successful write_atomic of the same path removes such
- * files when no live process holds their flock (a dead writer's flock is released by the kernel),
- * and so does host.remove_temps(path), which the prolog and epilog call under the node lock (C39);
- * the O_EXCL fallback re-checks its own temp file after locking it, so it never loses it to
- * that cleanup.
- * Nothing else is preserved: the new file belongs to the caller (root), has exactly `mode`, and
- * carries no xattrs/ACLs of the old one.  A symlink at `path` is replaced by the file, not
- * followed.
+ * `.<basename>.imexguard.XXXXXX` file.  The next successful write_atomic of the same path removes
+ * such files when no live process holds their flock (a dead writer's flock is released by the
+ * kernel), and so does host.remove_temps(path), which the prolog and epilog call under the node
+ * lock (C39); the O_EXCL fallback re-checks its own temp file after locking it, so it never loses
+ * it to that cleanup. Nothing else is preserved: the new file belongs to the caller (root), has
+ * exactly `mode`, and carries no xattrs/ACLs of the old one.  A symlink at `path` is replaced by
+ * the file, not followed.
  */
 #include "imexguard.h"
 
@@ -43,7 +43,8 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#define TEMP_SUFFIX 6 /* random characters after ".<basename>." */
+#define TEMP_MARK   "imexguard." /* after ".<basename>.": marks a temp file as ours (C39) */
+#define TEMP_SUFFIX 6		 /* random characters after ".<basename>.imexguard." */
 
 /* ---- read ----------------------------------------------------------------------------------- */
 
@@ -224,7 +225,9 @@ static int split_path(const char *path, char **dir, const char **base)
 	return 0;
 }
 
-/* Fill name with ".<base>.XXXXXX" (X from [A-Za-z0-9], getrandom(2)). */
+/* Fill name with ".<base>.imexguard.XXXXXX" (X from [A-Za-z0-9], getrandom(2)): the word
+ * "imexguard" marks the file as ours, so that remove_temps never takes another tool's temp file
+ * of the same shape (rsync's `.<base>.XXXXXX`, an admin's `.<base>.backup`; C39). */
 static void temp_name(char *name, size_t size, const char *base)
 {
 	static const char alphabet[] =
@@ -241,17 +244,19 @@ static void temp_name(char *name, size_t size, const char *base)
 	for (int i = 0; i < TEMP_SUFFIX; i++)
 		suffix[i] = alphabet[rnd[i] % (sizeof alphabet - 1)];
 	suffix[TEMP_SUFFIX] = '\0';
-	snprintf(name, size, ".%s.%s", base, suffix);
+	snprintf(name, size, ".%s." TEMP_MARK "%s", base, suffix);
 }
 
-/* Is `name` a temp file name of `base` (".<base>." followed by TEMP_SUFFIX alphanumerics)? */
+/* Is `name` a temp file name of `base` (".<base>.imexguard." followed by TEMP_SUFFIX
+ * alphanumerics)? */
 static int is_temp_of(const char *name, const char *base)
 {
-	size_t bl = strlen(base);
-	if (strlen(name) != bl + 2 + TEMP_SUFFIX || name[0] != '.' ||
-	    strncmp(name + 1, base, bl) != 0 || name[bl + 1] != '.')
+	size_t bl = strlen(base), ml = strlen(TEMP_MARK);
+	if (strlen(name) != bl + 2 + ml + TEMP_SUFFIX || name[0] != '.' ||
+	    strncmp(name + 1, base, bl) != 0 || name[bl + 1] != '.' ||
+	    strncmp(name + bl + 2, TEMP_MARK, ml) != 0)
 		return 0;
-	for (const char *p = name + bl + 2; *p; p++)
+	for (const char *p = name + bl + 2 + ml; *p; p++)
 		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
 		      (*p >= '0' && *p <= '9')))
 			return 0;
@@ -570,8 +575,8 @@ static int l_mkdir(lua_State *L)
 
 /* host.remove_temps(path) -> list of removed names, or nil, msg, code.
  * path: string, the file whose leftovers to remove (field case C39: a writer killed between naming
- * its temp file and the rename leaves `.<basename>.XXXXXX` in path's directory).  Removes, in
- * path's directory, exactly the names write_atomic gives its temp files (`.` basename `.` and 6
+ * its temp file and the rename leaves `.<basename>.imexguard.XXXXXX` in path's directory). Removes,
+ * in path's directory, exactly the names write_atomic gives its temp files (`.` basename `.` and 6
  * characters of [A-Za-z0-9]; nothing else, not another basename's) that are regular files whose
  * flock can be taken (no live writer holds it).  The list holds the removed base names (any
  * order; {} when none).  code: "ENOENT" for a missing directory, "EINVAL" for a path without a

@@ -62,7 +62,8 @@ end
 -- Split one line into its key=value pairs (a value in double quotes may hold blanks and '#'; an
 -- unquoted '#' starts a comment, "\#" is a literal '#'); `Include x` is {{include = x}}.
 local function pairs_of(line)
-  local inc = line:match("^%s*[Ii][Nn][Cc][Ll][Uu][Dd][Ee]%s+([^#]-)%s*$")
+  -- Slurm strips the comment first: `Include switch.conf # NVLink channels` includes switch.conf
+  local inc = (line:gsub("#.*$", "")):match("^%s*[Ii][Nn][Cc][Ll][Uu][Dd][Ee]%s+(.-)%s*$")
   if inc then return { { include = inc } } end
   local out, pos = {}, 1
   while true do

@@ -534,7 +534,7 @@ function M.read_nodes(ctx, info)
 end
 
 --- C39: under the node lock, remove the temp files a killed write left next to the state file and
--- the node list (host.remove_temps: only `.<basename>.XXXXXX` names of those two files, whose
+-- the node list (host.remove_temps: only `.<basename>.imexguard.XXXXXX` names of those two files, whose
 -- writer is gone; never anything else). Best effort: a failure is logged at debug, like each
 -- removal. A host without the primitive (an older kit) removes nothing.
 -- @param ctx table policy context

@@ -204,34 +204,40 @@ describe("host.write_atomic", function()
 
   it("removes stale temp files of dead writers but not those of a live one", function()
     local p = dir .. "/nodes_config.cfg"
-    H.write(dir .. "/.nodes_config.cfg.AbC123", "stale")
-    H.write(dir .. "/.nodes_config.cfg.Live99", "live")
-    H.write(dir .. "/.other.cfg.AbC123", "not ours")
+    H.write(dir .. "/.nodes_config.cfg.imexguard.AbC123", "stale")
+    H.write(dir .. "/.nodes_config.cfg.imexguard.Live99", "live")
+    H.write(dir .. "/.other.cfg.imexguard.AbC123", "not ours")
+    H.write(dir .. "/.nodes_config.cfg.AbC123", "rsync's temp file") -- another tool's, same shape
     -- a live writer holds flock on its temp file (the node lock primitive does just that)
-    local live = assert(host.lock(dir .. "/.nodes_config.cfg.Live99", 1, "writer"))
+    local live = assert(host.lock(dir .. "/.nodes_config.cfg.imexguard.Live99", 1, "writer"))
     assert.is_true(host.write_atomic(p, A))
-    assert.same({ ".nodes_config.cfg.Live99", ".other.cfg.AbC123", "nodes_config.cfg" }, H.ls(dir))
+    assert.same({ ".nodes_config.cfg.AbC123", ".nodes_config.cfg.imexguard.Live99",
+      ".other.cfg.imexguard.AbC123", "nodes_config.cfg" }, H.ls(dir))
     live:unlock()
   end)
 
   it("C39: remove_temps removes only its own leftovers of that file, and names them", function()
     local p = dir .. "/state.json"
     H.write(p, "{}\n")
-    H.write(dir .. "/.state.json.AbC123", "killed writer") -- a real leftover
-    H.write(dir .. "/.state.json.Live99", "live")
-    for _, n in ipairs({ ".foo.AbC123", ".state.json.AbC12", ".state.json.AbC1234", ".state.json.Ab-123",
-      "state.json.AbC123", ".state.jsonAAbC123", ".nodes_config.cfg.AbC123" }) do
+    H.write(dir .. "/.state.json.imexguard.AbC123", "killed writer") -- a real leftover
+    H.write(dir .. "/.state.json.imexguard.Live99", "live")
+    -- look-alikes: another file's, another tool's (rsync's .NAME.XXXXXX, an admin's .NAME.backup),
+    -- a wrong length or character
+    for _, n in ipairs({ ".foo.imexguard.AbC123", ".state.json.imexguard.AbC12",
+      ".state.json.imexguard.AbC1234", ".state.json.imexguard.Ab-123", "state.json.imexguard.AbC123",
+      ".state.json.AbC123", ".state.json.backup", ".nodes_config.cfg.imexguard.AbC123" }) do
       H.write(dir .. "/" .. n, "look-alike")
     end
-    assert.is_true(os.execute("mkdir " .. H.q(dir .. "/.state.json.Dir123")))
-    local live = assert(host.lock(dir .. "/.state.json.Live99", 1, "writer"))
-    assert.same({ ".state.json.AbC123" }, assert(host.remove_temps(p)))
-    assert.same({ ".foo.AbC123", ".nodes_config.cfg.AbC123", ".state.json.Ab-123", ".state.json.AbC12",
-      ".state.json.AbC1234", ".state.json.Dir123", ".state.json.Live99", ".state.jsonAAbC123", "state.json",
-      "state.json.AbC123" }, H.ls(dir))
+    assert.is_true(os.execute("mkdir " .. H.q(dir .. "/.state.json.imexguard.Dir123")))
+    local live = assert(host.lock(dir .. "/.state.json.imexguard.Live99", 1, "writer"))
+    assert.same({ ".state.json.imexguard.AbC123" }, assert(host.remove_temps(p)))
+    assert.same({ ".foo.imexguard.AbC123", ".nodes_config.cfg.imexguard.AbC123", ".state.json.AbC123",
+      ".state.json.backup", ".state.json.imexguard.Ab-123", ".state.json.imexguard.AbC12",
+      ".state.json.imexguard.AbC1234", ".state.json.imexguard.Dir123", ".state.json.imexguard.Live99",
+      "state.json", "state.json.imexguard.AbC123" }, H.ls(dir))
     assert.same({}, host.remove_temps(p)) -- nothing left of its own: an empty list
     live:unlock()
-    assert.same({ ".state.json.Live99" }, host.remove_temps(p)) -- its writer is gone
+    assert.same({ ".state.json.imexguard.Live99" }, host.remove_temps(p)) -- its writer is gone
     -- the file itself need not exist; the directory must
     assert.same({}, host.remove_temps(dir .. "/nodes.cfg"))
     local r, msg, code = host.remove_temps(dir .. "/missing/state.json")

@@ -45,6 +45,12 @@ describe("slurmconf.read and get", function()
     h = host{ ["/a/slurm.conf"] = "Include /b/x.conf\n", ["/b/x.conf"] = "SwitchType=switch/nvidia_imex\n" }
     local abs = assert(slurmconf.read(h, "/a/slurm.conf"))
     assert.equal("switch/nvidia_imex", slurmconf.get(abs, "SwitchType"))
+    -- a comment after the Include's path, as Slurm strips it
+    h = host{ ["/a/slurm.conf"] = "Include switch.conf # NVLink channels\n  include\tsw2.conf#x\n",
+      ["/a/switch.conf"] = "SwitchType=switch/nvidia_imex\n", ["/a/sw2.conf"] = "X=3\n" }
+    local commented = assert(slurmconf.read(h, "/a/slurm.conf"))
+    assert.equal("switch/nvidia_imex", slurmconf.get(commented, "SwitchType"))
+    assert.equal("3", slurmconf.get(commented, "X"))
   end)
 
   it("names a missing or unreadable Include with the line that includes it", function()

@@ -30,8 +30,9 @@ describe("imexsim under systemd: the node's inputs", function()
       '{"jobs":[{"id":"100","nodes":"%s\\n","registered_us":"1700000000000000","invocation_id":"",'
       .. '"boot_id":"00000000-0000-4000-8000-000000000000"}]}\n', "127.0.0.99"))
     -- leftovers of killed writes, and files that only look like them
-    for _, p in ipairs({ "state/.state.json.AbC123", ".nodes_config.cfg.x9Y8z7", "state/.foo.AbC123",
-      "state/.state.json.bak", ".config.cfg.AbC123" }) do
+    for _, p in ipairs({ "state/.state.json.imexguard.AbC123", ".nodes_config.cfg.imexguard.x9Y8z7",
+      "state/.foo.imexguard.AbC123", "state/.state.json.bak", ".config.cfg.imexguard.AbC123",
+      ".nodes_config.cfg.AbC123" }) do
       simdomain.write_file(dir .. "/" .. p, "partial")
     end
     d:write_nodes("n1", { "n1" })
@@ -42,12 +43,13 @@ describe("imexsim under systemd: the node's inputs", function()
     local r = d:prologs{ job = 101, nodelist = "n1", args = "--set log_level=debug" }.n1
     assert.equal("ok", r.outcome, r.output)
     assert.matches("dropping the registration%(s%) of job 100: made during another boot", r.output)
-    assert.matches("removed " .. dir .. "/state/.state.json.AbC123", r.output, 1, true)
-    assert.matches("removed " .. dir .. "/.nodes_config.cfg.x9Y8z7", r.output, 1, true)
+    assert.matches("removed " .. dir .. "/state/.state.json.imexguard.AbC123", r.output, 1, true)
+    assert.matches("removed " .. dir .. "/.nodes_config.cfg.imexguard.x9Y8z7", r.output, 1, true)
     local state, top = ls(dir .. "/state"), ls(dir)
-    assert.is_nil(state[".state.json.AbC123"])
-    assert.is_nil(top[".nodes_config.cfg.x9Y8z7"])
-    assert.is_true(state[".foo.AbC123"] and state[".state.json.bak"] and top[".config.cfg.AbC123"])
+    assert.is_nil(state[".state.json.imexguard.AbC123"])
+    assert.is_nil(top[".nodes_config.cfg.imexguard.x9Y8z7"])
+    assert.is_true(state[".foo.imexguard.AbC123"] and state[".state.json.bak"]
+      and top[".config.cfg.imexguard.AbC123"] and top[".nodes_config.cfg.AbC123"])
     local st = simdomain.read_file(dir .. "/state/state.json")
     assert.is_nil(st:find('"100"', 1, true))
     local boot = simdomain.read_file("/proc/sys/kernel/random/boot_id"):gsub("%s+$", "")

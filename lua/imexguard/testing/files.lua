@@ -111,7 +111,8 @@ function M.install_write(h, w)
     local removed = {}
     for p in pairs(files) do
       local d, n = p:match("^(.*)/([^/]+)$")
-      if d == dir and n:sub(1, #b + 2) == "." .. b .. "." and n:sub(#b + 3):match("^%w%w%w%w%w%w$") then
+      local head = "." .. b .. ".imexguard." -- write_atomic's own temp names (src/file.c, C39)
+      if d == dir and n:sub(1, #head) == head and n:sub(#head + 1):match("^%w%w%w%w%w%w$") then
         removed[#removed + 1] = n
       end
     end

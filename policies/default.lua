@@ -619,6 +619,17 @@ function Policy:run_status(ctx)
     return o, why, self:status_report(ctx, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o)))
   end
   local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
+  -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
+  -- of the node: the next prolog starts it, and a site may stop it on purpose
+  -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it
+  local props = info and info.unit
+  if not ans.domain and ans.kind == "unreachable" and props and props.active_state == "inactive"
+    and registered_list(ctx) == false then
+    local msg = string.format("node %s: %s is inactive and no job is registered here: nothing to judge "
+      .. "(the next job's prolog starts it)", steps.node_name(ctx), ctx.settings.unit)
+    return "ok", msg, self:status_report(ctx, report.status_plain("ok", msg, ctx.json,
+      status_opts(self, ctx, "ok")))
+  end
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
     local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)

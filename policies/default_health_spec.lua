@@ -130,6 +130,21 @@ describe("C33: an idle node's health", function()
     assert.equal("service-failed", outcome, message)
   end)
 
+  it("an idle node whose unit was stopped (stop_on_last_epilog, a per-job unit) and nothing answers: ok; "
+    .. "with a job registered it fails", function()
+    local function stopped(files)
+      local h = testing.host{ ctl = { { stdout = "", status = 1, stderr = "connection refused" } },
+        files = files }
+      h.unit_props.active_state, h.unit_props.sub_state = "inactive", "dead"
+      return h
+    end
+    local outcome, message = run(stopped(), { command = "health", dry_run = true })
+    assert.equal("ok", outcome, message)
+    assert.matches("inactive and no job is registered here", message, 1, true)
+    outcome = run(stopped(H.registered(RACK)), { command = "health", dry_run = true })
+    assert.is_true(outcomes.exit_code(outcome) ~= 0, outcome)
+  end)
+
   it("a node with a registered job is judged on that job's nodes: cut off from them, it fails", function()
     local outcome, message = run(host{ files = H.registered(RACK) }, { command = "health", dry_run = true })
     assert.equal("domain-unhealthy", outcome, message)

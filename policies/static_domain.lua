@@ -58,10 +58,16 @@ local function verify(ctx, wait)
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
       info.nodes_file, bad)))
   end
-  local resolved, by_entry = {}, {}
+  local resolved, by_entry, seen = {}, {}, {}
   for i, e in ipairs(static) do
     resolved[i] = entry_addrs[i] or e
     if entry_addrs[i] and entry_addrs[i] ~= e then by_entry[e] = entry_addrs[i] end
+    -- two entries of one address (C35: two names of one tray): the daemon's list is ambiguous
+    if seen[resolved[i]] then
+      return fail("bad-input", "node %s: static node list %s: %s and %s are both %s; nothing changed", node,
+        info.nodes_file, static[seen[resolved[i]]], e, resolved[i])
+    end
+    seen[resolved[i]] = i
   end
   want.node_list, want.static_names, want.by_entry = resolved, entry_names, by_entry
   want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)

@@ -199,6 +199,15 @@ describe("static_domain policy: host names in the static list (C35)", function()
     assert.matches("n2: status UNAVAILABLE", message, 1, true)
   end)
 
+  it("two names that resolve to one address: bad-input naming both, nothing changed (not a crash)", function()
+    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots({ ["rack7-slot03"] = { "10.0.0.2" } }) }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("bad-input", outcome, message)
+    assert.matches("rack7-slot02 and rack7-slot03 are both 10.0.0.2", message, 1, true)
+    untouched(s)
+    assert.equal("bad-input", (s:plan{ job = 101, nodelist = "n[1-2]" }))
+  end)
+
   it("a name that does not resolve is named; a job node not among the resolved is bad-input", function()
     local s = testing.scenario{ policy = P, file = NAMES,
       resolve = slots({ ["rack7-slot04"] = "EAI_NONAME" }) }

@@ -200,7 +200,8 @@ describe("static_domain policy: host names in the static list (C35)", function()
   end)
 
   it("two names that resolve to one address: bad-input naming both, nothing changed (not a crash)", function()
-    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots({ ["rack7-slot03"] = { "10.0.0.2" } }) }
+    local s = testing.scenario{ policy = P, file = NAMES,
+      resolve = slots({ ["rack7-slot03"] = { "10.0.0.2" } }) }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("bad-input", outcome, message)
     assert.matches("rack7-slot02 and rack7-slot03 are both 10.0.0.2", message, 1, true)

@@ -158,6 +158,11 @@ function M.parse_topology_yaml(text, path)
         topo.default = unquote(value) == "true"
       elseif key == "block" and not item and value == "" and topo then
         block_indent, topo.blocks = indent, topo.blocks or {}
+      elseif block_indent and item and body:match("^{") then
+        -- `- {block: b1, nodes: ...}`: a flow mapping; never dropped in silence (the job would be
+        -- one domain across the racks)
+        return bad(path, n, "flow style ('%s') is not read; write 'block:' and 'nodes:' on lines of "
+          .. "their own", trim(body))
       elseif block_indent and key == "blocks" and value:match("^%[") then
         return bad(path, n, "flow style (blocks: [...]) is not read; write the blocks one per line")
       elseif block_indent and key and (key == "block" or key == "nodes") then

@@ -83,6 +83,8 @@ describe("domains.parse_topology_yaml", function()
       { "- topology: b\n  block:\n    what is this\n", "/t line 3: unparsable line" },
       { "- topology: b\n\tblock:\n", "/t line 2: tab" },
       { "- topology: b\n  block:\n    blocks: [{block: b1}]\n", "/t line 3: flow style" },
+      { '- topology: b\n  block:\n    blocks:\n      - {block: b1, nodes: "gb[01-04]"}\n',
+        "/t line 4: flow style" },
       { "- topology: b\n  block:\n    blocks:\n      - block: b1\n", "/t line 4: block b1 has no nodes" },
     }
     for _, c in ipairs(cases) do

@@ -172,7 +172,7 @@ describe("imexguard.settings", function()
       assert.equal("--set: unknown setting 'dead'", select(2, S.apply_overrides({}, { "dead=1" })))
       assert.equal("--set deadline: 'soon' is not a number",
         select(2, S.apply_overrides({}, { "deadline=soon" })))
-      assert.equal("--set allow_loopback: 'maybe' is not a boolean (true/false)",
+      assert.equal("--set allow_loopback: 'maybe' is not a boolean (true/false, yes/no, on/off, 1/0)",
         select(2, S.apply_overrides({}, { "allow_loopback=maybe" })))
       assert.equal("--set expects KEY=VALUE, got 'deadline'",
         select(2, S.apply_overrides({}, { "deadline" })))

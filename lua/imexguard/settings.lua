@@ -359,7 +359,8 @@ local function parse_value(e, s)
   elseif e.kind == "boolean" then
     local b = BOOLEANS[s:lower()]
     if b == nil then
-      return nil, string.format("--set %s: '%s' is not a boolean (true/false, yes/no, on/off, 1/0)", e.name, s)
+      return nil, string.format("--set %s: '%s' is not a boolean (true/false, yes/no, on/off, 1/0)",
+        e.name, s)
     end
     return b
   elseif e.kind == "argv" then

@@ -402,6 +402,17 @@ local function not_registered(ctx, id)
     steps.node_name(ctx), ctx.settings.unit)
 end
 
+-- Save the state file after a job's entry was removed (the epilog, forget): nil when saved, else
+-- the outcome (write-failed, or the write's own: a full disk) and a one-line message.
+local function save_unregistered(ctx, st, node, id)
+  local s = ctx.settings
+  local ok, err, code = state.save(ctx.host, s, st)
+  if ok then return nil end
+  return steps.by_code(code, "write-failed"), text.one_line(string.format(
+    "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
+    state.path(s), tostring(err)))
+end
+
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
   local s, node = ctx.settings, steps.node_name(ctx)
@@ -411,12 +422,8 @@ function Policy:unregister(ctx, id)
   steps.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
-  local ok, err, code = state.save(ctx.host, s, st)
-  if not ok then
-    return steps.by_code(code, "write-failed"), text.one_line(string.format(
-      "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
-      state.path(s), tostring(err)))
-  end
+  local failed, fm = save_unregistered(ctx, st, node, id)
+  if failed then return failed, fm end
   local remaining = registry.jobs(st)
   local ho, hm = self:after_unregister(ctx, st, entry, remaining)
   if ho then return ho, hm end
@@ -782,12 +789,8 @@ function Policy:run_forget(ctx)
       string.format("node %s: job %s is not registered here; nothing removed (registered: %s)",
       node, id, #jobs == 0 and "none" or registry.ids(jobs))
   end
-  local ok, err, code = state.save(ctx.host, s, st)
-  if not ok then
-    return steps.by_code(code, "write-failed"), text.one_line(string.format(
-      "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
-      state.path(s), tostring(err)))
-  end
+  local failed, fm = save_unregistered(ctx, st, node, id)
+  if failed then return failed, fm end
   local remaining = registry.jobs(st)
   local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
   local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "

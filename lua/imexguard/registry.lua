@@ -107,6 +107,18 @@ function M.conflicting(st, id, nodes)
   return select_entries(M.others(st, id), function(e) return e.nodes ~= nodes end)
 end
 
+
+-- Remove the entries for which drop(e) is true from st.jobs, keeping the others' order.
+-- @return list of the removed entries
+local function drop_where(st, drop)
+  local removed, keep = {}, {}
+  for _, e in ipairs(M.jobs(st)) do
+    if drop(e) then removed[#removed + 1] = e else keep[#keep + 1] = e end
+  end
+  st.jobs = keep
+  return removed
+end
+
 --- Drop the entries registered during another boot (C36): a reboot ended their jobs. An entry
 -- without a boot_id (an older version wrote it, or the boot ID was unreadable) is kept: its boot
 -- is unknown, and dropping the registration of a running job would let a restart break it.
@@ -114,18 +126,10 @@ end
 -- @param boot_id string|nil the kernel's boot ID now; nil or "" (unknown) drops nothing
 -- @return list of the removed entries
 function M.drop_other_boots(st, boot_id)
-  local removed = {}
-  if not boot_id or boot_id == "" then return removed end
-  local keep = {}
-  for _, e in ipairs(M.jobs(st)) do
-    if type(e.boot_id) == "string" and e.boot_id ~= "" and e.boot_id ~= boot_id then
-      removed[#removed + 1] = e
-    else
-      keep[#keep + 1] = e
-    end
-  end
-  st.jobs = keep
-  return removed
+  if not boot_id or boot_id == "" then return {} end
+  return drop_where(st, function(e)
+    return type(e.boot_id) == "string" and e.boot_id ~= "" and e.boot_id ~= boot_id
+  end)
 end
 
 --- Drop entries older than max_age seconds.
@@ -134,18 +138,10 @@ end
 -- @param max_age number|nil seconds; nil or <= 0 keeps everything
 -- @return list of the removed entries
 function M.prune(st, now_us, max_age)
-  local removed = {}
-  if not max_age or max_age <= 0 then return removed end
-  local keep = {}
-  for _, e in ipairs(M.jobs(st)) do
-    if e.registered_us and now_us - e.registered_us > max_age * 1e6 then
-      removed[#removed + 1] = e
-    else
-      keep[#keep + 1] = e
-    end
-  end
-  st.jobs = keep
-  return removed
+  if not max_age or max_age <= 0 then return {} end
+  return drop_where(st, function(e)
+    return e.registered_us and now_us - e.registered_us > max_age * 1e6
+  end)
 end
 
 --- "100, 102" from a list of entries.

@@ -107,7 +107,6 @@ function M.conflicting(st, id, nodes)
   return select_entries(M.others(st, id), function(e) return e.nodes ~= nodes end)
 end
 
-
 -- Remove the entries for which drop(e) is true from st.jobs, keeping the others' order.
 -- @return list of the removed entries
 local function drop_where(st, drop)

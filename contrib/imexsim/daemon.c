@@ -46,6 +46,8 @@ struct peer {
 	int blocked; /* this instance saw a node map mismatch with the peer: the pair stays
 			NODE_MAP_MISMATCH until this daemon restarts (IMEXSIM_MISMATCH_CLEARS=both)
 		      */
+	int agreed;  /* this instance has had the peer CONNECTED: a mismatch after that is the
+			peer's list changing under this running daemon, which blocks it */
 	uint64_t instance;
 	struct sim_buf in, out;
 };
@@ -198,15 +200,20 @@ static int parse_hello(const char *line, struct hello *h)
 /* Verdict of a HELLO from the peer at index `from` of our list (-1: not in it):
  * NODE_MAP_MISMATCH (other list, or the sender's own ID is not the one our list gives it, or either
  * end still holds an earlier mismatch of the pair), VERSION_MISMATCH or CONNECTED.  `expect_id`
- * is -1 when unknown (inbound).  A mismatch of the lists is remembered (peer `blocked`) unless
- * IMEXSIM_MISMATCH_CLEARS=one: AWS's PCS guide says IMEX blocks mismatched nodes until they are
- * restarted with one list, so a peer's later restart with a matching list does not clear it;
- * only this daemon's own restart (a new instance, nothing remembered) does. */
+ * is -1 when unknown (inbound).  AWS's PCS guide says that once a node's list changed under a
+ * running daemon, IMEX blocks the mismatched node until both are restarted with one list: so a
+ * mismatch with a peer this instance had CONNECTED (`agreed`) is remembered (peer `blocked`) and
+ * a peer's later restart with a matching list does not clear it; only this daemon's own restart
+ * (a new instance, nothing remembered) does.  A new daemon meeting a peer that still runs another
+ * list (a job's prologs restarting one after the other) is a plain mismatch, gone once that peer
+ * restarts: how the real daemon draws this line is a guess (imex-facts: "Node-map mismatches that
+ * stay").  IMEXSIM_MISMATCH_CLEARS=one never remembers one. */
 static enum sim_conn judge_hello(const struct hello *h, int expect_id, int from)
 {
 	if (h->count != d.nodes.count || h->hash != d.map_hash ||
 	    (expect_id >= 0 && h->id != expect_id)) {
-		if (from >= 0 && !d.cfg.mismatch_clears_one && !d.peers[from].blocked) {
+		if (from >= 0 && !d.cfg.mismatch_clears_one && d.peers[from].agreed &&
+		    !d.peers[from].blocked) {
 			d.peers[from].blocked = 1;
 			logmsg(
 			    "ERROR",
@@ -220,6 +227,8 @@ static enum sim_conn judge_hello(const struct hello *h, int expect_id, int from)
 		return SIM_NODE_MAP_MISMATCH; /* an earlier mismatch of the pair stays */
 	if (strcmp(h->version, d.cfg.version) != 0)
 		return SIM_VERSION_MISMATCH;
+	if (from >= 0)
+		d.peers[from].agreed = 1;
 	return SIM_CONNECTED;
 }
 

@@ -536,9 +536,9 @@ static const char *deduce_result(const char *verb, const struct unit_props *p)
  * whose path we know and that still exists is waited for again; one that is gone gets its
  * result from the unit's state (deduce_result).  When the queuing call itself was lost
  * (w->path ""), the unit's pending job is adopted, or a state change since `t_call_us`
- * (wall clock, microseconds) is taken as the job's result, or else the job is queued again,
- * once per call (*requeued), since a job has side effects.  Returns 0 (w->path or w->result set) or
- * negative errno. */
+ * (wall clock, microseconds) that shows the job's success is taken as its result, or else the
+ * job is queued again, once per call (*requeued), since a job has side effects.  Returns 0 (w->path
+ * or w->result set) or negative errno. */
 static int job_recover(sd_bus **b, double end, const char *verb, const char *method,
 		       const char *name, uint64_t t_call_us, struct job_wait *w, sd_bus_slot **slot,
 		       sd_bus_error *error, int *requeued)
@@ -566,7 +566,12 @@ static int job_recover(sd_bus **b, double end, const char *verb, const char *met
 		r = query_on(*b, end, name, &p, error);
 		if (r < 0)
 			return r;
-	} else if (!w->path[0] && p.state_change_us < t_call_us && !*requeued) {
+	} else if (!w->path[0] && !*requeued &&
+		   (p.state_change_us < t_call_us ||
+		    strcmp(deduce_result(verb, &p), "done") != 0)) {
+		/* the call was lost and its effect is not to be seen: no state change since, or
+		 * none that is the job's success (seen under daemon-reexec in a loop: a lost start,
+		 * the unit inactive with a newer state-change time, was taken for a failed job) */
 		*requeued = 1;
 		return job_queue(*b, end, method, name, w, error);
 	}

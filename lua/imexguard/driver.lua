@@ -391,8 +391,13 @@ function D.config_test(run)
   if not policy then return ends(run, 'policy-error', entries) end
   local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
   local sets = #(run.sets or {}) > 0 and string.format(' with %d --set', #run.sets) or ''
-  local line = one_line(string.format('%s%s: ok; policy %s loads (%s)', file, sets, path or D.DEFAULT_POLICY,
-    entries))
+  -- the commands a policy may leave to the built-in policy (imexguard.commands: entry "optional")
+  local builtin = {}
+  for _, c in ipairs(commands.list) do
+    if c.entry == 'optional' and type(policy[c.name]) ~= 'function' then builtin[#builtin + 1] = c.name end
+  end
+  local line = one_line(string.format('%s%s: ok; policy %s loads (%s)%s', file, sets,
+    path or D.DEFAULT_POLICY, entries, #builtin > 0 and ('; built-in ' .. table.concat(builtin, ', ')) or ''))
   return ends(run, 'ok', line, line .. '\n')
 end
 

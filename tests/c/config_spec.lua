@@ -42,7 +42,9 @@ describe("imexguard configuration commands", function()
         for _, x in ipairs(args) do a[#a + 1] = x end
         local r = run(dir, a)
         assert.equal(0, r.code, r.stderr)
-        assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog)\n", r.stdout)
+        -- the commands it leaves to the built-in policy are named
+        assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, plan, "
+          .. "health, registrations, forget\n", r.stdout)
         assert.equal("config-test", final(r).command)
         assert.not_matches("POLICY RAN", r.stderr) -- loaded, no entry point run
       end

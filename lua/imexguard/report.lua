@@ -432,7 +432,9 @@ end
 -- @return string one line, newline-terminated
 function M.quiet_line(outcome, message, domain, facts, names)
   local parts = {}
-  if domain then
+  -- a ctl whose daemon is not running answers one placeholder row 0.0.0.0 DOWN: nobody's state
+  local placeholder = domain and #domain.nodes == 1 and domain.nodes[1].host == "0.0.0.0"
+  if domain and not placeholder then
     local ready, bad = 0, {}
     for _, n in ipairs(domain.nodes) do
       if n.status == "READY" then ready = ready + 1 else bad[#bad + 1] = n.host end

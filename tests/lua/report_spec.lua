@@ -142,3 +142,19 @@ describe("report.status connections", function()
     assert.matches("0/2 connected; gb09 10.0.0.9 DISCONNECTED, 10.0.0.10 N", text, 1, true)
   end)
 end)
+
+describe("report.quiet_line (status -q)", function()
+  it("names the domain's nodes that are not READY, by name", function()
+    local d = { status = "DEGRADED", nodes = { { host = "10.0.0.1", status = "READY" },
+      { host = "10.0.0.2", status = "UNAVAILABLE" } } }
+    assert.equal("peers-unhealthy: IMEX DEGRADED, 1/2 READY, not READY: n2\n",
+      report.quiet_line("peers-unhealthy", "m", d, nil, { ["10.0.0.2"] = "n2" }))
+  end)
+
+  it("a stopped daemon's placeholder row (0.0.0.0 DOWN) is nobody's: the run's message instead", function()
+    local d = { status = "DOWN", nodes = { { host = "0.0.0.0", status = "DOWN" } } }
+    assert.equal("service-failed: nvidia-imex.service is inactive (result success): the unit is stopped\n",
+      report.quiet_line("service-failed", "node n4: nvidia-imex.service is inactive (result success): the "
+        .. "unit is stopped", d, nil, {}))
+  end)
+end)

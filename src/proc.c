@@ -105,44 +105,65 @@ static int serves(const struct owner *o, const char *addr)
 	return strcmp(addr, o->only) == 0;
 }
 
-/* Add the inodes of sockets listening on `port` in `path` (/proc/net/tcp or tcp6) to o.
- * Returns 0, -ENOENT when the file does not exist (no IPv6), -E2BIG at PROC_MAX_LINES, or
- * another negative errno. */
-static int scan_net(const char *path, unsigned port, struct owner *o, long *lines)
+/* Read the table `path` of /proc/net line by line after its header line, calling fn(line, arg)
+ * for each (the line as read, newline included; at most `size` bytes) and counting the lines in
+ * *lines.  Returns 0, -ENOENT when the file does not exist (no IPv6), -E2BIG past PROC_MAX_LINES
+ * lines, or another negative errno. */
+static int each_line(const char *path, char *line, size_t size, long *lines,
+		     void (*fn)(char *line, void *arg), void *arg)
 {
-	char line[512];
 	FILE *f = fopen(path, "re");
 
 	if (!f)
 		return -errno;
-	if (!fgets(line, sizeof line, f)) { /* the header */
-		fclose(f);
-		return 0;
-	}
-	while (fgets(line, sizeof line, f)) {
-		char local[33];
-		unsigned lport, state;
-		unsigned long inode;
-
-		if (++*lines > PROC_MAX_LINES) {
-			fclose(f);
-			return -E2BIG;
+	if (fgets(line, (int)size, f)) { /* the header */
+		while (fgets(line, (int)size, f)) {
+			if (++*lines > PROC_MAX_LINES) {
+				fclose(f);
+				return -E2BIG;
+			}
+			fn(line, arg);
 		}
-		if (sscanf(line,
-			   " %*u: %32[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x "
-			   "%*u %*u %lu",
-			   local, &lport, &state, &inode) != 4)
-			continue;
-		if (lport != port || state != TCP_LISTEN || inode == 0 ||
-		    o->n_inodes == PROC_MAX_INODES)
-			continue;
-		format_addr(local, o->addresses[o->n_inodes], sizeof o->addresses[0]);
-		if (!serves(o, o->addresses[o->n_inodes]))
-			continue;
-		o->inodes[o->n_inodes++] = inode;
 	}
 	fclose(f);
 	return 0;
+}
+
+/* A port and the owner to add its listeners to (scan_net). */
+struct net_scan {
+	unsigned port;
+	struct owner *o;
+};
+
+/* One line of /proc/net/tcp or tcp6: a socket listening on the port is added to the owner. */
+static void net_line(char *line, void *arg)
+{
+	struct net_scan *n = arg;
+	struct owner *o = n->o;
+	char local[33];
+	unsigned lport, state;
+	unsigned long inode;
+
+	if (sscanf(line,
+		   " %*u: %32[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x "
+		   "%*u %*u %lu",
+		   local, &lport, &state, &inode) != 4)
+		return;
+	if (lport != n->port || state != TCP_LISTEN || inode == 0 || o->n_inodes == PROC_MAX_INODES)
+		return;
+	format_addr(local, o->addresses[o->n_inodes], sizeof o->addresses[0]);
+	if (serves(o, o->addresses[o->n_inodes]))
+		o->inodes[o->n_inodes++] = inode;
+}
+
+/* Add the inodes of sockets listening on `port` in `path` (/proc/net/tcp or tcp6) to o.
+ * Returns as each_line. */
+static int scan_net(const char *path, unsigned port, struct owner *o, long *lines)
+{
+	char line[512];
+	struct net_scan n = {port, o};
+
+	return each_line(path, line, sizeof line, lines, net_line, &n);
 }
 
 /* The listeners on `port` in /proc/net/tcp and /proc/net/tcp6 (the fallback of diag_scan).
@@ -518,40 +539,39 @@ static int l_port_owner(lua_State *L)
 	return 1;
 }
 
+/* A socket path and the owner to add its listeners to (scan_unix). */
+struct unix_scan {
+	const char *path;
+	struct owner *o;
+};
+
+/* One line of /proc/net/unix: a listening socket bound to the path is added to the owner. */
+static void unix_line(char *line, void *arg)
+{
+	struct unix_scan *u = arg;
+	unsigned long flags, inode;
+	int off = 0;
+
+	line[strcspn(line, "\n")] = '\0';
+	if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %n", &flags, &inode, &off) != 2 || off == 0 ||
+	    !(flags & 0x10000) || strcmp(line + off, u->path) != 0)
+		return;
+	if (u->o->n_inodes < PROC_MAX_INODES) {
+		snprintf(u->o->addresses[u->o->n_inodes], sizeof u->o->addresses[0], "unix");
+		u->o->inodes[u->o->n_inodes++] = inode;
+	}
+}
+
 /* Add to o the inodes of the unix sockets listening on `path` in /proc/net/unix (proc(5): lines
  * "Num RefCount Protocol Flags Type St Inode Path"; a listening socket has __SO_ACCEPTCON,
  * 0x00010000, in Flags).  Returns 0, -E2BIG over PROC_MAX_LINES lines, or negative errno. */
 static int scan_unix(const char *path, struct owner *o)
 {
-	FILE *f = fopen("/proc/net/unix", "re");
 	char line[4096 + 128];
 	long lines = 0;
+	struct unix_scan u = {path, o};
 
-	if (!f)
-		return -errno;
-	if (!fgets(line, sizeof line, f)) { /* the header */
-		fclose(f);
-		return 0;
-	}
-	while (fgets(line, sizeof line, f)) {
-		unsigned long flags, inode;
-		int off = 0;
-
-		if (++lines > PROC_MAX_LINES) {
-			fclose(f);
-			return -E2BIG;
-		}
-		line[strcspn(line, "\n")] = '\0';
-		if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %n", &flags, &inode, &off) != 2 ||
-		    off == 0 || !(flags & 0x10000) || strcmp(line + off, path) != 0)
-			continue;
-		if (o->n_inodes < PROC_MAX_INODES) {
-			snprintf(o->addresses[o->n_inodes], sizeof o->addresses[0], "unix");
-			o->inodes[o->n_inodes++] = inode;
-		}
-	}
-	fclose(f);
-	return 0;
+	return each_line("/proc/net/unix", line, sizeof line, &lines, unix_line, &u);
 }
 
 /*

@@ -84,7 +84,9 @@ void ig_timing_phase(const char *name)
 	g_timing.mark = t;
 }
 
-void ig_timing_add(const char *slot, double seconds)
+/* One call of `seconds` to `slot`; `part`: the slot is a part of another one (printed, not
+ * subtracted again). */
+static void add(const char *slot, double seconds, int part)
 {
 	if (!g_timing.on)
 		return;
@@ -92,19 +94,19 @@ void ig_timing_add(const char *slot, double seconds)
 	if (s) {
 		s->seconds += seconds;
 		s->calls++;
+		if (part)
+			s->part = 1;
 	}
+}
+
+void ig_timing_add(const char *slot, double seconds)
+{
+	add(slot, seconds, 0);
 }
 
 void ig_timing_add_part(const char *slot, double seconds)
 {
-	if (!g_timing.on)
-		return;
-	struct span *s = span_of(g_timing.slots, &g_timing.nslots, MAX_SLOTS, slot);
-	if (s) {
-		s->seconds += seconds;
-		s->calls++;
-		s->part = 1;
-	}
+	add(slot, seconds, 1);
 }
 
 /* The wrapper of a timed Lua value: upvalue 1 the slot, upvalue 2 the function. */

@@ -26,7 +26,7 @@ local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
-local domains = require "imexguard.domains"
+local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name the nodes (a log line)
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
 local default = require "policies.default"
@@ -59,8 +59,8 @@ local function narrow(ctx, info, want, in_domain, node)
   narrowed.config_path, narrowed.cfg = info.config, info.cfg
   dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
   ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
-    node, info.nodes_file, domains.show(names), #left > 0 and ("; the job's nodes outside it (another "
-    .. "domain, or no IMEX node; not waited for): " .. domains.show(left)) or "")))
+    node, info.nodes_file, hostlist.show_in_order(names), #left > 0 and ("; the job's nodes outside it "
+    .. "(another domain, or no IMEX node; not waited for): " .. hostlist.show_in_order(left)) or "")))
   return narrowed
 end
 

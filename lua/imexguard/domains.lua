@@ -385,16 +385,10 @@ function M.node_line(ctx, node)
   end
   for _, d in ipairs(map.domains) do
     if d.name == name then
-      return string.format("IMEX domain: %s from %s: %s", name, map.source, M.show(d.nodes)),
+      return string.format("IMEX domain: %s from %s: %s", name, map.source, hostlist.show_in_order(d.nodes)),
         { name = name, kind = map.kind, source = map.source, nodes = d.nodes }
     end
   end
-end
-
---- A hostlist for a log line (compressed; the names joined when they cannot be).
-function M.show(names)
-  local h = hostlist.compress(names)
-  return h or table.concat(names, ",")
 end
 
 --- The one log line of the split: this node's domain, the others, the nodes left out.
@@ -403,12 +397,14 @@ end
 -- @return string
 function M.describe(dom, node)
   local r = { string.format("IMEX domain of node %s: %s from %s: %s", node, tostring(dom.name), dom.source,
-    M.show(dom.nodes)) }
+    hostlist.show_in_order(dom.nodes)) }
   for _, o in ipairs(dom.others or {}) do
-    r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name, M.show(o.nodes))
+    r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name,
+      hostlist.show_in_order(o.nodes))
   end
   if #(dom.left_out or {}) > 0 then
-    r[#r + 1] = string.format("left out (in no IMEX domain, not waited for): %s", M.show(dom.left_out))
+    r[#r + 1] = string.format("left out (in no IMEX domain, not waited for): %s",
+      hostlist.show_in_order(dom.left_out))
   end
   return table.concat(r, "; ")
 end

@@ -109,16 +109,14 @@ local function verify(ctx, wait)
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
   -- C35: host names in the static list, resolved as the job's nodes are
-  local entry_addrs, entry_names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local resolved, entry_names, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
       info.nodes_file, bad)))
   end
-  local resolved, by_entry, seen = {}, {}, {}
+  local seen = {}
   for i, e in ipairs(static) do
-    resolved[i] = entry_addrs[i] or e
-    if entry_addrs[i] and entry_addrs[i] ~= e then by_entry[e] = entry_addrs[i] end
     -- two entries of one address (C35: two names of one tray): the daemon's list is ambiguous
     if seen[resolved[i]] then
       return fail("bad-input", "node %s: static node list %s: %s and %s are both %s; nothing changed", node,
@@ -148,9 +146,7 @@ end
 -- judge of health.wait (its contract there).
 local function judge(answer, want)
   -- C35: the ctl may show a host name of the static list where the job has its address
-  if answer.domain and want.by_entry and next(want.by_entry) then
-    answer = setmetatable({ domain = ctl.map_hosts(answer.domain, want.by_entry) }, { __index = answer })
-  end
+  answer = ctl.map_answer_hosts(answer, want.by_entry)
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
   local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
   if not v or v.local_fault or v.verdict == "config-fault" then return v end

@@ -28,6 +28,9 @@
 -- The registry is NOT cleared when the unit's invocation ID changes outside imexguard (an admin's
 -- `systemctl restart`, Restart=on-failure after a crash): the jobs may still run, and they use
 -- whatever daemon is running now, so restarting it again would break them again.
+-- hostlist only for entry_hosts: the epilog, which loads this module, loads no hostlist code
+local hostlist = require("imexguard.lazy") "imexguard.hostlist"
+
 local M = {}
 
 --- The registry list of a state table (created empty when missing).
@@ -152,13 +155,28 @@ function M.ids(entries)
   return table.concat(ids, ", ")
 end
 
+-- The lines of node-list bytes, in order.
+local function lines(bytes)
+  local l = {}
+  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
+  return l
+end
+
 --- "{10.0.0.1 10.0.0.3}" from node-list bytes.
 -- @tparam string bytes the node list file's contents (one address per line)
 -- @treturn string the addresses in braces, space separated, in file order
 function M.show_nodes(bytes)
-  local l = {}
-  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
-  return "{" .. table.concat(l, " ") .. "}"
+  return "{" .. table.concat(lines(bytes), " ") .. "}"
+end
+
+--- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
+-- "gb[03-18]", recorded by steps.register), else its node list's addresses compressed in numeric
+-- order ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
+-- @tparam table e registry entry
+-- @treturn string
+function M.entry_hosts(e)
+  if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
+  return hostlist.show(lines(e.nodes))
 end
 
 --- "2h05m" from seconds.

@@ -854,16 +854,6 @@ local function entry_fields(ctx, want, extra)
   return e
 end
 
---- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
--- "gb[03-18]", recorded by M.register), else its node list's addresses compressed in numeric order
--- ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
--- @param e table registry entry
--- @return string
-function M.entry_hosts(e)
-  if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
-  return hostlist.show(lines(e.nodes))
-end
-
 -- This job's hosts for a person: its Slurm node list compressed, else the addresses of `bytes`.
 local function job_hosts(ctx, bytes)
   local expr = ctx.job and ctx.job.nodelist
@@ -885,7 +875,7 @@ function M.conflict_message(ctx, verdict, entries, why)
   local unit = ctx.settings.unit
   local parts = {}
   for i, e in ipairs(entries) do
-    parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, M.entry_hosts(e),
+    parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, registry.entry_hosts(e),
       e.shared and ("shared " .. tostring(e.shared) .. ", ") or "",
       registry.show_age((now_us - (e.registered_us or now_us)) / 1e6))
   end

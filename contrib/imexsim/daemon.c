@@ -28,8 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HANDSHAKE_MS                                                                               \
-	2000 /* give up on a HELLO after this long (a connect: IMEXSIM_CONNECT_TIMEOUT_MS) */
+#define HANDSHAKE_MS   2000 /* give up on a HELLO after this long (connect: its own timeout) */
 #define CMD_CLIENT_MS  5000 /* close an idle command-port client after this long */
 #define MAX_LINE       512
 #define LOG_ATTEMPTS_N 5 /* log the first N connection attempts to a peer, then every 100th */
@@ -388,7 +387,7 @@ static void peer_connect(int id)
 	p->fd = fd;
 	p->phase = P_CONNECTING;
 	/* A connect whose SYNs go unanswered (IMEXSIM_DROP_SYN_MS on the peer, dropped packets)
-	 * waits for the kernel's SYN retransmits (1, 3, 7, 15 s ...) until this timeout. */
+	 * waits for the kernel's SYN retransmits until this timeout. */
 	p->next_ms = sim_now_ms() + d.cfg.connect_timeout_ms;
 	p->in.len = p->out.len = 0;
 	queue_hello(&p->out, id);
@@ -628,12 +627,13 @@ static int take_session(void)
 
 /* IMEXSIM_DROP_SYN_MS: make the peer port drop every SYN for a while, as a firewall or a network
  * policy that drops packets does while a node boots.  No packet filter is needed: Linux drops a
- * SYN to a listener whose accept queue is full (LISTENOVERFLOWS), so the queue is shrunk to one
- * (listen(2) again) and filled with two connections of our own that nobody accepts (the second
- * fits because the queue counts as full only above its length; without a SYN queue check, no
- * syncookies).  The peers' kernels then retransmit their SYNs 1, 3, 7, 15, 31 ... s after the
- * attempt, and the first retransmit after open_peer_port completes the connection.  Returns 0 or
- * a negative errno. */
+ * SYN to a listener whose accept queue is full (LISTENOVERFLOWS), so the queue's length is set to
+ * one (listen(2) again) and filled with two connections of our own that nobody accepts (a queue
+ * counts as full only once it holds more than its length; each of our SYNs finds the SYN queue
+ * empty, so no syncookies are involved).  The peers' kernels then retransmit their SYNs (1, 3, 7,
+ * 15 ... s after the attempt; every second for the first four where tcp_syn_linear_timeouts=4)
+ * and the first retransmit after open_peer_port completes the connection.  Returns 0 or a
+ * negative errno. */
 static int plug_peer_port(void)
 {
 	if (listen(d.peer_lfd, 1) < 0)

@@ -117,6 +117,10 @@ static const struct key {
     {"IMEXSIM_PID_FILE", K_STR, FIELD(pid_file), 0, 0, NULL},
     {"IMEXSIM_STATE_FILE", K_STR, FIELD(state_file), 0, 0, NULL},
     {"IMEXSIM_HOSTS_FILE", K_STR, FIELD(hosts_file), 0, 0, NULL},
+    {"IMEXSIM_SESSION_FILE", K_STR, FIELD(session_file), 0, 0, NULL},
+    {"IMEXSIM_NO_IPV6", K_INT, FIELD(no_ipv6), 0, 1, NULL},
+    {"IMEXSIM_CONNECT_TIMEOUT_MS", K_INT, FIELD(connect_timeout_ms), 1, 3600000, NULL},
+    {"IMEXSIM_DROP_SYN_MS", K_INT, FIELD(drop_syn_ms), 0, 3600000, NULL},
     {"IMEXSIM_NEVER_READY", K_INT, FIELD(never_ready), 0, 1, NULL},
     {"IMEXSIM_HANG_CMD", K_CHOICE, FIELD(hang_cmd), 0, 0, who},
     {"IMEXSIM_REFUSE_CMD", K_CHOICE, FIELD(refuse_cmd), 0, 0, who},
@@ -202,7 +206,7 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
 	c->reconnect_factor = 2.0;
 	c->reconnect_max_ms = 2000;
 	c->usr1_interval_ms = 5000;
-	strcpy(c->ctl_format, "570");
+	c->connect_timeout_ms = 20000;
 	strcpy(c->node_file, "/etc/nvidia-imex/nodes_config.cfg");
 	strcpy(c->wait_for_quorum, "RECOVERY");
 	strcpy(c->version, SIM_DEFAULT_VERS);
@@ -243,7 +247,18 @@ int sim_config_read(const char *path, struct sim_config *c, char *err, size_t er
 		snprintf(err, errlen, "%s: read error", path);
 	}
 	fclose(f);
+	/* The ctl comes with the driver: its format follows the version unless set. */
+	if (!*c->ctl_format)
+		strcpy(c->ctl_format, sim_version_major(c->version) >= 580 ? "580" : "570");
 	return rc;
+}
+
+int sim_version_major(const char *version)
+{
+	long major = 0;
+	for (const char *p = version; *p >= '0' && *p <= '9' && major < 100000; p++)
+		major = major * 10 + (*p - '0');
+	return (int)major;
 }
 
 int sim_nodes_read(const char *path, struct sim_nodes *n)
@@ -305,25 +320,35 @@ static int hosts_lookup(const char *path, const char *name, char *out, size_t le
 	return rc;
 }
 
+int sim_resolve(const char *entry, const char *hosts_file, char *out, size_t len)
+{
+	struct in_addr a;
+	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+	if (len == 0)
+		return -EINVAL;
+	out[0] = '\0';
+	if (inet_pton(AF_INET, entry, &a) == 1) {
+		if (strlen(entry) >= len)
+			return -ENOENT;
+		strcpy(out, entry);
+		return 0;
+	}
+	if (hosts_file && *hosts_file && hosts_lookup(hosts_file, entry, out, len) == 0)
+		return 0; /* from the private hosts file */
+	if (getaddrinfo(entry, NULL, &hints, &res) != 0)
+		return -ENOENT;
+	if (!inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr, out,
+		       (socklen_t)len))
+		out[0] = '\0';
+	freeaddrinfo(res);
+	return *out ? 0 : -ENOENT;
+}
+
 int sim_nodes_resolve(struct sim_nodes *n, const char *hosts_file)
 {
 	int missing = 0;
-	for (int i = 0; i < n->count; i++) {
-		struct in_addr a;
-		struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-		n->ip[i][0] = '\0';
-		if (inet_pton(AF_INET, n->addr[i], &a) == 1) {
-			strcpy(n->ip[i], n->addr[i]);
-		} else if (hosts_file && *hosts_file &&
-			   hosts_lookup(hosts_file, n->addr[i], n->ip[i], sizeof n->ip[i]) == 0) {
-			/* from the private hosts file */
-		} else if (getaddrinfo(n->addr[i], NULL, &hints, &res) == 0) {
-			inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
-				  n->ip[i], sizeof n->ip[i]);
-			freeaddrinfo(res);
-		}
-		missing += !*n->ip[i];
-	}
+	for (int i = 0; i < n->count; i++)
+		missing += sim_resolve(n->addr[i], hosts_file, n->ip[i], sizeof n->ip[i]) < 0;
 	return missing;
 }
 

@@ -36,6 +36,8 @@ struct view {
 	char state[32], version[64], hostname[256];
 	int npeers;
 	char peer_addr[SIM_MAX_NODES][SIM_ADDR_LEN];
+	char peer_ip[SIM_MAX_NODES]
+		    [SIM_ADDR_LEN]; /* where the node finds the entry ("": unknown) */
 	enum sim_conn peer_status[SIM_MAX_NODES];
 };
 
@@ -140,7 +142,8 @@ static void copy_field(char *dst, size_t n, const char *src)
 	dst[len] = '\0';
 }
 
-/* Parse an answer ("STATE x", "VERSION v", "HOSTNAME h", "PEER id addr STATUS", ..., "END"). */
+/* Parse an answer ("STATE x", "VERSION v", "HOSTNAME h", "PEER id addr STATUS [ip]", ..., "END").
+ */
 static void parse_view(struct query *q, struct view *v)
 {
 	/* Not memset: a view is 17 KiB, and -N parses one per node on every call. */
@@ -151,8 +154,8 @@ static void parse_view(struct query *q, struct view *v)
 		return;
 	char line[MAX_LINE];
 	while (sim_buf_line(&q->in, line, sizeof line) == 1) {
-		char a[SIM_ADDR_LEN], s[32];
-		int id;
+		char a[SIM_ADDR_LEN], s[32], ip[SIM_ADDR_LEN];
+		int id, k;
 		if (sscanf(line, "NODE %d %63s", &id, a) == 2) {
 			v->self_id = id;
 			strcpy(v->self_addr, a);
@@ -162,9 +165,10 @@ static void parse_view(struct query *q, struct view *v)
 			copy_field(v->version, sizeof v->version, line + 8);
 		else if (!strncmp(line, "HOSTNAME ", 9))
 			copy_field(v->hostname, sizeof v->hostname, line + 9);
-		else if (sscanf(line, "PEER %d %63s %31s", &id, a, s) == 3 &&
+		else if ((k = sscanf(line, "PEER %d %63s %31s %63s", &id, a, s, ip)) >= 3 &&
 			 v->npeers < SIM_MAX_NODES) {
 			strcpy(v->peer_addr[v->npeers], a);
+			strcpy(v->peer_ip[v->npeers], k == 4 && strcmp(ip, "-") ? ip : "");
 			v->peer_status[v->npeers++] = sim_conn_parse(s);
 		}
 	}
@@ -244,6 +248,7 @@ struct opts {
 	const char *hosts_file; /* IMEXSIM_HOSTS_FILE: names of the node list */
 	int list_from_file;	/* IMEXSIM_CTL_NODE_LIST=file: -N shows the node file's list */
 	int conn_own; /* IMEXSIM_CTL_CONNECTIONS=node: -N -j shows each node's own table */
+	int v6_any;   /* the local daemon is [::]:port on a host without IPv6 (IMEXSIM_NO_IPV6) */
 };
 
 /* The "hostName" of node view `v` in -N -j, or NULL for none.  570 [guess]: only with -H, the
@@ -397,6 +402,10 @@ static int domain_once(const struct opts *o, const struct sim_nodes *file)
 	qs[0].ip = o->ip;
 	qs[0].port = o->port;
 	qs[0].sock = o->sock;
+	if (o->v6_any) { /* the same failure as -q's: the local daemon is not reached */
+		qs[0].done = 1;
+		qs[0].err = -EAFNOSUPPORT;
+	}
 	run_queries(qs, 1, "STATUS", o->ip, o->timeout_ms);
 	struct view local;
 	parse_view(&qs[0], &local);
@@ -406,6 +415,16 @@ static int domain_once(const struct opts *o, const struct sim_nodes *file)
 		shown_list(o, file, &local, &nodes);
 		shown = &nodes;
 		sim_nodes_resolve(&nodes, o->hosts_file);
+		/* Ask each node where the local daemon finds it (its own resolver: a private hosts
+		 * file bind-mounted into its unit is not the ctl's) [guess: whether the real ctl or
+		 * the local daemon resolves the peers is not documented]. */
+		for (int i = 0; i < nodes.count; i++)
+			for (int j = 0; j < local.npeers; j++)
+				if (*local.peer_ip[j] &&
+				    !strcmp(local.peer_addr[j], nodes.addr[i])) {
+					strcpy(nodes.ip[i], local.peer_ip[j]);
+					break;
+				}
 		int self = sim_nodes_find(&nodes, local.self_addr);
 		memset(qs, 0, sizeof *qs);
 		for (int i = 0; i < nodes.count; i++) {
@@ -449,6 +468,10 @@ static int query_local(const struct opts *o)
 	q->ip = o->ip;
 	q->port = o->port;
 	q->sock = o->sock;
+	if (o->v6_any) {
+		q->done = 1;
+		q->err = -EAFNOSUPPORT;
+	}
 	run_queries(q, 1, "QUERY", o->ip, o->timeout_ms);
 	parse_view(q, v);
 	if (v->ok) {
@@ -462,6 +485,11 @@ static int query_local(const struct opts *o)
 		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
 		       "last error: UNKNOWN: unix:%s: %s\n",
 		       o->sock, strerror(-q->err));
+	} else if (o->v6_any) {
+		/* tests/fixtures/ctl/errors.txt: the real text, gRPC's spelling of [::] */
+		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
+		       "last error: UNKNOWN: ipv6:%%5B::%%5D:%d: %s\n",
+		       o->port, strerror(-q->err));
 	} else {
 		printf("Query Status returned error code: 14 - failed to connect to all addresses; "
 		       "last error: UNKNOWN: ipv4:%s:%d: %s\n",
@@ -546,6 +574,12 @@ int sim_ctl_main(int argc, char **argv)
 			return 255;
 		}
 		sim_nodes_resolve(&nodes, cfg.hosts_file);
+		/* The real ctl given only -c dials [::]:IMEX_CMD_PORT when
+		 * IMEX_CMD_BIND_INTERFACE_IP is empty: on a kernel without IPv6 that fails
+		 * (IMEXSIM_NO_IPV6, case C44); with IPv6 it reaches the daemon listening on all
+		 * interfaces, which the simulator models by the node's own address (see the
+		 * daemon's command port). */
+		o.v6_any = !o.ip && !o.sock && !*cfg.cmd_bind_ip && cfg.no_ipv6;
 		if (!o.ip && !o.sock) {
 			int local = sim_nodes_first_local(&nodes);
 			o.ip = *cfg.cmd_bind_ip ? cfg.cmd_bind_ip

@@ -9,6 +9,7 @@
  */
 #include "imexsim.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -26,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HANDSHAKE_MS   2000 /* give up on a connect or a HELLO after this long */
+#define HANDSHAKE_MS   2000 /* give up on a HELLO after this long (connect: its own timeout) */
 #define CMD_CLIENT_MS  5000 /* close an idle command-port client after this long */
 #define MAX_LINE       512
 #define LOG_ATTEMPTS_N 5 /* log the first N connection attempts to a peer, then every 100th */
@@ -48,6 +50,7 @@ struct peer {
 		      */
 	int agreed;  /* this instance has had the peer CONNECTED: a mismatch after that is the
 			peer's list changing under this running daemon, which blocks it */
+	int64_t blocked_at; /* when `blocked` was set (Unix time, milliseconds) */
 	uint64_t instance;
 	struct sim_buf in, out;
 };
@@ -86,6 +89,10 @@ static struct {
 	int exiting;	  /* ... and it is time: exit with IMEXSIM_EXIT_STATUS */
 	int usr1_done;	  /* SIGUSR1 restarted the outgoing connections at least once */
 	int64_t usr1_ms;  /* ... last at this time */
+	int64_t started;  /* start time (Unix time, milliseconds): the state file's started= */
+	int session_fd;	  /* IMEXSIM_SESSION_FILE, open and flock'ed while we hold the session */
+	int64_t syn_open_ms; /* IMEXSIM_DROP_SYN_MS: the peer port drops SYNs until then (0: not) */
+	int plug_fd[2];	     /* ... the two connections that fill its accept queue meanwhile */
 } d;
 
 static volatile sig_atomic_t got_term, got_hup, got_usr1;
@@ -149,15 +156,39 @@ static void write_file_atomic(const char *path, const char *text)
 	}
 }
 
-/* IMEXSIM_STATE_FILE: what a test wants to know without the command port. */
+/* Unix time in milliseconds (CLOCK_REALTIME): comparable across daemons and with log times. */
+static int64_t unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* IMEXSIM_STATE_FILE: what a test wants to know without the command port.  `started` (Unix ms)
+ * and `blocks` (ID@UNIX_MS of every peer this instance remembers a node-map mismatch with, since
+ * when) tell which end of a remembered mismatch started after it began (case C52). */
 static void write_state_file(void)
 {
-	char text[512];
-	snprintf(text, sizeof text,
-		 "pid=%d\ninstance=%016" PRIx64
-		 "\nstate=%s\nnode_id=%d\naddress=%s\nnodes=%d\nmap_hash=%016" PRIx64 "\n",
-		 (int)getpid(), d.instance, d.state, d.self, d.addr, d.nodes.count, d.map_hash);
+	if (!*d.cfg.state_file)
+		return;
+	char *text = malloc(1024 + (size_t)d.nodes.count * 32);
+	if (!text)
+		return;
+	int n = sprintf(text,
+			"pid=%d\ninstance=%016" PRIx64
+			"\nstate=%s\nnode_id=%d\naddress=%s\nnodes=%d\nmap_hash=%016" PRIx64
+			"\nversion=%s\nstarted=%" PRId64 "\nblocks=",
+			(int)getpid(), d.instance, d.state, d.self, d.addr, d.nodes.count,
+			d.map_hash, d.cfg.version, d.started);
+	for (int i = 0, first = 1; d.peers && i < d.nodes.count; i++) {
+		if (!d.peers[i].blocked)
+			continue;
+		n += sprintf(text + n, "%s%d@%" PRId64, first ? "" : ",", i, d.peers[i].blocked_at);
+		first = 0;
+	}
+	strcpy(text + n, "\n");
 	write_file_atomic(d.cfg.state_file, text);
+	free(text);
 }
 
 /* Change the local state (what -q prints), log it and update the state file. */
@@ -215,6 +246,8 @@ static enum sim_conn judge_hello(const struct hello *h, int expect_id, int from)
 		if (from >= 0 && !d.cfg.mismatch_clears_one && d.peers[from].agreed &&
 		    !d.peers[from].blocked) {
 			d.peers[from].blocked = 1;
+			d.peers[from].blocked_at = unix_ms();
+			write_state_file();
 			logmsg(
 			    "ERROR",
 			    "Node map mismatch with node %d - %s: blocked until both ends restart "
@@ -292,6 +325,17 @@ static void peer_fail(int id, const char *why)
 	peer_close(id);
 }
 
+/* A connect to peer `id` got no answer within IMEXSIM_CONNECT_TIMEOUT_MS (its SYNs were dropped):
+ * logged like the attempts (the first five, then every hundredth), then an ordinary failure. */
+static void peer_timeout(int id)
+{
+	if (log_attempt(d.peers[id].attempts))
+		logmsg("INFO", "Connection attempt #%lu to node %d - %s:%d timed out after %d ms",
+		       d.peers[id].attempts, id, d.nodes.addr[id], d.cfg.server_port,
+		       d.cfg.connect_timeout_ms);
+	peer_fail(id, "connect timeout");
+}
+
 /* Peer `id` said goodbye (clean shutdown, SIGTERM): its connection is lost at once.  It shows
  * RECOVERING (IMEXSIM_GOODBYE_STATUS=DISCONNECTED: DISCONNECTED) until it is back; which one the
  * real daemon shows is a guess (README.md). */
@@ -307,6 +351,23 @@ static void peer_goodbye(int id)
 		peer_close(id);
 }
 
+/* Resolve peer `id`'s entry again (a host name: IMEXSIM_HOSTS_FILE, else the resolver, which
+ * reads /etc/hosts at every lookup).  Every connection attempt does, so a broken channel follows a
+ * changed mapping on its next retry, while an established one keeps its address until it breaks
+ * or SIGUSR1 restarts it (imex-facts: host names, 570.158.01+; NVIDIA's DRA driver relies on it).
+ * Returns 0, or -ENOENT when the name does not resolve (the attempt fails). */
+static int peer_resolve(int id)
+{
+	char ip[SIM_ADDR_LEN];
+	int rc = sim_resolve(d.nodes.addr[id], d.cfg.hosts_file, ip, sizeof ip);
+	if (strcmp(ip, d.nodes.ip[id]) != 0) {
+		logmsg("INFO", "Node %d - %s resolves to %s (was %s)", id, d.nodes.addr[id],
+		       *ip ? ip : "nothing", *d.nodes.ip[id] ? d.nodes.ip[id] : "nothing");
+		strcpy(d.nodes.ip[id], ip);
+	}
+	return rc;
+}
+
 static void peer_connect(int id)
 {
 	struct peer *p = &d.peers[id];
@@ -314,15 +375,20 @@ static void peer_connect(int id)
 	if (log_attempt(p->attempts))
 		logmsg("INFO", "Attempting connection for target node %d - %s:%d, attempt #%lu", id,
 		       d.nodes.addr[id], d.cfg.server_port, p->attempts);
-	int fd = sim_connect_start(*d.nodes.ip[id] ? d.nodes.ip[id] : d.nodes.addr[id],
-				   d.cfg.server_port);
+	if (peer_resolve(id) < 0) {
+		peer_fail(id, "name does not resolve");
+		return;
+	}
+	int fd = sim_connect_start(d.nodes.ip[id], d.cfg.server_port);
 	if (fd < 0) {
 		peer_fail(id, strerror(-fd));
 		return;
 	}
 	p->fd = fd;
 	p->phase = P_CONNECTING;
-	p->next_ms = sim_now_ms() + HANDSHAKE_MS;
+	/* A connect whose SYNs go unanswered (IMEXSIM_DROP_SYN_MS on the peer, dropped packets)
+	 * waits for the kernel's SYN retransmits until this timeout. */
+	p->next_ms = sim_now_ms() + d.cfg.connect_timeout_ms;
 	p->in.len = p->out.len = 0;
 	queue_hello(&p->out, id);
 }
@@ -340,6 +406,7 @@ static void peer_event(int id, short revents)
 			return;
 		}
 		p->phase = P_HELLO;
+		p->next_ms = sim_now_ms() + HANDSHAKE_MS;
 	}
 	if (p->out.len > 0) {
 		int r = sim_buf_flush(&p->out, p->fd);
@@ -445,7 +512,9 @@ static void accept_all(int lfd, enum client_kind kind)
 	}
 }
 
-/* The answer to "STATUS": this node's state, identity and its view of every node of its list. */
+/* The answer to "STATUS": this node's state, identity and its view of every node of its list;
+ * each PEER line ends with the address the entry resolves to here ("-": none), so that the ctl
+ * asks the nodes where this daemon finds them, whatever resolver the ctl's caller has. */
 static void answer_status(struct sim_buf *b)
 {
 	int rc = sim_buf_printf(b,
@@ -457,7 +526,8 @@ static void answer_status(struct sim_buf *b)
 		enum sim_conn s = i == d.self
 				      ? (strcmp(d.state, "READY") ? SIM_INVALID : SIM_CONNECTED)
 				      : d.peers[i].status;
-		rc = sim_buf_printf(b, "PEER %d %s %s\n", i, d.nodes.addr[i], sim_conn_name(s));
+		rc = sim_buf_printf(b, "PEER %d %s %s %s\n", i, d.nodes.addr[i], sim_conn_name(s),
+				    *d.nodes.ip[i] ? d.nodes.ip[i] : "-");
 	}
 	if (rc == 0)
 		rc = sim_buf_printf(b, "END\n");
@@ -533,6 +603,72 @@ static int client_event(struct client *c, short revents)
 	return 0;
 }
 
+/* IMEXSIM_SESSION_FILE: take the node's one IMEX session.  The driver lets one IMEX daemon per
+ * node hold it (imex-facts, "one IMEX session per driver"); here the daemons of one simulated
+ * node share one session file, and the holder keeps it open and flock'ed (LOCK_EX) for its
+ * lifetime, so /proc/locks (FLOCK, the holder's PID, the file's inode) and /proc/PID/fd name the
+ * holder, as the real holder keeps the fabric-imex-mgmt capability device open.  Called in the
+ * process that lives on (the child after the fork).  Returns 0 (no session file, or taken),
+ * -EBUSY (another daemon holds it: NV_ERR_IN_USE) or the negative errno of open/flock. */
+static int take_session(void)
+{
+	if (!*d.cfg.session_file)
+		return 0;
+	d.session_fd = open(d.cfg.session_file, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (d.session_fd < 0)
+		return -errno;
+	if (flock(d.session_fd, LOCK_EX | LOCK_NB) == 0)
+		return 0;
+	int e = errno == EWOULDBLOCK ? EBUSY : errno;
+	close(d.session_fd);
+	d.session_fd = -1;
+	return -e;
+}
+
+/* IMEXSIM_DROP_SYN_MS: make the peer port drop every SYN for a while, as a firewall or a network
+ * policy that drops packets does while a node boots.  No packet filter is needed: Linux drops a
+ * SYN to a listener whose accept queue is full (LISTENOVERFLOWS), so the queue's length is set to
+ * one (listen(2) again) and filled with two connections of our own that nobody accepts (a queue
+ * counts as full only once it holds more than its length; each of our SYNs finds the SYN queue
+ * empty, so no syncookies are involved).  The peers' kernels then retransmit their SYNs (1, 3, 7,
+ * 15 ... s after the attempt; every second for the first four where tcp_syn_linear_timeouts=4)
+ * and the first retransmit after open_peer_port completes the connection.  Returns 0 or a
+ * negative errno. */
+static int plug_peer_port(void)
+{
+	if (listen(d.peer_lfd, 1) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in sa = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)d.cfg.server_port)};
+		if (fd < 0)
+			return -errno;
+		d.plug_fd[i] = fd;
+		if (inet_pton(AF_INET, d.ip, &sa.sin_addr) != 1)
+			return -EINVAL;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+/* The end of IMEXSIM_DROP_SYN_MS: the full queue length again, then the two connections of
+ * plug_peer_port are closed (their accepted ends see end of file and go). */
+static void open_peer_port(void)
+{
+	d.syn_open_ms = 0;
+	if (listen(d.peer_lfd, SIM_LISTEN_BACKLOG) < 0)
+		logmsg("WARN", "listen on the peer port: %s", strerror(errno));
+	for (int i = 0; i < 2; i++) {
+		if (d.plug_fd[i] >= 0)
+			close(d.plug_fd[i]);
+		d.plug_fd[i] = -1;
+	}
+	logmsg("INFO", "Peer port %s:%d takes connections again (IMEXSIM_DROP_SYN_MS)", d.addr,
+	       d.cfg.server_port);
+}
+
 /* What a poll slot belongs to: peer index >= 0, or a client. */
 struct slot {
 	int peer;
@@ -556,6 +692,8 @@ static void loop_once(const sigset_t *orig)
 		d.ready_ms = 0;
 		set_state("READY", "after IMEXSIM_START_DELAY_MS");
 	}
+	if (d.syn_open_ms && now >= d.syn_open_ms)
+		open_peer_port();
 	if (d.exit_ms && now >= d.exit_ms) {
 		logmsg("ERROR", "Exiting with status %d (IMEXSIM_EXIT_AFTER_MS)",
 		       d.cfg.exit_status);
@@ -570,13 +708,17 @@ static void loop_once(const sigset_t *orig)
 		wake = d.wait_ms;
 	if (d.ready_ms && d.ready_ms < wake)
 		wake = d.ready_ms;
+	if (d.syn_open_ms && d.syn_open_ms < wake)
+		wake = d.syn_open_ms;
 	for (int i = 0; i < d.nodes.count; i++) {
 		struct peer *p = &d.peers[i];
 		if (i == d.self || p->dropped)
 			continue;
 		if (p->phase == P_IDLE && now >= p->next_ms)
 			peer_connect(i);
-		else if (p->phase != P_IDLE && p->phase != P_UP && now >= p->next_ms)
+		else if (p->phase == P_CONNECTING && now >= p->next_ms)
+			peer_timeout(i);
+		else if (p->phase == P_HELLO && now >= p->next_ms)
 			peer_fail(i, "handshake timeout");
 		if (p->phase != P_UP && p->next_ms < wake)
 			wake = p->next_ms;
@@ -602,7 +744,8 @@ static void loop_once(const sigset_t *orig)
 		free(owner);
 		return;
 	}
-	fds[n++] = (struct pollfd){.fd = d.peer_lfd, .events = POLLIN};
+	/* While SYNs are dropped, nothing is accepted: an accept would make room in the queue. */
+	fds[n++] = (struct pollfd){.fd = d.syn_open_ms ? -1 : d.peer_lfd, .events = POLLIN};
 	fds[n++] = (struct pollfd){.fd = d.cmd_lfd, .events = POLLIN};
 	fds[n++] = (struct pollfd){.fd = d.cmd_ufd, .events = POLLIN};
 	for (int i = 0; i < d.nodes.count; i++) {
@@ -710,9 +853,11 @@ static void say_goodbye(void)
 }
 
 /* Fork like a Type=forking service.  The parent waits until the child reports that it is
- * initialised (sockets bound, PID and state files written: see report_started), then exits 0;
- * or exits 1 when the child died first.  Returns, in the child, the write end of the report pipe,
- * or the negative errno of pipe/fork. */
+ * initialised (sockets bound, IMEX session held, PID and state files written: see
+ * report_started), then exits 0; or exits 1 when the child died first.  The child keeps stdout and
+ * stderr until it reports, so that the ERROR line of a failure before that reaches the caller (a
+ * unit's journal) as well as LOG_FILE_NAME.  Returns, in the child, the write end of the report
+ * pipe, or the negative errno of pipe/fork. */
 static int daemonize(void)
 {
 	int pfd[2];
@@ -735,6 +880,12 @@ static int daemonize(void)
 	}
 	close(pfd[0]);
 	setsid();
+	return pfd[1];
+}
+
+/* The daemon detaches from its caller's stdin, stdout and stderr (DAEMONIZE=1). */
+static void detach_stdio(void)
+{
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null >= 0) {
 		dup2(null, STDIN_FILENO);
@@ -743,7 +894,6 @@ static int daemonize(void)
 		close(null);
 	}
 	d.log_stderr = 0;
-	return pfd[1];
 }
 
 /* Write IMEXSIM_PID_FILE (our PID) and the state file, then release a waiting parent (fd >= 0). */
@@ -755,6 +905,7 @@ static void report_started(int fd)
 		write_file_atomic(d.cfg.pid_file, text);
 	write_state_file();
 	if (fd >= 0) {
+		detach_stdio();
 		if (write(fd, "1", 1) < 0) {
 			/* the parent is gone: nobody to tell */
 		}
@@ -797,12 +948,14 @@ int sim_daemon_main(int argc, char **argv)
 	memset(&d, 0, sizeof d);
 	d.log_fd = -1;
 	d.log_stderr = 1;
-	d.peer_lfd = d.cmd_lfd = d.cmd_ufd = -1;
+	d.peer_lfd = d.cmd_lfd = d.cmd_ufd = d.session_fd = d.plug_fd[0] = d.plug_fd[1] = -1;
 	d.state = "INITIALIZING";
+	d.started = unix_ms();
 
 	char err[SIM_PATH_LEN + 200];
 	if (sim_config_read(cfg_path, &d.cfg, err, sizeof err) < 0) {
-		fprintf(stderr, "nvidia-imex: cannot read config file %s\n", err);
+		/* Every failed start ends with an ERROR line (on stderr only: no log file yet). */
+		logmsg("ERROR", "Cannot read config file %s", err);
 		return 1;
 	}
 	if (*d.cfg.log_file) {
@@ -827,6 +980,13 @@ int sim_daemon_main(int argc, char **argv)
 		       strerror(-rc));
 		return 1;
 	}
+	/* The real daemon's line for a name (580.159.04, NVIDIA's DRA driver PR 1465). */
+	for (int i = 0; i < d.nodes.count; i++) {
+		struct in_addr literal;
+		if (inet_pton(AF_INET, d.nodes.addr[i], &literal) != 1)
+			logmsg("INFO", "Treating node config entry '%s' as a host name.",
+			       d.nodes.addr[i]);
+	}
 	if ((rc = sim_nodes_resolve(&d.nodes, d.cfg.hosts_file)) > 0)
 		for (int i = 0; i < d.nodes.count; i++)
 			if (!*d.nodes.ip[i])
@@ -844,6 +1004,8 @@ int sim_daemon_main(int argc, char **argv)
 		logmsg("ERROR", "Cannot resolve this node's entry %s", d.addr);
 		return 1;
 	}
+	/* The real daemon's wording (imex-facts, host names). */
+	logmsg("INFO", "Identified this node as ID %d, using bind address of %s", d.self, d.ip);
 	raise_fd_limit(d.nodes.count);
 	d.map_hash = sim_nodes_hash(&d.nodes);
 	if (getrandom(&d.instance, sizeof d.instance, 0) != sizeof d.instance)
@@ -861,6 +1023,13 @@ int sim_daemon_main(int argc, char **argv)
 		logmsg("ERROR", "Failed to listen on %s:%d: %s", d.addr, d.cfg.server_port,
 		       strerror(-d.peer_lfd));
 		return 1;
+	} else if (d.cfg.drop_syn_ms && (rc = plug_peer_port()) < 0) {
+		logmsg("ERROR", "Cannot make the peer port drop SYNs (IMEXSIM_DROP_SYN_MS): %s",
+		       strerror(-rc));
+		return 1;
+	} else if (d.cfg.drop_syn_ms) {
+		logmsg("INFO", "Peer port %s:%d drops every SYN for %d ms (IMEXSIM_DROP_SYN_MS)",
+		       d.addr, d.cfg.server_port, d.cfg.drop_syn_ms);
 	}
 	if (d.cfg.cmd_enabled && d.cfg.refuse_cmd == SIM_WHO_ALL) {
 		logmsg("WARN", "Not listening on the command port (IMEXSIM_REFUSE_CMD=1)");
@@ -897,13 +1066,18 @@ int sim_daemon_main(int argc, char **argv)
 		}
 	}
 
+	/* SIGUSR1 is handled from driver 580 on (NVIDIA's developers state it for r580 and later;
+	 * imex-facts); an older daemon has no handler and, by the default action, dies of it:
+	 * killed by a signal, no goodbye, PID and state files left (case C48). */
+	int usr1 = sim_version_major(d.cfg.version) >= 580;
 	sigset_t block, orig;
 	sigemptyset(&block);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGQUIT);
 	sigaddset(&block, SIGHUP);
-	sigaddset(&block, SIGUSR1);
+	if (usr1)
+		sigaddset(&block, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &block, &orig);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
@@ -911,7 +1085,8 @@ int sim_daemon_main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGQUIT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
-	sigaction(SIGUSR1, &sa, NULL);
+	if (usr1)
+		sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	int report_fd = -1;
@@ -920,6 +1095,17 @@ int sim_daemon_main(int argc, char **argv)
 			logmsg("ERROR", "fork: %s", strerror(-rc));
 			return 1;
 		}
+	}
+	if ((rc = take_session()) < 0) {
+		/* The words of the real line are seen ("Failed to allocate Imex session",
+		 * NV_ERR_IN_USE), not the line itself.  A start job of a Type=forking unit fails:
+		 * the parent exits 1 when this child dies before reporting. */
+		if (rc == -EBUSY)
+			logmsg("ERROR", "Failed to allocate Imex session, status: NV_ERR_IN_USE");
+		else
+			logmsg("ERROR", "Failed to allocate Imex session: %s: %s",
+			       d.cfg.session_file, strerror(-rc));
+		return 1;
 	}
 
 	d.peers = calloc((size_t)d.nodes.count, sizeof *d.peers);
@@ -940,6 +1126,8 @@ int sim_daemon_main(int argc, char **argv)
 		p += *p == ',';
 	}
 	int64_t start = sim_now_ms();
+	if (d.cfg.drop_syn_ms && d.peer_lfd >= 0)
+		d.syn_open_ms = start + d.cfg.drop_syn_ms;
 	if (d.cfg.crash_after_ms)
 		d.crash_ms = start + d.cfg.crash_after_ms;
 	if (d.cfg.exit_after_ms)
@@ -989,6 +1177,11 @@ int sim_daemon_main(int argc, char **argv)
 		unlink(d.cfg.state_file);
 	if (*d.cfg.pid_file)
 		unlink(d.cfg.pid_file);
+	for (int i = 0; i < 2; i++)
+		if (d.plug_fd[i] >= 0)
+			close(d.plug_fd[i]);
+	if (d.session_fd >= 0)
+		close(d.session_fd); /* releases the session (the flock) */
 	free(d.peers);
 	logmsg("INFO", "Exiting");
 	if (d.log_fd >= 0)

@@ -19,7 +19,7 @@
 #define SIM_PATH_LEN	  4096
 #define SIM_BUF_SIZE	  32768 /* per connection and direction; a STATUS answer for 256 nodes fits */
 #define SIM_DEFAULT_CFG	  "/etc/nvidia-imex/config.cfg"
-#define SIM_DEFAULT_VERS  "570.172.08-sim"
+#define SIM_DEFAULT_VERS  "580.95.05-sim"
 #define SIM_PROTO_VERSION 1
 /* listen(2) backlog of the peer and command ports: when a whole domain starts at once, every
  * other node connects to a new daemon within a few milliseconds (71 peers in a 72-node domain),
@@ -50,7 +50,8 @@ struct sim_config {
 	char hostname[SIM_ADDR_LEN]; /* IMEXSIM_HOSTNAME, default "" (gethostname(2)) */
 	int goodbye_disconnected; /* IMEXSIM_GOODBYE_STATUS: 0 RECOVERING (default), 1 DISCONNECTED
 				   */
-	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570 (default), 570.00 or 580 */
+	char ctl_format[16];	  /* IMEXSIM_CTL_FORMAT: 570, 570.00 or 580; default: 580 when
+				     IMEXSIM_VERSION is 580 or later, else 570 */
 	int ctl_list_from_file;	  /* IMEXSIM_CTL_NODE_LIST: 0 daemon (default), 1 file */
 	int ctl_conn_own;	  /* IMEXSIM_CTL_CONNECTIONS: 0 local (default), 1 node */
 	int mismatch_clears_one;  /* IMEXSIM_MISMATCH_CLEARS: 0 both (default: a node map mismatch
@@ -59,6 +60,10 @@ struct sim_config {
 	char pid_file[SIM_PATH_LEN];   /* IMEXSIM_PID_FILE, default "" */
 	char state_file[SIM_PATH_LEN]; /* IMEXSIM_STATE_FILE, default "" */
 	char hosts_file[SIM_PATH_LEN]; /* IMEXSIM_HOSTS_FILE: names of the node file, default "" */
+	char session_file[SIM_PATH_LEN]; /* IMEXSIM_SESSION_FILE: the node's one IMEX session (a
+					    file flock'ed by the daemon holding it), default "" */
+	int no_ipv6;		/* IMEXSIM_NO_IPV6: read by the ctl: the host has no IPv6 */
+	int connect_timeout_ms; /* IMEXSIM_CONNECT_TIMEOUT_MS: one connect attempt, default 20000 */
 	/* Fault knobs (README.md), all off by default.  SIM_WHO_* values: who is affected. */
 	int never_ready;      /* IMEXSIM_NEVER_READY: stay WAITING_FOR_PEERS */
 	int start_delay_ms;   /* IMEXSIM_START_DELAY_MS: INITIALIZING, WAITING_FOR_PEERS, READY */
@@ -70,6 +75,7 @@ struct sim_config {
 	int refuse_cmd;	      /* IMEXSIM_REFUSE_CMD: no command port / reset (SIM_WHO_*) */
 	int refuse_peers;     /* IMEXSIM_REFUSE_PEERS: do not listen on SERVER_PORT */
 	char drop_peers[256]; /* IMEXSIM_DROP_PEERS: node IDs, comma-separated */
+	int drop_syn_ms;      /* IMEXSIM_DROP_SYN_MS: drop SYNs to the peer port this long */
 };
 
 /* Values of the IMEXSIM_HANG_CMD and IMEXSIM_REFUSE_CMD knobs: "0", "1" (every client) or
@@ -98,6 +104,15 @@ int sim_nodes_read(const char *path, struct sim_nodes *n);
 
 /* Index of `addr` in the node list (an entry as written, or its resolved address), or -1. */
 int sim_nodes_find(const struct sim_nodes *n, const char *addr);
+
+/* Resolve one node file entry: an IPv4 literal as it is; a host name from `hosts_file` (when
+ * given and it names it), else the resolver (getaddrinfo, AF_INET, the first answer: /etc/hosts
+ * and DNS as nsswitch.conf says, read again at every call).  Writes the IPv4 address to `out`
+ * (size `len`); returns 0, or -ENOENT when it does not resolve ("" written). */
+int sim_resolve(const char *entry, const char *hosts_file, char *out, size_t len);
+
+/* Leading number of a driver version string ("580.95.05-sim": 580), or 0 when there is none. */
+int sim_version_major(const char *version);
 
 /* Fill n->ip: an IPv4 literal as it is; a host name (driver 570.158.01+ accepts them) from
  * `hosts_file` ("ADDRESS NAME..." lines as /etc/hosts, '#' comments; IMEXSIM_HOSTS_FILE, so tests

@@ -338,8 +338,8 @@ describe("imexsim: back-off, restarts, shutdown, SIGUSR1, start-up states, fault
     it("-H: host names in -j (570: only with -H; 580: always, empty without) and in the text",
       function()
         d = h.domain(3)
-        for i = 1, 3 do
-          d:configure(i, { IMEXSIM_HOSTNAME = "sim-node-" .. i })
+        for i = 1, 3 do -- a 570 daemon: its ctl has the 570 format
+          d:configure(i, { IMEXSIM_HOSTNAME = "sim-node-" .. i, IMEXSIM_VERSION = "570.172.08-sim" })
         end
         assert.are.equal(0, (d:start(1)))
         assert.are.equal(0, (d:start(2)))
@@ -360,7 +360,8 @@ describe("imexsim: back-off, restarts, shutdown, SIGUSR1, start-up states, fault
           .. "- N/A             - UNAVAILABLE          - Version: \n", 1, true), text)
         assert.is_nil(d:ctl(1, "-N"):find("sim-node-1", 1, true))
         -- The 580 ctl always has the field.
-        d:configure(1, { IMEXSIM_HOSTNAME = "sim-node-1", IMEXSIM_CTL_FORMAT = "580" })
+        d:configure(1, { IMEXSIM_HOSTNAME = "sim-node-1", IMEXSIM_VERSION = "570.172.08-sim",
+          IMEXSIM_CTL_FORMAT = "580" })
         t = assert(d:domain_json(1))
         assert.are.equal("", t.nodes["0"].hostName)
         assert.are.equal("N/A", t.nodes["2"].hostName)

@@ -136,6 +136,7 @@ describe("imexsim output against every real sample of tests/fixtures/ctl", funct
     local raw_fixture = h.fixture("down-unconfigured.json")
     local fixture = cjson.decode(raw_fixture)
     d = h.domain(2)
+    d:configure(1, { IMEXSIM_CTL_FORMAT = "570" }) -- the sample has no hostName
     assert.are.equal(0, (d:start(2))) -- node 2 up, node 1 (the ctl's) down
     local t = assert(d:domain_json(1))
     local ok, err = h.same_shape(t, fixture)

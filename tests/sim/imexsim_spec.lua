@@ -55,6 +55,8 @@ describe("imexsim", function()
 
   it("brings a 2-node domain UP with the real -N -j shape, -N text layout and -q answer", function()
     d = h.domain(2)
+    -- The sample is a 570 ctl's (no hostName): a 570 daemon's ctl prints its format.
+    for i = 1, 2 do d:configure(i, { IMEXSIM_VERSION = "570.172.08-sim" }) end
     d:start_all()
     local t = d:wait_status(1, "UP")
     assert.truthy(t, "domain never UP")
@@ -97,6 +99,7 @@ describe("imexsim", function()
 
   it("brings a 4-node domain UP, every node agreeing", function()
     d = h.domain(4)
+    for i = 1, 4 do d:configure(i, { IMEXSIM_CTL_FORMAT = "570" }) end -- the sample's format
     d:start_all()
     local fixture = cjson.decode(h.fixture("up-2node-570.json"))
     for i = 1, 4 do
@@ -292,6 +295,7 @@ describe("imexsim", function()
 
   it("with the local daemon down: -q exits 1 with the gRPC error, -N -j prints DOWN", function()
     d = h.domain(2)
+    d:configure(1, { IMEXSIM_CTL_FORMAT = "570" }) -- the unconfigured sample has no hostName
     assert.are.equal(0, d:start(2))
     local out, rc = d:ctl(1, "-q")
     assert.are.equal(1, rc)

@@ -103,6 +103,52 @@ describe("contrib/demo/scontrol", function()
       assert.is_nil(out:find("Topology=", 1, true))
     end)
 
+  -- Real Slurm 26.05 outputs (tests/slurm26/dynamic_topology_spec.lua keeps them as
+  -- tests/fixtures/slurm/show-topology-26.05-*.txt): topology.conf b1 = n[1-2], b2 = n[3-4].
+  local REAL = {
+    block_node_n3 = "BlockName=b2 BlockIndex=1 Nodes=n[3-4] BlockSize=2\n"
+      .. "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=n[1-4] BlockSize=4\n",
+    dynamic = "BlockName=b1 BlockIndex=0 Nodes=n1 BlockSize=2\n"
+      .. "BlockName=b2 BlockIndex=1 Nodes=n[2-4] BlockSize=2\n"
+      .. "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=n[1-4] BlockSize=4\n",
+    removed = "BlockName=b1 BlockIndex=0 Nodes=n1 BlockSize=2\n"
+      .. "BlockName=b2 BlockIndex=1 Nodes=n[2-3] BlockSize=2\n"
+      .. "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=n[1-3] BlockSize=4\n",
+    dynamic_node_n5 = "BlockName=b2 BlockIndex=1 Nodes=n[3-5] BlockSize=2\n"
+      .. "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=n[1-5] BlockSize=4\n",
+    -- the field names of `show node n2` after its update (the capture's Port= is left out: Slurm
+    -- prints it only for a port other than slurm.conf's SlurmdPort, and the capture's was)
+    node_fields = "NodeName Arch CoresPerSocket CPUAlloc CPUEfctv CPUTot CPULoad AvailableFeatures "
+      .. "ActiveFeatures Gres NodeAddr NodeHostName Version OS RealMemory AllocMem FreeMem Sockets Boards "
+      .. "State ThreadsPerCore TmpDisk Weight Owner MCS_label Partitions BootTime SlurmdStartTime "
+      .. "LastBusyTime ResumeAfterTime SuspendTime CfgTRES cpu mem billing AllocTRES CurrentWatts AveWatts "
+      .. "Topology",
+  }
+
+  it("answers as real Slurm 26.05 did in the same steps", function()
+    H.write(dir .. "/env", "DEMO_NODES='n1 n2 n3 n4 n5'\n")
+    H.write(dir .. "/slurm/topology.conf", "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\n")
+    local function show(...) return select(2, sc("show", "topology", ...)) end
+    assert.equal(REAL.block_node_n3, show("node=n3"))
+    local rc, out, err = sc("show", "topology", "n3")
+    assert.same({ 0, "", "slurm_load_topo error: Requested topology configuration is not available\n" },
+      { rc, out, err })
+    assert.equal(0, (sc("update", "NodeName=n2", "Topology=default:b2")))
+    assert.equal(REAL.dynamic, show())
+    local node = select(2, sc("show", "node", "n2"))
+    local names = {}
+    for k in node:gmatch("([%w_]+)=") do names[#names + 1] = k end
+    assert.equal(REAL.node_fields, table.concat(names, " "))
+    assert.matches("\n   Topology=default:b2\n\n$", node)
+    assert.equal(0, (sc("update", "NodeName=n4", "Topology=")))
+    assert.equal(REAL.removed, show())
+    -- the file's placement again (a reconfigure), then n5 registering with
+    -- slurmd --conf Topology=default:b2
+    for _, n in ipairs({ "n2", "n4" }) do os.remove(dir .. "/slurm/" .. n .. ".topology") end
+    H.write(dir .. "/slurm/n5.topology", "default:b2\n")
+    assert.equal(REAL.dynamic_node_n5, show("node=n5"))
+  end)
+
   it("show topology node= and unit=: the blocks holding the nodes; none is an error line, exit 0", function()
     assert.equal(0, (sc("update", "NodeName=gb37", "Topology=default:nvl3")))
     assert.same({ { "BlockName", "nvl3", 2, "gb37", 18 } }, topology("node=gb37"))

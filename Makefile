@@ -3,7 +3,7 @@
 PREFIX   ?= /usr/local
 DESTDIR  ?=
 CC       ?= cc
-PKG      := lua5.4 libsystemd
+PKG      := lua5.4 libsystemd expat
 B        := build
 
 CFLAGS   ?= -O2 -g
@@ -28,7 +28,7 @@ SIM      := $(B)/imexsim
 ASAN_BIN := $(B)/asan/imexguard
 ASAN_MOD := $(B)/asan/lua/imexguard/host.so
 
-# The build packages (pkg-config, lua5.4 and the -dev packages of Lua 5.4 and libsystemd): a plain
+# The build packages (pkg-config, lua5.4 and the -dev packages of Lua 5.4, libsystemd and libexpat): a plain
 # `make` without them says which command installs them instead of failing on a missing header.
 HAVE_DEPS := $(shell pkg-config --exists $(PKG) 2>/dev/null && command -v lua5.4 >/dev/null && \
 	test -e "$$($(CC) -print-file-name=liblua5.4-cjson.so)" && echo yes)
@@ -39,8 +39,8 @@ all: $(BIN) $(MODULE) $(SIM)
 
 need-deps:
 ifeq ($(HAVE_DEPS),)
-	@echo "imexguard: the build needs pkg-config, lua5.4, liblua5.4-dev, lua-cjson-dev and" \
-	      "libsystemd-dev; install them with 'make deps' (runs contrib/deps.sh), then run make again" >&2
+	@echo "imexguard: the build needs pkg-config, lua5.4, liblua5.4-dev, lua-cjson-dev," \
+	      "libsystemd-dev and libexpat1-dev; install them with 'make deps' (runs contrib/deps.sh), then run make again" >&2
 	@exit 1
 endif
 
@@ -83,13 +83,13 @@ $(BIN): $(patsubst src/%.c,$(B)/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) $(B)/obj/genera
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
 $(MODULE): $(patsubst src/%.c,$(B)/pic/%.o,$(PRIM_SRC)) $(B)/pic/generated.o
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lm
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -o $@ $^ -lsystemd -lexpat -lm
 $(ASAN_BIN): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC) $(BIN_ONLY)) \
 	$(B)/asan/obj/generated.o $(B)/asan/obj/embedded.o
 	$(CC) $(SAN) $(LDFLAGS) -o $@ $^ $(LDLIBS_HOST)
 $(ASAN_MOD): $(patsubst src/%.c,$(B)/asan/obj/%.o,$(PRIM_SRC)) $(B)/asan/obj/generated.o
 	@mkdir -p $(@D)
-	$(CC) $(SAN) -shared -o $@ $^ -lsystemd -lm
+	$(CC) $(SAN) -shared -o $@ $^ -lsystemd -lexpat -lm
 sanitize: $(ASAN_BIN) $(ASAN_MOD) $(SIM)
 	ln -sf ../imexsim $(B)/asan/imexsim
 	ln -sf ../nvidia-imex $(B)/asan/nvidia-imex

@@ -17,9 +17,10 @@
 # checked, with munge, slurmctld and slurmd.
 set -eu
 
-BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsystemd-dev scdoc"
-# ldd build/imexguard, then dpkg -S: liblua5.4.so.0, liblua5.4-cjson.so.0, libsystemd.so.0, libc.
-RUN="libc6 liblua5.4-0 lua-cjson libsystemd0"
+BUILD="gcc make pkg-config lua5.4 liblua5.4-dev lua-cjson lua-cjson-dev libsystemd-dev libexpat1-dev scdoc"
+# ldd build/imexguard, then dpkg -S: liblua5.4.so.0, liblua5.4-cjson.so.0, libsystemd.so.0, libexpat.so.1,
+# libc.
+RUN="libc6 liblua5.4-0 lua-cjson libsystemd0 libexpat1"
 DEMO="$BUILD systemd dbus util-linux procps iproute2"
 PKG="$BUILD build-essential debhelper dpkg-dev lintian mandoc"
 TEST="$DEMO build-essential debhelper dpkg-dev lintian mandoc lua-busted lua-check clang-format

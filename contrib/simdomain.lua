@@ -87,8 +87,9 @@ end
 --   (50000, 50005); `extra_cfg`: lines for every config.cfg; `settings`: extra imexguard settings
 --   (Lua source lines) for every node; `fabric`: true to give every node the simulator's nvidia-smi
 --   (contrib/imexsim/nvidia-smi, setting nvidia_smi) answering from the node's file `gpus`
---   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver); without it the
---   nodes have no GPUs: fabric_check = "off"
+--   (M:set_gpus; without one, nvidia-smi fails as on a node without the driver) and checking the
+--   node's stand-in for /proc/driver/nvidia/version (M:set_kernel_driver); without it the nodes
+--   have no GPUs: fabric_check = "off"
 --   `racks`: nodes per NVLink rack ({4, 4}: M:lay_out_racks;
 --   replaces `nodes`)
 -- @treturn table the domain (methods below)
@@ -190,8 +191,8 @@ function M:write_node_files(name, opts)
     "poll_interval = 0.1",
   }
   if opts.fabric then
-    settings[#settings + 1] = string.format("nvidia_smi = { %q, \"--state\", %q }",
-      abspath(self.src_dir()) .. "/imexsim/nvidia-smi", dir .. "/gpus")
+    settings[#settings + 1] = string.format("nvidia_smi = { %q, \"--state\", %q, \"--proc-version\", %q }",
+      abspath(self.src_dir()) .. "/imexsim/nvidia-smi", dir .. "/gpus", self:driver_version_file(name))
   else
     settings[#settings + 1] = 'fabric_check = "off"' -- simulated nodes have no GPUs
   end
@@ -281,6 +282,49 @@ end
 -- @tparam table lines list of strings
 function M:set_gpus(name, lines)
   write_file(self:dir(name) .. "/gpus", table.concat(lines, "\n") .. "\n")
+end
+
+--- The GPU lines of a node of one kind, for M:set_gpus (contrib/imexsim/nvidia-smi's format).
+-- @tparam string kind "rack" (a tray of an NVLink rack: registered in partition UUID.CLIQUE),
+--   "hgx" (NVLink inside the node only: Completed, Success, CliqueId 0, a zero ClusterUUID, C41) or
+--   "none" (no NVSwitch: every field N/A)
+-- @tparam[opt] integer n GPUs (4)
+-- @tparam[opt] string uuid the ClusterUUID of "rack" (M.CLUSTER_UUID)
+-- @tparam[opt] integer clique the CliqueId of "rack" (32766)
+-- @treturn {string,...} lines
+function M.gpu_lines(kind, n, uuid, clique)
+  local fields = ({
+    rack = string.format("Completed, Success, %s, %d", uuid or M.CLUSTER_UUID, clique or 32766),
+    hgx = "Completed, Success, 00000000-0000-0000-0000-000000000000, 0",
+    none = "N/A, N/A, N/A, N/A" })[kind]
+  assert(fields, "gpu_lines: unknown kind " .. tostring(kind))
+  local lines = {}
+  for i = 0, (n or 4) - 1 do lines[#lines + 1] = i .. ", " .. fields end
+  return lines
+end
+--- The ClusterUUID of M.gpu_lines("rack").
+M.CLUSTER_UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
+
+--- A node's stand-in for /proc/driver/nvidia/version: the loaded kernel module's version, which
+-- the simulator's nvidia-smi compares with its `driver` line (C43: NVML fails on a mismatch).
+-- @tparam string name node name
+-- @treturn string its path
+function M:driver_version_file(name) return self:dir(name) .. "/nvidia-driver-version" end
+
+--- Load a kernel module of `version` on a node (write its stand-in for /proc/driver/nvidia/version,
+-- in the open modules' layout), or unload it (nil: the file is removed; nvidia-smi then checks
+-- nothing).
+-- @tparam string name node name
+-- @tparam ?string version e.g. "580.95.05"
+function M:set_kernel_driver(name, version)
+  local path = self:driver_version_file(name)
+  if not version then
+    os.remove(path)
+    return
+  end
+  write_file(path, string.format("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  "
+    .. "Release Build  (imexsim@localhost)  Thu Jan  1 00:00:00 UTC 2026\n"
+    .. "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", version))
 end
 
 --- A node's nodes_config.cfg.

@@ -105,6 +105,7 @@ void ig_register_unit(lua_State *L);
 void ig_register_log(lua_State *L);  /* log.c: log */
 void ig_register_net(lua_State *L);  /* net.c: local_addresses, resolve, hostname */
 void ig_register_proc(lua_State *L); /* proc.c: port_owner */
+void ig_register_xml(lua_State *L);  /* xml.c: xml_parse */
 
 /* The registry name of the metatable of host.spawn's process handles (run.c); host.c times their
  * methods. */

@@ -599,3 +599,23 @@ describe("testing: one module per primitive group, one public API", function()
     assert.is_table(h.unit_props)
   end)
 end)
+
+describe("testing: host.xml_parse", function()
+  it("is the real primitive (a pure function), recorded with its input's name", function()
+    local h = testing.host()
+    local root = assert(h.xml_parse('<nvidia_smi_log><gpu id="0"/></nvidia_smi_log>', "nvidia-smi -q -x"))
+    assert.equal("nvidia_smi_log", root.tag)
+    assert.equal("0", root[1].attr.id)
+    local r, err, code = h.xml_parse("<a>", "cut")
+    assert.same({ nil, "xml" }, { r, code })
+    assert.matches("^cut: the document ends early", err)
+    assert.same({ { "xml_parse", "nvidia-smi -q -x" }, { "xml_parse", "cut" } }, h.calls)
+  end)
+
+  it("a spec may answer it (option xml_parse)", function()
+    local h = testing.host{ xml_parse = function(_, name)
+      return nil, name .. ": out of memory", "ENOMEM"
+    end }
+    assert.same({ nil, "x: out of memory", "ENOMEM" }, { h.xml_parse("<a/>", "x") })
+  end)
+end)

@@ -25,7 +25,7 @@ describe("contrib/deps.sh", function()
   it("build has the compiler, pkg-config, lua5.4 and every -dev package", function()
     local b = list("build")
     for _, p in ipairs({ "gcc", "make", "pkg-config", "lua5.4", "liblua5.4-dev", "lua-cjson-dev",
-      "libsystemd-dev", "scdoc" }) do
+      "libsystemd-dev", "libexpat1-dev", "scdoc" }) do
       assert.truthy(b[p], p)
     end
   end)

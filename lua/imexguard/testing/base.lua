@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The test kit's common part (imexguard.testing re-exports it): the paths, file contents and
 -- settings of the kit's default node, and small helpers shared by the fake host's primitive
--- groups (imexguard.testing.clock, .files, .lock, .unit, .run, .net) and the scenarios
+-- groups (imexguard.testing.clock, .files, .lock, .unit, .run, .net, .xml) and the scenarios
 -- (imexguard.testing.scenario). Test infrastructure; no io.
 local M = {}
 

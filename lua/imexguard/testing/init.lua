@@ -60,6 +60,8 @@
 --   lock             nil (free) or the holder {pid =, owner =, since =, release_at = monotonic
 --                    seconds when the holder lets go (nil: never)}
 --   deadline         seconds of budget (default 120); clock = monotonic start (default 1000)
+--   xml_parse        function(text, name, limits) answering host.xml_parse; default: the real
+--                    primitive (a pure function; under busted it needs the built C module)
 --
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
 -- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists of the commands run,
@@ -82,9 +84,9 @@
 -- the folder lua/imexguard/testing/, apart from the modules that run on a node. The fake host is
 -- built from one module per primitive group, as src/ is split by file: imexguard.testing.clock
 -- (clock.c), .files (file.c), .lock (lock.c), .unit (unit.c), .run (run.c: the ctl), .net (log.c,
--- net.c); the scenarios are in imexguard.testing.scenario and the constants and settings in
--- imexguard.testing.base. Require only this module: its API is the kit's. (The standard scenarios
--- of `imexguard check`, built on it, are imexguard.testing.check.)
+-- net.c), .xml (xml.c: the real primitive); the scenarios are in imexguard.testing.scenario and
+-- the constants and settings in imexguard.testing.base. Require only this module: its API is the
+-- kit's. (The standard scenarios of `imexguard check`, built on it, are imexguard.testing.check.)
 local base = require "imexguard.testing.base"
 local clock = require "imexguard.testing.clock"
 local files = require "imexguard.testing.files"
@@ -92,6 +94,7 @@ local lock = require "imexguard.testing.lock"
 local unit = require "imexguard.testing.unit"
 local run = require "imexguard.testing.run"
 local net = require "imexguard.testing.net"
+local xml = require "imexguard.testing.xml"
 local scenario = require "imexguard.testing.scenario"
 
 local M = {}
@@ -126,6 +129,7 @@ function M.host(opts)
   run.install(h, w, opts)
   lock.install(h, w, opts)
   net.install(h, w, opts)
+  xml.install(h, w, opts)
   function h.count(name)
     local n = 0
     for _, c in ipairs(h.calls) do if c[1] == name then n = n + 1 end end

@@ -2,8 +2,8 @@
 --- The job registry (docs/design.md: step 6, the epilog and "The state file and the job registry";
 -- field case C08 there): the jobs whose prolog succeeded on this node and whose epilog has not run
 -- yet, kept as `st.jobs` in the state file (imexguard.state). Pure functions on the state table:
--- the caller loads and saves the state file under the node lock (imexguard.steps: lock, register,
--- unregister, may_restart).
+-- the caller loads and saves the state file under the node lock (imexguard.steps: node_lock,
+-- registration, other_jobs; the epilog).
 --
 -- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
@@ -28,6 +28,11 @@
 -- The registry is NOT cleared when the unit's invocation ID changes outside imexguard (an admin's
 -- `systemctl restart`, Restart=on-failure after a crash): the jobs may still run, and they use
 -- whatever daemon is running now, so restarting it again would break them again.
+-- Loaded when first used (imexguard.lazy): only the renderings for a person need them.
+local lazy = require "imexguard.lazy"
+local hostlist = lazy "imexguard.hostlist"
+local nodelist = lazy "imexguard.nodelist"
+
 local M = {}
 
 --- The registry list of a state table (created empty when missing).
@@ -156,9 +161,17 @@ end
 -- @tparam string bytes the node list file's contents (one address per line)
 -- @treturn string the addresses in braces, space separated, in file order
 function M.show_nodes(bytes)
-  local l = {}
-  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
-  return "{" .. table.concat(l, " ") .. "}"
+  return "{" .. table.concat(nodelist.lines(bytes), " ") .. "}"
+end
+
+--- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
+-- "gb[03-18]", recorded at its registration), else its node list's addresses compressed in
+-- numeric order ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
+-- @tparam table e registry entry (`hosts`, `nodes`)
+-- @treturn string
+function M.entry_hosts(e)
+  if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
+  return hostlist.show(nodelist.lines(e.nodes))
 end
 
 --- "2h05m" from seconds.

@@ -9,22 +9,19 @@ local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
 local domains = require "imexguard.domains"
+local nodelist = require "imexguard.nodelist"
 
 local M = {}
-
--- A registry entry's hosts for a person (steps.entry_hosts; steps is loaded by every policy).
-local function steps_hosts(e)
-  return require("imexguard.steps").entry_hosts(e)
-end
 
 --- Lines of a node list that only the old one has, and lines that only the new one has.
 -- @param old string|nil current bytes (nil: unreadable, taken as empty)
 -- @param new string desired bytes
 -- @return removed list of lines, added list of lines (each in file order)
 function M.diff(old, new)
-  local oldl, newl, inold, innew = {}, {}, {}, {}
-  for l in (old or ""):gmatch("[^\n]+") do oldl[#oldl + 1] = l; inold[l] = true end
-  for l in new:gmatch("[^\n]+") do newl[#newl + 1] = l; innew[l] = true end
+  local oldl, newl = nodelist.lines(old or ""), nodelist.lines(new)
+  local inold, innew = {}, {}
+  for _, l in ipairs(oldl) do inold[l] = true end
+  for _, l in ipairs(newl) do innew[l] = true end
   local removed, added = {}, {}
   for _, l in ipairs(oldl) do if not innew[l] then removed[#removed + 1] = l end end
   for _, l in ipairs(newl) do if not inold[l] then added[#added + 1] = l end end
@@ -247,7 +244,7 @@ local function jobs_line(facts, verbose)
   local parts = {}
   for i, e in ipairs(jobs) do
     local age = e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) .. " ago" or "?"
-    parts[i] = string.format("%s (%s, %s%s)", e.id, steps_hosts(e), age,
+    parts[i] = string.format("%s (%s, %s%s)", e.id, registry.entry_hosts(e), age,
       verbose and ("; invocation " .. tostring(short_id(e.invocation_id, true) or "unknown")) or "")
   end
   return string.format("%d registered: %s", #jobs, table.concat(parts, ", "))
@@ -333,9 +330,8 @@ end
 -- @param e table registry entry
 -- @return json object
 function M.registration_json(e)
-  local addrs = {}
-  for a in tostring(e.nodes):gmatch("[^\n]+") do addrs[#addrs + 1] = a end
-  return json.object():set("id", e.id):set("hosts", steps_hosts(e)):set("nodes", json.array(addrs))
+  return json.object():set("id", e.id):set("hosts", registry.entry_hosts(e))
+    :set("nodes", json.array(nodelist.lines(e.nodes)))
     :set("registered", json.time_us(e.registered_us))
     :set("invocation_id", e.invocation_id ~= "" and e.invocation_id or nil)
 end
@@ -643,7 +639,7 @@ function M.registrations(facts, opts)
   local cells = { { "JOB", "HOSTS", "REGISTERED", "AGE" } }
   if verbosity > 0 then cells[1][5], cells[1][6] = "INVOCATION", "NODE LIST" end
   for _, e in ipairs(jobs) do
-    local row = { e.id, steps_hosts(e), json.time_us(e.registered_us) or "?",
+    local row = { e.id, registry.entry_hosts(e), json.time_us(e.registered_us) or "?",
       e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) or "?" }
     if verbosity > 0 then
       row[5] = e.invocation_id ~= "" and tostring(e.invocation_id) or "unknown"

@@ -172,3 +172,13 @@ describe("text.trim and long lines (bench/lua_scale.lua)", function()
     assert.truthy(err:find("node list line 2:", 1, true), err)
   end)
 end)
+
+describe("nodelist.lines", function()
+  it("gives the entries of bytes imexguard wrote, in file order, as they are", function()
+    local bytes = nodelist.format({ "10.0.0.3", "10.0.0.1" })
+    assert.same({ "10.0.0.3", "10.0.0.1" }, nodelist.lines(bytes))
+    assert.same({}, nodelist.lines(""))
+    -- no trimming and no comments: what parse does for a file a person wrote
+    assert.same({ " a", "# b" }, nodelist.lines(" a\n\n# b"))
+  end)
+end)

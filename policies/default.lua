@@ -56,13 +56,23 @@
 -- * methods: assign a method of the table P.extend() returns (`function P:stale(ctx, ...)`); the
 --   entry points call every step as a method, so the override is used, and it can call the default
 --   step as `default.stale(self, ctx, ...)`.
-local steps = require "imexguard.steps"
+local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 -- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses, channels or node lists; only plan and status
--- render reports; only health drains.
+-- epilog needs none of the health wait, addresses, channels or node lists, and of the steps' rooms
+-- (imexguard.steps) only the node lock and the housekeeping; only plan and status render reports;
+-- only health drains.
 local lazy = require "imexguard.lazy"
+local applies = lazy "imexguard.steps.applies"
+local desired = lazy "imexguard.steps.desired"
+local node_lock = lazy "imexguard.steps.node_lock"
+local housekeeping = lazy "imexguard.steps.housekeeping"
+local nodes_file = lazy "imexguard.steps.nodes_file"
+local staleness = lazy "imexguard.steps.staleness"
+local other_jobs = lazy "imexguard.steps.other_jobs"
+local registration = lazy "imexguard.steps.registration"
+local restart = lazy "imexguard.steps.restart"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
@@ -95,7 +105,7 @@ local Policy = {}
 --   does not apply), message
 function Policy:applies(ctx)
   if self.hooks.applies then return self.hooks.applies(ctx) end
-  return steps.applies(ctx)
+  return applies.applies(ctx)
 end
 
 --- The address source of the desired list: the lookup hook, else the settings (DNS or address map).
@@ -116,7 +126,7 @@ end
 -- @return want (see steps.desired), or nil, outcome, message
 function Policy:desired(ctx, info)
   local function lookup(c, names) return self:lookup(c, names) end
-  local want, o, m = steps.desired(ctx, info, { lookup = lookup })
+  local want, o, m = desired.desired(ctx, info, { lookup = lookup })
   if not want then return nil, o, m end
   local ok
   ok, o, m = self:admit(ctx, info, want)
@@ -127,36 +137,36 @@ end
 --- Lock: take the node lock (steps.lock).
 -- @return guard (`local g <close> = guard`), or nil, outcome, message
 function Policy:lock(ctx) -- luacheck: no self
-  return steps.lock(ctx)
+  return node_lock.lock(ctx)
 end
 
 --- Under the lock: the state file, without the registration of an interrupted prolog.
 -- @return st, or nil, "conflict", message (unreadable or corrupt: the registry is unknown)
 function Policy:load_state(ctx) -- luacheck: no self
   local st, err = state.load(ctx.host, ctx.settings)
-  if not st then return nil, steps.registry_unknown(ctx, err) end
-  steps.drop_other_boots(ctx, st)
-  steps.drop_interrupted(ctx, st)
+  if not st then return nil, housekeeping.registry_unknown(ctx, err) end
+  housekeeping.drop_other_boots(ctx, st)
+  housekeeping.drop_interrupted(ctx, st)
   return st
 end
 
 --- Write: the node list, atomically, recorded in the state file (steps.write_nodes).
 -- @return true, or nil, outcome, message
 function Policy:write(ctx, info, want, st) -- luacheck: no self
-  return steps.write_nodes(ctx, info, want, st)
+  return nodes_file.write_nodes(ctx, info, want, st)
 end
 
 --- Stale? Whether the daemon must be started, restarted, waited for, or is current (steps.assess).
 -- @return verdict, or nil, outcome, message
 function Policy:stale(ctx, info, want, st, opts) -- luacheck: no self
-  return steps.assess(ctx, info, want, st, opts)
+  return staleness.assess(ctx, info, want, st, opts)
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
 -- jobs? The may_restart hook, else steps.may_restart.
 -- @return true, or false, message
 function Policy:may_restart(ctx, st, verdict)
-  local f = self.hooks.may_restart or steps.may_restart
+  local f = self.hooks.may_restart or other_jobs.may_restart
   return f(ctx, st, verdict)
 end
 
@@ -164,13 +174,13 @@ end
 -- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
 function Policy:restart(ctx, want, verdict, st, info) -- luacheck: no self
-  return steps.restart(ctx, want, verdict, st, info)
+  return restart.restart(ctx, want, verdict, st, info)
 end
 
 --- Before a healthy answer counts: the command port is the unit's (steps.check_port, C27).
 -- @return true, or nil, "service-failed", message naming the process on the port
 function Policy:port_is_units(ctx, info, props) -- luacheck: no self
-  return steps.check_port(ctx, info, props)
+  return restart.check_port(ctx, info, props)
 end
 
 --- Fabric: the GPUs' NVLink fabric registration (imexguard.fabric.check, C31): every GPU Completed
@@ -219,20 +229,20 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
   local allowed, why = self:may_restart(ctx, st, v)
   if not allowed then
     -- the other end may hold the block alone and restart to clear it: one more round of the wait
-    ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": may not restart "
+    ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": may not restart "
       .. ctx.settings.unit .. " to clear a stale node-map mismatch (" .. tostring(why) .. "); waiting once "
       .. "more for the other end's restart"))
     local o2, m2 = self:wait_healthy(ctx, want, {})
     if o2 ~= health.STALE_MISMATCH_OUTCOME then return o2, m2 end
     return o2, text.one_line(m2 .. "; this node may not restart it: " .. tostring(why))
   end
-  ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
+  ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": restarting "
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
   local rok, props, rm = self:restart(ctx, want, v, st, info)
   if not rok then return props, rm end
   -- this end is new now; the other end's prolog may be restarting its daemon (a slow unit job, a
   -- systemd re-exec): the whole health wait for it, not stale_mismatch_after
-  want.stale_wait = true
+  desired.set_stale_wait(want)
   local o2, m2 = self:wait_healthy(ctx, want, {})
   if o2 == health.STALE_MISMATCH_OUTCOME then
     m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "
@@ -256,7 +266,7 @@ end
 --- Register: the job's entry, saved in the state file (steps.register).
 -- @return entry, or nil, message, code
 function Policy:register(ctx, st, want, extra) -- luacheck: no self
-  return steps.register(ctx, st, want, extra)
+  return registration.register(ctx, st, want, extra)
 end
 
 --- The epilog after the job's entry was removed and saved: the after_unregister hook.
@@ -272,7 +282,7 @@ end
 --- The decisions before the lock, which change nothing: job id, applies?, desired list.
 -- @return info, want, or nil, outcome, message
 function Policy:prepare(ctx)
-  local id, o, m = steps.check_job_id(ctx)
+  local id, o, m = base.check_job_id(ctx)
   if not id then return nil, o, m end
   local info
   info, o, m = self:applies(ctx)
@@ -284,9 +294,6 @@ function Policy:prepare(ctx)
   local want
   want, o, m = self:desired(ctx, info)
   if not want then return nil, o, m end
-  -- the daemon's config.cfg (from the unit's ExecStart, C28): the ctl's -c, the restart's record,
-  -- and this node's findings when a configuration fault is established (C22)
-  want.config_path, want.cfg = info.config, info.cfg
   return info, want
 end
 
@@ -303,8 +310,8 @@ function Policy:keep(ctx, st, want, verdict, extra, info)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
   elseif err then
-    return steps.by_code(code, "write-failed"), text.one_line(string.format(
-      "node %s: %s (a job the registry does not know is unprotected); %s", steps.node_name(ctx), err, msg))
+    return base.by_code(code, "write-failed"), text.one_line(string.format(
+      "node %s: %s (a job the registry does not know is unprotected); %s", base.node_name(ctx), err, msg))
   end
   return outcome, text.one_line(msg)
 end
@@ -312,7 +319,7 @@ end
 --- A change, allowed by P:may_restart: register the job first (steps.begin_change), then write the
 -- list when it differs, (re)start, wait for health; a non-zero outcome unregisters the job again.
 function Policy:change(ctx, info, want, st, verdict, extra, changed)
-  local change, o, m = steps.begin_change(ctx, st, want, extra)
+  local change, o, m = registration.begin_change(ctx, st, want, extra)
   if not change then return o, m end
   local ch <close> = change -- luacheck: ignore ch (unregisters when a step raises)
   local function finish(outcome, msg)
@@ -339,10 +346,10 @@ end
 --- The prolog under the node lock: the decision comes first (with a registered job on another node
 -- list the file must stay as it is), so nothing is written before P:may_restart agrees.
 function Policy:locked_prolog(ctx, info, want)
-  steps.remove_temps(ctx, info) -- C39
+  housekeeping.remove_temps(ctx, info) -- C39
   local st, o, m = self:load_state(ctx)
   if not st then return o, m end
-  local old, rerr = steps.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_nodes(ctx, info)
   if rerr then ctx.host.log("warning", rerr) end
   local changed = old ~= want.bytes
   local v
@@ -354,7 +361,7 @@ function Policy:locked_prolog(ctx, info, want)
   if not allowed then
     -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
     if v.action ~= "none" then why = why .. "; " .. v.action .. " needed: " .. v.reason end
-    return "conflict", text.one_line(why), { registry = steps.registry_key(st) }
+    return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
   end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
@@ -378,14 +385,14 @@ function Policy:run_prolog(ctx)
   -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:fabric waits for it)
   local fq <close> = fabric.start(ctx) -- luacheck: ignore fq (killed unless waited for)
   -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
-  local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
+  local wait = math.min(base.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
     if not retry then return o, self:channel_note(info, msg) end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
-    local changed = steps.wait_registry(ctx, retry.registry, until_t)
+    local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)
     if not changed then
       return o, text.one_line(string.format("%s (after waiting %g s for the registry to change: "
         .. "conflict_wait; or set registration_max_age)", msg, wait))
@@ -399,7 +406,7 @@ end
 --- The epilog's result for a job that is not registered here.
 local function not_registered(ctx, id)
   return "ok", string.format("job %s was not registered on node %s: nothing to do, %s left as it is", id,
-    steps.node_name(ctx), ctx.settings.unit)
+    base.node_name(ctx), ctx.settings.unit)
 end
 
 -- Save the state file after a job's entry was removed (the epilog, forget): nil when saved, else
@@ -408,18 +415,18 @@ local function save_unregistered(ctx, st, node, id)
   local s = ctx.settings
   local ok, err, code = state.save(ctx.host, s, st)
   if ok then return nil end
-  return steps.by_code(code, "write-failed"), text.one_line(string.format(
+  return base.by_code(code, "write-failed"), text.one_line(string.format(
     "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
     state.path(s), tostring(err)))
 end
 
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
-  local s, node = ctx.settings, steps.node_name(ctx)
-  steps.remove_temps(ctx) -- C39
+  local s, node = ctx.settings, base.node_name(ctx)
+  housekeeping.remove_temps(ctx) -- C39
   local st, serr = state.load(ctx.host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
-  steps.drop_other_boots(ctx, st)
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
+  housekeeping.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
   local failed, fm = save_unregistered(ctx, st, node, id)
@@ -437,10 +444,10 @@ end
 -- without taking the lock (a job's own prolog has finished before its epilog starts, so an entry
 -- for it cannot appear meanwhile).
 function Policy:run_epilog(ctx)
-  local id, o, m = steps.check_job_id(ctx)
+  local id, o, m = base.check_job_id(ctx)
   if not id then return o, m end
   local peek, perr = state.load(ctx.host, ctx.settings)
-  if not peek then return steps.registry_unknown(ctx, perr) end
+  if not peek then return housekeeping.registry_unknown(ctx, perr) end
   if not registry.find(peek, id) then return not_registered(ctx, id) end
   local guard
   guard, o, m = self:lock(ctx)
@@ -456,17 +463,17 @@ end
 function Policy:run_plan(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
-  local old, rerr = steps.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_nodes(ctx, info)
   local changed = old ~= want.bytes
   local st, serr = state.load(ctx.host, ctx.settings)
-  if not st then return steps.registry_unknown(ctx, serr) end
-  steps.drop_other_boots(ctx, st)
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
+  housekeeping.drop_other_boots(ctx, st)
   local v, o
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not v then return o, m end
   local allowed, why = true, nil
   if changed or v.action ~= "none" then allowed, why = self:may_restart(ctx, st, v) end
-  local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
+  local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
     findings = report.config_findings(info, want.addrs),
@@ -538,7 +545,7 @@ function Policy:unit_verdict(ctx, info)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
     or "the unit is not running"
   return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    steps.node_name(ctx), u, tostring(a), tostring(props.result), what)
+    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
 end
 
 --- The node list the domain must run, in order (C21: a node's ID is its line in it): the
@@ -550,7 +557,7 @@ end
 --   unresolved (list of "NAME (why)")
 local function ordered_node_list(ctx, info)
   if not info then return nil end
-  local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
+  local list = nodelist.parse(nodes_file.read_nodes(ctx, info) or "")
   if not (list and #list > 0) then return nil end
   local literal = true
   for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
@@ -589,7 +596,7 @@ end
 -- @return table facts (report.status' opts.facts)
 function Policy:node_facts(ctx) -- luacheck: no self
   local host, s = ctx.host, ctx.settings
-  local f = { node = steps.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
+  local f = { node = base.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
     state_path = state.path(s), last = {} }
   local props, uerr = host.unit(s.unit)
   f.unit = props or { error = text.one_line(tostring(uerr), 200) }
@@ -633,13 +640,13 @@ function Policy:run_status(ctx)
   if not ans.domain and ans.kind == "unreachable" and props and props.active_state == "inactive"
     and registered_list(ctx) == false then
     local msg = string.format("node %s: %s is inactive and no job is registered here: nothing to judge "
-      .. "(the next job's prolog starts it)", steps.node_name(ctx), ctx.settings.unit)
+      .. "(the next job's prolog starts it)", base.node_name(ctx), ctx.settings.unit)
     return "ok", msg, self:status_report(ctx, report.status_plain("ok", msg, ctx.json,
       status_opts(self, ctx, "ok")))
   end
   if not ans.domain then
     local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
-    local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)
+    local msg = "node " .. base.node_name(ctx) .. ": " .. tostring(ans.err)
     -- config.cfg's findings are the likely cause (IMEX_CMD_ENABLED=0: the ctl cannot reach the daemon, C22)
     local findings = report.config_findings(info, ordered_node_list(ctx, info) or {})
     if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
@@ -665,7 +672,7 @@ function Policy:run_status(ctx)
       names[a] = n .. ", " .. names[a]
     end
   end
-  names[self_addr] = names[self_addr] or steps.node_name(ctx)
+  names[self_addr] = names[self_addr] or base.node_name(ctx)
   -- C33: a registered job's nodes are judged; with no job registered, only what this node owns (the
   -- unit, its daemon READY with its own node map, the command port: unit_verdict; config.cfg's
   -- findings below, flagged as for any node: C22), never its links to peers that may run other
@@ -680,7 +687,7 @@ function Policy:run_status(ctx)
   local outcome, msg
   if v.healthy and idle then
     outcome, msg = "ok", string.format("node %s: no job registered, judged on what it owns: %s",
-      steps.node_name(ctx), tostring(v.summary))
+      base.node_name(ctx), tostring(v.summary))
   elseif v.healthy then
     outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #judged)
   else
@@ -753,13 +760,13 @@ end
 function Policy:run_registrations(ctx) -- luacheck: no self
   local host, s = ctx.host, ctx.settings
   local st, serr = state.load(host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
   local jobs = registry.jobs(st)
-  local msg = #jobs == 0 and string.format("node %s: no job registered", steps.node_name(ctx))
-    or string.format("node %s: %d job%s registered: %s", steps.node_name(ctx), #jobs,
+  local msg = #jobs == 0 and string.format("node %s: no job registered", base.node_name(ctx))
+    or string.format("node %s: %d job%s registered: %s", base.node_name(ctx), #jobs,
       #jobs == 1 and "" or "s",
       registry.ids(jobs))
-  local facts = { node = steps.node_name(ctx), now = host.wallclock(), jobs = jobs,
+  local facts = { node = base.node_name(ctx), now = host.wallclock(), jobs = jobs,
     state_path = state.path(s) }
   return "ok", msg, report.registrations(facts, { json = ctx.json, verbosity = ctx.verbosity, outcome = "ok",
     exit_code = 0, message = msg })
@@ -771,17 +778,17 @@ end
 -- epilog's). A job that is not registered is bad-input: nothing removed.
 function Policy:run_forget(ctx)
   local id = ctx.arg
-  if type(id) ~= "string" or not id:match(steps.JOB_ID_PATTERN) or #id > steps.JOB_ID_MAX then
+  if type(id) ~= "string" or not id:match(base.JOB_ID_PATTERN) or #id > base.JOB_ID_MAX then
     return "bad-input", string.format("forget: %s is not a Slurm job id (digits)",
       text.quote(tostring(id), 80))
   end
   id = id:gsub("^0+(%d)", "%1")
-  local s, node = ctx.settings, steps.node_name(ctx)
+  local s, node = ctx.settings, base.node_name(ctx)
   local guard, o, m = self:lock(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk
   local st, serr = state.load(ctx.host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
   local entry = registry.unregister(st, id)
   if not entry then
     local jobs = registry.jobs(st)
@@ -794,7 +801,7 @@ function Policy:run_forget(ctx)
   local remaining = registry.jobs(st)
   local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
   local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
-    .. "ago); %s; %s left as it is", node, id, steps.entry_hosts(entry), age or "?",
+    .. "ago); %s; %s left as it is", node, id, registry.entry_hosts(entry), age or "?",
     #remaining == 0 and "no job registered now" or ("still registered: job " .. registry.ids(remaining)),
     s.unit))
   return "ok", msg, msg .. "\n" -- said on stdout too: an admin ran it by hand
@@ -829,7 +836,7 @@ end
 -- (report.domain_line): {name, kind, source, nodes}, {kind, source} when this node is in none,
 -- {error = line} when the map cannot be read, nil without a domain map.
 function Policy:domain_fact(ctx) -- luacheck: no self
-  local line, dom = domains.node_line(ctx, steps.node_name(ctx))
+  local line, dom = domains.node_line(ctx, base.node_name(ctx))
   if dom then
     ctx.domain = dom
   elseif line:find("IMEX domain map: ", 1, true) == 1 then

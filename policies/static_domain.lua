@@ -52,7 +52,7 @@ local function verify(ctx, wait)
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
   -- C35: host names in the static list, resolved as the job's nodes are
-  local entry_addrs, entry_names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local entry_addrs, _, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
@@ -69,8 +69,7 @@ local function verify(ctx, wait)
     end
     seen[resolved[i]] = i
   end
-  want.node_list, want.static_names, want.by_entry = resolved, entry_names, by_entry
-  want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)
+  steps.set_node_list(want, resolved, by_entry) -- the daemon runs the static list, in its order
   local in_domain, outside = {}, {}
   for _, a in ipairs(resolved) do in_domain[a] = true end
   -- a name of the list that does not resolve may be a node of the job: nothing is narrowed then,
@@ -88,11 +87,8 @@ local function verify(ctx, wait)
       end
     end
     local dom = want.domain
-    local narrowed, werr = steps.want_of(ctx, info, want.expr, want.source, names, addrs)
+    local narrowed, werr = steps.narrow(ctx, info, want, names, addrs)
     if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
-    narrowed.node_list, narrowed.domain = resolved, dom
-    narrowed.static_names, narrowed.by_entry = entry_names, by_entry
-    narrowed.config_path, narrowed.cfg = info.config, info.cfg
     dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
     want = narrowed
     ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",

@@ -71,11 +71,11 @@ end
 --- The lines of node-list bytes that imexguard wrote (`format`'s output: the file it wrote, the
 -- state file's and a registry entry's `nodes`), in file order, as they are: every non-empty line,
 -- nothing trimmed or skipped (`parse` reads a file a person may have written).
--- @param bytes string (tostring is applied)
+-- @param bytes string, or nil (no list: no entries)
 -- @treturn {string,...} the entries
 function M.lines(bytes)
   local l = {}
-  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
+  for a in tostring(bytes or ""):gmatch("[^\n]+") do l[#l + 1] = a end
   return l
 end
 

@@ -178,6 +178,7 @@ describe("nodelist.lines", function()
     local bytes = nodelist.format({ "10.0.0.3", "10.0.0.1" })
     assert.same({ "10.0.0.3", "10.0.0.1" }, nodelist.lines(bytes))
     assert.same({}, nodelist.lines(""))
+    assert.same({}, nodelist.lines(nil)) -- no list (a file that is not there)
     -- no trimming and no comments: what parse does for a file a person wrote
     assert.same({ " a", "# b" }, nodelist.lines(" a\n\n# b"))
   end)

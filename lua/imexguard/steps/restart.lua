@@ -162,7 +162,8 @@ end
 -- and the exact bytes of the node list and of config.cfg (read just before the start) it was
 -- started with; the job's registry entry (from begin_change) gets the invocation ID. Saving that
 -- is best effort (a warning): the job is already registered. The record of the change in progress
--- stays until the prolog ends (step 9b). A failed unit is reset-failed before its start only with
+-- stays until the prolog ends (step 9b): a run killed during the health wait is an interrupted
+-- prolog too. A failed unit is reset-failed before its start only with
 -- reset_failed_retry (it clears the start-limit counter, so it is the site's call). A start is
 -- refused when another process holds the command port (M.check_port).
 -- @param want table the desired list (bytes, config_path)

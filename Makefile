@@ -45,8 +45,8 @@ ifeq ($(HAVE_DEPS),)
 endif
 
 # The C files generated from the Lua library (src/embed.lua): the precompiled library and policies
-# (the binary's), and the facts C takes from commands.lua, outcomes.lua and settings.lua
-# (src/generated.h; the binary's and the module's).
+# (the binary's), and the facts C takes from commands.lua, outcomes.lua, settings.lua and
+# progress.lua (src/generated.h; the binary's and the module's).
 FACTS    := lua/imexguard/commands.lua lua/imexguard/outcomes.lua lua/imexguard/settings.lua \
             lua/imexguard/progress.lua
 $(B)/embedded.c: src/embed.lua $(LUA_LIB) $(POLICIES) | need-deps

@@ -32,10 +32,13 @@
 -- with a registered job is decided again after waiting up to conflict_wait seconds WITHOUT the
 -- node lock (a late epilog, C24).
 -- The epilog unregisters the job under the lock (P:unregister); IMEX is left running unless
--- P:after_unregister acts. `plan` runs the same decisions without any side effect and renders
--- them with imexguard.report; `status` shows the domain as a table.
--- Entry points (plain functions of ctx, as the binary calls them) return outcome, message
--- [, report]: report (string) is printed verbatim on stdout.
+-- P:after_unregister acts.
+-- The entry points are ENTRY_POINTS below: the prolog's and epilog's methods are in this file; the
+-- inspection commands (status, health, plan, registrations, forget) are methods of every policy
+-- too, from imexguard.inspect, the method table this one falls back to (it calls the steps above
+-- as methods, so a site's override is used there as well). Entry points (plain functions of ctx,
+-- as the binary calls them) return outcome, message [, report]: report (string) is printed
+-- verbatim on stdout.
 --
 -- A site policy extends this one in two ways (examples, each with a spec: policies/shared_nodes.lua,
 -- stop_on_last_epilog.lua, static_domain.lua):
@@ -60,9 +63,9 @@ local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 -- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses, channels or node lists, and of the steps' rooms
--- (imexguard.steps) only the node lock and the housekeeping; only plan and status render reports;
--- only health drains.
+-- epilog needs none of the health wait, addresses or channels, and of the steps' rooms
+-- (imexguard.steps) only the node lock and the housekeeping; the prolog and epilog never load the
+-- inspection commands (imexguard.inspect) nor the reports they render.
 local lazy = require "imexguard.lazy"
 local applies = lazy "imexguard.steps.applies"
 local desired = lazy "imexguard.steps.desired"
@@ -78,23 +81,49 @@ local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
 local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
-local nodelist = lazy "imexguard.nodelist"
-local ctl = lazy "imexguard.ctl"
-local report = lazy "imexguard.report"
-local drain = lazy "imexguard.drain"
 local fabric = lazy "imexguard.fabric"
-local json = lazy "imexguard.json"
-local domains = lazy "imexguard.domains"
+local inspect = lazy "imexguard.inspect"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
 
---- The entry points (the commands of imexguard.commands that have one); each is a plain function
--- of ctx that runs the method "run_" .. name.
-local ENTRY_POINTS = require("imexguard.commands").names("entry")
+--- The entry points: each command of imexguard.commands that has one (its `entry`) -> the method
+-- that runs it. Every policy built here has them as plain functions of ctx (P.prolog(ctx) runs
+-- P:run_prolog(ctx), the policy's own method: a site's override is used). run_prolog and
+-- run_epilog are below; the others are imexguard.inspect's.
+local ENTRY_POINTS = {
+  prolog = "run_prolog",
+  epilog = "run_epilog",
+  status = "run_status",
+  plan = "run_plan",
+  health = "run_health",
+  registrations = "run_registrations",
+  forget = "run_forget",
+}
 
---- The methods of the default policy (the decision model), shared by every policy built from it.
-local Policy = {}
+--- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
+-- loads: a command with an entry point and no method here, or a method for a command without an
+-- entry point, is an error of the build, never a run without the command.
+local ENTRY_NAMES = (function()
+  local commands = require "imexguard.commands"
+  local names = commands.names("entry")
+  for _, name in ipairs(names) do
+    if not ENTRY_POINTS[name] then
+      error("policies/default.lua: ENTRY_POINTS has no method for the command '" .. name .. "'")
+    end
+  end
+  for name in pairs(ENTRY_POINTS) do
+    local c = commands.by_name[name]
+    if not (c and c.entry) then
+      error("policies/default.lua: ENTRY_POINTS names '" .. name .. "', no command with an entry point")
+    end
+  end
+  return names
+end)()
+
+--- The methods of the default policy (the decision model), shared by every policy built from it;
+-- a name not found here is imexguard.inspect's (the inspection commands and their steps).
+local Policy = setmetatable({}, { __index = function(_, name) return inspect[name] end })
 
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
@@ -409,14 +438,15 @@ local function not_registered(ctx, id)
     base.node_name(ctx), ctx.settings.unit)
 end
 
--- Save the state file after a job's entry was removed (the epilog, forget): nil when saved, else
--- the outcome (write-failed, or the write's own: a full disk) and a one-line message.
-local function save_unregistered(ctx, st, node, id)
+--- Save the state file after job `id`'s entry was removed (the epilog, forget).
+-- @return nil when saved, else the outcome (write-failed, or the write's own: a full disk) and a
+--   one-line message
+function Policy:save_unregistered(ctx, st, id) -- luacheck: no self
   local s = ctx.settings
   local ok, err, code = state.save(ctx.host, s, st)
   if ok then return nil end
   return base.by_code(code, "write-failed"), text.one_line(string.format(
-    "node %s: job %s could not be unregistered, state file %s not written: %s", node, id,
+    "node %s: job %s could not be unregistered, state file %s not written: %s", base.node_name(ctx), id,
     state.path(s), tostring(err)))
 end
 
@@ -429,7 +459,7 @@ function Policy:unregister(ctx, id)
   housekeeping.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
-  local failed, fm = save_unregistered(ctx, st, node, id)
+  local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
   local remaining = registry.jobs(st)
   local ho, hm = self:after_unregister(ctx, st, entry, remaining)
@@ -457,358 +487,7 @@ function Policy:run_epilog(ctx)
 end
 
 -- ---------------------------------------------------------------------------------------------
--- plan and status.
-
---- Entry point `plan`: the prolog's decisions without any side effect (imexguard.report renders them).
-function Policy:run_plan(ctx)
-  local info, want, m = self:prepare(ctx)
-  if not info then return want, m end
-  local old, rerr = nodes_file.read_nodes(ctx, info)
-  local changed = old ~= want.bytes
-  local st, serr = state.load(ctx.host, ctx.settings)
-  if not st then return housekeeping.registry_unknown(ctx, serr) end
-  housekeeping.drop_other_boots(ctx, st)
-  local v, o
-  v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
-  if not v then return o, m end
-  local allowed, why = true, nil
-  if changed or v.action ~= "none" then allowed, why = self:may_restart(ctx, st, v) end
-  local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
-    st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
-    domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
-    findings = report.config_findings(info, want.addrs),
-    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
-  local pok, po, pm = self:port_is_units(ctx, info, v.unit)
-  if not pok then
-    local out = self:channel_report(ctx, info, report.plan(f))
-    return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
-  end
-  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
-  local msg = report.plan_message(f)
-  local stale = allowed and f.domain and f.domain.stale_mismatch
-  if stale then
-    -- C32, as P:wait_converged decides it: a restart to converge, where the registry allows one
-    local cv = { action = "restart", nodes = v.nodes, unit = v.unit, changed = false }
-    local ok, cwhy = true, nil
-    if v.action == "none" then ok, cwhy = self:may_restart(ctx, st, cv) end
-    local head = "stale node-map mismatch with " .. table.concat(stale.peers, ", ")
-    if not ok then
-      outcome = health.STALE_MISMATCH_OUTCOME
-      msg = string.format("%s; %s; this node may not restart it: %s; %s", msg, head, tostring(cwhy),
-        health.stale_remedy(ctx, { self = want.self }, f.domain))
-    elseif v.action == "none" then
-      msg = msg .. "; " .. head .. ": the prolog would restart " .. ctx.settings.unit .. " once to clear it"
-    else
-      msg = msg .. "; " .. head .. ": the " .. v.action .. " clears this end"
-    end
-  end
-  local message = self:channel_note(info, text.one_line(msg))
-  outcome, message = self:fabric_verdict(ctx, want, outcome, message)
-  return outcome, message, self:fabric_report(ctx, self:channel_report(ctx, info, report.plan(f)))
-end
-
---- Slurm node names by address, from the address map when one is configured.
-local function names_by_address(ctx)
-  local s = ctx.settings
-  if s.address_source ~= "map" then return {} end
-  local by = {}
-  for name, addr in pairs(addresses.load_map(ctx.host, s.address_map) or {}) do by[addr] = name end
-  return by
-end
-
---- This node's address in the domain: BIND_INTERFACE_IP, else the first local address it lists.
-local function self_address(ctx, info, expected)
-  if info and info.bind then return info.bind end
-  local locals = {}
-  for _, a in ipairs(ctx.host.local_addresses() or {}) do locals[a] = true end
-  for _, h in ipairs(expected) do
-    if locals[h] then return h end
-  end
-  return "(no local address in the domain)"
-end
-
---- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
--- active and the command port is its process; otherwise `status` is never "ok".
--- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
---   the process on the command port
-function Policy:unit_verdict(ctx, info)
-  if not info then return nil end
-  local props = ctx.host.unit(ctx.settings.unit) or info.unit
-  local ok, o, m = self:port_is_units(ctx, info, props)
-  if not ok then return o, m end
-  local a = props.active_state
-  if a == "active" or a == "reloading" then return nil end
-  -- a stopped unit: the ctl's answer (often a placeholder row 0.0.0.0 DOWN) is nobody's; no other
-  -- process is blamed (port_is_units above names one when it listens)
-  local u = ctx.settings.unit
-  local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
-    or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
-    or "the unit is not running"
-  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
-end
-
---- The node list the domain must run, in order (C21: a node's ID is its line in it): the
--- addresses of this node's node list file (nodelist.parse); nil when it cannot be read, is empty
--- or is not a node list (status then judges the domain by its own order, and says so). Host names
--- in it (C35: a static list of rack-slot names) are resolved as the job's nodes are
--- (addresses.resolve_entries); a name that does not resolve stays as written.
--- @return list, names ({[address] = host name of the file}), by_entry ({[name] = address}),
---   unresolved (list of "NAME (why)")
-local function ordered_node_list(ctx, info)
-  if not info then return nil end
-  local list = nodelist.parse(nodes_file.read_nodes(ctx, info) or "")
-  if not (list and #list > 0) then return nil end
-  local literal = true
-  for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
-  if literal then return list end
-  local addrs, names, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, list)
-  local by_entry = {}
-  for i, e in ipairs(list) do
-    if addrs[i] and addrs[i] ~= e then by_entry[e], list[i] = addrs[i], addrs[i] end
-  end
-  return list, names, by_entry, unresolved
-end
-
---- What `status` and `health` judge this node on (C33): the registered jobs' node list when every
--- registered job has the same one (the job's nodes), false when no job is registered (the node is
--- idle: judged on what it owns), nil when the state file cannot be read or the jobs' lists differ
--- (then the node list file decides, as before).
--- @return list of addresses | false | nil
-local function registered_list(ctx)
-  local st = state.load(ctx.host, ctx.settings)
-  if not st then return nil end
-  local jobs = registry.jobs(st)
-  if #jobs == 0 then return false end
-  for _, e in ipairs(jobs) do
-    if e.nodes ~= jobs[1].nodes then return nil end
-  end
-  local list = nodelist.parse(jobs[1].nodes or "")
-  return list and #list > 0 and list or nil
-end
-
---- The facts of this node that `status` shows beside the domain, what `systemctl status` and
--- more would tell an admin: the unit's state and since when, its invocation, the last prolog and
--- epilog (state.load_last), the registered jobs (the state file), the node lock's holder
--- (host.lock_holder: never waits, never holds it), and this node's domain and fabric when a step
--- set ctx.domain ({name, nodes, source}) or ctx.fabric. Reads only; an unreadable part is named
--- in its place, never an error of the run.
--- @return table facts (report.status' opts.facts)
-function Policy:node_facts(ctx) -- luacheck: no self
-  local host, s = ctx.host, ctx.settings
-  local f = { node = base.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
-    state_path = state.path(s), last = {} }
-  local props, uerr = host.unit(s.unit)
-  f.unit = props or { error = text.one_line(tostring(uerr), 200) }
-  for _, c in ipairs({ "prolog", "epilog" }) do
-    local rec, err = state.load_last(host, s, c)
-    f.last[c] = rec or (err and { error = err }) or nil
-  end
-  local st, serr = state.load(host, s)
-  if st then f.jobs = registry.jobs(st) else f.jobs_error = serr end
-  local path = s.state_dir .. "/lock"
-  f.lock = { path = path }
-  if type(host.lock_holder) == "function" then
-    local holder, herr = host.lock_holder(path)
-    if herr then f.lock.error = tostring(herr) else f.lock.holder = holder end
-  end
-  f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
-  return f
-end
-
--- The options of a status report that every path shares: facts (status only: health needs none),
--- verbosity, the exit code.
-local function status_opts(self, ctx, outcome)
-  return { facts = ctx.command == "status" and self:node_facts(ctx) or nil, verbosity = ctx.verbosity,
-    exit_code = outcomes.exit_code(outcome, ctx.settings) }
-end
-
---- Entry point `status`: the node's facts (node_facts), then the domain as a table, with a
--- diagnosis per node. The ctl's ordered node map is compared with this node's node list file (same
--- nodes in another order is a local fault, C21); config.cfg's findings (imexcfg.lint: a command port
--- on loopback, IMEX_CMD_ENABLED=0...) are flagged before any job runs (C22).
-function Policy:run_status(ctx)
-  local info, o, why = self:applies(ctx)
-  if not info and o ~= "unit-unknown" then
-    return o, why, self:status_report(ctx, report.status_plain(o, why, ctx.json, status_opts(self, ctx, o)))
-  end
-  local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
-  -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
-  -- of the node: the next prolog starts it, and a site may stop it on purpose
-  -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it
-  local props = info and info.unit
-  if not ans.domain and ans.kind == "unreachable" and props and props.active_state == "inactive"
-    and registered_list(ctx) == false then
-    local msg = string.format("node %s: %s is inactive and no job is registered here: nothing to judge "
-      .. "(the next job's prolog starts it)", base.node_name(ctx), ctx.settings.unit)
-    return "ok", msg, self:status_report(ctx, report.status_plain("ok", msg, ctx.json,
-      status_opts(self, ctx, "ok")))
-  end
-  if not ans.domain then
-    local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
-    local msg = "node " .. base.node_name(ctx) .. ": " .. tostring(ans.err)
-    -- config.cfg's findings are the likely cause (IMEX_CMD_ENABLED=0: the ctl cannot reach the daemon, C22)
-    local findings = report.config_findings(info, ordered_node_list(ctx, info) or {})
-    if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
-    msg = text.one_line(msg)
-    return outcome, msg, self:status_report(ctx,
-      report.status_plain(outcome, msg, ctx.json, status_opts(self, ctx, outcome)))
-  end
-  local expected, entry_names, by_entry, unresolved = ordered_node_list(ctx, info)
-  -- C35: the ctl may show the file's host names where the list has their addresses
-  local domain = by_entry and ctl.map_hosts(ans.domain, by_entry) or ans.domain
-  if domain ~= ans.domain then ans = setmetatable({ domain = domain }, { __index = ans }) end
-  local by_file = expected ~= nil
-  if not expected then
-    expected = {}
-    for _, node in ipairs(domain.nodes) do expected[#expected + 1] = node.host end
-  end
-  local self_addr = self_address(ctx, info, expected)
-  local names = names_by_address(ctx)
-  for a, n in pairs(entry_names or {}) do
-    if not names[a] then
-      names[a] = n
-    elseif names[a] ~= n then
-      names[a] = n .. ", " .. names[a]
-    end
-  end
-  names[self_addr] = names[self_addr] or base.node_name(ctx)
-  -- C33: a registered job's nodes are judged; with no job registered, only what this node owns (the
-  -- unit, its daemon READY with its own node map, the command port: unit_verdict; config.cfg's
-  -- findings below, flagged as for any node: C22), never its links to peers that may run other
-  -- jobs' lists now.
-  -- Hook: the fabric of this node's GPUs (C31) is one more thing it owns, judged here too.
-  local jobs_list = registered_list(ctx)
-  local idle = jobs_list == false
-  local judged = jobs_list or expected
-  local v = health.verdict(ans, judged, self_addr, { node_list = by_file and expected or false,
-    own_only = idle, list_name = jobs_list and "the registered job's node list"
-      or (by_file and "this node's node list file" or "the daemon's own list") })
-  local outcome, msg
-  if v.healthy and idle then
-    outcome, msg = "ok", string.format("node %s: no job registered, judged on what it owns: %s",
-      base.node_name(ctx), tostring(v.summary))
-  elseif v.healthy then
-    outcome, msg = "ok", string.format("domain %s, %d nodes healthy", tostring(domain.status), #judged)
-  else
-    outcome, msg = health.blame(ctx, { self = self_addr, names = names, cfg = info and info.cfg,
-      config_path = info and info.config }, v)
-  end
-  if not info then msg = msg .. "; unit state unknown: " .. why end
-  if unresolved and #unresolved > 0 then
-    msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
-      table.concat(unresolved, ", "))
-  end
-  local uo, um = self:unit_verdict(ctx, info)
-  if uo then outcome, msg = uo, um .. "; " .. msg end
-  local findings = report.config_findings(info, expected)
-  if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
-  self:domain_fact(ctx)
-  outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
-  local opts = status_opts(self, ctx, outcome)
-  opts.self, opts.names, opts.json, opts.outcome, opts.message = self_addr, names, ctx.json, outcome, msg
-  opts.findings, opts.config = findings, info and info.config
-  opts.node_list = by_file and info.nodes_file or nil
-  return outcome, msg, self:status_report(ctx, report.status(domain, v, opts))
-end
-
---- A status report with the channel's state (P:channel_report), except the one line of -q.
-function Policy:status_report(ctx, out)
-  if ctx.command ~= "status" then return out end -- health prints its own line
-  if ctx.verbosity and ctx.verbosity < 0 then return out end
-  return self:channel_report(ctx, nil, out)
-end
-
---- status, health and plan: the fabric read once (P:fabric without waiting) joined to an outcome
--- that exits 0: a fault of this node's GPUs (or fabric-unknown with on_fabric_unknown = "fail")
--- replaces it; GPUs still registering are named in the message, not a fault (the prolog waits for
--- them); an outcome that is already non-zero stays, the fabric is not read.
--- @param want table|nil (want.domain, see P:fabric)
--- @return outcome, message (one line)
-function Policy:fabric_verdict(ctx, want, outcome, msg)
-  if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
-  local r, fo, fm = self:fabric(ctx, want, false)
-  if not r then return fo, text.one_line(fm .. "; " .. msg) end
-  if r.state == "pending" or r.state == "unknown" then msg = msg .. "; fabric: " .. r.message end
-  return outcome, text.one_line(msg)
-end
-
---- plan's report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text
--- "fabric: STATE: message", JSON a last field `fabric` = {state, message, partition =
--- "<ClusterUUID>.<CliqueId>" or null} (docs/json.md), null when the fabric was not read (text:
--- unchanged).
--- @param out string the report
--- @return string the report
-function Policy:fabric_report(ctx, out) -- luacheck: no self
-  local f = ctx.fabric
-  if type(out) ~= "string" then return out end
-  if ctx.json then
-    local body = out:match("^(.*)}%s*$")
-    if not body then return out end
-    local v = f and json.encode(report.fabric_json(f)):gsub("\n$", "") or "null"
-    return body .. ',"fabric":' .. v .. "}\n"
-  end
-  if not f then return out end
-  return out .. "fabric: " .. report.fabric_line(f) .. "\n"
-end
-
--- ---------------------------------------------------------------------------------------------
--- The job registry by hand: registrations and forget.
-
---- Entry point `registrations`: the jobs registered on this node (reads the state file, takes no
--- lock: the file is replaced atomically, so it is the old or the new registry).
-function Policy:run_registrations(ctx) -- luacheck: no self
-  local host, s = ctx.host, ctx.settings
-  local st, serr = state.load(host, s)
-  if not st then return housekeeping.registry_unknown(ctx, serr) end
-  local jobs = registry.jobs(st)
-  local msg = #jobs == 0 and string.format("node %s: no job registered", base.node_name(ctx))
-    or string.format("node %s: %d job%s registered: %s", base.node_name(ctx), #jobs,
-      #jobs == 1 and "" or "s",
-      registry.ids(jobs))
-  local facts = { node = base.node_name(ctx), now = host.wallclock(), jobs = jobs,
-    state_path = state.path(s) }
-  return "ok", msg, report.registrations(facts, { json = ctx.json, verbosity = ctx.verbosity, outcome = "ok",
-    exit_code = 0, message = msg })
-end
-
---- Entry point `forget JOBID` (ctx.arg): remove the job's entry from this node's registry under
--- the node lock, for a job whose epilog never ran (slurmd crashed, the node rebooted without
--- clearing state_dir); IMEX is left as it is and P:after_unregister is not run (that is the
--- epilog's). A job that is not registered is bad-input: nothing removed.
-function Policy:run_forget(ctx)
-  local id = ctx.arg
-  if type(id) ~= "string" or not id:match(base.JOB_ID_PATTERN) or #id > base.JOB_ID_MAX then
-    return "bad-input", string.format("forget: %s is not a Slurm job id (digits)",
-      text.quote(tostring(id), 80))
-  end
-  id = id:gsub("^0+(%d)", "%1")
-  local s, node = ctx.settings, base.node_name(ctx)
-  local guard, o, m = self:lock(ctx)
-  if not guard then return o, m end
-  local lk <close> = guard -- luacheck: ignore lk
-  local st, serr = state.load(ctx.host, s)
-  if not st then return housekeeping.registry_unknown(ctx, serr) end
-  local entry = registry.unregister(st, id)
-  if not entry then
-    local jobs = registry.jobs(st)
-    return "bad-input",
-      string.format("node %s: job %s is not registered here; nothing removed (registered: %s)",
-      node, id, #jobs == 0 and "none" or registry.ids(jobs))
-  end
-  local failed, fm = save_unregistered(ctx, st, node, id)
-  if failed then return failed, fm end
-  local remaining = registry.jobs(st)
-  local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
-  local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
-    .. "ago); %s; %s left as it is", node, id, registry.entry_hosts(entry), age or "?",
-    #remaining == 0 and "no job registered now" or ("still registered: job " .. registry.ids(remaining)),
-    s.unit))
-  return "ok", msg, msg .. "\n" -- said on stdout too: an admin ran it by hand
-end
-
--- ---------------------------------------------------------------------------------------------
--- The IMEX channel (imexguard.channels) and the node health check.
+-- The IMEX channel (imexguard.channels): step 1b, and the line the prolog adds for it.
 
 --- Channel: after applies?, independent of the node list: make channel 0 exist when the setting
 -- imex_channels says so (channels.ensure; in `plan` mkdir and mknod_char are recorders).
@@ -832,60 +511,14 @@ function Policy:channel_note(info, msg) -- luacheck: no self
   return msg
 end
 
---- status: this node's IMEX domain (imexguard.domains.node_line) as ctx.domain for the node's facts
--- (report.domain_line): {name, kind, source, nodes}, {kind, source} when this node is in none,
--- {error = line} when the map cannot be read, nil without a domain map.
-function Policy:domain_fact(ctx) -- luacheck: no self
-  local line, dom = domains.node_line(ctx, base.node_name(ctx))
-  if dom then
-    ctx.domain = dom
-  elseif line:find("IMEX domain map: ", 1, true) == 1 then
-    ctx.domain = { error = line }
-  end
-end
-
---- A report (text or JSON) with the channel's line (`plan`: the step's line; `status`: its state).
--- @param info table|nil from applies (nil: the state is read with channels.state)
--- @param out string the report
--- @return string the report
-function Policy:channel_report(ctx, info, out) -- luacheck: no self
-  local line = info and info.channel or channels.state(ctx)
-  if type(out) ~= "string" then return out end
-  if ctx.json then
-    -- the last key of the report's object (docs/json.md): `"channel": LINE` before its final "}"
-    local head = out:match("^(.*)}\n$")
-    if not head then return out end
-    return head .. ',"channel":' .. require("cjson").encode(line) .. "}\n"
-  end
-  return out .. line .. "\n"
-end
-
---- Entry point `health` (Slurm's HealthCheckProgram, LBNL NHC): this node's IMEX as `status` sees
--- it plus the channel's state, changing nothing (the binary runs it with the dry-run recorders).
--- Not applicable (IMEX skipped here) and faults of peers only are "ok"/"skipped" (exit 0: a health
--- check drains this node, and a peer drains itself); a fault of this node is its outcome, with one
--- line `imexguard: OUTCOME: cause` as the report (what NHC and contrib/slurm/health.sh print).
--- @return outcome, message, report (nil when healthy)
-function Policy:run_health(ctx)
-  local o, m = self:run_status(ctx)
-  if o == "skipped" then return "skipped", text.one_line("not applicable: " .. tostring(m)) end
-  if o == "peers-unhealthy" then o, m = "ok", "this node healthy; " .. tostring(m) end
-  if o == "ok" then
-    local line, fault, fo = channels.state(ctx)
-    if fault then o, m = fo or "channel-failed", line end
-  end
-  if outcomes.exit_code(o, ctx.settings) == 0 then return o, text.one_line(m) end
-  return o, text.one_line(m), drain.reason(o, m) .. "\n"
-end
-
 -- ---------------------------------------------------------------------------------------------
 -- Building policies.
 
 --- A policy table: `parent`'s methods, the given hooks, and entry points bound to the new table.
 local function new(parent, hooks)
   local P = setmetatable({ hooks = hooks }, { __index = parent })
-  for _, name in ipairs(ENTRY_POINTS) do
-    local method = "run_" .. name
+  for _, name in ipairs(ENTRY_NAMES) do
+    local method = ENTRY_POINTS[name]
     P[name] = function(ctx) return P[method](P, ctx) end
   end
   --- A policy like this one with some hooks replaced (see the top of this file); its methods are

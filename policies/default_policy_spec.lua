@@ -21,6 +21,59 @@ describe("default policy: a table of methods in the order of its decision model"
     for _, e in ipairs({ "prolog", "epilog", "plan", "status", "extend" }) do assert.is_function(P[e], e) end
   end)
 
+  it("has an entry point for every command with one (imexguard.commands), each running the policy's own "
+    .. "method; the inspection commands' methods are imexguard.inspect's", function()
+    local commands = require "imexguard.commands"
+    local inspect = require "imexguard.inspect"
+    local site = P.extend()
+    for _, name in ipairs(commands.names("entry")) do
+      assert.is_function(P[name], name)
+      assert.is_function(site[name], name)
+    end
+    function site.run_status() return "ok", "the site's status" end
+    assert.equal("the site's status", select(2, site.status(testing.ctx{ command = "status" })))
+    assert.not_equal("the site's status", select(2, P.status(testing.ctx{ command = "status" })))
+    local Policy = getmetatable(P).__index
+    for name, f in pairs(inspect) do
+      assert.equal(f, P[name], name)
+      assert.is_nil(rawget(Policy, name), name .. ": a method of both default.lua and imexguard.inspect")
+    end
+    for _, m in ipairs({ "run_prolog", "run_epilog", "run_status", "run_plan", "run_health",
+      "run_registrations", "run_forget" }) do
+      assert.is_function(P[m], m)
+    end
+  end)
+
+  it("will not load when its entry points and imexguard.commands disagree", function()
+    local commands = require "imexguard.commands"
+    local function load_with(list)
+      local fake = { list = list, by_name = {} }
+      for _, c in ipairs(list) do fake.by_name[c.name] = c end
+      function fake.names(field)
+        local t = {}
+        for _, c in ipairs(list) do if c[field] then t[#t + 1] = c.name end end
+        return t
+      end
+      package.loaded["imexguard.commands"] = fake
+      local ok, err = pcall(assert(loadfile("policies/default.lua")))
+      package.loaded["imexguard.commands"] = commands
+      return ok, err
+    end
+    local more = { { name = "frobnicate", entry = "optional" } }
+    for i, c in ipairs(commands.list) do more[i + 1] = c end
+    local ok, err = load_with(more)
+    assert.is_false(ok)
+    assert.matches("ENTRY_POINTS has no method for the command 'frobnicate'", err, 1, true)
+    local fewer = {}
+    for _, c in ipairs(commands.list) do
+      if c.name ~= "forget" then fewer[#fewer + 1] = c end
+    end
+    ok, err = load_with(fewer)
+    assert.is_false(ok)
+    assert.matches("ENTRY_POINTS names 'forget', no command with an entry point", err, 1, true)
+    assert.is_true((load_with(commands.list)))
+  end)
+
   it("an overridden step is used by the entry points; the default step is reachable as P.step(self, ...)",
     function()
       local site = P.extend()

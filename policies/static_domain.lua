@@ -26,7 +26,7 @@ local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
-local domains = require "imexguard.domains"
+local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name the nodes (a log line)
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
 local default = require "policies.default"
@@ -34,6 +34,59 @@ local default = require "policies.default"
 local P = {}
 
 local fail = steps.fail
+
+-- Step 2 with the static list as the domain map (C29): the job's nodes in it (in_domain: its
+-- addresses) are this node's domain, the others are another rack's (their own static list) or no
+-- IMEX node's; neither is waited for. want carries the static list (node_list, by_entry:
+-- steps.set_node_list), which the narrowed want keeps (steps.narrow).
+-- @return the narrowed want, or nil, outcome, message
+local function narrow(ctx, info, want, in_domain, node)
+  local names, addrs, left = {}, {}, {}
+  for _, n in ipairs(want.domain.left_out) do left[#left + 1] = n end -- no address (steps.desired)
+  for i, a in ipairs(want.addrs) do
+    if in_domain[a] then
+      names[#names + 1], addrs[#addrs + 1] = want.list[i], a
+    else
+      left[#left + 1] = want.list[i]
+    end
+  end
+  local dom = want.domain
+  local narrowed, werr = steps.narrow(ctx, info, want, names, addrs)
+  if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
+  dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
+  ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
+    node, info.nodes_file, hostlist.show_in_order(names), #left > 0 and ("; the job's nodes outside it "
+    .. "(another domain, or no IMEX node; not waited for): " .. hostlist.show_in_order(left)) or "")))
+  return narrowed
+end
+
+-- Step 3: the job's nodes (of this node's domain) that are not in the static list (in_domain: its
+-- addresses; count: its entries; bad: the names that do not resolve, as a note).
+-- @return true when every one is in it, else nil, "bad-input", message naming them
+local function all_in_list(ctx, info, want, in_domain, node, count, bad)
+  local outside = {}
+  for i, a in ipairs(want.addrs) do
+    if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
+  end
+  if #outside == 0 then return true end
+  return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes%s); "
+    .. "nothing changed", steps.job_id(ctx), #outside > 1 and "s" or "", table.concat(outside, ", ")
+    .. (#outside > 1 and " are" or " is"), node, info.nodes_file, count, bad)
+end
+
+-- Step 4: the unit's properties once it settled; with wait, the unit must be active (this policy
+-- never starts it).
+-- @return props, or nil, outcome, message
+local function unit_up(ctx, wait, node)
+  local props, o, m = steps.settle_unit(ctx, wait)
+  if not props then return nil, o, m end
+  local a = props.active_state
+  if wait and a ~= "active" and a ~= "reloading" then
+    return fail("domain-unhealthy", "node %s: %s is %s (result %s); the static domain is started at boot, "
+      .. "this policy never starts it", node, ctx.settings.unit, tostring(a), tostring(props.result))
+  end
+  return props
+end
 
 --- Steps 1-4. @return info, want, props, or nil, outcome, message
 local function verify(ctx, wait)
@@ -52,16 +105,14 @@ local function verify(ctx, wait)
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
   -- C35: host names in the static list, resolved as the job's nodes are
-  local entry_addrs, _, unresolved = addresses.resolve_entries(ctx.host, ctx.settings, static)
+  local resolved, _, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
       info.nodes_file, bad)))
   end
-  local resolved, by_entry, seen = {}, {}, {}
+  local seen = {}
   for i, e in ipairs(static) do
-    resolved[i] = entry_addrs[i] or e
-    if entry_addrs[i] and entry_addrs[i] ~= e then by_entry[e] = entry_addrs[i] end
     -- two entries of one address (C35: two names of one tray): the daemon's list is ambiguous
     if seen[resolved[i]] then
       return fail("bad-input", "node %s: static node list %s: %s and %s are both %s; nothing changed", node,
@@ -70,47 +121,19 @@ local function verify(ctx, wait)
     seen[resolved[i]] = i
   end
   steps.set_node_list(want, resolved, by_entry) -- the daemon runs the static list, in its order
-  local in_domain, outside = {}, {}
+  local in_domain = {}
   for _, a in ipairs(resolved) do in_domain[a] = true end
   -- a name of the list that does not resolve may be a node of the job: nothing is narrowed then,
   -- every node of the job must be in the resolved list (bad-input naming the names, below)
   if want.domain.kind == "static" and bad == "" then
-    -- the static list is the domain map (C29): the job's nodes in it are this node's domain, the
-    -- others are another rack's (their own static list) or no IMEX node's; neither is waited for
-    local names, addrs, left = {}, {}, {}
-    for _, n in ipairs(want.domain.left_out) do left[#left + 1] = n end -- no address (steps.desired)
-    for i, a in ipairs(want.addrs) do
-      if in_domain[a] then
-        names[#names + 1], addrs[#addrs + 1] = want.list[i], a
-      else
-        left[#left + 1] = want.list[i]
-      end
-    end
-    local dom = want.domain
-    local narrowed, werr = steps.narrow(ctx, info, want, names, addrs)
-    if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
-    dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
-    want = narrowed
-    ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
-      node, info.nodes_file, domains.show(names), #left > 0 and ("; the job's nodes outside it (another "
-      .. "domain, or no IMEX node; not waited for): " .. domains.show(left)) or "")))
+    want, o, m = narrow(ctx, info, want, in_domain, node)
+    if not want then return nil, o, m end
   end
-  for i, a in ipairs(want.addrs) do
-    if not in_domain[a] then outside[#outside + 1] = string.format("%s (%s)", want.list[i], a) end
-  end
-  if #outside > 0 then
-    return fail("bad-input", "job %s: node%s %s not in the static IMEX domain of node %s (%s, %d nodes%s); "
-      .. "nothing changed", steps.job_id(ctx), #outside > 1 and "s" or "", table.concat(outside, ", ")
-      .. (#outside > 1 and " are" or " is"), node, info.nodes_file, #static, bad)
-  end
-  local props
-  props, o, m = steps.settle_unit(ctx, wait)
+  local inside, props
+  inside, o, m = all_in_list(ctx, info, want, in_domain, node, #static, bad)
+  if not inside then return nil, o, m end
+  props, o, m = unit_up(ctx, wait, node)
   if not props then return nil, o, m end
-  local a = props.active_state
-  if wait and a ~= "active" and a ~= "reloading" then
-    return fail("domain-unhealthy", "node %s: %s is %s (result %s); the static domain is started at boot, "
-      .. "this policy never starts it", node, ctx.settings.unit, tostring(a), tostring(props.result))
-  end
   return info, want, props
 end
 
@@ -118,9 +141,7 @@ end
 -- judge of health.wait (its contract there).
 local function judge(answer, want)
   -- C35: the ctl may show a host name of the static list where the job has its address
-  if answer.domain and want.by_entry and next(want.by_entry) then
-    answer = setmetatable({ domain = ctl.map_hosts(answer.domain, want.by_entry) }, { __index = answer })
-  end
+  answer = ctl.map_answer_hosts(answer, want.by_entry)
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
   local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
   if not v or v.local_fault or v.verdict == "config-fault" then return v end

@@ -23,13 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SD_PATH		 "/org/freedesktop/systemd1"
-#define SD_MANAGER	 "org.freedesktop.systemd1.Manager"
 #define PRIVATE_SYSTEM	 "unix:path=/run/systemd/private"
 #define REOPEN_PAUSE_MAX 0.2 /* seconds: longest pause between reconnection attempts */
 #define ENOENT_GRACE	 1.0 /* seconds: a first connection waits for a missing socket */
-
-#define _cleanup_(f) __attribute__((cleanup(f)))
 
 static char *bus_address;  /* NULL means "system" */
 static sd_bus *bus;	   /* the process's connection, or NULL */
@@ -324,7 +320,7 @@ int ig_bus_subscribe(sd_bus *b, double end, sd_bus_error *error)
 
 	if (bus_subscribed)
 		return 0;
-	r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, "Subscribe", error, NULL, "");
+	r = ig_bus_call(b, end, IG_BUS_PATH, IG_BUS_MANAGER, "Subscribe", error, NULL, "");
 	if (r < 0 && !sd_bus_error_has_name(error, "org.freedesktop.systemd1.AlreadySubscribed"))
 		return r;
 	sd_bus_error_free(error);

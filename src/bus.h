@@ -14,6 +14,11 @@
 /* The service manager's bus name (org.freedesktop.systemd1(5)); every call goes to it. */
 #define IG_BUS_DEST	  "org.freedesktop.systemd1"
 #define IG_BUS_PROPERTIES "org.freedesktop.DBus.Properties"
+/* The Manager object and its interface (org.freedesktop.systemd1(5)): Subscribe (bus.c), the unit
+ * jobs, KillUnit, ResetFailedUnit and the JobRemoved signal (unit.c); a unit's object is below
+ * IG_BUS_PATH "/unit". */
+#define IG_BUS_PATH    "/org/freedesktop/systemd1"
+#define IG_BUS_MANAGER "org.freedesktop.systemd1.Manager"
 
 /* Set the bus: "system" (default: /run/systemd/private when root, else the system bus), "user"
  * (the calling user's manager), or a D-Bus address such as "unix:path=/run/user/0/systemd/private"

@@ -68,8 +68,6 @@ static void usage(FILE *f)
 	      f);
 }
 
-/* A usage error: "imexguard: " and the message (printf format) on stderr, then where to find
- * help.  Returns the exit code ig_usage_exit. */
 /* Print the version line on stdout. */
 static void print_version(void)
 {
@@ -80,6 +78,9 @@ static void print_version(void)
  * config-test, also as its short option): its usage errors print that line on stdout too. */
 static int reason_line_wanted;
 
+/* A usage error: "imexguard: " and the message (printf format) on stderr, then where to find
+ * help, and with reason_line_wanted the reason line on stdout.  Returns the exit code
+ * ig_usage_exit. */
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...)
 {

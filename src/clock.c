@@ -158,9 +158,7 @@ int ig_push_error(lua_State *L, const char *code, const char *fmt, ...)
 			vsnprintf(p, (size_t)n + 1, fmt, ap);
 			va_end(ap);
 		}
-		for (int i = 0; i < n; i++)
-			if (p[i] == '\n' || p[i] == '\r')
-				p[i] = ' ';
+		ig_blank_crlf(p, (size_t)n);
 		luaL_pushresultsize(&b, (size_t)n);
 	}
 	lua_pushstring(L, code);

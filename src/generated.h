@@ -3,8 +3,9 @@
  * generated.h: the facts the C host takes from the Lua library, declared here and defined in
  * build/generated.c, which src/embed.lua writes at build time from lua/imexguard/commands.lua
  * (the commands), lua/imexguard/outcomes.lua (the outcomes, their exit codes and the usage exit
- * code) and lua/imexguard/settings.lua (the default deadline, the names of the log levels).
- * Those files are the one source of these facts; C keeps no copy.  Linked into the binary and
+ * code), lua/imexguard/settings.lua (the default deadline, the names of the log levels) and
+ * lua/imexguard/progress.lua (the seconds between two progress lines of a wait).  Those files
+ * are the one source of these facts; C keeps no copy.  Linked into the binary and
  * the Lua C module (host.so).
  */
 #ifndef IMEXGUARD_GENERATED_H

@@ -5,13 +5,17 @@
  * Conventions (every file of src/ follows them):
  *  - Internal C functions return 0 (or a count) on success and a negative errno on failure;
  *    -ETIMEDOUT means "the step's own timeout expired", -ETIME means "the run's global deadline
- *    (budget) ran out first".  They clean up on every path.  This is the one way an error travels
- *    inside C: a function that also explains its failure takes a message buffer (char *err,
- *    size_t errlen) and writes one line there that names the input (made one line by
- *    ig_one_line); a constructor that returns a pointer returns NULL with that message.
+ *    (budget) ran out first".  They clean up on every path (by hand, or with _cleanup_ below).
+ *    This is the one way an error travels inside C: a function that also explains its failure
+ *    takes a message buffer (char *err, size_t errlen) and writes one line there that names the
+ *    input (made one line by ig_one_line); a constructor that returns a pointer returns NULL with
+ *    that message.  unit.c's bus work takes a struct unit_err instead: the message, the short
+ *    code its primitive returns and, for a failed job, the job's and the unit's results.
  *  - Lua primitives check their arguments with luaL_check* (misuse raises) and report runtime
- *    failure as three values: nil, a one-line message that names the input, and a short code
- *    string (see ig_push_error).  They never exit and never raise on a runtime failure.
+ *    failure as nil, a one-line message that names the input, and a short code string (see
+ *    ig_push_error); two add a fourth value that describes the failure: lock's holder on a
+ *    timeout (lock.c) and unit_job's {job_result, unit_result, active_state} for a job that
+ *    ended but not "done" (unit.c).  They never exit and never raise on a runtime failure.
  *  - Every blocking primitive is bounded by min(its own timeout, ig_remaining()).
  *  - Times are seconds as lua_Number (double) unless a name ends in _us (microseconds) or _ms.
  */
@@ -24,6 +28,10 @@
 #include <stddef.h>
 
 #define IG_VERSION "0.1.0"
+
+/* Call f(&var) when var goes out of scope, on every path (GCC's and Clang's cleanup attribute, as
+ * systemd writes it): `_cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL;`. */
+#define _cleanup_(f) __attribute__((cleanup(f)))
 
 /* ---- clock.c: monotonic clock and the global deadline ------------------------------------ */
 
@@ -67,9 +75,12 @@ static inline void ig_set_integer(lua_State *L, const char *key, lua_Integer val
 	lua_setfield(L, -2, key);
 }
 
-/* Copy src into dst (size bytes) as one line: every run of CR/LF becomes one space and a text
- * longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
+/* Copy src into dst (size bytes) as one line: every CR and every LF becomes a space (ig_blank_crlf)
+ * and a text longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
 char *ig_one_line(char *dst, size_t size, const char *src);
+/* Make the len bytes at s one line in place: every CR and every LF becomes a space.  Returns s.
+ * (log.c) */
+char *ig_blank_crlf(char *s, size_t len);
 
 /* ---- file.c: bounded reads (systemd's read_full_stream / read_full_file) ------------------- */
 
@@ -81,9 +92,10 @@ int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size
  * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
 int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
-/* ---- registration: each primitive file adds its primitives (luaL_setfuncs) to the table on top
- * of the stack; host.c calls them all and, with --timing, times each (timing.c). ----------------
- */
+/* ---- registration (host.c) ------------------------------------------------------------------ */
+
+/* Each primitive file adds its primitives (luaL_setfuncs) to the table on top of the stack; host.c
+ * calls them all and, with --timing, times each (timing.c). */
 void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
 void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
 void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char, mkdir */

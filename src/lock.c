@@ -248,10 +248,10 @@ static void settle_holder(int fd, const struct stat *st, struct holder *h)
 static int write_holder(int fd, const char *owner)
 {
 	char rec[HOLDER_MAX], clean[OWNER_MAX + 1];
-	size_t i;
-	for (i = 0; owner[i] && i < OWNER_MAX; i++)
-		clean[i] = (owner[i] == '\n' || owner[i] == '\r') ? ' ' : owner[i];
-	clean[i] = '\0';
+	size_t len = strnlen(owner, OWNER_MAX);
+	memcpy(clean, owner, len);
+	clean[len] = '\0';
+	ig_blank_crlf(clean, len);
 	int n = snprintf(rec, sizeof rec, "pid=%ld owner=%s since=%lld\n", (long)getpid(), clean,
 			 (long long)ig_wallclock());
 	if (n < 0 || n >= (int)sizeof rec)

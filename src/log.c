@@ -86,15 +86,24 @@ void ig_log_setup(int journal, enum ig_level min_level)
 	g_min_level = min_level;
 }
 
+/* ig_blank_crlf: see imexguard.h. */
+char *ig_blank_crlf(char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (s[i] == '\n' || s[i] == '\r')
+			s[i] = ' ';
+	return s;
+}
+
 /* One line (see imexguard.h): CR and LF become spaces, a longer text is cut with "...". */
 char *ig_one_line(char *dst, size_t size, const char *src)
 {
 	if (size == 0)
 		return dst;
-	size_t n = 0;
-	for (; src[n] && n < size - 1; n++)
-		dst[n] = src[n] == '\n' || src[n] == '\r' ? ' ' : src[n];
+	size_t n = strnlen(src, size - 1);
+	memcpy(dst, src, n);
 	dst[n] = '\0';
+	ig_blank_crlf(dst, n);
 	if (src[n] && size > 4)
 		memcpy(dst + size - 4, "...", 4);
 	return dst;

@@ -261,7 +261,7 @@ static int check_one(struct ig_run *r)
 
 /* `imexguard check POLICY`: driver.check_begin (the policy loaded in the sandbox with the fake
  * host preloaded as imexguard.host, its entry points checked), then each standard scenario
- * (lua/imexguard/scenarios.lua) with its own real-time limit, then driver.check_end (summary or
+ * (lua/imexguard/testing/check.lua) with its own real-time limit, then driver.check_end (summary or
  * --json report; ok when no scenario failed, else policy-error). */
 static int run_check(struct ig_run *r)
 {

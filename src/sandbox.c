@@ -212,8 +212,7 @@ int ig_sandbox_set_memory_limit(lua_State *L, double mib)
 	return 0;
 }
 
-/* ---- the replaced base functions --------------------------------------------------------------
- */
+/* ---- the replaced base functions ------------------------------------------------------------ */
 
 /* The results of the sandbox's pcall and xpcall once lua_pcall returned `status`: an error after
  * the deadline interrupt has fired is re-raised as the interrupt (layer 2), so it cannot be

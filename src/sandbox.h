@@ -22,8 +22,7 @@
  * blocking primitive already returns "deadline"); then the count hook interrupts it. */
 #define IG_DEADLINE_GRACE 0.25
 
-/* ---- the embedded modules (build/embedded.c, written by src/embed.lua) ------------------------
- */
+/* ---- the embedded modules (build/embedded.c, written by src/embed.lua) ---------------------- */
 
 /* A module compiled into the binary: its name ("imexguard.x", "policies.p"), its chunk name
  * ("@lua/imexguard/x.lua") and its precompiled chunk (Lua 5.4 bytecode with debug information),

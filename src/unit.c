@@ -31,15 +31,11 @@
 #include <string.h>
 #include <systemd/sd-bus.h>
 
-#define SD_PATH		     "/org/freedesktop/systemd1"
-#define SD_MANAGER	     "org.freedesktop.systemd1.Manager"
 #define UNIT_DEFAULT_TIMEOUT 10.0 /* seconds: unit(), unit_reset_failed(), unit_kill() */
 #define EXEC_MAX	     16	  /* ExecStart commands kept */
 #define EXEC_BUF	     8192 /* bytes of ExecStart paths and arguments kept */
 #define BUS_RETRIES	     3	  /* lost connections survived by one primitive call */
 #define SNAPSHOT_TRIES	     3	  /* unit queries asked again while the unit changes state */
-
-#define _cleanup_(f) __attribute__((cleanup(f)))
 
 /* For _cleanup_(freep): free(*p). */
 static inline void freep(void *p)
@@ -384,7 +380,7 @@ static int query_on(sd_bus *b, double end, const char *name, struct unit_props *
 	for (size_t i = 0; i < NQUERY; i++)
 		if (!QUERY[i].service || ends_with(name, ".service"))
 			n = i + 1;
-	r = sd_bus_path_encode(SD_PATH "/unit", name, &path);
+	r = sd_bus_path_encode(IG_BUS_PATH "/unit", name, &path);
 	/* a unit that changes state under the query is asked again, SNAPSHOT_TRIES times at most; a
 	 * unit that never holds still for one round trip gets its last answer */
 	for (int t = 0; r >= 0 && t < SNAPSHOT_TRIES; t++) {
@@ -473,7 +469,8 @@ static int job_watch(sd_bus *b, double end, struct job_wait *w, sd_bus_slot **sl
 	if (r < 0)
 		return r;
 	r = sd_bus_match_signal_async(b, slot, sd_bus_is_bus_client(b) > 0 ? IG_BUS_DEST : NULL,
-				      SD_PATH, SD_MANAGER, "JobRemoved", on_job_removed, NULL, w);
+				      IG_BUS_PATH, IG_BUS_MANAGER, "JobRemoved", on_job_removed,
+				      NULL, w);
 	return r < 0 ? r : 0;
 }
 
@@ -485,7 +482,8 @@ static int job_queue(sd_bus *b, double end, const char *method, const char *name
 	const char *job;
 	int r;
 
-	r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, error, &reply, "ss", name, "replace");
+	r = ig_bus_call(b, end, IG_BUS_PATH, IG_BUS_MANAGER, method, error, &reply, "ss", name,
+			"replace");
 	if (r >= 0)
 		r = sd_bus_message_read(reply, "o", &job);
 	if (r < 0)
@@ -725,15 +723,15 @@ static int unit_simple(const char *what, const char *method, double timeout, str
 
 	r = ig_bus_acquire(&b, end);
 	if (r >= 0)
-		r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types, name, who,
-				signo);
+		r = ig_bus_call(b, end, IG_BUS_PATH, IG_BUS_MANAGER, method, &error, NULL, types,
+				name, who, signo);
 	if (r < 0 && ig_bus_conn_error(r) && ig_bus_usec_left(end) > 0) {
 		/* the manager re-executed: reopen and call once more (see ig_bus_reopen) */
 		sd_bus_error_free(&error);
 		r = ig_bus_reopen(&b, end, 1);
 		if (r >= 0)
-			r = ig_bus_call(b, end, SD_PATH, SD_MANAGER, method, &error, NULL, types,
-					name, who, signo);
+			r = ig_bus_call(b, end, IG_BUS_PATH, IG_BUS_MANAGER, method, &error, NULL,
+					types, name, who, signo);
 	}
 	if (r < 0)
 		return bus_fail(e, what, r, &error, bound, by_deadline);

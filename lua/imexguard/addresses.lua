@@ -152,6 +152,25 @@ function M.resolve_entries(host, settings, entries)
   return addrs, names, unresolved
 end
 
+--- A node list's entries as the daemon's list of addresses (C35): `M.resolve_entries`, then each
+-- entry replaced by its address; an entry that does not resolve stays as written (and is named
+-- in `unresolved`).
+-- @param host table primitives (resolve, read)
+-- @param settings table validated settings (address_source, address_map, resolve_timeout)
+-- @param entries list of strings the node list's entries, in order (nodelist.parse)
+-- @return resolved (a new list, entry i's address or entry i), names ({[address] = entry} for the
+--   entries that are host names), by_entry ({[entry] = address} for the entries that are not their
+--   own address: what `ctl.map_hosts` takes), unresolved (list of one-line "NAME (why)", in order)
+function M.resolve_list(host, settings, entries)
+  local addrs, names, unresolved = M.resolve_entries(host, settings, entries)
+  local resolved, by_entry = {}, {}
+  for i, e in ipairs(entries) do
+    resolved[i] = addrs[i] or e
+    if addrs[i] and addrs[i] ~= e then by_entry[e] = addrs[i] end
+  end
+  return resolved, names, by_entry, unresolved
+end
+
 --- This node's entry of the list.
 -- @param host table primitives (local_addresses)
 -- @param bind string|nil BIND_INTERFACE_IP from config.cfg ("" or nil when unset)

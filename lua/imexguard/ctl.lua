@@ -255,6 +255,16 @@ function M.map_hosts(domain, map)
     duplicates = dups }
 end
 
+--- A ctl answer read with a node list's host names as addresses (C35: `map_hosts` on its domain).
+-- @tparam table answer a ctl answer ({domain = parsed domain, ...}, or one without a domain)
+-- @tparam table|nil map {[host as shown] = address}
+-- @treturn table `answer` itself when it has no domain or map is nil or empty, else a new answer
+--   whose `domain` is mapped and whose other fields are answer's
+function M.map_answer_hosts(answer, map)
+  if not (answer.domain and map and next(map)) then return answer end
+  return setmetatable({ domain = M.map_hosts(answer.domain, map) }, { __index = answer })
+end
+
 --- Parse `nvidia-imex-ctl -N -j`.
 -- Requires a JSON object with a top-level `status` of UP/DEGRADED/DOWN and `nodes` an object
 -- keyed by decimal node ids (any order) holding at least one node; each node needs `host`,

@@ -124,58 +124,57 @@ local function unquote(v)
   return q or v
 end
 
---- Parse the block part of Slurm 25.05's topology.yaml (slurm topology.yaml(5)): a list of
--- topologies (`- topology: NAME`, `cluster_default: true`), each with `tree:`, `block:` or `flat:`;
--- a block section has `block_sizes:` (ignored) and `blocks:`, a list of `- block: NAME` /
--- `nodes: HOSTLIST`. A small line reader (block style only; no YAML library): a line that is not
--- `key: value`, `key:`, `- key: value` or `- scalar` is unparsable. With several block topologies
--- the cluster_default one is used.
--- @param text string file contents
--- @param path string file name
--- @return map (see M.build; domains empty when no topology is a block one), or nil, message naming
---   the file and line
-function M.parse_topology_yaml(text, path)
-  local topos, topo, block_indent, entry = {}, nil, nil, nil
-  local n = 0
-  for raw in (text .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
-    local line = raw:gsub("^%s*#.*$", ""):gsub("%s+#.*$", "")
-    if trim(line) ~= "" and not line:match("^%-%-%-") and not line:match("^%.%.%.") then
-      if line:find("\t", 1, true) then return bad(path, n, "tab in indentation") end
-      local indent = #line:match("^( *)")
-      local body = line:sub(indent + 1)
-      local dash = body:match("^%-%s+(.*)$")
-      if body == "-" then dash = "" end
-      local item = dash ~= nil
-      if item then body = dash end
-      local key, value = body:match("^([%w_%-]+):%s*(.*)$")
-      if not key and not item then return bad(path, n, "unparsable line: '%s'", trim(raw)) end
-      if block_indent and indent <= block_indent then block_indent, entry = nil, nil end
-      if key == "topology" and item then
-        topo = { name = unquote(value), line = n }
-        topos[#topos + 1] = topo
-      elseif key == "cluster_default" and topo then
-        topo.default = unquote(value) == "true"
-      elseif key == "block" and not item and value == "" and topo then
-        block_indent, topo.blocks = indent, topo.blocks or {}
-      elseif block_indent and item and body:match("^{") then
-        -- `- {block: b1, nodes: ...}`: a flow mapping; never dropped in silence (the job would be
-        -- one domain across the racks)
-        return bad(path, n, "flow style ('%s') is not read; write 'block:' and 'nodes:' on lines of "
-          .. "their own", trim(body))
-      elseif block_indent and key == "blocks" and value:match("^%[") then
-        return bad(path, n, "flow style (blocks: [...]) is not read; write the blocks one per line")
-      elseif block_indent and key and (key == "block" or key == "nodes") then
-        if item then
-          entry = { line = n }
-          topo.blocks[#topo.blocks + 1] = entry
-        elseif not entry then
-          return bad(path, n, "'%s:' outside a '- block:' entry", key)
-        end
-        if key == "block" then entry.name = unquote(value) else entry.expr = unquote(value) end
-      end
+-- Read one line of topology.yaml (line n) into the reader's state st = {topos = list of {name,
+-- line, default, blocks}, topo = the topology being read, block_indent = the indentation of its
+-- `block:` key while inside it, entry = the `- block:` entry being read}.
+-- @return true, or nil, message naming the file and line
+local function yaml_line(st, raw, n, path)
+  local line = raw:gsub("^%s*#.*$", ""):gsub("%s+#.*$", "")
+  if trim(line) == "" or line:match("^%-%-%-") or line:match("^%.%.%.") then return true end
+  if line:find("\t", 1, true) then return bad(path, n, "tab in indentation") end
+  local indent = #line:match("^( *)")
+  local body = line:sub(indent + 1)
+  local dash = body:match("^%-%s+(.*)$")
+  if body == "-" then dash = "" end
+  local item = dash ~= nil
+  if item then body = dash end
+  local key, value = body:match("^([%w_%-]+):%s*(.*)$")
+  if not key and not item then return bad(path, n, "unparsable line: '%s'", trim(raw)) end
+  if st.block_indent and indent <= st.block_indent then st.block_indent, st.entry = nil, nil end
+  local topo = st.topo
+  if key == "topology" and item then
+    st.topo = { name = unquote(value), line = n }
+    st.topos[#st.topos + 1] = st.topo
+  elseif key == "cluster_default" and topo then
+    topo.default = unquote(value) == "true"
+  elseif key == "block" and not item and value == "" and topo then
+    st.block_indent, topo.blocks = indent, topo.blocks or {}
+  elseif st.block_indent and item and body:match("^{") then
+    -- `- {block: b1, nodes: ...}`: a flow mapping; never dropped in silence (the job would be
+    -- one domain across the racks)
+    return bad(path, n, "flow style ('%s') is not read; write 'block:' and 'nodes:' on lines of "
+      .. "their own", trim(body))
+  elseif st.block_indent and key == "blocks" and value:match("^%[") then
+    return bad(path, n, "flow style (blocks: [...]) is not read; write the blocks one per line")
+  elseif st.block_indent and key and (key == "block" or key == "nodes") then
+    if item then
+      st.entry = { line = n }
+      topo.blocks[#topo.blocks + 1] = st.entry
+    elseif not st.entry then
+      return bad(path, n, "'%s:' outside a '- block:' entry", key)
     end
+    if key == "block" then st.entry.name = unquote(value) else st.entry.expr = unquote(value) end
   end
+  return true
+end
+
+-- The domains of the block topology of topology.yaml (the one with blocks, or the cluster_default
+-- one of several), as M.build takes them.
+-- @param topos list of topologies (yaml_line's st.topos)
+-- @param path string file name
+-- @return list of {name, expr, line} ({} when no topology is a block one), or nil, message naming
+--   the file and line
+local function yaml_blocks(topos, path)
   local with = {}
   for _, t in ipairs(topos) do
     if t.blocks then with[#with + 1] = t end
@@ -197,6 +196,28 @@ function M.parse_topology_yaml(text, path)
     if not e.expr or e.expr == "" then return bad(path, e.line, "block %s has no nodes:", e.name) end
     list[#list + 1] = { name = e.name, expr = e.expr, line = e.line }
   end
+  return list
+end
+
+--- Parse the block part of Slurm 25.05's topology.yaml (slurm topology.yaml(5)): a list of
+-- topologies (`- topology: NAME`, `cluster_default: true`), each with `tree:`, `block:` or `flat:`;
+-- a block section has `block_sizes:` (ignored) and `blocks:`, a list of `- block: NAME` /
+-- `nodes: HOSTLIST`. A small line reader (block style only; no YAML library): a line that is not
+-- `key: value`, `key:`, `- key: value` or `- scalar` is unparsable. With several block topologies
+-- the cluster_default one is used.
+-- @param text string file contents
+-- @param path string file name
+-- @return map (see M.build; domains empty when no topology is a block one), or nil, message naming
+--   the file and line
+function M.parse_topology_yaml(text, path)
+  local st, n = { topos = {} }, 0
+  for raw in (text .. "\n"):gmatch("([^\n]*)\n") do
+    n = n + 1
+    local ok, err = yaml_line(st, raw, n, path)
+    if not ok then return nil, err end
+  end
+  local list, err = yaml_blocks(st.topos, path)
+  if not list then return nil, err end
   return M.build("topology", path, list)
 end
 
@@ -364,16 +385,10 @@ function M.node_line(ctx, node)
   end
   for _, d in ipairs(map.domains) do
     if d.name == name then
-      return string.format("IMEX domain: %s from %s: %s", name, map.source, M.show(d.nodes)),
+      return string.format("IMEX domain: %s from %s: %s", name, map.source, hostlist.show_in_order(d.nodes)),
         { name = name, kind = map.kind, source = map.source, nodes = d.nodes }
     end
   end
-end
-
---- A hostlist for a log line (compressed; the names joined when they cannot be).
-function M.show(names)
-  local h = hostlist.compress(names)
-  return h or table.concat(names, ",")
 end
 
 --- The one log line of the split: this node's domain, the others, the nodes left out.
@@ -382,12 +397,14 @@ end
 -- @return string
 function M.describe(dom, node)
   local r = { string.format("IMEX domain of node %s: %s from %s: %s", node, tostring(dom.name), dom.source,
-    M.show(dom.nodes)) }
+    hostlist.show_in_order(dom.nodes)) }
   for _, o in ipairs(dom.others or {}) do
-    r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name, M.show(o.nodes))
+    r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name,
+      hostlist.show_in_order(o.nodes))
   end
   if #(dom.left_out or {}) > 0 then
-    r[#r + 1] = string.format("left out (in no IMEX domain, not waited for): %s", M.show(dom.left_out))
+    r[#r + 1] = string.format("left out (in no IMEX domain, not waited for): %s",
+      hostlist.show_in_order(dom.left_out))
   end
   return table.concat(r, "; ")
 end

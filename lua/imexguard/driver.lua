@@ -1,19 +1,23 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The run, told in Lua: the sequence of an imexguard run (settings, the host table or the
 -- recorders of a dry run, the policy, ctx, the entry point, its outcome and exit code; the standard
--- scenarios of `check`). src/main.c keeps the edges (arguments, sandbox, deadline, watchdog,
--- signals, the final line, the exit) and calls this module through a tiny fixed protocol, like
--- Slurm's job_submit/lua or lsyncd's runner: each call passes one table, `run`, and returns one
--- table, the answer.
+-- scenarios of `check`, one call each). src/main.c keeps the edges (arguments, sandbox, deadline,
+-- watchdog, signals, the final line, the exit) and calls this module through a tiny fixed
+-- protocol (src/driver.c), like Slurm's job_submit/lua or lsyncd's runner: each call passes one
+-- table, `run`, and returns one table, the answer. What the commands print that no policy runs is
+-- elsewhere: show-config's and config-test's text (imexguard.showconfig), the records of a finished
+-- run (imexguard.runrecord), the check report (imexguard.testing.check).
 --
--- `run` is made by main.c once and lives for the whole run; the driver keeps its state in it.
--- main.c sets: command, config (path), config_explicit, policy (path or nil), check_path, sets
--- (list of "KEY=VALUE"), deadline_arg (string or nil), job_arg and nodelist_arg (plan's --job and
--- --nodelist, or nil), json, env (the environment), and `c`, the
--- host's own functions: c.read_trusted(path, what) -> text | nil, msg, code (the trust check of
--- src/trust.c), c.has_module(name) -> boolean, c.preload(name, value) (what require(name) returns
--- from now on), c.set_job(id) (the job id of the final line and of the watchdog's line).
--- For the deadline interrupt of `check`, main.c sets run.why and run.verdict before check_failed.
+-- `run` is made once per run by src/driver.c (ig_driver_open) and lives for the whole run; the
+-- driver keeps its state in it. driver.c sets: command, config (path), config_explicit, policy
+-- (path or nil), arg (the command's argument, or nil) and check_path (the same: check's POLICY),
+-- sets (list of "KEY=VALUE"), deadline_arg (string or nil), job_arg and nodelist_arg (plan's --job
+-- and --nodelist, or nil), json, verbosity (integer: -q negative, -v positive), env (the
+-- environment), and `c`, the host's own functions: c.read_trusted(path, what) -> text | nil, msg,
+-- code (the trust check of src/trust.c), c.has_module(name) -> boolean, c.preload(name, value)
+-- (what require(name) returns from now on), c.set_job(id) (the job id of the final line and of the
+-- watchdog's line). During `check`, main.c sets run.why and run.verdict ("SKIP" or "FAIL") before
+-- check_failed, and run.interrupted once the deadline interrupt ended a scenario.
 --
 -- An answer with a field `outcome` ends the run: main.c writes `output` (a string, may be nil) to
 -- stdout and logs the final line with `outcome`, `code` (the exit code) and `message`. Any other
@@ -26,9 +30,9 @@
 -- imexguard.commands': this module derives its tables from it.
 --
 -- After the outcome is known, D.finish also sets the drain reason of a failed prolog
--- (imexguard.drain, setting drain_reason) and records the run in the Prometheus textfile
--- (imexguard.metrics, setting metrics_dir; the commands of D.METRICS). Neither changes the
--- outcome: each failure is a log line.
+-- (imexguard.drain, setting drain_reason), records the last prolog and epilog for `status` and the
+-- run in the Prometheus textfile (imexguard.runrecord; setting metrics_dir, the commands of
+-- D.METRICS). None changes the outcome: each failure is a log line.
 local S = require 'imexguard.settings'
 local commands = require 'imexguard.commands'
 local outcomes = require 'imexguard.outcomes'
@@ -381,7 +385,8 @@ end
 
 --- `config-test` (after D.settings passed): the policy loads with its entry points (with the
 -- dry-run recorders as imexguard.host: nothing changes). Ends ok with one line on stdout,
--- "FILE: ok; policy P loads (entry points)", or policy-error (main.c prints its reason line).
+-- "FILE: ok; policy P loads (entry points)" (imexguard.showconfig.test_line), or policy-error
+-- (main.c prints its reason line).
 -- @param run table the run
 -- @return table the end
 function D.config_test(run)
@@ -389,68 +394,17 @@ function D.config_test(run)
   local path = run.policy or run.settings.policy
   local policy, entries = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', entries) end
-  local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
-  local sets = #(run.sets or {}) > 0 and string.format(' with %d --set', #run.sets) or ''
-  -- the commands a policy may leave to the built-in policy (imexguard.commands: entry "optional")
-  local builtin = {}
-  for _, c in ipairs(commands.list) do
-    if c.entry == 'optional' and type(policy[c.name]) ~= 'function' then builtin[#builtin + 1] = c.name end
-  end
-  local line = one_line(string.format('%s%s: ok; policy %s loads (%s)%s', file, sets,
-    path or D.DEFAULT_POLICY, entries, #builtin > 0 and ('; built-in ' .. table.concat(builtin, ', ')) or ''))
+  local line = require('imexguard.showconfig').test_line(run, path or D.DEFAULT_POLICY, policy, entries)
   return ends(run, 'ok', line, line .. '\n')
 end
 
--- A value as a settings file writes it (the output of show-config is a valid settings file).
-local function literal(v)
-  if type(v) == 'string' then return string.format('%q', v) end
-  if type(v) == 'table' then
-    local parts = {}
-    for i, x in ipairs(v) do parts[i] = literal(x) end
-    return '{ ' .. table.concat(parts, ', ') .. ' }'
-  end
-  return tostring(v)
-end
-
---- `show-config` (after D.settings): every setting of the schema in its order, its value and where
--- it came from (run.sources: default, FILE:LINE, --set, --deadline, --policy), like `sshd -T` and
--- `scontrol show config`. The text is a valid settings file (`name = value -- source`); --json
--- writes {schema, command, ok, config, settings = [{name, value (null: unset), source}]} in that
--- order (docs/json.md). Ends ok.
+--- `show-config` (after D.settings): every setting, its value and where it came from, as a
+-- settings file or JSON (imexguard.showconfig.show). Ends ok.
 -- @param run table the run
 -- @return table the end
 function D.show_config(run)
-  local t, src = run.settings, run.sources or {}
-  local shown = {}
-  for k, v in pairs(t) do shown[k] = v end
-  if run.policy then shown.policy = run.policy end
-  local file = run.config .. (run.config_absent and ' (absent: all defaults)' or '')
-  local out
-  if run.json then
-    local json = require 'imexguard.json'
-    local list = {}
-    for i, e in ipairs(S.schema) do
-      local v = shown[e.name]
-      if type(v) == 'table' then v = json.array(v) end
-      list[i] = json.object():set('name', e.name):set('value', v):set('source', src[e.name] or 'default')
-    end
-    out = json.encode(json.report('show-config'):set('ok', true):set('config', run.config)
-      :set('settings', json.array(list)))
-  else
-    local lines = { '-- imexguard settings from ' .. file .. ': value and source (default, FILE:LINE, --set, '
-      .. '--deadline, --policy)' }
-    for _, e in ipairs(S.schema) do
-      local v = shown[e.name]
-      local source = src[e.name] or 'default'
-      if v == nil then
-        lines[#lines + 1] = string.format('-- %s unset (%s)', e.name, source)
-      else
-        lines[#lines + 1] = string.format('%s = %s -- %s', e.name, literal(v), source)
-      end
-    end
-    out = table.concat(lines, '\n') .. '\n'
-  end
-  return ends(run, 'ok', string.format('%d settings from %s', #S.schema, file), out)
+  local message, out = require('imexguard.showconfig').show(run)
+  return ends(run, 'ok', message, out)
 end
 
 --- The commands the host runs itself after the settings (no entry point), by name.
@@ -556,7 +510,8 @@ local function after_failed(run, what, err)
 end
 
 --- After the outcome (host bookkeeping, in D.finish): the drain reason of a failed prolog
--- (imexguard.drain) and the metrics (imexguard.metrics). Failures are logged, never raised.
+-- (imexguard.drain), the last-run record and the metrics (imexguard.runrecord). Failures are
+-- logged, never raised.
 -- @param run table the run (after invoke)
 -- @param outcome string the outcome
 -- @param code integer its exit code
@@ -564,73 +519,20 @@ end
 function D.after(run, outcome, code, message)
   local host = run.real_host
   if not host then return end
-  local base = { host = host, settings = run.settings, env = run.env }
   if run.command == 'prolog' and code ~= 0 and run.settings.drain_reason then
+    local base = { host = host, settings = run.settings, env = run.env }
     local ok, err = pcall(require('imexguard.drain').set, base, outcome, message)
     if not ok then after_failed(run, 'drain reason', err) end
   end
   if state_last[run.command] and not D.DRY_RUN[run.command] then
-    local ok, err = pcall(D.record_last, run, base, outcome, code, message)
-    if not ok then after_failed(run, 'last run record', err) end
+    local save_last = require('imexguard.runrecord').save_last
+    local ok, saved, err = pcall(save_last, run, host, outcome, code, D.counts(run, message))
+    if not (ok and saved) then after_failed(run, 'last run record', ok and err or saved) end
   end
   if D.METRICS[run.command] and run.settings.metrics_dir then
-    local ok, err = pcall(D.record_metrics, run, base, outcome, code)
+    local ok, err = pcall(require('imexguard.runrecord').save_metrics, run, host, outcome, code)
     if not ok then after_failed(run, 'metrics', err) end
   end
-end
-
---- Record the run as the last one of its command (imexguard.state.save_last: what `status`
--- shows as the last prolog and epilog). A state directory that does not exist yet (no run took the
--- node lock: nothing to show either) is skipped; another failure is a log line.
--- @param run table the run
--- @param base table {host = the real primitives, settings}
--- @param outcome string
--- @param code integer
--- @param message string one line
-function D.record_last(run, base, outcome, code, message)
-  local host = base.host
-  local now = host.now()
-  local job = run.ctx and run.ctx.job and run.ctx.job.id
-  local ok, err, ecode = require('imexguard.state').save_last(host, run.settings, run.command, {
-    outcome = outcome, exit_code = code, job = job ~= nil and tostring(job) or nil,
-    ended_us = host.wallclock() * 1e6, duration = math.max(0, now - (run.started or now)),
-    message = D.counts(run, message) })
-  if not ok and ecode ~= 'ENOENT' then after_failed(run, 'last run record', err) end
-end
-
---- Record the run in the metrics file: outcome, exit code, duration (monotonic seconds), end
--- (Unix seconds), the unit's starts and restarts and the nudges of this run, and the domain node
--- states the run's last ctl answer listed (ctx.domain_seen, set by imexguard.health.probe), and the
--- GPUs' fabric registration it read (ctx.fabric, set by imexguard.fabric.check).
--- @param run table the run
--- @param base table {host = the real primitives, settings}
--- @param outcome string
--- @param code integer
-function D.record_metrics(run, base, outcome, code)
-  local host = base.host
-  local now = host.now()
-  local nodes
-  local seen = run.ctx and rawget(run.ctx, 'domain_seen')
-  if type(seen) == 'table' and type(seen.nodes) == 'table' then
-    nodes = {}
-    for _, n in ipairs(seen.nodes) do
-      nodes[#nodes + 1] = { id = tostring(n.id), host = tostring(n.host), status = tostring(n.status) }
-    end
-  end
-  local gpus
-  local fab = run.ctx and rawget(run.ctx, 'fabric')
-  if type(fab) == 'table' and type(fab.gpus) == 'table' then
-    gpus = {}
-    for _, g in ipairs(fab.gpus) do
-      local part = g.cluster_uuid and (g.cluster_uuid .. '.' .. tostring(g.clique_id)) or 'N/A'
-      gpus[#gpus + 1] = { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
-        status = tostring(g.status or 'N/A'), partition = part }
-    end
-  end
-  require('imexguard.metrics').record(base, { command = run.command, outcome = outcome, exit_code = code,
-    duration = math.max(0, now - (run.started or now)), ended = host.wallclock(),
-    restarts = run.restarts or 0, nudges = run.nudges or 0, nodes = nodes, gpus = gpus,
-    version = host.version })
 end
 
 -- ---- check ------------------------------------------------------------------------------------
@@ -696,82 +598,20 @@ function D.check_failed(run)
   return record(run, res, c.sc.format(res))
 end
 
--- Counts and name lists of the results.
-local function tally(results)
-  local t = { passed = 0, failed = 0, not_run = 0, not_applicable = 0, failed_names = {}, na_names = {},
-    exercised = {} }
-  for _, res in ipairs(results) do
-    if res.not_run then t.not_run = t.not_run + 1
-    elseif not res.ok then
-      t.failed = t.failed + 1
-      t.failed_names[#t.failed_names + 1] = res.name
-    elseif res.not_applicable then
-      t.not_applicable = t.not_applicable + 1
-      t.na_names[#t.na_names + 1] = res.name
-    else t.passed = t.passed + 1 end
-    if not res.not_run and not res.not_applicable then t.exercised[#t.exercised + 1] = res.name end
-  end
-  return t
-end
-
--- The check report as JSON (docs/json.md, "check"): ordered keys, arrays as arrays.
-local function check_json(run, t, outcome, code, message)
-  local json = require 'imexguard.json'
-  local e = {}
-  for w in run.check.entries:gmatch('[^, ]+') do e[#e + 1] = w end
-  local scenarios = {}
-  for i, res in ipairs(run.check.results) do
-    local verdict = res.not_run and 'not-run' or (not res.ok and 'fail') or (res.not_applicable and 'n/a')
-      or 'pass'
-    scenarios[i] = json.object():set('name', res.name):set('title', res.title):set('result', verdict)
-      :set('ok', res.ok == true):set('not_applicable', res.not_applicable == true):set('why', res.why)
-      :set('detail', res.detail)
-  end
-  return json.encode(json.report('check'):set('ok', code == 0):set('outcome', outcome):set('exit_code', code)
-    :set('message', message):set('policy', run.check_path):set('entry_points', json.array(e))
-    :set('scenarios', json.array(scenarios)):set('passed', t.passed):set('failed', t.failed)
-    :set('not_run', t.not_run):set('not_applicable', t.not_applicable):set('exercised',
-      json.array(t.exercised)))
-end
-
--- The summary: the line for stdout and the final line's message.
-local function summary(run, t)
-  local total = #run.check.names
-  local na = ''
-  if t.not_applicable > 0 then
-    na = string.format('; %d not applicable (the policy never reached what they test): %s', t.not_applicable,
-      table.concat(t.na_names, ', '))
-  end
-  if t.failed + t.not_run == 0 then
-    local head = t.not_applicable == 0 and string.format('all %d scenarios passed', total)
-      or string.format('%d of %d scenarios passed%s; exercised the policy: %s', t.passed, total, na,
-        table.concat(t.exercised, ', '))
-    return head, head
-  end
-  local skipped = ''
-  if t.not_run > 0 then
-    skipped = string.format('; %d not run (%s)', t.not_run, run.interrupted
-      and 'the deadline interrupt ended the check' or "the run's budget was spent")
-  end
-  local failed = table.concat(t.failed_names, ', ')
-  if #failed > 590 then failed = failed:sub(1, 587) .. '...' end
-  local head = string.format('%d of %d scenarios failed: %s%s', t.failed, total, failed, skipped)
-  return head .. na, head .. na
-end
-
 --- check, last call (host bookkeeping): the summary, the JSON report, the outcome.
 -- @param run table the run
 -- @return table the end: ok when no scenario failed or was not run, else policy-error
 function D.check_end(run)
-  local t = tally(run.check.results)
-  local line, msg = summary(run, t)
+  local c = run.check
+  local t = c.sc.tally(c.results)
+  local line, msg = c.sc.summary(t, #c.names, run.interrupted)
   local outcome, message = 'policy-error', string.format('policy %s: %s', run.check_path, msg)
   if t.failed + t.not_run == 0 then
-    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, run.check.entries,
-      msg)
+    outcome, message = 'ok', string.format('policy %s is valid: %s; %s', run.check_path, c.entries, msg)
   end
-  local out = run.json and check_json(run, t, outcome, outcomes.exit_code(outcome, run.settings), message)
-    or 'check: ' .. line .. '\n'
+  local out = run.json and c.sc.report_json{ policy = run.check_path, entries = c.entries,
+    results = c.results, tally = t, outcome = outcome, exit_code = outcomes.exit_code(outcome, run.settings),
+    message = message } or 'check: ' .. line .. '\n'
   return ends(run, outcome, message, out)
 end
 

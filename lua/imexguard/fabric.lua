@@ -336,29 +336,13 @@ function M.matches(partition, domain_name)
     .. "partition %s", want.id, excerpt(domain_name), mine)
 end
 
---- The fabric check of a command: read the registration, wait while a GPU is registering (with
--- opts.wait: up to the setting fabric_timeout, bounded by the run's budget, polled at the health
--- wait's pace, imexguard.pace over poll_interval), judge, and compare with the domain map's name.
--- Sets ctx.fabric = the result (for status, plan and the metrics).
--- @param ctx table policy context (settings fabric_check, nvidia_smi, fabric_timeout,
---   on_fabric_unknown, poll_interval)
--- @param opts table|nil {wait = boolean (default false: one read), domain = {name = ...} | nil (this
---   node's domain from the domain map: its name is compared with matches)}
--- @return result {state = "off" | "none" | "healthy" | "pending" | "unknown", message = one line,
---   partition = identity or nil, polls = number of reads}, or nil, outcome ("fabric-fault",
---   "fabric-unknown" with on_fabric_unknown = "fail", "deadline-exceeded"), message (one line,
---   naming this node, the GPU and its fields)
-function M.check(ctx, opts)
-  opts = opts or {}
-  local h, s = ctx.host, ctx.settings
-  local node = (ctx.job and ctx.job.nodename) or (ctx.env and ctx.env.SLURMD_NODENAME) or h.hostname()
-  if s.fabric_check == "off" then
-    ctx.fabric = { state = "off", message = "fabric check off (fabric_check = \"off\")", polls = 0 }
-    return ctx.fabric
-  end
-  local start = h.now()
-  local window = opts.wait and math.min(s.fabric_timeout, math.max(h.remaining() - M.MARGIN, 0)) or 0
-  local p = pace.new(s.poll_interval, start)
+-- Read the registration until no GPU is registering, or the window (seconds; 0: one read) or the
+-- run's budget is spent, polled at the health wait's pace (imexguard.pace over poll_interval).
+-- @return the last read (M.read's verdict), polls (number of reads), cut (true when the run's
+--   deadline cut a sleep short)
+local function read_settled(ctx, start, window)
+  local h = ctx.host
+  local p = pace.new(ctx.settings.poll_interval, start)
   local v
   local polls, cut = 0, false
   while true do
@@ -373,10 +357,14 @@ function M.check(ctx, opts)
     if left <= 0 then break end
     if not h.sleep(math.min(p:delay(h.now()), left)) then cut = true; break end
   end
-  local waited = h.now() - start
-  local r = { state = v.kind, message = v.message, partition = v.partition, polls = polls, gpus = v.gpus,
-    gpu = v.gpu }
-  ctx.fabric = r
+  return v, polls, cut
+end
+
+-- The check's answer on the last read v (see M.check): r (its result table, ctx.fabric), or nil,
+-- outcome, message. node: this node's name; waited: seconds since the first read; cut: the run's
+-- deadline cut the wait short.
+local function check_result(ctx, opts, node, v, r, waited, cut)
+  local h, s = ctx.host, ctx.settings
   if v.kind == "fault" then
     return nil, "fabric-fault", one_line(string.format("node %s: %s; this node is at fault, not its peers",
       node, v.message))
@@ -411,10 +399,40 @@ function M.check(ctx, opts)
         node, why))
     end
   end
-  if v.kind == "healthy" and waited > 0 and polls > 1 then
+  if v.kind == "healthy" and waited > 0 and r.polls > 1 then
     r.message = string.format("%s (after waiting %.1f s)", v.message, waited)
   end
   return r
+end
+
+--- The fabric check of a command: read the registration, wait while a GPU is registering (with
+-- opts.wait: up to the setting fabric_timeout, bounded by the run's budget, polled at the health
+-- wait's pace, imexguard.pace over poll_interval), judge, and compare with the domain map's name.
+-- Sets ctx.fabric = the result (for status, plan and the metrics).
+-- @param ctx table policy context (settings fabric_check, nvidia_smi, fabric_timeout,
+--   on_fabric_unknown, poll_interval)
+-- @param opts table|nil {wait = boolean (default false: one read), domain = {name = ...} | nil (this
+--   node's domain from the domain map: its name is compared with matches)}
+-- @return result {state = "off" | "none" | "healthy" | "pending" | "unknown", message = one line,
+--   partition = identity or nil, polls = number of reads}, or nil, outcome ("fabric-fault",
+--   "fabric-unknown" with on_fabric_unknown = "fail", "deadline-exceeded"), message (one line,
+--   naming this node, the GPU and its fields)
+function M.check(ctx, opts)
+  opts = opts or {}
+  local h, s = ctx.host, ctx.settings
+  local node = (ctx.job and ctx.job.nodename) or (ctx.env and ctx.env.SLURMD_NODENAME) or h.hostname()
+  if s.fabric_check == "off" then
+    ctx.fabric = { state = "off", message = "fabric check off (fabric_check = \"off\")", polls = 0 }
+    return ctx.fabric
+  end
+  local start = h.now()
+  local window = opts.wait and math.min(s.fabric_timeout, math.max(h.remaining() - M.MARGIN, 0)) or 0
+  local v, polls, cut = read_settled(ctx, start, window)
+  local waited = h.now() - start
+  local r = { state = v.kind, message = v.message, partition = v.partition, polls = polls, gpus = v.gpus,
+    gpu = v.gpu }
+  ctx.fabric = r
+  return check_result(ctx, opts, node, v, r, waited, cut)
 end
 
 return M

@@ -381,6 +381,172 @@ local function progress(answer)
   return string.format("[%d ready, %d/%d connected] ", ready, connected, links)
 end
 
+-- The health wait (M.wait) is one loop: poll, let each watcher look at the poll, stop when one says
+-- so, sleep until the earliest time a watcher wants the next poll. A poll is {answer = probe's,
+-- verdict = the judge's (nil: the answer proves nothing), seen = what the debug and progress lines
+-- show, asked = when the ctl was asked (nil for the answer in hand), n = its number}. A watcher is
+-- {observe = function(poll, now) -> true to end the wait, due = function(now) -> seconds until it
+-- wants a poll, or nil}; one per concern of the wait, as imexguard.nudge's nudger is.
+
+-- The verdict of an answer when config.cfg disables the command service (IMEX_CMD_ENABLED=0) and
+-- the ctl could not reach the local daemon: no poll can ever succeed (C22), counted like the
+-- READY/UNAVAILABLE signature; nil otherwise.
+local function command_off_verdict(answer, want)
+  if not (no_local_daemon(answer) and command_service_off(want)) then return nil end
+  return { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
+    summary = answer.err or "no local daemon in its answer: only host 0.0.0.0",
+    config_fault = { peers = {}, command_off = true } }
+end
+
+local Poller = {}
+Poller.__index = Poller
+
+-- The polling of one wait: asks the ctl (or takes the answer in hand), judges each answer, keeps
+-- what the outcome needs (the last usable verdict, the last error) and sleeps within the window.
+local function new_poller(ctx, want, first, judge)
+  local h, s = ctx.host, ctx.settings
+  local start = h.now()
+  return setmetatable({ ctx = ctx, want = want, judge = judge or M.judge, answer = first, polls = 0,
+    start = start, window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0)) }, Poller)
+end
+
+-- The next poll (see above).
+function Poller:poll()
+  local ctx, want, h = self.ctx, self.want, self.ctx.host
+  local answer, asked = self.answer, nil
+  self.answer = nil
+  if not answer then
+    asked = h.now()
+    -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
+    answer = M.probe(ctx, math.min(ctx.settings.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
+      want.config_path, want.cfg)
+  end
+  self.polls = self.polls + 1
+  local v = self.judge(answer, want)
+  local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
+  v = command_off_verdict(answer, want) or v
+  if v then self.last_v = v else self.last_err = answer.err end
+  return { answer = answer, verdict = v, seen = seen, asked = asked, n = self.polls }
+end
+
+-- Sleep until the earliest time a watcher wants the next poll, within the wait's window; false when
+-- the window is spent or the run's deadline cut the sleep short.
+function Poller:sleep(watchers)
+  local h = self.ctx.host
+  local left = self.window - (h.now() - self.start)
+  if left <= 0 then return false end
+  local now, delay = h.now(), nil
+  for _, w in ipairs(watchers) do
+    local due = w.due and w.due(now)
+    if due and (not delay or due < delay) then delay = due end
+  end
+  return h.sleep(math.min(delay, left)) and true or false
+end
+
+-- The wait's outcome, message and polls once it stopped: "ok" on a healthy verdict, else the last
+-- usable verdict blamed, else "ctl-unusable".
+function Poller:outcome()
+  local v, polls, want = self.last_v, self.polls, self.want
+  if v and v.healthy then
+    return "ok", v.healthy_message or string.format("domain %s, %d nodes healthy", tostring(v.status),
+      #want.addrs), polls
+  end
+  local waited = self.ctx.host.now() - self.start
+  if v then
+    local o, m = M.blame(self.ctx, want, v, waited)
+    return o, m, polls
+  end
+  return "ctl-unusable", one_line(string.format("no usable answer from the ctl in %.1f s (%d tries): %s",
+    waited, polls, tostring(self.last_err))), polls
+end
+
+-- The pace (imexguard.pace): each answer of the ctl feeds it; it says when the next poll is due.
+local function pace_watcher(p)
+  return {
+    observe = function(poll, now)
+      if poll.asked then p:polled(poll.asked, now, poll.seen) end
+    end,
+    due = function(now) return p:delay(now) end,
+  }
+end
+
+-- The wait's log lines (imexguard.progress): a debug line when what the poll saw changed, the
+-- progress at info every few seconds.
+local function progress_watcher(told, start)
+  return {
+    observe = function(poll, now)
+      told:debug(string.format("health poll %d at %.3f s: %s", poll.n, now - start, poll.seen), poll.seen)
+      told:tick(poll.seen)
+    end,
+  }
+end
+
+-- The answer itself ends the wait: a healthy verdict, or the run's deadline passed during the call.
+local function answer_watcher()
+  return {
+    observe = function(poll)
+      return (poll.verdict and poll.verdict.healthy) or poll.answer.kind == "deadline"
+    end,
+  }
+end
+
+-- The nudge (imexguard.nudge): when it signals the daemon, the pace expects a change.
+local function nudge_watcher(ctx, want, p)
+  local h, nudger = ctx.host, nudge.new(ctx, want, M.label)
+  return {
+    observe = function(poll, now)
+      -- the daemon's own time to nudge, bounded by the budget as the ctl call is
+      local timeout = math.min(nudge.KILL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05))
+      if nudger:observe(poll.answer, now, timeout) then
+        p:expect_change(h.now()) -- its links come up within milliseconds of the signal
+      end
+    end,
+    due = function(now) return nudger:due(now) end, -- before the pace's next poll: poll then
+  }
+end
+
+-- C22: the same configuration fault over config_fault_polls polls spanning at least that many
+-- poll intervals less one (polls come quicker after a change: a fresh start looks the same for a
+-- moment); the time counts from the first poll naming the same peers, as
+-- config_fault_established's count.
+local function config_fault_watcher(ctx, want)
+  local polls, interval = want.config_fault_polls or M.CONFIG_FAULT_POLLS, ctx.settings.poll_interval
+  local history, since, peers = {}, nil, nil
+  return {
+    observe = function(poll, now)
+      local v = poll.verdict
+      history[poll.n] = v or false
+      local key = v and v.verdict == "config-fault" and v.config_fault and peers_key(v.config_fault)
+      if key ~= peers then since, peers = key and now, key end
+      return M.config_fault_established(history, polls, poll.n) and now - since >= (polls - 1) * interval
+    end,
+  }
+end
+
+-- C32: the same stale node-map mismatch over as many polls as a configuration fault and for
+-- stale_mismatch_after seconds: waiting does not clear it (never with want.stale_wait).
+local function stale_watcher(ctx, want)
+  local polls, after = want.config_fault_polls or M.CONFIG_FAULT_POLLS, ctx.settings.stale_mismatch_after or 3
+  local since, peers, count = nil, nil, 0
+  return {
+    observe = function(poll, now)
+      local key = stale_key(poll.verdict)
+      if key ~= peers then since, peers, count = key and now, key, 0 end
+      count = key and count + 1 or 0
+      return key and not want.stale_wait and count >= polls and now - since >= after
+    end,
+  }
+end
+
+-- The watchers of one wait, in the order they look at each poll.
+local function watchers_of(ctx, want, poller)
+  local p = pace.new(ctx.settings.poll_interval, poller.start)
+  local told = progress_of.new(ctx.host, string.format("the domain's health (%d nodes)", #want.addrs),
+    poller.window)
+  return { pace_watcher(p), progress_watcher(told, poller.start), answer_watcher(),
+    nudge_watcher(ctx, want, p), config_fault_watcher(ctx, want), stale_watcher(ctx, want) }
+end
+
 --- Wait for the domain to be healthy (step 8): poll the ctl, paced by imexguard.pace (soon after
 -- an answer changed, less often while it stays the same, never more often on average than every
 -- poll_interval), until healthy or health_timeout (bounded by the run's budget minus MARGIN)
@@ -398,7 +564,7 @@ end
 -- READY peer of want.addrs has not been CONNECTED for `nudge_after` seconds, it sends SIGUSR1 to
 -- the unit's main process (the daemon restarts its outgoing connections instead of waiting for its
 -- reconnect back-off), at most once per 5 s; the wait polls when a nudge falls due and soon after
--- one. A nudge never changes the outcome.
+-- one. A nudge never changes the outcome. Each of these concerns is one watcher of the loop (above).
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
 --   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
@@ -412,79 +578,16 @@ end
 --   wait ends "ctl-unusable" when no answer was usable). It must not raise on an answer of probe.
 -- @return outcome, message, polls (number of answers examined)
 function M.wait(ctx, want, first, judge)
-  local h, s = ctx.host, ctx.settings
-  local start = h.now()
-  local window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0))
-  local answer, last_v, last_err, polls = first, nil, nil, 0
-  local history, fault_since, fault_peers = {}, nil, nil
-  local stale_since, stale_peers, stale_polls = nil, nil, 0
-  judge = judge or M.judge
-  local p = pace.new(s.poll_interval, start)
-  local nudger = nudge.new(ctx, want, M.label)
-  local told = progress_of.new(h, string.format("the domain's health (%d nodes)", #want.addrs), window)
-  while true do
-    local asked = not answer and h.now()
-    if not answer then
-      -- The ctl's own timeout, bounded by the budget (a wait may overrun health_timeout by one call).
-      answer = M.probe(ctx, math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)),
-        want.config_path, want.cfg)
+  local h = ctx.host
+  local poller = new_poller(ctx, want, first, judge)
+  local watchers = watchers_of(ctx, want, poller)
+  repeat
+    local poll = poller:poll()
+    for _, w in ipairs(watchers) do
+      if w.observe(poll, h.now()) then return poller:outcome() end
     end
-    polls = polls + 1
-    local v = judge(answer, want)
-    local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
-    if asked then p:polled(asked, h.now(), seen) end
-    told:debug(string.format("health poll %d at %.3f s: %s", polls, h.now() - start, seen), seen)
-    told:tick(seen)
-    if no_local_daemon(answer) and command_service_off(want) then
-      -- IMEX_CMD_ENABLED=0: no poll can ever succeed (C22); counted like the READY/UNAVAILABLE signature
-      v = { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
-        summary = answer.err or "no local daemon in its answer: only host 0.0.0.0",
-        config_fault = { peers = {}, command_off = true } }
-    end
-    if v and v.healthy then
-      return "ok", v.healthy_message or string.format("domain %s, %d nodes healthy", tostring(v.status),
-        #want.addrs), polls
-    end
-    -- the daemon's own time to nudge, bounded by the budget as the ctl call is
-    if nudger:observe(answer, h.now(), math.min(nudge.KILL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05)))
-    then
-      p:expect_change(h.now()) -- its links come up within milliseconds of the signal
-    end
-    if v then last_v = v else last_err = answer.err end
-    history[polls] = v or false
-    -- C22: the same configuration fault over config_fault_polls polls spanning at least that many
-    -- poll intervals (polls come quicker after a change: a fresh start looks the same for a moment)
-    -- (the time counts from the first poll naming the same peers, as config_fault_established's count)
-    local fault_key = v and v.verdict == "config-fault" and v.config_fault and peers_key(v.config_fault)
-    if fault_key ~= fault_peers then fault_since, fault_peers = fault_key and h.now(), fault_key end
-    local fault_polls = want.config_fault_polls or M.CONFIG_FAULT_POLLS
-    if answer.kind == "deadline" or (M.config_fault_established(history, fault_polls, polls)
-        and h.now() - fault_since >= (fault_polls - 1) * s.poll_interval) then
-      break
-    end
-    -- C32: the same stale node-map mismatch over as many polls and as long: waiting does not clear it
-    local sk = stale_key(v)
-    if sk ~= stale_peers then stale_since, stale_peers, stale_polls = sk and h.now(), sk, 0 end
-    stale_polls = sk and stale_polls + 1 or 0
-    if sk and not want.stale_wait and stale_polls >= fault_polls
-      and h.now() - stale_since >= (s.stale_mismatch_after or 3) then
-      break
-    end
-    answer = nil
-    local left = window - (h.now() - start)
-    if left <= 0 then break end
-    local delay = p:delay(h.now())
-    local due = nudger:due(h.now()) -- a nudge falls due before the pace's next poll: poll then
-    if due and due < delay then delay = due end
-    if not h.sleep(math.min(delay, left)) then break end
-  end
-  local waited = h.now() - start
-  if last_v then
-    local o, m = M.blame(ctx, want, last_v, waited)
-    return o, m, polls
-  end
-  return "ctl-unusable", one_line(string.format("no usable answer from the ctl in %.1f s (%d tries): %s",
-    waited, polls, tostring(last_err))), polls
+  until not poller:sleep(watchers)
+  return poller:outcome()
 end
 
 return M

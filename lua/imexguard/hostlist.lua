@@ -347,11 +347,20 @@ function M.ranged(names)
 end
 
 --- `ranged`, or the names joined by "," when one of them cannot be written in a hostlist (a
--- message must still name them): for what a person reads.
+-- message must still name them): for what a person reads, in numeric order.
 -- @tparam {string,...} names
 -- @treturn string
 function M.show(names)
   return M.ranged(names) or table.concat(M.sort(names), ",")
+end
+
+--- `compress`, or the names joined by "," when one of them cannot be written in a hostlist: for
+-- what a person reads where the order is the list's own (a domain's nodes in the job's hostlist
+-- order, which is the order of its node list), unlike `show`.
+-- @tparam {string,...} names
+-- @treturn string
+function M.show_in_order(names)
+  return M.compress(names) or table.concat(names, ",")
 end
 
 return M

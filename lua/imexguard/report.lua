@@ -8,7 +8,6 @@ local health = require "imexguard.health"
 local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
-local domains = require "imexguard.domains"
 local nodelist = require "imexguard.nodelist"
 
 local M = {}
@@ -98,7 +97,7 @@ end
 -- @param r table lines (appended to)
 function M.domain_lines(dom, r)
   if not dom or dom.kind == "none" then return end
-  local show = domains.show
+  local show = hostlist.show_in_order
   r[#r + 1] = string.format("IMEX domain %s (this node's, from %s): %s", tostring(dom.name or dom.kind),
     dom.source, show(dom.nodes))
   for _, o in ipairs(dom.others) do

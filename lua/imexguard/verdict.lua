@@ -431,6 +431,74 @@ local function judge_peers(v, domain, expected, self_host, maps, list_name)
   end
 end
 
+-- The note a summary ends with when the answer's hosts differ from the expected ones (`missing`,
+-- `extra`), "" when they do not; `list_name`: what `expected` is, in messages.
+local function mismatch_note(v, list_name)
+  if not v.mismatch then return "" end
+  local note = "; node map differs from " .. list_name
+  if #v.missing > 0 then note = note .. ": missing " .. hosts_text(v.missing) end
+  if #v.extra > 0 then
+    note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
+  end
+  return note
+end
+
+-- C33: no job here; what this node owns is fine (judge_local passed), its links to peers are not
+-- judged. Completes v as healthy and returns it.
+local function judge_own_only(v, domain, self_host)
+  local self, connected, peers = domain.by_host[self_host], 0, 0
+  for _, n in ipairs(domain.nodes) do
+    if n.host ~= self_host then
+      peers = peers + 1
+      if self.connections[n.host] == "CONNECTED" then connected = connected + 1 end
+    end
+  end
+  v.healthy, v.verdict = true, "healthy"
+  v.summary = string.format("domain %s: this node %s READY, its node map its own; links to peers not "
+    .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
+  return v
+end
+
+-- The peer-fault summary's list: the first six faulty nodes with their reasons, and how many more.
+local function faulty_text(faulty)
+  local parts = {}
+  for i = 1, math.min(#faulty, 6) do
+    parts[i] = faulty[i].host .. " (" .. faulty[i].reason .. ")"
+  end
+  if #faulty > 6 then
+    parts[#parts + 1] = string.format("and %d more", #faulty - 6)
+  end
+  return table.concat(parts, ", ")
+end
+
+-- The verdict once the local and configuration checks passed and the peers are judged: healthy,
+-- stale-mismatch, peer-fault or unhealthy, with its summary. Completes v and returns it.
+local function judge_domain(v, domain, expected, self_host, stale, note)
+  local head = string.format("domain %s", tostring(domain.status))
+  v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
+  v.stale_mismatch = not v.healthy and stale or nil
+  if not v.healthy and not stale and #v.faulty == 0 then
+    stale_between_peers(v, domain, expected, self_host)
+  end
+  if v.stale_mismatch then
+    v.verdict, v.faulty = "stale-mismatch", {}
+    v.summary = string.format("%s: stale node-map mismatch: this node %s and %s run the same node list, yet "
+      .. "their link shows NODE_MAP_MISMATCH (IMEX keeps it until both ends restart)%s", head, self_host,
+      hosts_text(v.stale_mismatch.peers), note)
+  elseif v.healthy then
+    v.verdict = "healthy"
+    v.summary = string.format("%s: %d expected nodes READY and connected%s", head, #expected, note)
+  elseif #v.faulty > 0 then
+    v.verdict = "peer-fault"
+    v.summary = string.format("%s: peers not healthy: %s%s", head, faulty_text(v.faulty), note)
+  else
+    v.verdict = "unhealthy"
+    v.summary = string.format("%s: %s%s", head, #v.missing > 0 and "expected nodes absent"
+      or "no faulty node identified", note)
+  end
+  return v
+end
+
 --- Judge a domain for one job on this node.
 -- Healthy iff the domain is UP, every expected host is present and READY, the answer's ordered
 -- node map is the job's (or, for a domain-wide list with extra hosts, holds each job host once),
@@ -496,65 +564,16 @@ function M.health(domain, expected, self_host, opts)
   local v = { status = domain.status, healthy = false, local_fault = false, order = order,
     map_faults = maps, self_id = job.self_id, missing = job.missing, extra = job.extra, faulty = {} }
   v.mismatch = #v.missing > 0 or #v.extra > 0
-  local note = ""
-  if v.mismatch then
-    note = "; node map differs from " .. list_name
-    if #v.missing > 0 then note = note .. ": missing " .. hosts_text(v.missing) end
-    if #v.extra > 0 then
-      note = note .. (#v.missing > 0 and "; extra " or ": extra ") .. hosts_text(v.extra)
-    end
-  end
+  local note = mismatch_note(v, list_name)
   local own_only = opts ~= nil and opts.own_only
   local stale = not own_only and M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
   if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
     or judge_config(v, domain, expected, self_host, note) then
     return v
   end
-  if own_only then
-    -- C33: no job here; what this node owns is fine, its links to peers are not judged
-    local self, connected, peers = domain.by_host[self_host], 0, 0
-    for _, n in ipairs(domain.nodes) do
-      if n.host ~= self_host then
-        peers = peers + 1
-        if self.connections[n.host] == "CONNECTED" then connected = connected + 1 end
-      end
-    end
-    v.healthy, v.verdict = true, "healthy"
-    v.summary = string.format("domain %s: this node %s READY, its node map its own; links to peers not "
-      .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
-    return v
-  end
+  if own_only then return judge_own_only(v, domain, self_host) end
   judge_peers(v, domain, expected, self_host, maps, list_name)
-  local head = string.format("domain %s", tostring(domain.status))
-  v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
-  v.stale_mismatch = not v.healthy and stale or nil
-  if not v.healthy and not stale and #v.faulty == 0 then
-    stale_between_peers(v, domain, expected, self_host)
-  end
-  if v.stale_mismatch then
-    v.verdict, v.faulty = "stale-mismatch", {}
-    v.summary = string.format("%s: stale node-map mismatch: this node %s and %s run the same node list, yet "
-      .. "their link shows NODE_MAP_MISMATCH (IMEX keeps it until both ends restart)%s", head, self_host,
-      hosts_text(v.stale_mismatch.peers), note)
-  elseif v.healthy then
-    v.verdict = "healthy"
-    v.summary = string.format("%s: %d expected nodes READY and connected%s", head, #expected, note)
-  elseif #v.faulty > 0 then
-    v.verdict = "peer-fault"
-    local parts = {}
-    for i = 1, math.min(#v.faulty, 6) do
-      parts[i] = v.faulty[i].host .. " (" .. v.faulty[i].reason .. ")"
-    end
-    if #v.faulty > 6 then
-      parts[#parts + 1] = string.format("and %d more", #v.faulty - 6)
-    end
-    v.summary = string.format("%s: peers not healthy: %s%s", head, table.concat(parts, ", "), note)
-  else
-    v.verdict = "unhealthy"
-    v.summary = string.format("%s: %s%s", head, #v.missing > 0 and "expected nodes absent"
-      or "no faulty node identified", note)
-  end
-  return v
+  return judge_domain(v, domain, expected, self_host, stale, note)
 end
 
 return M

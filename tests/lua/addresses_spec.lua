@@ -130,3 +130,18 @@ describe("addresses.resolve_entries (C35: host names in a node list file)", func
     assert.equal(0, mh.count("resolve"))
   end)
 end)
+
+describe("addresses.resolve_list (C35: a node list file as the daemon's addresses)", function()
+  it("replaces each entry that resolves by its address, keeps the others, maps names to addresses", function()
+    local h = testing.host{ resolve = { ["rack7-slot01"] = { "10.0.0.1" }, ["rack7-slot03"] = "EAI_NONAME" } }
+    local ctx = testing.ctx{ host = h }
+    local entries = { "rack7-slot01", "10.0.0.9", "rack7-slot03" }
+    local resolved, names, by_entry, unresolved = addresses.resolve_list(h, ctx.settings, entries)
+    assert.same({ "10.0.0.1", "10.0.0.9", "rack7-slot03" }, resolved)
+    assert.same({ "rack7-slot01", "10.0.0.9", "rack7-slot03" }, entries) -- the entries are untouched
+    assert.same({ ["10.0.0.1"] = "rack7-slot01" }, names)
+    assert.same({ ["rack7-slot01"] = "10.0.0.1" }, by_entry) -- an address is not its own entry
+    assert.equal(1, #unresolved)
+    assert.matches("^rack7%-slot03 %(resolving node rack7%-slot03 failed", unresolved[1])
+  end)
+end)

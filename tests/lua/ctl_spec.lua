@@ -377,4 +377,21 @@ describe("ctl.map_hosts (C35: the ctl showing a node list's host names)", functi
     assert.equal(d.status, m.status)
     assert.equal(h0, d.nodes[1].host) -- the original is untouched
   end)
+
+  it("map_answer_hosts: an answer with its domain mapped, its other fields kept; else the answer itself",
+    function()
+      local d = assert(ctl.parse_domain(read("up-2node-570.json"), 0))
+      local h0 = d.nodes[1].host
+      local answer = { domain = d, kind = "ok", raw = "..." }
+      assert.equal(answer, ctl.map_answer_hosts(answer, nil))
+      assert.equal(answer, ctl.map_answer_hosts(answer, {}))
+      local none = { kind = "unreachable", err = "connection refused" }
+      assert.equal(none, ctl.map_answer_hosts(none, { [h0] = "10.9.9.1" }))
+      local m = ctl.map_answer_hosts(answer, { [h0] = "10.9.9.1" })
+      assert.not_equal(answer, m)
+      assert.equal("10.9.9.1", m.domain.nodes[1].host)
+      assert.equal("ok", m.kind)
+      assert.equal("...", m.raw)
+      assert.equal(d, answer.domain) -- the original is untouched
+    end)
 end)

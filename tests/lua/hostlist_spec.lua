@@ -234,6 +234,16 @@ describe("hostlist.ranged", function()
     assert.equal("(x),n[1-2]", hostlist.show({ "n2", "n1", "(x)" }))
     assert.equal("a,b,n3", hostlist.show({ "n3", "a,b" }))
   end)
+
+  it("show_in_order keeps the list's order (a domain's nodes in the job's order), as compress does",
+    function()
+    assert.equal("n[3,1-2]", hostlist.show_in_order({ "n3", "n1", "n2" }))
+    assert.equal("n[1-2]", hostlist.show({ "n2", "n1" }))
+    assert.equal("n[2,1]", hostlist.show_in_order({ "n2", "n1" }))
+    assert.equal("gb2,cpu1,gb[1,3]", hostlist.show_in_order({ "gb2", "cpu1", "gb1", "gb3" }))
+    assert.equal("n3,a,b", hostlist.show_in_order({ "n3", "a,b" }))
+    assert.equal("", hostlist.show_in_order({}))
+  end)
 end)
 
 describe("hostlist.expand against scontrol show hostnames", function()

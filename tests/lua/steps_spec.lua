@@ -565,8 +565,8 @@ describe("conflict_message", function()
     local st = {}
     local e = assert(steps.register(ctx, st, { bytes = "10.0.0.2\n10.0.0.1\n", list = { "n2", "n1" } }, {}))
     assert.equal("n[1-2]", e.hosts)
-    assert.equal("n[1-2]", steps.entry_hosts(e))
-    assert.equal("10.0.0.[1-2]", steps.entry_hosts({ nodes = "10.0.0.2\n10.0.0.1\n" }))
+    assert.equal("n[1-2]", registry.entry_hosts(e))
+    assert.equal("10.0.0.[1-2]", registry.entry_hosts({ nodes = "10.0.0.2\n10.0.0.1\n" }))
     -- so does the registration before a change (a prolog that rewrites the list or restarts)
     st = {}
     local want = { bytes = "10.0.0.2\n10.0.0.1\n", list = { "n2", "n1" } }

@@ -29,7 +29,8 @@
 --   local policy = require "mypolicy"   -- (not inline: require returns a second value)
 --   local report = scenarios.run_all(policy)
 --   assert.is_true(report.ok, report.text)
--- The binary (`imexguard check`) calls run_one per scenario with a wall-clock limit of its own.
+-- The binary (`imexguard check`) calls run_one per scenario with a wall-clock limit of its own,
+-- and makes its report with tally, summary and report_json.
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local one_line = require("imexguard.text").one_line
@@ -472,21 +473,92 @@ function M.run_all(policy, settings)
   if settings ~= nil and type(settings) ~= "table" then
     error("scenarios.run_all: settings must be a table or nil, got " .. type(settings), 2)
   end
-  local out = { ok = true, results = {}, failed = {}, not_applicable = {} }
-  local lines = {}
+  local results, lines = {}, {}
   for _, name in ipairs(M.names()) do
     local res = M.run_one(policy, name, settings)
-    out.results[#out.results + 1] = res
+    results[#results + 1] = res
     lines[#lines + 1] = M.format(res)
-    if not res.ok then
-      out.ok = false
-      out.failed[#out.failed + 1] = name
-    elseif res.not_applicable then
-      out.not_applicable[#out.not_applicable + 1] = name
-    end
   end
-  out.text = table.concat(lines, "\n")
-  return out
+  local t = M.tally(results)
+  return { ok = t.failed == 0, results = results, failed = t.failed_names, not_applicable = t.na_names,
+    text = table.concat(lines, "\n") }
+end
+
+-- ---- the report of a check run (the binary's `check`: imexguard.driver's check_end) -----------
+
+--- Counts and name lists of the results.
+-- @param results list of run_one results (and the binary's {not_run = true} for a scenario it
+--   could not run)
+-- @return table {passed, failed, not_run, not_applicable (counts), failed_names, na_names,
+--   exercised (the names of the scenarios that ran and reached what they test)}
+function M.tally(results)
+  local t = { passed = 0, failed = 0, not_run = 0, not_applicable = 0, failed_names = {}, na_names = {},
+    exercised = {} }
+  for _, res in ipairs(results) do
+    if res.not_run then t.not_run = t.not_run + 1
+    elseif not res.ok then
+      t.failed = t.failed + 1
+      t.failed_names[#t.failed_names + 1] = res.name
+    elseif res.not_applicable then
+      t.not_applicable = t.not_applicable + 1
+      t.na_names[#t.na_names + 1] = res.name
+    else t.passed = t.passed + 1 end
+    if not res.not_run and not res.not_applicable then t.exercised[#t.exercised + 1] = res.name end
+  end
+  return t
+end
+
+--- The summary of a check run: "all N scenarios passed", "P of N scenarios passed; ... not
+-- applicable ...", or "F of N scenarios failed: names; ... not run (why)".
+-- @param t table M.tally's
+-- @param total integer the number of scenarios
+-- @param interrupted boolean the deadline interrupt ended a scenario (the others were not run)
+-- @return string the line for stdout, string the final line's message (the same text)
+function M.summary(t, total, interrupted)
+  local na = ""
+  if t.not_applicable > 0 then
+    na = string.format("; %d not applicable (the policy never reached what they test): %s", t.not_applicable,
+      table.concat(t.na_names, ", "))
+  end
+  if t.failed + t.not_run == 0 then
+    local head = t.not_applicable == 0 and string.format("all %d scenarios passed", total)
+      or string.format("%d of %d scenarios passed%s; exercised the policy: %s", t.passed, total, na,
+        table.concat(t.exercised, ", "))
+    return head, head
+  end
+  local skipped = ""
+  if t.not_run > 0 then
+    skipped = string.format("; %d not run (%s)", t.not_run, interrupted
+      and "the deadline interrupt ended the check" or "the run's budget was spent")
+  end
+  local failed = table.concat(t.failed_names, ", ")
+  if #failed > 590 then failed = failed:sub(1, 587) .. "..." end
+  local head = string.format("%d of %d scenarios failed: %s%s", t.failed, total, failed, skipped)
+  return head .. na, head .. na
+end
+
+--- The check report as JSON (docs/json.md, "check"): ordered keys, arrays as arrays.
+-- @param r table {policy = path, entries = "prolog, epilog, ...", results = list, tally = M.tally's,
+--   outcome, exit_code, message}
+-- @return string the JSON text
+function M.report_json(r)
+  local json = require "imexguard.json"
+  local e = {}
+  for w in r.entries:gmatch("[^, ]+") do e[#e + 1] = w end
+  local scenarios = {}
+  for i, res in ipairs(r.results) do
+    local verdict = res.not_run and "not-run" or (not res.ok and "fail") or (res.not_applicable and "n/a")
+      or "pass"
+    scenarios[i] = json.object():set("name", res.name):set("title", res.title):set("result", verdict)
+      :set("ok", res.ok == true):set("not_applicable", res.not_applicable == true):set("why", res.why)
+      :set("detail", res.detail)
+  end
+  local t = r.tally
+  return json.encode(json.report("check"):set("ok", r.exit_code == 0):set("outcome", r.outcome)
+    :set("exit_code", r.exit_code):set("message", r.message):set("policy", r.policy)
+    :set("entry_points", json.array(e)):set("scenarios", json.array(scenarios)):set("passed", t.passed)
+    :set("failed", t.failed):set("not_run", t.not_run):set("not_applicable", t.not_applicable)
+    :set("exercised", json.array(t.exercised)))
 end
 
 return M

@@ -52,6 +52,7 @@ function M.install(h, w, opts)
   w.absent = absent
   M.install_read(h, w)
   M.install_write(h, w)
+  M.install_dirs(h, w)
 end
 
 --- Add the reading file primitives to a fake host: read, stat, and the helpers file, set_file.
@@ -81,13 +82,11 @@ function M.install_read(h, w)
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
 end
 
---- Add the writing file primitives to a fake host: write_atomic, remove_temps, mkdir, dir_exists,
--- mknod_char.
--- @param h table the fake host (gets write_atomic, remove_temps, mkdir, dir_exists, mknod_char)
--- @param w table the host's shared world (needs files, absent, rec, failing, put, spend,
---   missing_parent)
+--- Add the writing file primitives to a fake host: write_atomic, remove_temps, mknod_char.
+-- @param h table the fake host (gets write_atomic, remove_temps, mknod_char)
+-- @param w table the host's shared world (needs files, rec, failing, put, spend, missing_parent)
 function M.install_write(h, w)
-  local files, absent = w.files, w.absent
+  local files = w.files
   function h.write_atomic(path, data, mode)
     w.rec("write_atomic", path)
     local f = w.failing(path, "write")
@@ -120,6 +119,21 @@ function M.install_write(h, w)
     for _, n in ipairs(removed) do files[dir .. "/" .. n] = nil end
     return removed
   end
+  function h.mknod_char(path, major, minor, mode)
+    w.rec("mknod_char", path, major, minor)
+    w.put(path, "")
+    files[path].type, files[path].mode = "char", mode
+    files[path].rdev_major, files[path].rdev_minor = major, minor
+    return true
+  end
+end
+
+--- Add the directory primitives to a fake host: mkdir, dir_exists (over w.absent, the directories
+-- that do not exist).
+-- @param h table the fake host (gets mkdir, dir_exists; needs mkdirs)
+-- @param w table the host's shared world (needs files, absent, rec, failing, missing_parent)
+function M.install_dirs(h, w)
+  local files, absent = w.files, w.absent
   --- host.mkdir(path [, mode]) -> true | nil, msg, code, as src/file.c: an existing directory is
   -- success; a missing parent is ENOENT; an existing file is ENOTDIR; mode defaults to 0755.
   function h.mkdir(path, mode)
@@ -145,13 +159,6 @@ function M.install_write(h, w)
   function h.dir_exists(path)
     path = path:gsub("/+$", "")
     return not absent[path] and not w.missing_parent(path .. "/x")
-  end
-  function h.mknod_char(path, major, minor, mode)
-    w.rec("mknod_char", path, major, minor)
-    w.put(path, "")
-    files[path].type, files[path].mode = "char", mode
-    files[path].rdev_major, files[path].rdev_minor = major, minor
-    return true
   end
 end
 

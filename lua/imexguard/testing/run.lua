@@ -172,23 +172,10 @@ function M.program(argv, commands)
   return nil
 end
 
---- Add the run and spawn primitives to a fake host.
--- A command's answer is decided when it starts (the daemon answers the ctl as it is then) and takes
--- its `elapsed` seconds (0.01 by default; a hang: the whole timeout) of the fake clock from its
--- start: host.run spends them at once; a spawned command runs while the clock moves on, and its
--- wait spends only what is left of them. Both record the command as a run (h.calls "run", h.runs):
--- h.count("run") counts the commands, whichever primitive started them; h.runs_of(program) lists
--- the argv of one program's (its M.program key).
--- @param h table the fake host (gets run, spawn and the recording h.spawns: per spawned command
---   {argv =, pid =, started = h.now() at the start, waited = h.now() at the end of its wait or nil,
---   killed = h.now() when closed unwaited or nil}; a wait is also in h.calls as {"wait", argv})
--- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
--- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
---   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default M.gpus():
---   4 GPUs registered in one partition, for the fabric query only: another nvidia-smi command is
---   unscripted); scontrol = a script (default: exit 0, no output);
---   commands = {[program path or basename] = script}: any program, before the others)
-function M.install(h, w, opts)
+-- The answerer of a host's commands: function(argv) -> the scripted answer of this command (its
+-- program's n-th call: opts.commands, nvidia_smi, scontrol, ctl; see M.install), raising on an
+-- unscripted command.
+local function answerer(h, w, opts)
   local ctl = opts.ctl or "auto"
   local counts = {}
   local unhealthy = opts.unhealthy or {}
@@ -203,7 +190,7 @@ function M.install(h, w, opts)
     end
     return M.UNREACHABLE
   end
-  local function answer(argv)
+  return function(argv)
     local prog = M.program(argv, opts.commands)
     -- the default nvidia-smi answers the fabric query only; another query is the policy's to script
     if prog == "nvidia-smi" and opts.nvidia_smi == nil and not (opts.commands and opts.commands[prog]) then
@@ -223,43 +210,26 @@ function M.install(h, w, opts)
     if prog == "scontrol" then return scripted(opts.scontrol or { status = 0, stdout = "" }, n, argv, h) end
     return ctl_answer(n, argv)
   end
-  function h.runs_of(prog)
-    local out = {}
-    for _, argv in ipairs(h.runs) do
-      if M.program(argv, opts.commands) == prog then out[#out + 1] = argv end
-    end
-    return out
+end
+
+-- A started command's results (host.run's), once spend(t) let its t seconds pass (spend returns
+-- "deadline" when the run's budget cut them short); budget: the seconds left at its start.
+local function finish(argv, o, a, spend, budget)
+  if a.hang then
+    local t = math.min(o.timeout, budget)
+    local code = spend(o.timeout) or "timeout"
+    return nil, string.format("%s: no answer within %g s", argv[1], t), code,
+      { status = nil, signal = 15, stdout = "", stderr = "", truncated = false, elapsed = t }
   end
-  -- A command starts: checked, recorded, answered.
-  local function start(argv, o)
-    assert(type(argv) == "table" and type(o) == "table" and o.timeout, "run(argv, {timeout=...})")
-    w.rec("run", argv)
-    h.runs[#h.runs + 1] = argv
-    local a = answer(argv)
-    if type(a) == "string" then a = { stdout = a, status = 0 } end
-    return a
-  end
-  -- A started command's results (host.run's), once spend(t) let its t seconds pass (spend returns
-  -- "deadline" when the run's budget cut them short); budget: the seconds left at its start.
-  local function finish(argv, o, a, spend, budget)
-    if a.hang then
-      local t = math.min(o.timeout, budget)
-      local code = spend(o.timeout) or "timeout"
-      return nil, string.format("%s: no answer within %g s", argv[1], t), code,
-        { status = nil, signal = 15, stdout = "", stderr = "", truncated = false, elapsed = t }
-    end
-    spend(a.elapsed or 0.01)
-    local out = a.stdout or (a.domain and M.render_domain(a.domain)) or ""
-    return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = false,
-      elapsed = a.elapsed or 0.01 }
-  end
-  function h.run(argv, o)
-    local a = start(argv, o)
-    if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
-    return finish(argv, o, a, w.spend, w.remaining())
-  end
-  h.spawns = h.spawns or {}
-  function h.spawn(argv, o)
+  spend(a.elapsed or 0.01)
+  local out = a.stdout or (a.domain and M.render_domain(a.domain)) or ""
+  return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = false,
+    elapsed = a.elapsed or 0.01 }
+end
+
+-- host.spawn over start(argv, o) (a command starts: checked, recorded, answered): see M.install.
+local function spawner(h, w, start)
+  return function(argv, o)
     local a = start(argv, o)
     if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
     local rec = { argv = argv, pid = 20000 + #h.runs, started = h.now() }
@@ -282,6 +252,49 @@ function M.install(h, w, opts)
     end
     return setmetatable(p, { __close = p.close })
   end
+end
+
+--- Add the run and spawn primitives to a fake host.
+-- A command's answer is decided when it starts (the daemon answers the ctl as it is then) and takes
+-- its `elapsed` seconds (0.01 by default; a hang: the whole timeout) of the fake clock from its
+-- start: host.run spends them at once; a spawned command runs while the clock moves on, and its
+-- wait spends only what is left of them. Both record the command as a run (h.calls "run", h.runs):
+-- h.count("run") counts the commands, whichever primitive started them; h.runs_of(program) lists
+-- the argv of one program's (its M.program key).
+-- @param h table the fake host (gets run, spawn and the recording h.spawns: per spawned command
+--   {argv =, pid =, started = h.now() at the start, waited = h.now() at the end of its wait or nil,
+--   killed = h.now() when closed unwaited or nil}; a wait is also in h.calls as {"wait", argv})
+-- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
+-- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
+--   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default M.gpus():
+--   4 GPUs registered in one partition, for the fabric query only: another nvidia-smi command is
+--   unscripted); scontrol = a script (default: exit 0, no output);
+--   commands = {[program path or basename] = script}: any program, before the others)
+function M.install(h, w, opts)
+  local answer = answerer(h, w, opts)
+  function h.runs_of(prog)
+    local out = {}
+    for _, argv in ipairs(h.runs) do
+      if M.program(argv, opts.commands) == prog then out[#out + 1] = argv end
+    end
+    return out
+  end
+  -- A command starts: checked, recorded, answered.
+  local function start(argv, o)
+    assert(type(argv) == "table" and type(o) == "table" and o.timeout, "run(argv, {timeout=...})")
+    w.rec("run", argv)
+    h.runs[#h.runs + 1] = argv
+    local a = answer(argv)
+    if type(a) == "string" then a = { stdout = a, status = 0 } end
+    return a
+  end
+  function h.run(argv, o)
+    local a = start(argv, o)
+    if a.exec_error then return nil, argv[1] .. ": cannot execute", a.exec_error end
+    return finish(argv, o, a, w.spend, w.remaining())
+  end
+  h.spawns = h.spawns or {}
+  h.spawn = spawner(h, w, start)
 end
 
 return M

@@ -1,0 +1,91 @@
+-- SPDX-License-Identifier: Apache-2.0
+--- What the two configuration commands print (the host runs them itself after the settings, no
+-- entry point; imexguard.driver's D.show_config and D.config_test): `show-config` (-T, as `sshd -T`
+-- and `scontrol show config`) every setting with its value and where it came from, and
+-- `config-test` (-t, as `sshd -t`) its one line. Pure functions of the run table (docs/json.md for
+-- the JSON).
+local S = require 'imexguard.settings'
+local commands = require 'imexguard.commands'
+local one_line = require('imexguard.text').one_line
+
+local M = {}
+
+-- The settings file as the two commands name it.
+local function settings_file(run)
+  return run.config .. (run.config_absent and ' (absent: all defaults)' or '')
+end
+
+-- A value as a settings file writes it (the output of show-config is a valid settings file).
+local function literal(v)
+  if type(v) == 'string' then return string.format('%q', v) end
+  if type(v) == 'table' then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = literal(x) end
+    return '{ ' .. table.concat(parts, ', ') .. ' }'
+  end
+  return tostring(v)
+end
+
+-- show-config --json: {schema, command, ok, config, settings = [{name, value (null: unset),
+-- source}]} in that order.
+local function show_json(run, shown, src)
+  local json = require 'imexguard.json'
+  local list = {}
+  for i, e in ipairs(S.schema) do
+    local v = shown[e.name]
+    if type(v) == 'table' then v = json.array(v) end
+    list[i] = json.object():set('name', e.name):set('value', v):set('source', src[e.name] or 'default')
+  end
+  return json.encode(json.report('show-config'):set('ok', true):set('config', run.config)
+    :set('settings', json.array(list)))
+end
+
+-- show-config's text: a valid settings file, `name = value -- source` (an unset one commented out).
+local function show_text(run, shown, src)
+  local lines = { '-- imexguard settings from ' .. settings_file(run) .. ': value and source (default, '
+    .. 'FILE:LINE, --set, --deadline, --policy)' }
+  for _, e in ipairs(S.schema) do
+    local v = shown[e.name]
+    local source = src[e.name] or 'default'
+    if v == nil then
+      lines[#lines + 1] = string.format('-- %s unset (%s)', e.name, source)
+    else
+      lines[#lines + 1] = string.format('%s = %s -- %s', e.name, literal(v), source)
+    end
+  end
+  return table.concat(lines, '\n') .. '\n'
+end
+
+--- `show-config`: every setting of the schema in its order, its value and where it came from
+-- (run.sources: default, FILE:LINE, --set, --deadline, --policy). --json writes the object of
+-- docs/json.md.
+-- @param run table the run (after the driver's settings call: run.settings, run.sources)
+-- @return string the final line's message, string the output
+function M.show(run)
+  local src = run.sources or {}
+  local shown = {}
+  for k, v in pairs(run.settings) do shown[k] = v end
+  if run.policy then shown.policy = run.policy end
+  local out = run.json and show_json(run, shown, src) or show_text(run, shown, src)
+  return string.format('%d settings from %s', #S.schema, settings_file(run)), out
+end
+
+--- `config-test`'s line once the policy loaded: "FILE[ with N --set]: ok; policy P loads (entry
+-- points)", and "; built-in C, ..." naming the commands the policy leaves to the built-in policy
+-- (imexguard.commands: entry "optional").
+-- @param run table the run
+-- @param name string the policy's path, or the built-in policy's module name
+-- @param policy table the loaded policy
+-- @param entries string its entry points ("prolog, epilog, ...")
+-- @return string one line
+function M.test_line(run, name, policy, entries)
+  local sets = #(run.sets or {}) > 0 and string.format(' with %d --set', #run.sets) or ''
+  local builtin = {}
+  for _, c in ipairs(commands.list) do
+    if c.entry == 'optional' and type(policy[c.name]) ~= 'function' then builtin[#builtin + 1] = c.name end
+  end
+  return one_line(string.format('%s%s: ok; policy %s loads (%s)%s', settings_file(run), sets, name, entries,
+    #builtin > 0 and ('; built-in ' .. table.concat(builtin, ', ')) or ''))
+end
+
+return M

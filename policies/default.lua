@@ -59,13 +59,23 @@
 -- * methods: assign a method of the table P.extend() returns (`function P:stale(ctx, ...)`); the
 --   entry points call every step as a method, so the override is used, and it can call the default
 --   step as `default.stale(self, ctx, ...)`.
-local steps = require "imexguard.steps"
+local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 -- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses or channels; the prolog and epilog never load
--- the inspection commands (imexguard.inspect) nor the reports they render.
+-- epilog needs none of the health wait, addresses or channels, and of the steps' rooms
+-- (imexguard.steps) only the node lock and the housekeeping; the prolog and epilog never load the
+-- inspection commands (imexguard.inspect) nor the reports they render.
 local lazy = require "imexguard.lazy"
+local applies = lazy "imexguard.steps.applies"
+local desired = lazy "imexguard.steps.desired"
+local node_lock = lazy "imexguard.steps.node_lock"
+local housekeeping = lazy "imexguard.steps.housekeeping"
+local nodes_file = lazy "imexguard.steps.nodes_file"
+local staleness = lazy "imexguard.steps.staleness"
+local other_jobs = lazy "imexguard.steps.other_jobs"
+local registration = lazy "imexguard.steps.registration"
+local restart = lazy "imexguard.steps.restart"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
@@ -124,7 +134,7 @@ local Policy = setmetatable({}, { __index = function(_, name) return inspect[nam
 --   does not apply), message
 function Policy:applies(ctx)
   if self.hooks.applies then return self.hooks.applies(ctx) end
-  return steps.applies(ctx)
+  return applies.applies(ctx)
 end
 
 --- The address source of the desired list: the lookup hook, else the settings (DNS or address map).
@@ -145,7 +155,7 @@ end
 -- @return want (see steps.desired), or nil, outcome, message
 function Policy:desired(ctx, info)
   local function lookup(c, names) return self:lookup(c, names) end
-  local want, o, m = steps.desired(ctx, info, { lookup = lookup })
+  local want, o, m = desired.desired(ctx, info, { lookup = lookup })
   if not want then return nil, o, m end
   local ok
   ok, o, m = self:admit(ctx, info, want)
@@ -156,36 +166,36 @@ end
 --- Lock: take the node lock (steps.lock).
 -- @return guard (`local g <close> = guard`), or nil, outcome, message
 function Policy:lock(ctx) -- luacheck: no self
-  return steps.lock(ctx)
+  return node_lock.lock(ctx)
 end
 
 --- Under the lock: the state file, without the registration of an interrupted prolog.
 -- @return st, or nil, "conflict", message (unreadable or corrupt: the registry is unknown)
 function Policy:load_state(ctx) -- luacheck: no self
   local st, err = state.load(ctx.host, ctx.settings)
-  if not st then return nil, steps.registry_unknown(ctx, err) end
-  steps.drop_other_boots(ctx, st)
-  steps.drop_interrupted(ctx, st)
+  if not st then return nil, housekeeping.registry_unknown(ctx, err) end
+  housekeeping.drop_other_boots(ctx, st)
+  housekeeping.drop_interrupted(ctx, st)
   return st
 end
 
 --- Write: the node list, atomically, recorded in the state file (steps.write_nodes).
 -- @return true, or nil, outcome, message
 function Policy:write(ctx, info, want, st) -- luacheck: no self
-  return steps.write_nodes(ctx, info, want, st)
+  return nodes_file.write_nodes(ctx, info, want, st)
 end
 
 --- Stale? Whether the daemon must be started, restarted, waited for, or is current (steps.assess).
 -- @return verdict, or nil, outcome, message
 function Policy:stale(ctx, info, want, st, opts) -- luacheck: no self
-  return steps.assess(ctx, info, want, st, opts)
+  return staleness.assess(ctx, info, want, st, opts)
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
 -- jobs? The may_restart hook, else steps.may_restart.
 -- @return true, or false, message
 function Policy:may_restart(ctx, st, verdict)
-  local f = self.hooks.may_restart or steps.may_restart
+  local f = self.hooks.may_restart or other_jobs.may_restart
   return f(ctx, st, verdict)
 end
 
@@ -193,13 +203,13 @@ end
 -- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
 function Policy:restart(ctx, want, verdict, st, info) -- luacheck: no self
-  return steps.restart(ctx, want, verdict, st, info)
+  return restart.restart(ctx, want, verdict, st, info)
 end
 
 --- Before a healthy answer counts: the command port is the unit's (steps.check_port, C27).
 -- @return true, or nil, "service-failed", message naming the process on the port
 function Policy:port_is_units(ctx, info, props) -- luacheck: no self
-  return steps.check_port(ctx, info, props)
+  return restart.check_port(ctx, info, props)
 end
 
 --- Fabric: the GPUs' NVLink fabric registration (imexguard.fabric.check, C31): every GPU Completed
@@ -248,20 +258,20 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
   local allowed, why = self:may_restart(ctx, st, v)
   if not allowed then
     -- the other end may hold the block alone and restart to clear it: one more round of the wait
-    ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": may not restart "
+    ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": may not restart "
       .. ctx.settings.unit .. " to clear a stale node-map mismatch (" .. tostring(why) .. "); waiting once "
       .. "more for the other end's restart"))
     local o2, m2 = self:wait_healthy(ctx, want, {})
     if o2 ~= health.STALE_MISMATCH_OUTCOME then return o2, m2 end
     return o2, text.one_line(m2 .. "; this node may not restart it: " .. tostring(why))
   end
-  ctx.host.log("warning", text.one_line("node " .. steps.node_name(ctx) .. ": restarting "
+  ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": restarting "
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
   local rok, props, rm = self:restart(ctx, want, v, st, info)
   if not rok then return props, rm end
   -- this end is new now; the other end's prolog may be restarting its daemon (a slow unit job, a
   -- systemd re-exec): the whole health wait for it, not stale_mismatch_after
-  want.stale_wait = true
+  desired.set_stale_wait(want)
   local o2, m2 = self:wait_healthy(ctx, want, {})
   if o2 == health.STALE_MISMATCH_OUTCOME then
     m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "
@@ -285,7 +295,7 @@ end
 --- Register: the job's entry, saved in the state file (steps.register).
 -- @return entry, or nil, message, code
 function Policy:register(ctx, st, want, extra) -- luacheck: no self
-  return steps.register(ctx, st, want, extra)
+  return registration.register(ctx, st, want, extra)
 end
 
 --- The epilog after the job's entry was removed and saved: the after_unregister hook.
@@ -301,7 +311,7 @@ end
 --- The decisions before the lock, which change nothing: job id, applies?, desired list.
 -- @return info, want, or nil, outcome, message
 function Policy:prepare(ctx)
-  local id, o, m = steps.check_job_id(ctx)
+  local id, o, m = base.check_job_id(ctx)
   if not id then return nil, o, m end
   local info
   info, o, m = self:applies(ctx)
@@ -313,9 +323,6 @@ function Policy:prepare(ctx)
   local want
   want, o, m = self:desired(ctx, info)
   if not want then return nil, o, m end
-  -- the daemon's config.cfg (from the unit's ExecStart, C28): the ctl's -c, the restart's record,
-  -- and this node's findings when a configuration fault is established (C22)
-  want.config_path, want.cfg = info.config, info.cfg
   return info, want
 end
 
@@ -332,8 +339,8 @@ function Policy:keep(ctx, st, want, verdict, extra, info)
   if entry then
     msg = msg .. "; job " .. entry.id .. " registered"
   elseif err then
-    return steps.by_code(code, "write-failed"), text.one_line(string.format(
-      "node %s: %s (a job the registry does not know is unprotected); %s", steps.node_name(ctx), err, msg))
+    return base.by_code(code, "write-failed"), text.one_line(string.format(
+      "node %s: %s (a job the registry does not know is unprotected); %s", base.node_name(ctx), err, msg))
   end
   return outcome, text.one_line(msg)
 end
@@ -341,7 +348,7 @@ end
 --- A change, allowed by P:may_restart: register the job first (steps.begin_change), then write the
 -- list when it differs, (re)start, wait for health; a non-zero outcome unregisters the job again.
 function Policy:change(ctx, info, want, st, verdict, extra, changed)
-  local change, o, m = steps.begin_change(ctx, st, want, extra)
+  local change, o, m = registration.begin_change(ctx, st, want, extra)
   if not change then return o, m end
   local ch <close> = change -- luacheck: ignore ch (unregisters when a step raises)
   local function finish(outcome, msg)
@@ -368,10 +375,10 @@ end
 --- The prolog under the node lock: the decision comes first (with a registered job on another node
 -- list the file must stay as it is), so nothing is written before P:may_restart agrees.
 function Policy:locked_prolog(ctx, info, want)
-  steps.remove_temps(ctx, info) -- C39
+  housekeeping.remove_temps(ctx, info) -- C39
   local st, o, m = self:load_state(ctx)
   if not st then return o, m end
-  local old, rerr = steps.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_nodes(ctx, info)
   if rerr then ctx.host.log("warning", rerr) end
   local changed = old ~= want.bytes
   local v
@@ -383,7 +390,7 @@ function Policy:locked_prolog(ctx, info, want)
   if not allowed then
     -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
     if v.action ~= "none" then why = why .. "; " .. v.action .. " needed: " .. v.reason end
-    return "conflict", text.one_line(why), { registry = steps.registry_key(st) }
+    return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
   end
   return self:change(ctx, info, want, st, v, extra, changed)
 end
@@ -407,14 +414,14 @@ function Policy:run_prolog(ctx)
   -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:fabric waits for it)
   local fq <close> = fabric.start(ctx) -- luacheck: ignore fq (killed unless waited for)
   -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
-  local wait = math.min(steps.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
+  local wait = math.min(base.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
     if not retry then return o, self:channel_note(info, msg) end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
-    local changed = steps.wait_registry(ctx, retry.registry, until_t)
+    local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)
     if not changed then
       return o, text.one_line(string.format("%s (after waiting %g s for the registry to change: "
         .. "conflict_wait; or set registration_max_age)", msg, wait))
@@ -428,7 +435,7 @@ end
 --- The epilog's result for a job that is not registered here.
 local function not_registered(ctx, id)
   return "ok", string.format("job %s was not registered on node %s: nothing to do, %s left as it is", id,
-    steps.node_name(ctx), ctx.settings.unit)
+    base.node_name(ctx), ctx.settings.unit)
 end
 
 --- Save the state file after job `id`'s entry was removed (the epilog, forget).
@@ -438,18 +445,18 @@ function Policy:save_unregistered(ctx, st, id) -- luacheck: no self
   local s = ctx.settings
   local ok, err, code = state.save(ctx.host, s, st)
   if ok then return nil end
-  return steps.by_code(code, "write-failed"), text.one_line(string.format(
-    "node %s: job %s could not be unregistered, state file %s not written: %s", steps.node_name(ctx), id,
+  return base.by_code(code, "write-failed"), text.one_line(string.format(
+    "node %s: job %s could not be unregistered, state file %s not written: %s", base.node_name(ctx), id,
     state.path(s), tostring(err)))
 end
 
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
-  local s, node = ctx.settings, steps.node_name(ctx)
-  steps.remove_temps(ctx) -- C39
+  local s, node = ctx.settings, base.node_name(ctx)
+  housekeeping.remove_temps(ctx) -- C39
   local st, serr = state.load(ctx.host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
-  steps.drop_other_boots(ctx, st)
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
+  housekeeping.drop_other_boots(ctx, st)
   local entry = registry.unregister(st, id)
   if not entry then return not_registered(ctx, id) end
   local failed, fm = self:save_unregistered(ctx, st, id)
@@ -467,10 +474,10 @@ end
 -- without taking the lock (a job's own prolog has finished before its epilog starts, so an entry
 -- for it cannot appear meanwhile).
 function Policy:run_epilog(ctx)
-  local id, o, m = steps.check_job_id(ctx)
+  local id, o, m = base.check_job_id(ctx)
   if not id then return o, m end
   local peek, perr = state.load(ctx.host, ctx.settings)
-  if not peek then return steps.registry_unknown(ctx, perr) end
+  if not peek then return housekeeping.registry_unknown(ctx, perr) end
   if not registry.find(peek, id) then return not_registered(ctx, id) end
   local guard
   guard, o, m = self:lock(ctx)

@@ -14,7 +14,10 @@
 --   2. Bookkeeping: the job's SLURM_JOB_OVERSUBSCRIBE value is kept in its registry entry
 --      ("shared"), so that a conflict message tells an admin which jobs shared the node.
 local default = require "policies.default"
-local steps = require "imexguard.steps"
+-- the rooms of imexguard.steps it uses (the index would load every room); step 6's when a prolog
+-- first needs it (imexguard.lazy: the epilog never does)
+local base = require "imexguard.steps.base"
+local other_jobs = require("imexguard.lazy") "imexguard.steps.other_jobs"
 local text = require "imexguard.text"
 local registry = require "imexguard.registry"
 
@@ -34,19 +37,19 @@ return default.extend{
     local v = sharing(ctx)
     if v ~= "unset" and not SHARING[v] then
       ctx.host.log("warning", text.one_line(string.format("job %s: unknown SLURM_JOB_OVERSUBSCRIBE=%s, "
-        .. "treated as shared", steps.job_id(ctx), v)))
+        .. "treated as shared", base.job_id(ctx), v)))
     end
     return true
   end,
 
   may_restart = function(ctx, st, verdict)
     if verdict.action == "restart" then
-      local others = registry.others(st, steps.job_id(ctx))
+      local others = registry.others(st, base.job_id(ctx))
       if #others > 0 then
-        return false, steps.conflict_message(ctx, verdict, others, "the running daemon (shared node)")
+        return false, other_jobs.conflict_message(ctx, verdict, others, "the running daemon (shared node)")
       end
     end
-    return steps.may_restart(ctx, st, verdict)
+    return other_jobs.may_restart(ctx, st, verdict)
   end,
 
   register_extra = function(ctx)

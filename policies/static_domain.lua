@@ -37,11 +37,10 @@ local fail = steps.fail
 
 -- Step 2 with the static list as the domain map (C29): the job's nodes in it (in_domain: its
 -- addresses) are this node's domain, the others are another rack's (their own static list) or no
--- IMEX node's; neither is waited for. want carries the static list (node_list, static_names,
--- by_entry), which the narrowed want keeps.
+-- IMEX node's; neither is waited for. want carries the static list (node_list, by_entry:
+-- steps.set_node_list), which the narrowed want keeps (steps.narrow).
 -- @return the narrowed want, or nil, outcome, message
 local function narrow(ctx, info, want, in_domain, node)
-  local resolved, entry_names, by_entry = want.node_list, want.static_names, want.by_entry
   local names, addrs, left = {}, {}, {}
   for _, n in ipairs(want.domain.left_out) do left[#left + 1] = n end -- no address (steps.desired)
   for i, a in ipairs(want.addrs) do
@@ -52,11 +51,8 @@ local function narrow(ctx, info, want, in_domain, node)
     end
   end
   local dom = want.domain
-  local narrowed, werr = steps.want_of(ctx, info, want.expr, want.source, names, addrs)
+  local narrowed, werr = steps.narrow(ctx, info, want, names, addrs)
   if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
-  narrowed.node_list, narrowed.domain = resolved, dom
-  narrowed.static_names, narrowed.by_entry = entry_names, by_entry
-  narrowed.config_path, narrowed.cfg = info.config, info.cfg
   dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
   ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
     node, info.nodes_file, hostlist.show_in_order(names), #left > 0 and ("; the job's nodes outside it "
@@ -109,7 +105,7 @@ local function verify(ctx, wait)
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
   -- C35: host names in the static list, resolved as the job's nodes are
-  local resolved, entry_names, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
+  local resolved, _, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
@@ -124,8 +120,7 @@ local function verify(ctx, wait)
     end
     seen[resolved[i]] = i
   end
-  want.node_list, want.static_names, want.by_entry = resolved, entry_names, by_entry
-  want.config_path, want.cfg = info.config, info.cfg -- the daemon's config (C28), its command service (C37)
+  steps.set_node_list(want, resolved, by_entry) -- the daemon runs the static list, in its order
   local in_domain = {}
   for _, a in ipairs(resolved) do in_domain[a] = true end
   -- a name of the list that does not resolve may be a node of the job: nothing is narrowed then,

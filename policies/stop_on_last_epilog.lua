@@ -10,7 +10,8 @@
 -- It shows how a site overrides a method of the default policy: P.extend() gives a policy table
 -- that inherits every step, and assigning P:after_unregister replaces that one step.
 local default = require "policies.default"
-local steps = require "imexguard.steps"
+-- the room of imexguard.steps this epilog uses (the index, imexguard.steps, would load every room)
+local base = require "imexguard.steps.base"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
 
@@ -27,12 +28,12 @@ function P:after_unregister(ctx, st, entry, remaining)
   local s = ctx.settings
   local res, err, code = ctx.host.unit_job(s.unit, "stop", s.start_timeout)
   if res ~= "done" then
-    return steps.by_code(code, "service-failed"), text.one_line(string.format(
-      "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", steps.node_name(ctx),
+    return base.by_code(code, "service-failed"), text.one_line(string.format(
+      "node %s: job %s was the last job using IMEX, but stopping %s failed: %s (%s)", base.node_name(ctx),
       entry.id, s.unit, tostring(code or res), tostring(err)))
   end
   return "ok", string.format("job %s unregistered on node %s, the last job using IMEX (%s); %s stopped",
-    entry.id, steps.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
+    entry.id, base.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
 end
 
 return P

@@ -16,6 +16,7 @@ local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
 local one_line = require("imexguard.text").one_line
 local trim = require("imexguard.text").trim
+local excerpt = require("imexguard.text").excerpt
 
 local M = {}
 
@@ -45,13 +46,6 @@ function M.argv(settings)
   return settings_schema.command_argv(settings.nvidia_smi, M.QUERY)
 end
 
--- A value shown in a message: control characters escaped, cut at 60 bytes.
-local function show(v)
-  local t = tostring(v)
-  if #t > 60 then t = t:sub(1, 60) .. "..." end
-  return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
-end
-
 --- Parse the CSV answer of the query (pure).
 -- @param text string nvidia-smi's stdout (one line per GPU: index, state, status, ClusterUUID,
 --   CliqueId, separated by commas; blanks around fields and blank lines are ignored; CRLF taken)
@@ -71,16 +65,18 @@ function M.parse(text)
       for field in (line .. ","):gmatch("([^,]*),") do f[#f + 1] = trim(field) end
       if #f ~= 5 then
         return nil, string.format("line %d: %d fields instead of 5 (index, state, status, ClusterUUID, "
-          .. "CliqueId): %s", n, #f, show(line))
+          .. "CliqueId): %s", n, #f, excerpt(line))
       end
       local index = f[1]:match("^%d+$") and math.tointeger(tonumber(f[1]))
-      if not index then return nil, string.format("line %d: GPU index %s is not a number", n, show(f[1])) end
+      if not index then
+        return nil, string.format("line %d: GPU index %s is not a number", n, excerpt(f[1]))
+      end
       if seen[index] then return nil, string.format("line %d: GPU %d listed twice", n, index) end
       seen[index] = true
       local g = { index = index, na = NA[f[2]] == true }
       if not g.na then
         if not M.STATES[f[2]] then
-          return nil, string.format("line %d: GPU %d: unknown fabric.state %s", n, index, show(f[2]))
+          return nil, string.format("line %d: GPU %d: unknown fabric.state %s", n, index, excerpt(f[2]))
         end
         g.state = f[2]
       end
@@ -91,7 +87,7 @@ function M.parse(text)
       if not NA[f[4]] then
         if not f[4]:match(UUID) then
           return nil, string.format("line %d: GPU %d: fabric.clusterUuid %s is not a UUID", n, index,
-            show(f[4]))
+            excerpt(f[4]))
         end
         g.cluster_uuid = f[4]:lower()
       end
@@ -99,7 +95,7 @@ function M.parse(text)
         g.clique_id = f[5]:match("^%d+$") and math.tointeger(tonumber(f[5]))
         if not g.clique_id then
           return nil, string.format("line %d: GPU %d: fabric.cliqueId %s is not a number", n, index,
-            show(f[5]))
+            excerpt(f[5]))
         end
       end
       gpus[#gpus + 1] = g
@@ -296,7 +292,7 @@ function M.read(ctx, timeout)
   if res.status ~= 0 then
     local first = trim((res.stdout or "") .. "\n" .. (res.stderr or "")):match("^[^\n]*")
     return { kind = "unknown", message = one_line(string.format("%s exited %s: %s", argv[1],
-      tostring(res.status or ("on signal " .. tostring(res.signal))), show(first))) }
+      tostring(res.status or ("on signal " .. tostring(res.signal))), excerpt(first))) }
   end
   local gpus, perr = M.parse(res.stdout)
   if not gpus then
@@ -332,12 +328,12 @@ function M.matches(partition, domain_name)
   if not want then return nil end
   if type(partition) ~= "table" or not partition.cluster_uuid then
     return false, string.format("the domain map names partition %s (domain %s); this node's GPUs report "
-      .. "no NVLink partition", want.id, show(domain_name))
+      .. "no NVLink partition", want.id, excerpt(domain_name))
   end
   local mine = tostring(partition.cluster_uuid):lower() .. "." .. tostring(partition.clique_id)
   if mine == want.id then return true end
   return false, string.format("the domain map names partition %s (domain %s); this node's GPUs report "
-    .. "partition %s", want.id, show(domain_name), mine)
+    .. "partition %s", want.id, excerpt(domain_name), mine)
 end
 
 -- Read the registration until no GPU is registering, or the window (seconds; 0: one read) or the

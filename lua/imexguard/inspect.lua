@@ -14,10 +14,12 @@
 -- `status` is three parts: gather (what it reads: the unit, the ctl's answer, the node list file,
 -- the registry), judge (the outcome and message: the verdict on the domain, the unit, config.cfg's
 -- findings, the fabric) and render (imexguard.report's table or JSON, with the node's facts).
-local steps = require "imexguard.steps"
+local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
 local lazy = require "imexguard.lazy"
+local housekeeping = lazy "imexguard.steps.housekeeping"
+local nodes_file = lazy "imexguard.steps.nodes_file"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
@@ -75,7 +77,7 @@ end
 --   unresolved (list of "NAME (why)"); the last three nil for a list of addresses only
 local function ordered_node_list(ctx, info)
   if not info then return nil end
-  local list = nodelist.parse(steps.read_nodes(ctx, info) or "")
+  local list = nodelist.parse(nodes_file.read_nodes(ctx, info) or "")
   if not (list and #list > 0) then return nil end
   local literal = true
   for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
@@ -109,7 +111,7 @@ end
 -- @return table facts (report.status' opts.facts)
 function M:node_facts(ctx) -- luacheck: no self
   local host, s = ctx.host, ctx.settings
-  local f = { node = steps.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
+  local f = { node = base.node_name(ctx), now = host.wallclock(), unit_name = s.unit,
     state_path = state.path(s), last = {} }
   local props, uerr = host.unit(s.unit)
   f.unit = props or { error = text.one_line(tostring(uerr), 200) }
@@ -133,7 +135,7 @@ end
 -- (report.domain_line): {name, kind, source, nodes}, {kind, source} when this node is in none,
 -- {error = line} when the map cannot be read, nil without a domain map.
 function M:domain_fact(ctx) -- luacheck: no self
-  local line, dom = domains.node_line(ctx, steps.node_name(ctx))
+  local line, dom = domains.node_line(ctx, base.node_name(ctx))
   if dom then
     ctx.domain = dom
   elseif line:find("IMEX domain map: ", 1, true) == 1 then
@@ -174,7 +176,7 @@ local function gather(self, ctx)
   g.expected, g.unresolved = expected, unresolved
   g.self = self_address(ctx, info, expected)
   g.names = names_by_address(ctx, entry_names)
-  g.names[g.self] = g.names[g.self] or steps.node_name(ctx)
+  g.names[g.self] = g.names[g.self] or base.node_name(ctx)
   g.jobs_list = registered_list(ctx)
   return g
 end
@@ -184,11 +186,11 @@ end
 local function judge_unanswered(ctx, g)
   if g.idle_stopped then
     return "ok", string.format("node %s: %s is inactive and no job is registered here: nothing to judge "
-      .. "(the next job's prolog starts it)", steps.node_name(ctx), ctx.settings.unit)
+      .. "(the next job's prolog starts it)", base.node_name(ctx), ctx.settings.unit)
   end
   local ans = g.answer
   local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
-  local msg = "node " .. steps.node_name(ctx) .. ": " .. tostring(ans.err)
+  local msg = "node " .. base.node_name(ctx) .. ": " .. tostring(ans.err)
   local findings = report.config_findings(g.info, g.expected)
   if #findings > 0 then msg = msg .. "; " .. table.concat(findings, "; ") end
   return outcome, text.one_line(msg)
@@ -206,7 +208,7 @@ local function judge_domain(ctx, g)
       or (g.by_file and "this node's node list file" or "the daemon's own list") })
   if v.healthy and idle then
     return v, "ok", string.format("node %s: no job registered, judged on what it owns: %s",
-      steps.node_name(ctx), tostring(v.summary))
+      base.node_name(ctx), tostring(v.summary))
   elseif v.healthy then
     return v, "ok", string.format("domain %s, %d nodes healthy", tostring(g.answer.domain.status), #judged)
   end
@@ -292,7 +294,7 @@ function M:unit_verdict(ctx, info)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
     or "the unit is not running"
   return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    steps.node_name(ctx), u, tostring(a), tostring(props.result), what)
+    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -397,17 +399,17 @@ end
 function M:run_plan(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
-  local old, rerr = steps.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_nodes(ctx, info)
   local changed = old ~= want.bytes
   local st, serr = state.load(ctx.host, ctx.settings)
-  if not st then return steps.registry_unknown(ctx, serr) end
-  steps.drop_other_boots(ctx, st)
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
+  housekeeping.drop_other_boots(ctx, st)
   local v, o
   v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not v then return o, m end
   local allowed, why = true, nil
   if changed or v.action ~= "none" then allowed, why = self:may_restart(ctx, st, v) end
-  local f = { ctx = ctx, job = steps.job_id(ctx), node = steps.node_name(ctx), info = info, want = want,
+  local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
     domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
     findings = report.config_findings(info, want.addrs),
@@ -435,13 +437,13 @@ end
 function M:run_registrations(ctx) -- luacheck: no self
   local host, s = ctx.host, ctx.settings
   local st, serr = state.load(host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
   local jobs = registry.jobs(st)
-  local msg = #jobs == 0 and string.format("node %s: no job registered", steps.node_name(ctx))
-    or string.format("node %s: %d job%s registered: %s", steps.node_name(ctx), #jobs,
+  local msg = #jobs == 0 and string.format("node %s: no job registered", base.node_name(ctx))
+    or string.format("node %s: %d job%s registered: %s", base.node_name(ctx), #jobs,
       #jobs == 1 and "" or "s",
       registry.ids(jobs))
-  local facts = { node = steps.node_name(ctx), now = host.wallclock(), jobs = jobs,
+  local facts = { node = base.node_name(ctx), now = host.wallclock(), jobs = jobs,
     state_path = state.path(s) }
   return "ok", msg, report.registrations(facts, { json = ctx.json, verbosity = ctx.verbosity, outcome = "ok",
     exit_code = 0, message = msg })
@@ -453,17 +455,17 @@ end
 -- epilog's). A job that is not registered is bad-input: nothing removed.
 function M:run_forget(ctx)
   local id = ctx.arg
-  if type(id) ~= "string" or not id:match(steps.JOB_ID_PATTERN) or #id > steps.JOB_ID_MAX then
+  if type(id) ~= "string" or not id:match(base.JOB_ID_PATTERN) or #id > base.JOB_ID_MAX then
     return "bad-input", string.format("forget: %s is not a Slurm job id (digits)",
       text.quote(tostring(id), 80))
   end
   id = id:gsub("^0+(%d)", "%1")
-  local s, node = ctx.settings, steps.node_name(ctx)
+  local s, node = ctx.settings, base.node_name(ctx)
   local guard, o, m = self:lock(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk
   local st, serr = state.load(ctx.host, s)
-  if not st then return steps.registry_unknown(ctx, serr) end
+  if not st then return housekeeping.registry_unknown(ctx, serr) end
   local entry = registry.unregister(st, id)
   if not entry then
     local jobs = registry.jobs(st)

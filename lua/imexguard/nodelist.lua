@@ -68,6 +68,17 @@ function M.parse(text)
   return list
 end
 
+--- The lines of node-list bytes that imexguard wrote (`format`'s output: the file it wrote, the
+-- state file's and a registry entry's `nodes`), in file order, as they are: every non-empty line,
+-- nothing trimmed or skipped (`parse` reads a file a person may have written).
+-- @param bytes string, or nil (no list: no entries)
+-- @treturn {string,...} the entries
+function M.lines(bytes)
+  local l = {}
+  for a in tostring(bytes or ""):gmatch("[^\n]+") do l[#l + 1] = a end
+  return l
+end
+
 --- Is s a strict dotted-quad IPv4 literal?
 -- Four decimal parts 0-255, no leading zeros (`010` is octal to inet_aton, so it is refused),
 -- nothing else around.

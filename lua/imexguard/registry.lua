@@ -2,8 +2,8 @@
 --- The job registry (docs/design.md: step 6, the epilog and "The state file and the job registry";
 -- field case C08 there): the jobs whose prolog succeeded on this node and whose epilog has not run
 -- yet, kept as `st.jobs` in the state file (imexguard.state). Pure functions on the state table:
--- the caller loads and saves the state file under the node lock (imexguard.steps: lock, register,
--- unregister, may_restart).
+-- the caller loads and saves the state file under the node lock (imexguard.steps: node_lock,
+-- registration, other_jobs; the epilog).
 --
 -- An entry: {id = string (SLURM_JOB_ID), nodes = string (the node-list bytes the job runs with,
 -- as written to nodes_config.cfg), registered_us = number (wall clock, microseconds since the
@@ -28,8 +28,10 @@
 -- The registry is NOT cleared when the unit's invocation ID changes outside imexguard (an admin's
 -- `systemctl restart`, Restart=on-failure after a crash): the jobs may still run, and they use
 -- whatever daemon is running now, so restarting it again would break them again.
--- hostlist only for entry_hosts: the epilog, which loads this module, loads no hostlist code
-local hostlist = require("imexguard.lazy") "imexguard.hostlist"
+-- Loaded when first used (imexguard.lazy): only the renderings for a person need them.
+local lazy = require "imexguard.lazy"
+local hostlist = lazy "imexguard.hostlist"
+local nodelist = lazy "imexguard.nodelist"
 
 local M = {}
 
@@ -155,28 +157,21 @@ function M.ids(entries)
   return table.concat(ids, ", ")
 end
 
--- The lines of node-list bytes, in order.
-local function lines(bytes)
-  local l = {}
-  for a in tostring(bytes):gmatch("[^\n]+") do l[#l + 1] = a end
-  return l
-end
-
 --- "{10.0.0.1 10.0.0.3}" from node-list bytes.
 -- @tparam string bytes the node list file's contents (one address per line)
 -- @treturn string the addresses in braces, space separated, in file order
 function M.show_nodes(bytes)
-  return "{" .. table.concat(lines(bytes), " ") .. "}"
+  return "{" .. table.concat(nodelist.lines(bytes), " ") .. "}"
 end
 
 --- The hosts of a registry entry for a person: its `hosts` (the job's Slurm names, compressed:
--- "gb[03-18]", recorded by steps.register), else its node list's addresses compressed in numeric
--- order ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
--- @tparam table e registry entry
+-- "gb[03-18]", recorded at its registration), else its node list's addresses compressed in
+-- numeric order ("10.0.0.[3-18]": an entry registered before `hosts` was recorded).
+-- @tparam table e registry entry (`hosts`, `nodes`)
 -- @treturn string
 function M.entry_hosts(e)
   if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
-  return hostlist.show(lines(e.nodes))
+  return hostlist.show(nodelist.lines(e.nodes))
 end
 
 --- "2h05m" from seconds.

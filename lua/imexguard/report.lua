@@ -8,6 +8,7 @@ local health = require "imexguard.health"
 local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local text = require "imexguard.text"
+local nodelist = require "imexguard.nodelist"
 
 local M = {}
 
@@ -16,9 +17,10 @@ local M = {}
 -- @param new string desired bytes
 -- @return removed list of lines, added list of lines (each in file order)
 function M.diff(old, new)
-  local oldl, newl, inold, innew = {}, {}, {}, {}
-  for l in (old or ""):gmatch("[^\n]+") do oldl[#oldl + 1] = l; inold[l] = true end
-  for l in new:gmatch("[^\n]+") do newl[#newl + 1] = l; innew[l] = true end
+  local oldl, newl = nodelist.lines(old or ""), nodelist.lines(new)
+  local inold, innew = {}, {}
+  for _, l in ipairs(oldl) do inold[l] = true end
+  for _, l in ipairs(newl) do innew[l] = true end
   local removed, added = {}, {}
   for _, l in ipairs(oldl) do if not innew[l] then removed[#removed + 1] = l end end
   for _, l in ipairs(newl) do if not inold[l] then added[#added + 1] = l end end
@@ -327,9 +329,8 @@ end
 -- @param e table registry entry
 -- @return json object
 function M.registration_json(e)
-  local addrs = {}
-  for a in tostring(e.nodes):gmatch("[^\n]+") do addrs[#addrs + 1] = a end
-  return json.object():set("id", e.id):set("hosts", registry.entry_hosts(e)):set("nodes", json.array(addrs))
+  return json.object():set("id", e.id):set("hosts", registry.entry_hosts(e))
+    :set("nodes", json.array(nodelist.lines(e.nodes)))
     :set("registered", json.time_us(e.registered_us))
     :set("invocation_id", e.invocation_id ~= "" and e.invocation_id or nil)
 end

@@ -9,13 +9,15 @@
 --   start), started_us (its ExecMainStartTimestamp): while the unit's invocation ID is this one and
 --   both files hold these bytes, the daemon is current whatever the files' mtimes say;
 --   deploying_nodes, deploying_job, deploying_us: a change in progress (saved, with the job
---   registered, BEFORE the node list is rewritten or the unit restarted; removed once the unit was
---   (re)started). Still present at the next run: that run was killed half way;
+--   registered, BEFORE the node list is rewritten or the unit restarted; removed when the prolog
+--   ends). Still present at the next run: that run was killed half way;
 --   jobs (the job registry: a list of {id = string, nodes = the node-list bytes the job runs with,
 --   registered_us = number, invocation_id = string, hosts = string (the job's Slurm names
 --   compressed, "gb[03-18]", for people), boot_id = string, ...}, see imexguard.registry).
 -- Times are microseconds since the epoch, stored as decimal strings because lua-cjson 2.1 encodes
 -- numbers with 14 significant digits only (a microsecond timestamp has 16).
+-- The prolog's steps write these fields through the functions below (record_write, record_start,
+-- begin_deployment, end_deployment); others read them.
 -- The file is written with host.write_atomic, so it is the old or the new one. A file that exists
 -- but cannot be read or is not what imexguard writes (truncated JSON, a field of the wrong type, a
 -- malformed registry entry) is an error, never "no jobs": the registry is then unknown, and
@@ -173,6 +175,51 @@ end
 -- @return true, or nil, message, code (from host.write_atomic)
 function M.save(host, settings, st)
   return host.write_atomic(M.path(settings), M.encode(st), tonumber("644", 8))
+end
+
+-- ---- the records of the prolog's steps (the fields above; the caller saves the file) --------
+
+--- Record the node list just written (step 4b): its bytes, when, and by which job.
+-- @param st table state (changed in place)
+-- @param nodes string the node-list bytes written
+-- @param now_us number wall clock, microseconds
+-- @param job string the job id of the run
+function M.record_write(st, nodes, now_us, job)
+  st.nodes, st.written_us, st.job = nodes, now_us, job
+end
+
+--- Record what the daemon was just (re)started with (step 7): step 5's evidence for the next run.
+-- @param st table state (changed in place)
+-- @param rec table {nodes = the node-list bytes, config = config.cfg's bytes read just before the
+--   start (nil: unreadable), invocation_id = systemd's InvocationID of the start, started_us = its
+--   ExecMainStartTimestamp (both nil when systemd did not answer), job = the job id of the run}
+function M.record_start(st, rec)
+  st.running_nodes, st.running_config = rec.nodes, rec.config
+  st.invocation_id, st.started_us, st.job = rec.invocation_id, rec.started_us, rec.job
+end
+
+--- Record a change in progress (step 9a): saved with the job's registration BEFORE the node list is
+-- rewritten or the unit (re)started, removed (M.end_deployment) when the prolog ends.
+-- @param st table state (changed in place)
+-- @param nodes string the node-list bytes being deployed
+-- @param job string the job id
+-- @param now_us number wall clock, microseconds
+function M.begin_deployment(st, nodes, job, now_us)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = nodes, job, now_us
+end
+
+--- Remove the record of a change in progress (its prolog ended, or its interruption was handled).
+-- @param st table state (changed in place)
+function M.end_deployment(st)
+  st.deploying_nodes, st.deploying_job, st.deploying_us = nil, nil, nil
+end
+
+--- The job whose change was interrupted: a record of a change in progress found under the node
+-- lock was left by a prolog that died before it ended (it held that lock).
+-- @param st table state
+-- @return string job id, or nil when no change was in progress
+function M.interrupted_job(st)
+  return st.deploying_job
 end
 
 -- ---- the last prolog and epilog -------------------------------------------------------------

@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- Text helpers shared by the steps, the policies and the kit: a message that goes into one log
--- line (the final line, a journal entry, slurmd's log) must not span lines or grow without bound.
+-- line (the final line, a journal entry, slurmd's log) must not span lines or grow without bound,
+-- and neither may a value from the outside quoted in it.
 local M = {}
 
 --- Longest one-line message kept (bytes, before the "..." that marks a cut); the final log line
@@ -52,6 +53,21 @@ end
 -- @return string
 function M.quote(s, max)
   return M.one_line((string.format("%q", s):gsub("\\\n", "\\n")), max)
+end
+
+--- Longest excerpt of a value kept by `excerpt` (bytes, before its "...").
+M.EXCERPT_MAX = 60
+
+--- An excerpt of a value from the outside (an environment variable, a line of a command's
+-- output, a process's command line) for a one-line message: cut at EXCERPT_MAX bytes with
+-- "...", then every control character written `\ddd` (its decimal byte). Not quoted: the caller
+-- adds quotes where its message wants them.
+-- @param v any value (tostring is applied)
+-- @return string
+function M.excerpt(v)
+  local t = tostring(v)
+  if #t > M.EXCERPT_MAX then t = t:sub(1, M.EXCERPT_MAX) .. "..." end
+  return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
 end
 
 return M

@@ -54,6 +54,11 @@ describe("the modules a command of the default policy loads", function()
   local PROLOG_ONLY = { "imexguard.health", "imexguard.ctl", "imexguard.verdict", "imexguard.pace",
     "imexguard.hostlist", "imexguard.addresses", "imexguard.nodelist", "imexguard.imexcfg",
     "imexguard.channels" }
+  -- the rooms of the steps (lua/imexguard/steps/) that only the prolog's decision uses: applies?,
+  -- the desired list, the node list file, stale? (the assessment), the (re)start, the registration
+  local PROLOG_ROOMS = { "imexguard.steps.applies", "imexguard.steps.desired",
+    "imexguard.steps.nodes_file", "imexguard.steps.staleness", "imexguard.steps.restart",
+    "imexguard.steps.registration" }
 
   it("the epilog loads none of the prolog's decision modules", function()
     local h = testing.host()
@@ -65,11 +70,16 @@ describe("the modules a command of the default policy loads", function()
       assert.matches("job 101 unregistered", message)
     end)
     for _, name in ipairs(PROLOG_ONLY) do assert.is_nil(names[name], name) end
+    for _, name in ipairs(PROLOG_ROOMS) do assert.is_nil(names[name], name) end
+    assert.is_nil(names["imexguard.steps.other_jobs"])
+    assert.is_nil(names["imexguard.steps"]) -- the index for site policies loads every room
     assert.is_nil(names["imexguard.report"])
     assert.is_nil(names["imexguard.drain"])
     assert.is_nil(names["imexguard.inspect"])
     assert.is_true(names["imexguard.state"])
     assert.is_true(names["imexguard.registry"])
+    assert.is_true(names["imexguard.steps.node_lock"])
+    assert.is_true(names["imexguard.steps.housekeeping"])
   end)
 
   it("status and health load the state file (C33: a node is judged on its registered job); the "
@@ -85,6 +95,8 @@ describe("the modules a command of the default policy loads", function()
       assert.equal("ok", (P.prolog(testing.ctx{ host = testing.host() })))
     end)
     for _, name in ipairs(PROLOG_ONLY) do assert.is_true(names[name], name) end
+    for _, name in ipairs(PROLOG_ROOMS) do assert.is_true(names[name], name) end
+    assert.is_nil(names["imexguard.steps"])
     assert.is_nil(names["imexguard.report"])
     assert.is_nil(names["imexguard.inspect"])
     assert.is_nil(names["imexguard.drain"])

@@ -59,3 +59,29 @@ describe("state.load", function()
     assert.truthy(state.encode(st):find('"9223372036854775807"', 1, true))
   end)
 end)
+
+describe("state: the records of the prolog's steps", function()
+  it("a change in progress: begun, found as interrupted, ended; saved and loaded as it was", function()
+    local st = {}
+    assert.is_nil(state.interrupted_job(st))
+    state.begin_deployment(st, "10.0.0.1\n", "101", 1700000000000001)
+    assert.equal("101", state.interrupted_job(st))
+    local back = assert(state.load(host_with(state.encode(st)), SETTINGS))
+    assert.same({ deploying_nodes = "10.0.0.1\n", deploying_job = "101", deploying_us = 1700000000000001 },
+      back)
+    state.end_deployment(back)
+    assert.is_nil(state.interrupted_job(back))
+    assert.same({}, back)
+  end)
+
+  it("the list written and what the daemon was started with", function()
+    local st = {}
+    state.record_write(st, "10.0.0.1\n", 1700000000000002, "7")
+    state.record_start(st, { nodes = "10.0.0.1\n", config = "X=1\n", invocation_id = "abc",
+      started_us = 1700000000000003, job = "8" })
+    assert.same({ nodes = "10.0.0.1\n", written_us = 1700000000000002, job = "8",
+      running_nodes = "10.0.0.1\n", running_config = "X=1\n", invocation_id = "abc",
+      started_us = 1700000000000003 }, st)
+    assert.same(st, assert(state.load(host_with(state.encode(st)), SETTINGS)))
+  end)
+end)

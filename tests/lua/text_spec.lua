@@ -36,3 +36,15 @@ describe("text.quote", function()
     assert.equal('"abc...', text.quote("abcdef", 4))
   end)
 end)
+
+describe("text.excerpt", function()
+  it("cuts a value at EXCERPT_MAX bytes, then writes each control character as \\ddd, unquoted", function()
+    assert.equal("12a", text.excerpt("12a"))
+    assert.equal("7", text.excerpt(7))
+    assert.equal("a\\010b\\013\\000", text.excerpt("a\nb\r\0"))
+    assert.equal(string.rep("x", text.EXCERPT_MAX) .. "...", text.excerpt(string.rep("x", 100)))
+    -- the cut comes first: an escape is never cut in half
+    assert.equal(string.rep("x", text.EXCERPT_MAX - 1) .. "\\010...",
+      text.excerpt(string.rep("x", text.EXCERPT_MAX - 1) .. "\n\n\n"))
+  end)
+end)

@@ -45,15 +45,6 @@ function M.copy(t)
   return r
 end
 
---- The non-empty lines of a text.
--- @param text string|nil
--- @return list of strings
-function M.lines(text)
-  local out = {}
-  for l in (text or ""):gmatch("[^\n]+") do out[#out + 1] = l end
-  return out
-end
-
 --- Settings: defaults filled in (through imexguard.settings when it exists), overrides applied,
 -- wrapped read-only as the binary does (settings.readonly(v, "ctx.settings", settings.by_name)):
 -- assigning, or reading a name that is not a setting (a typo), raises.

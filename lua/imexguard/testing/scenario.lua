@@ -7,9 +7,10 @@ local cjson = require "cjson"
 local commands = require "imexguard.commands"
 local base = require "imexguard.testing.base"
 local run = require "imexguard.testing.run"
+local nodelist = require "imexguard.nodelist"
 
 local M = {}
-local copy, lines = base.copy, base.lines
+local copy, lines = base.copy, nodelist.lines
 
 -- unit shorthands -> property overrides (false: not installed)
 local UNIT_STATES = {

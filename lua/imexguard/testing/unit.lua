@@ -3,6 +3,7 @@
 -- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
 -- unit_kill, with scripted queries and job results. Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
+local nodelist = require "imexguard.nodelist"
 
 local M = {}
 
@@ -37,7 +38,7 @@ function M.install(h, w, opts)
   end
   w.unit, h.unit_props = unit, unit
   local nodes = w.files[base.NODES]
-  w.daemon_nodes = opts.daemon_nodes or (nodes and base.lines(nodes.data)) or {}
+  w.daemon_nodes = opts.daemon_nodes or (nodes and nodelist.lines(nodes.data)) or {}
   function h.daemon_nodes() return w.daemon_nodes end
   local unit_script = opts.unit_script and base.copy(opts.unit_script) or {}
   function h.unit(name)
@@ -83,7 +84,7 @@ local function started(w, r)
   unit.exec_main_start_us, unit.active_enter_us = w.wall_us(), w.wall_us()
   unit.main_pid = unit.main_pid + 1
   local nodes = w.files[base.NODES]
-  w.daemon_nodes = nodes and base.lines(nodes.data) or {}
+  w.daemon_nodes = nodes and nodelist.lines(nodes.data) or {}
   if r.active_state and r.active_state ~= "active" then
     unit.active_state, unit.sub_state = r.active_state, r.active_state == "failed" and "failed" or "dead"
     unit.result = r.unit_result or (r.active_state == "failed" and "exit-code" or "success")

@@ -360,7 +360,7 @@ local function make_stale(d)
     local first = i - (i - 1) % size
     local list = {}
     for k = first, math.min(first + size - 1, d.n) do list[#list + 1] = "n" .. k end
-    d:write_nodes(name, list)
+    d:write_node_list(name, list)
   end
   reset_failed(d)
   units(d, "restart")
@@ -727,7 +727,7 @@ end
 local function backoff_job(d, tool, job)
   local nodelist = "n[1-" .. d.n .. "]"
   local last = d.names[d.n]
-  d:write_nodes(last, { last })
+  d:write_node_list(last, { last })
   local before, inv = all_starts(d), d:invocation(last)
   local usr1 = {}
   for _, n in ipairs(d.names) do usr1[n] = log_lines(d, n, "SIGUSR1: restarting") end
@@ -1188,7 +1188,7 @@ local ok, err = xpcall(function()
     -- 62, 125 s; docs/design.md, "IMEX facts")
     d = new_domain(CFG.restart_nodes, CFG.net + 2 + #CFG.sizes, { "IMEXSIM_RECONNECT_MS=" .. CFG.backoff_ms,
       "IMEXSIM_RECONNECT_FACTOR=2", "IMEXSIM_RECONNECT_MAX_MS=" .. math.max(CFG.backoff_ms * 8, 120000) })
-    for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
+    for _, name in ipairs(d.names) do d:write_node_list(name, d.names) end
     units(d, "enable")
     units(d, "start")
     say("e) back-off %g s: %d nodes, one restarts; imexguard with and without the nudge, the baseline",

@@ -158,11 +158,11 @@ local function inputs(n)
   x.jobs = 4 * n
   x.state = state_text(x.jobs, x.bytes)
   local make = {
-    up = function() return assert(ctl.parse_domain(x.json_up, 0)) end,
-    down = function() return assert(ctl.parse_domain(x.json_down, 0)) end,
-    reordered = function() return assert(ctl.parse_domain(x.json_rev, 0)) end,
-    v_up = function() return verdict.health(x.get("up"), addrs, self) end,
-    v_down = function() return verdict.health(x.get("down"), addrs, self) end,
+    up = function() return assert(ctl.parse_mesh(x.json_up, 0)) end,
+    down = function() return assert(ctl.parse_mesh(x.json_down, 0)) end,
+    reordered = function() return assert(ctl.parse_mesh(x.json_rev, 0)) end,
+    v_up = function() return verdict.judge({ mesh = x.get("up") }, { addrs = addrs, self = self }) end,
+    v_down = function() return verdict.judge({ mesh = x.get("down") }, { addrs = addrs, self = self }) end,
     st = function()
       return assert(state.load(fake_host({ ["/s/state.json"] = x.state }), { state_dir = "/s" }))
     end,
@@ -177,8 +177,8 @@ end
 -- The measured functions: name, unit ("node", "conn" (n^2 connections), "job" (4n registrations),
 -- "byte" (of the state file: 4n registrations of n-node lists, ~n^2)), function of the inputs.
 local CASES = {
-  { "ctl.parse_domain up", "conn", function(x) return function() ctl.parse_domain(x.json_up, 0) end end },
-  { "ctl.parse_domain down", "conn", function(x) return function() ctl.parse_domain(x.json_down, 0) end end },
+  { "ctl.parse_mesh up", "conn", function(x) return function() ctl.parse_mesh(x.json_up, 0) end end },
+  { "ctl.parse_mesh down", "conn", function(x) return function() ctl.parse_mesh(x.json_down, 0) end end },
   { "ctl.parse_text up", "conn", function(x) return function() ctl.parse_text(x.text_up) end end },
   { "ctl.parse_text down", "conn", function(x) return function() ctl.parse_text(x.text_down) end end },
   { "verdict.compare_map same", "node",
@@ -194,23 +194,23 @@ local CASES = {
   { "verdict.map_faults up", "conn", function(x)
     local d_up = x.get("up")
     return function() verdict.map_faults(d_up) end end },
-  { "verdict.health up", "conn", function(x)
-    local d_up = x.get("up")
-    return function() verdict.health(d_up, x.addrs, x.self) end end },
-  { "verdict.health down", "conn", function(x)
-    local d_down = x.get("down")
-    return function() verdict.health(d_down, x.addrs, x.self) end end },
-  { "verdict.health reordered", "conn",
+  { "verdict.judge up", "conn", function(x)
+    local d_up, want = x.get("up"), { addrs = x.addrs, self = x.self }
+    return function() verdict.judge({ mesh = d_up }, want) end end },
+  { "verdict.judge down", "conn", function(x)
+    local d_down, want = x.get("down"), { addrs = x.addrs, self = x.self }
+    return function() verdict.judge({ mesh = d_down }, want) end end },
+  { "verdict.judge reordered", "conn",
     function(x)
-      local d_reordered = x.get("reordered")
-      return function() verdict.health(d_reordered, x.addrs, x.self) end
+      local d_reordered, want = x.get("reordered"), { addrs = x.addrs, self = x.self }
+      return function() verdict.judge({ mesh = d_reordered }, want) end
     end },
-  { "health.verdict+blame down", "conn", function(x)
+  { "verdict.judge+blame down", "conn", function(x)
     local d_down = x.get("down")
     local ctx = { host = { log = function() end }, settings = { on_peer_fault = "warn" } }
     local want = { self = x.self, names = x.namemap, addrs = x.addrs }
     return function()
-      local v = health.verdict({ domain = d_down }, x.addrs, x.self)
+      local v = verdict.judge({ mesh = d_down }, want)
       health.blame(ctx, want, v, 1.0)
     end
   end },

@@ -81,7 +81,7 @@ local ok, err = xpcall(function()
     local a = i % 2 == 1 and i or i - 1
     local pair = { "n" .. a, "n" .. math.min(a + 1, nodes) }
     if pair[1] == pair[2] then pair = { "n" .. a } end
-    d:write_nodes(name, pair)
+    d:write_node_list(name, pair)
   end
   assert(d:start())
   say("  before: every daemon runs a stale list (pairs of nodes, from earlier jobs)")

@@ -6,7 +6,7 @@
 --
 --   local simdomain = require "simdomain"
 --   local d = simdomain.new{ nodes = 4, build = "build" }
---   d:write_nodes("n1", {"n3", "n4"})      -- a stale list for node n1
+--   d:write_node_list("n1", {"n3", "n4"})      -- a stale list for node n1
 --   d:start()                             -- every node's unit, waits for active
 --   local results = d:prologs{ job = 1, nodelist = "n[1-4]" }   -- all nodes at once
 --   d:stop()                              -- units, the manager stays (with-systemd stops it)
@@ -228,7 +228,7 @@ function M.in_order(n, extra_cfg)
   for _, l in ipairs(M.FAST_RECONNECT) do cfg[#cfg + 1] = l end
   for _, l in ipairs(extra_cfg or {}) do cfg[#cfg + 1] = l end
   local d = M.new { nodes = n, extra_cfg = cfg }
-  for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
+  for _, name in ipairs(d.names) do d:write_node_list(name, d.names) end
   return d
 end
 
@@ -269,7 +269,7 @@ end
 --- Write a node's nodes_config.cfg directly (a stale list left by an earlier job).
 -- @tparam string name node name
 -- @tparam {string,...} list node names of this domain (written as their addresses) or addresses
-function M:write_nodes(name, list)
+function M:write_node_list(name, list)
   local lines = {}
   for _, n in ipairs(list) do lines[#lines + 1] = self.addr[n] or n end
   write_file(self:dir(name) .. "/nodes_config.cfg", table.concat(lines, "\n") .. "\n")

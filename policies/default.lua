@@ -1,36 +1,35 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The default imexguard policy: a policy table whose methods are the steps of its decision model
 -- (docs/policy-api.md "The built-in policy"; docs/design.md "Decision model of the default
--- policy", case ids Cnn: its "Field cases"), in this order:
---   applies?             P:applies(ctx)                      unit installed and enabled (or disabled and
---                                                            manage_disabled_unit), config.cfg
---   channel              P:channel(ctx)                      IMEX channel 0 exists when imex_channels
---                                                            says so (channels.ensure; step 1b)
---   desired list         P:desired(ctx, info)                hostlist -> this node's IMEX domain of
---                                                            the job (steps.domain, C29) -> addresses
---                                                            (P:lookup), P:admit
---   lock                 P:lock(ctx), P:load_state(ctx)      the node lock; under it the state file
---   write                P:write(ctx, info, want, st)        the node list, atomically
---   stale?               P:stale(ctx, info, want, st, opts)  none, start, restart or wait, and why
---   respect other jobs   P:may_restart(ctx, st, verdict)     the job registry decides
---   restart              P:restart(ctx, want, verdict, st, info)  systemd start/restart, waiting for the
---                                                            job; names the unit's Result when it fails
---   wait for health      P:wait_healthy(ctx, want, verdict)  P:fabric: the GPUs' NVLink fabric
---                                                            registration (imexguard.fabric, C31), then
---                                                            poll the ctl until the domain is healthy
---   converge             P:wait_converged(ctx, want, verdict, st, info)  a stale node-map mismatch
---                                                            (C32): restart once where allowed, else
---                                                            stuck-mismatch with the remedy
---   register             P:register(ctx, st, want, extra)    the job's entry in the registry
--- The prolog decides before it acts: under the lock it loads the state file (an unreadable or
--- corrupt one: conflict, nothing changed), asks stale? and then respect other jobs (a registered job
--- on another node list keeps the file as it is), and only then registers the job and saves the
--- state file (it cannot be saved: write-failed, nothing changed), writes the list if it differs,
--- (re)starts and waits for health; a non-zero outcome unregisters the job again. With nothing to
--- change it waits for health, then registers the job (it cannot be saved: write-failed). A healthy
--- domain counts only when the command port is the unit's process (P:port_is_units). A conflict
--- with a registered job is decided again after waiting up to conflict_wait seconds WITHOUT the
--- node lock (a late epilog, C24).
+-- policy", case ids Cnn: its "Field cases"). The steps in the order a prolog runs them, with the
+-- design's step numbers (a room of imexguard.steps does the work of each):
+--   0  job id              base.check_job_id                        SLURM_JOB_ID, decimal
+--   1  applies?            P:applies(ctx)                           unit installed and enabled, config.cfg
+--   1b channel             P:ensure_channel(ctx)                    channel 0 when imex_channels says so
+--   2  desired list        P:desired(ctx, info)                     this node's IMEX domain of the job (C29),
+--                                                                   addresses (P:lookup), then P:admit
+--   3  lock                P:lock(ctx)                              the node lock; under it:
+--   3a leftovers           housekeeping.remove_temps                temp files of killed writes (C39)
+--      state file          P:load_state(ctx)                        the registry, earlier runs' left out
+--   4a current list        nodes_file.read_node_list                the node list file's bytes
+--   5  assess the daemon   P:assess_daemon(ctx, info, want, st, o)  none, start, restart or wait, and why
+--   with nothing to change (the same list, action none):
+--   8  wait for health     P:wait_converged(ctx, want, a, st, info) P:wait_healthy (P:check_fabric, C31,
+--                                                                   then the ctl), C32's one restart
+--      port owner          P:check_port_owner(ctx, info, props)     the command port is the unit's (C27)
+--   9  register            P:register(ctx, st, want, extra)         the job's entry (P:register_extra)
+--   else a change:
+--   6  other jobs          P:may_restart(ctx, st, assessment)       the job registry decides
+--   9a register first      registration.begin_change                the entry and the change, saved
+--   4b write               P:write_node_list(ctx, info, want, st)   the list, atomically, when it differs
+--   7  restart             P:restart(ctx, want, assessment, st, info)  the unit's start or restart job
+--   8, port owner          P:wait_converged, P:check_port_owner     as above
+--   9b end                 change:finish(outcome)                   the entry kept on exit 0, else removed
+-- The prolog decides before it acts: nothing is written or started before P:may_restart agrees,
+-- the job is registered (saved) before the change, and a non-zero outcome unregisters it again; an
+-- unreadable or corrupt state file is a conflict and a registry that cannot be saved write-failed,
+-- nothing changed. A conflict with a registered job is decided again after waiting up to
+-- conflict_wait seconds WITHOUT the node lock (a late epilog, C24).
 -- The epilog unregisters the job under the lock (P:unregister); IMEX is left running unless
 -- P:after_unregister acts.
 -- The entry points are ENTRY_POINTS below: the prolog's and epilog's methods are in this file; the
@@ -51,14 +50,15 @@
 --                                      names: the job's nodes in this node's IMEX domain (C29)
 --     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job
 --                                      before the lock (default: none)
---     may_restart(ctx, st, verdict) -> true | false, message (default: steps.may_restart)
+--     may_restart(ctx, st, assessment) -> true | false, message (default: steps.may_restart)
 --     register_extra(ctx, want)     -> table of extra scalar fields for the registry entry
 --     after_unregister(ctx, st, entry, remaining) -> nil (keep the default result) | outcome,
 --                                      message: in the epilog, under the lock, after the job's entry
 --                                      was removed and the state saved; remaining = the other entries
--- * methods: assign a method of the table P.extend() returns (`function P:stale(ctx, ...)`); the
---   entry points call every step as a method, so the override is used, and it can call the default
---   step as `default.stale(self, ctx, ...)`.
+-- * methods: assign a method of the table P.extend() returns (`function P:assess_daemon(ctx, ...)`);
+--   the entry points call every step as a method, so the override is used, and it can call the
+--   default step as `default.assess_daemon(self, ctx, ...)`. The old names of five methods still
+--   work (RENAMED below).
 local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
@@ -91,15 +91,8 @@ local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true,
 -- that runs it. Every policy built here has them as plain functions of ctx (P.prolog(ctx) runs
 -- P:run_prolog(ctx), the policy's own method: a site's override is used). run_prolog and
 -- run_epilog are below; the others are imexguard.inspect's.
-local ENTRY_POINTS = {
-  prolog = "run_prolog",
-  epilog = "run_epilog",
-  status = "run_status",
-  plan = "run_plan",
-  health = "run_health",
-  registrations = "run_registrations",
-  forget = "run_forget",
-}
+local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "run_status", plan = "run_plan",
+  health = "run_health", registrations = "run_registrations", forget = "run_forget" }
 
 --- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
 -- loads: a command with an entry point and no method here, or a method for a command without an
@@ -121,9 +114,22 @@ local ENTRY_NAMES = (function()
   return names
 end)()
 
+--- The old names of methods (docs/policy-api.md, "Reusing it"), each still working on every
+-- policy built here: reading an old name gives the method of its new name, and assigning one
+-- (`function P:stale(...)`) assigns the new name, so a site policy written for the old names runs
+-- unchanged. Old name -> new name.
+local RENAMED = {
+  stale = "assess_daemon", write = "write_node_list", port_is_units = "check_port_owner",
+  fabric = "check_fabric", channel = "ensure_channel",
+}
+
 --- The methods of the default policy (the decision model), shared by every policy built from it;
--- a name not found here is imexguard.inspect's (the inspection commands and their steps).
-local Policy = setmetatable({}, { __index = function(_, name) return inspect[name] end })
+-- a name not found here is an old name (RENAMED) or imexguard.inspect's (the inspection commands
+-- and their steps).
+local Policy = setmetatable({ RENAMED = RENAMED }, { __index = function(t, name)
+  if RENAMED[name] then return t[RENAMED[name]] end
+  return inspect[name]
+end })
 
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
@@ -179,37 +185,33 @@ function Policy:load_state(ctx) -- luacheck: no self
   return st
 end
 
---- Write: the node list, atomically, recorded in the state file (steps.write_nodes).
--- @return true, or nil, outcome, message
-function Policy:write(ctx, info, want, st) -- luacheck: no self
-  return nodes_file.write_nodes(ctx, info, want, st)
-end
-
---- Stale? Whether the daemon must be started, restarted, waited for, or is current (steps.assess).
--- @return verdict, or nil, outcome, message
-function Policy:stale(ctx, info, want, st, opts) -- luacheck: no self
-  return staleness.assess(ctx, info, want, st, opts)
+--- Assess the daemon: must it be started, restarted, waited for, or is it current
+-- (steps.assess_daemon)?
+-- @return assessment, or nil, outcome, message
+function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
+  return staleness.assess_daemon(ctx, info, want, st, opts)
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
 -- jobs? The may_restart hook, else steps.may_restart.
 -- @return true, or false, message
-function Policy:may_restart(ctx, st, verdict)
+function Policy:may_restart(ctx, st, assessment)
   local f = self.hooks.may_restart or other_jobs.may_restart
-  return f(ctx, st, verdict)
+  return f(ctx, st, assessment)
+end
+
+--- Write: the node list, atomically, recorded in the state file (steps.write_node_list), once the
+-- change is allowed and registered.
+-- @return true, or nil, outcome, message
+function Policy:write_node_list(ctx, info, want, st) -- luacheck: no self
+  return nodes_file.write_node_list(ctx, info, want, st)
 end
 
 --- Restart: (re)start the unit and record what it runs (steps.restart).
 -- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
-function Policy:restart(ctx, want, verdict, st, info) -- luacheck: no self
-  return restart.restart(ctx, want, verdict, st, info)
-end
-
---- Before a healthy answer counts: the command port is the unit's (steps.check_port, C27).
--- @return true, or nil, "service-failed", message naming the process on the port
-function Policy:port_is_units(ctx, info, props) -- luacheck: no self
-  return restart.check_port(ctx, info, props)
+function Policy:restart(ctx, want, assessment, st, info) -- luacheck: no self
+  return restart.restart(ctx, want, assessment, st, info)
 end
 
 --- Fabric: the GPUs' NVLink fabric registration (imexguard.fabric.check, C31): every GPU Completed
@@ -222,19 +224,19 @@ end
 --   (status, health, plan)
 -- @return result (fabric.check's), or nil, outcome ("fabric-fault", "fabric-unknown",
 --   "deadline-exceeded"), message
-function Policy:fabric(ctx, want, wait) -- luacheck: no self
+function Policy:check_fabric(ctx, want, wait) -- luacheck: no self
   return fabric.check(ctx, { wait = wait, domain = (want and want.domain) or rawget(ctx, "domain") })
 end
 
---- Wait for health: P:fabric first (waiting while a GPU registers; this node's fabric fault ends the
+--- Wait for health: P:check_fabric first (waiting while a GPU registers; this node's fabric fault ends the
 -- step at once: it outranks a peer's fault, names this node's GPU and blames no peer, and needs no
--- wait on the domain), then poll the ctl until the job's domain is healthy (the verdict's ctl answer
+-- wait on the domain), then poll the ctl until the job's domain is healthy (the assessment's ctl answer
 -- is the first poll).
 -- @return outcome, message
-function Policy:wait_healthy(ctx, want, verdict)
-  local r, fo, fm = self:fabric(ctx, want, true)
+function Policy:wait_healthy(ctx, want, assessment)
+  local r, fo, fm = self:check_fabric(ctx, want, true)
   if not r then return fo, fm end
-  local outcome, msg = health.wait(ctx, want, verdict.answer)
+  local outcome, msg = health.wait(ctx, want, assessment.answer)
   if r.state == "unknown" or (r.polls or 0) > 1 then msg = msg .. "; fabric: " .. r.message end
   return outcome, text.one_line(msg)
 end
@@ -246,16 +248,16 @@ end
 -- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
 -- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
 -- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
--- @param verdict table from P:stale (nodes, unit, answer: the first poll)
+-- @param assessment table from P:assess_daemon (nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
 -- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
 --   once per run, so that is the one restart)
-function Policy:wait_converged(ctx, want, verdict, st, info)
-  local outcome, msg = self:wait_healthy(ctx, want, verdict)
+function Policy:wait_converged(ctx, want, assessment, st, info)
+  local outcome, msg = self:wait_healthy(ctx, want, assessment)
   if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
-  local v = { action = "restart", nodes = verdict.nodes, unit = verdict.unit, changed = false,
+  local a = { action = "restart", nodes = assessment.nodes, unit = assessment.unit, changed = false,
     reason = "a stale node-map mismatch (C32)" }
-  local allowed, why = self:may_restart(ctx, st, v)
+  local allowed, why = self:may_restart(ctx, st, a)
   if not allowed then
     -- the other end may hold the block alone and restart to clear it: one more round of the wait
     ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": may not restart "
@@ -267,7 +269,7 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
   end
   ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": restarting "
     .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
-  local rok, props, rm = self:restart(ctx, want, v, st, info)
+  local rok, props, rm = self:restart(ctx, want, a, st, info)
   if not rok then return props, rm end
   -- this end is new now; the other end's prolog may be restarting its daemon (a slow unit job, a
   -- systemd re-exec): the whole health wait for it, not stale_mismatch_after
@@ -280,6 +282,12 @@ function Policy:wait_converged(ctx, want, verdict, st, info)
     m2 = m2 .. "; " .. ctx.settings.unit .. " restarted once to clear a stale node-map mismatch"
   end
   return o2, text.one_line(m2), true
+end
+
+--- Port owner: before a healthy answer counts, the command port is the unit's (steps.check_port_owner, C27).
+-- @return true, or nil, "service-failed", message naming the process on the port
+function Policy:check_port_owner(ctx, info, props) -- luacheck: no self
+  return restart.check_port_owner(ctx, info, props)
 end
 
 --- Register: the fields of the job's registry entry beyond the default ones (register_extra hook).
@@ -317,7 +325,7 @@ function Policy:prepare(ctx)
   info, o, m = self:applies(ctx)
   if not info then return nil, o, m end
   local ch
-  ch, o, m = self:channel(ctx)
+  ch, o, m = self:ensure_channel(ctx)
   if not ch then return nil, o, m end
   info.channel = ch
   local want
@@ -327,12 +335,12 @@ function Policy:prepare(ctx)
 end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
-function Policy:keep(ctx, st, want, verdict, extra, info)
-  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+function Policy:keep(ctx, st, want, assessment, extra, info)
+  local outcome, msg, restarted = self:wait_converged(ctx, want, assessment, st, info)
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
-  local unit = restarted and ctx.host.unit(ctx.settings.unit) or verdict.unit
-  local pok, po, pm = self:port_is_units(ctx, info, unit)
+  local unit = restarted and ctx.host.unit(ctx.settings.unit) or assessment.unit
+  local pok, po, pm = self:check_port_owner(ctx, info, unit)
   if not pok then return po, pm end
   if extra.invocation_id == nil then extra.invocation_id = unit and unit.invocation_id or "" end
   local entry, err, code = self:register(ctx, st, want, extra)
@@ -347,7 +355,7 @@ end
 
 --- A change, allowed by P:may_restart: register the job first (steps.begin_change), then write the
 -- list when it differs, (re)start, wait for health; a non-zero outcome unregisters the job again.
-function Policy:change(ctx, info, want, st, verdict, extra, changed)
+function Policy:change(ctx, info, want, st, assessment, extra, changed)
   local change, o, m = registration.begin_change(ctx, st, want, extra)
   if not change then return o, m end
   local ch <close> = change -- luacheck: ignore ch (unregisters when a step raises)
@@ -356,17 +364,17 @@ function Policy:change(ctx, info, want, st, verdict, extra, changed)
   end
   if changed then
     local ok
-    ok, o, m = self:write(ctx, info, want, st)
+    ok, o, m = self:write_node_list(ctx, info, want, st)
     if not ok then return finish(o, m) end
   end
-  local rok, props, rm = self:restart(ctx, want, verdict, st, info)
+  local rok, props, rm = self:restart(ctx, want, assessment, st, info)
   if not rok then return finish(props, rm) end
   local done = string.format("%s, %s %sed (%s)", changed and "node list rewritten" or "node list unchanged",
-    ctx.settings.unit, verdict.action, verdict.reason)
-  local outcome, msg, restarted = self:wait_converged(ctx, want, verdict, st, info)
+    ctx.settings.unit, assessment.action, assessment.reason)
+  local outcome, msg, restarted = self:wait_converged(ctx, want, assessment, st, info)
   if restarted then props = nil end
   if outcomes.exit_code(outcome, ctx.settings) == 0 then
-    local pok, po, pm = self:port_is_units(ctx, info, props or ctx.host.unit(ctx.settings.unit))
+    local pok, po, pm = self:check_port_owner(ctx, info, props or ctx.host.unit(ctx.settings.unit))
     if not pok then return finish(po, pm) end
   end
   return finish(outcome, msg .. "; " .. done)
@@ -378,21 +386,22 @@ function Policy:locked_prolog(ctx, info, want)
   housekeeping.remove_temps(ctx, info) -- C39
   local st, o, m = self:load_state(ctx)
   if not st then return o, m end
-  local old, rerr = nodes_file.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_node_list(ctx, info)
   if rerr then ctx.host.log("warning", rerr) end
   local changed = old ~= want.bytes
-  local v
-  v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = true, write_pending = changed })
-  if not v then return o, m end
+  local a
+  a, o, m = self:assess_daemon(ctx, info, want, st,
+    { changed = changed, wait = true, write_pending = changed })
+  if not a then return o, m end
   local extra = self:register_extra(ctx, want)
-  if not changed and v.action == "none" then return self:keep(ctx, st, want, v, extra, info) end
-  local allowed, why = self:may_restart(ctx, st, v)
+  if not changed and a.action == "none" then return self:keep(ctx, st, want, a, extra, info) end
+  local allowed, why = self:may_restart(ctx, st, a)
   if not allowed then
     -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
-    if v.action ~= "none" then why = why .. "; " .. v.action .. " needed: " .. v.reason end
+    if a.action ~= "none" then why = why .. "; " .. a.action .. " needed: " .. a.reason end
     return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
   end
-  return self:change(ctx, info, want, st, v, extra, changed)
+  return self:change(ctx, info, want, st, a, extra, changed)
 end
 
 --- One decision under the node lock (taken and released here).
@@ -411,7 +420,7 @@ end
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
-  -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:fabric waits for it)
+  -- nvidia-smi runs while the lock is taken and systemd and the ctl are asked (P:check_fabric waits for it)
   local fq <close> = fabric.start(ctx) -- luacheck: ignore fq (killed unless waited for)
   -- at most half the run's remaining budget: the change itself (start, health wait) needs the rest
   local wait = math.min(base.setting(ctx, "conflict_wait", 0), ctx.host.remaining() / 2)
@@ -492,7 +501,7 @@ end
 --- Channel: after applies?, independent of the node list: make channel 0 exist when the setting
 -- imex_channels says so (channels.ensure; in `plan` mkdir and mknod_char are recorders).
 -- @return message (one line, also logged at info), or nil, "channel-failed", message
-function Policy:channel(ctx) -- luacheck: no self
+function Policy:ensure_channel(ctx) -- luacheck: no self
   local msg, o, m = channels.ensure(ctx)
   if not msg then return nil, o, m end
   ctx.host.log("info", msg)
@@ -500,7 +509,7 @@ function Policy:channel(ctx) -- luacheck: no self
 end
 
 --- The final message with the channel step's line added when it created (or would create) one.
--- @param info table|nil from applies (info.channel: the line of Policy:channel)
+-- @param info table|nil from applies (info.channel: the line of Policy:ensure_channel)
 -- @param msg string the message
 -- @return string one line
 function Policy:channel_note(info, msg) -- luacheck: no self
@@ -516,7 +525,14 @@ end
 
 --- A policy table: `parent`'s methods, the given hooks, and entry points bound to the new table.
 local function new(parent, hooks)
-  local P = setmetatable({ hooks = hooks }, { __index = parent })
+  -- parent: the table whose methods this one has until assigned (RENAMED: old names of methods)
+  local P = setmetatable({ hooks = hooks }, { parent = parent,
+    __index = function(t, k)
+      if RENAMED[k] then return t[RENAMED[k]] end
+      return parent[k]
+    end,
+    __newindex = function(t, k, v) rawset(t, RENAMED[k] or k, v) end,
+  })
   for _, name in ipairs(ENTRY_NAMES) do
     local method = ENTRY_POINTS[name]
     P[name] = function(ctx) return P[method](P, ctx) end

@@ -36,7 +36,7 @@ local function stale(hosts, stuck, cleared_by_restart, others)
     for _, n in ipairs(nodes) do
       for peer, st in pairs((others or {})[n.host] or {}) do n.connections[peer] = st end
     end
-    return { domain = { nodes = nodes } }
+    return { mesh = { nodes = nodes } }
   end
 end
 
@@ -48,7 +48,7 @@ describe("C32: a node-map mismatch that stays", function()
   describe("prolog", function()
     it("gb01's side: current, the link to n2 stays !M! although both run {n1, n2}: one restart, ok within "
       .. "a few polls, no nudge", function()
-      local s = testing.scenario{ file = { "n1", "n2" }, domain = stale({ A, B }, { { A, B } }, true) }
+      local s = testing.scenario{ file = { "n1", "n2" }, mesh = stale({ A, B }, { { A, B } }, true) }
       local t0 = s.host.now()
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("ok", outcome, message)
@@ -63,7 +63,7 @@ describe("C32: a node-map mismatch that stays", function()
 
     it("the registry forbids the restart (job 100 uses the daemon): stuck-mismatch, exit 19, naming both "
       .. "nodes to restart together, after two rounds of a few polls", function()
-      local s = testing.scenario{ file = { "n1", "n2" }, domain = stale({ A, B }, { { A, B } }, true),
+      local s = testing.scenario{ file = { "n1", "n2" }, mesh = stale({ A, B }, { { A, B } }, true),
         jobs = { [100] = { "n1", "n2" } } }
       local t0 = s.host.now()
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
@@ -83,7 +83,7 @@ describe("C32: a node-map mismatch that stays", function()
       .. "stuck-mismatch with the same remedy (never a third restart)", function()
       -- the block is held by n1 (which may not restart): nothing on this node clears it
       local s = testing.scenario{ node = "n2", file = { "n2", "n3" },
-        domain = stale({ A, B }, { { B, A } }, false) }
+        mesh = stale({ A, B }, { { B, A } }, false) }
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("stuck-mismatch", outcome, message)
       assert.equal(2, s:restarts()) -- the list change, and the one restart to converge
@@ -102,7 +102,7 @@ describe("C32: a node-map mismatch that stays", function()
         if h.now() - first > 4 then return testing.up({ A, B }) end
         return f(n, argv, h)
       end
-      local s = testing.scenario{ file = { "n1", "n2" }, domain = peer_restarted,
+      local s = testing.scenario{ file = { "n1", "n2" }, mesh = peer_restarted,
         jobs = { [100] = { "n1", "n2" } } }
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("ok", outcome, message)
@@ -122,7 +122,7 @@ describe("C32: a node-map mismatch that stays", function()
         if restarted_at and h.now() - restarted_at > 10 then return testing.up({ A, B }) end
         return f(n, argv, h)
       end
-      local s = testing.scenario{ file = { "n1", "n2" }, domain = peer_late }
+      local s = testing.scenario{ file = { "n1", "n2" }, mesh = peer_late }
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("ok", outcome, message)
       assert.equal(1, s:restarts())
@@ -131,7 +131,7 @@ describe("C32: a node-map mismatch that stays", function()
 
     it("3 nodes, this node stuck with two peers that are connected to each other: one restart, ok", function()
       local s = testing.scenario{ file = { "n1", "n2", "n3" },
-        domain = stale({ A, B, C }, { { A, B }, { A, C } }, true) }
+        mesh = stale({ A, B, C }, { { A, B }, { A, C } }, true) }
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-3]" }
       assert.equal("ok", outcome, message)
       assert.equal(1, s:restarts())
@@ -140,7 +140,7 @@ describe("C32: a node-map mismatch that stays", function()
     it("3 nodes, the stuck pair is two peers (n2 - n3): not this node's to clear: no restart, the pair "
       .. "named, this node not drained (peers-unhealthy)", function()
       local s = testing.scenario{ file = { "n1", "n2", "n3" },
-        domain = stale({ A, B, C }, { { B, C } }, false),
+        mesh = stale({ A, B, C }, { { B, C } }, false),
         settings = { health_timeout = 5 } }
       local outcome, message, _, ctx = s:prolog{ job = 103, nodelist = "n[1-3]" }
       assert.equal("peers-unhealthy", outcome, message)
@@ -152,7 +152,7 @@ describe("C32: a node-map mismatch that stays", function()
     it("a real mismatch (the peer runs another list: n1 INVALID in its view) is not stale: no restart here, "
       .. "the peer is named after the whole wait", function()
       local s = testing.scenario{ file = { "n1", "n2" },
-        domain = stale({ A, B }, { { A, B } }, false, { [B] = { [A] = "INVALID" } }),
+        mesh = stale({ A, B }, { { A, B } }, false, { [B] = { [A] = "INVALID" } }),
         settings = { health_timeout = 5 } }
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("peers-unhealthy", outcome, message)
@@ -162,7 +162,7 @@ describe("C32: a node-map mismatch that stays", function()
 
   describe("plan, status, health: the same judgement", function()
     local function given(jobs)
-      return testing.scenario{ file = { "n1", "n2" }, domain = stale({ A, B }, { { A, B } }, false),
+      return testing.scenario{ file = { "n1", "n2" }, mesh = stale({ A, B }, { { A, B } }, false),
         jobs = jobs }
     end
 

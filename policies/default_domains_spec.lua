@@ -16,7 +16,7 @@ local function scenario(node, o)
   o = o or {}
   local files = o.files or { [TOPO] = o.topology or C29_CONF }
   return testing.scenario{ node = node, nodes = NODES, files = files, file = o.file or { node },
-    settings = o.settings, domain = o.domain, policy = o.policy, nvidia_smi = o.nvidia_smi }
+    settings = o.settings, mesh = o.mesh, policy = o.policy, nvidia_smi = o.nvidia_smi }
 end
 
 -- The log line that names the split (logged once at info).
@@ -56,7 +56,7 @@ describe("default policy: IMEX domains from Slurm's block topology (C29)", funct
   end)
 
   it("a sick node in the other block never makes this node wait or blame anyone", function()
-    local s = scenario("gb03", { domain = { unhealthy = { gb06 = "UNAVAILABLE", gb05 = "UNAVAILABLE" } } })
+    local s = scenario("gb03", { mesh = { unhealthy = { gb06 = "UNAVAILABLE", gb05 = "UNAVAILABLE" } } })
     local t0 = s.host.now()
     local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
     assert.equal("ok", outcome, message)
@@ -66,7 +66,7 @@ describe("default policy: IMEX domains from Slurm's block topology (C29)", funct
   end)
 
   it("a sick node of this block is still waited for and blamed", function()
-    local s = scenario("gb03", { domain = { unhealthy = { gb04 = "UNAVAILABLE" } } })
+    local s = scenario("gb03", { mesh = { unhealthy = { gb04 = "UNAVAILABLE" } } })
     local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
     assert.equal("peers-unhealthy", outcome)
     assert.matches("gb04", message)

@@ -95,7 +95,7 @@ describe("default policy: the NVLink fabric (C31)", function()
     }) do
       it("GPU " .. c[1] .. ": " .. c[3] .. ": fabric-fault naming the GPU and the field, peers not blamed",
         function()
-          local s = scenario{ nvidia_smi = tray(c[1], c[2]), domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
+          local s = scenario{ nvidia_smi = tray(c[1], c[2]), mesh = { unhealthy = { n2 = "UNAVAILABLE" } } }
           local o, m = s:prolog{ nodelist = "n[1-2]" }
           assert.equal("fabric-fault", o)
           assert.matches("GPU " .. c[1] .. ":", m, 1, true)

@@ -21,7 +21,7 @@ describe("default policy: health (HealthCheckProgram, NHC)", function()
   end)
 
   it("this node not READY: domain-unhealthy with one line 'imexguard: OUTCOME: cause'", function()
-    local h = testing.host{ ctl = { { domain = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
+    local h = testing.host{ ctl = { { mesh = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
       { host = "10.0.0.2" } } } } } }
     local outcome, message, report = run(h, { command = "health", dry_run = true })
     assert.equal("domain-unhealthy", outcome)
@@ -95,7 +95,7 @@ describe("C33: an idle node's health", function()
       end
       nodes[i] = { host = a, connections = c, status = i == 17 and self_status or nil }
     end
-    return { domain = { nodes = nodes } }
+    return { mesh = { nodes = nodes } }
   end
   local function host(o)
     local files = { [testing.NODES] = table.concat(RACK, "\n") .. "\n" }

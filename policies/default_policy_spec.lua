@@ -33,7 +33,7 @@ describe("default policy: a table of methods in the order of its decision model"
     function site.run_status() return "ok", "the site's status" end
     assert.equal("the site's status", select(2, site.status(testing.ctx{ command = "status" })))
     assert.not_equal("the site's status", select(2, P.status(testing.ctx{ command = "status" })))
-    local Policy = getmetatable(P).__index
+    local Policy = getmetatable(P).parent
     for name, f in pairs(inspect) do
       assert.equal(f, P[name], name)
       assert.is_nil(rawget(Policy, name), name .. ": a method of both default.lua and imexguard.inspect")
@@ -79,9 +79,9 @@ describe("default policy: a table of methods in the order of its decision model"
       local site = P.extend()
       local asked = 0
       -- a site rule: a daemon the default finds current is restarted all the same
-      function site:stale(ctx, info, want, st, opts)
+      function site:assess_daemon(ctx, info, want, st, opts)
         asked = asked + 1
-        local v, o, m = P.stale(self, ctx, info, want, st, opts)
+        local v, o, m = P.assess_daemon(self, ctx, info, want, st, opts)
         if v and v.action == "none" then v.action, v.reason = "restart", "site rule: always restart" end
         return v, o, m
       end
@@ -107,6 +107,39 @@ describe("default policy: a table of methods in the order of its decision model"
     assert.equal("a", s:registrations()[1].site)
     assert.has_error(function() P.extend{ may_restrat = function() end } end,
       "policy extend: unknown hook 'may_restrat'")
+  end)
+
+  describe("the old method names (P.RENAMED)", function()
+    local OLD = { stale = "assess_daemon", write = "write_node_list", port_is_units = "check_port_owner",
+      fabric = "check_fabric", channel = "ensure_channel" }
+
+    it("are exactly these, and each reads as the method of its new name", function()
+      assert.same(OLD, P.RENAMED)
+      local site = P.extend()
+      for old, new in pairs(OLD) do
+        assert.is_function(P[new], new)
+        assert.equal(P[new], P[old], old)
+        assert.equal(P[new], site[old], old)
+      end
+    end)
+
+    it("an override assigned under an old name is the step the entry points run", function()
+      local site = P.extend()
+      local asked = 0
+      function site:stale(ctx, info, want, st, opts)
+        asked = asked + 1
+        local v, o, m = P.stale(self, ctx, info, want, st, opts)
+        if v and v.action == "none" then v.action, v.reason = "restart", "site rule: always restart" end
+        return v, o, m
+      end
+      assert.equal(site.stale, site.assess_daemon)
+      local s = testing.scenario{ policy = site }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome)
+      assert.equal(1, asked)
+      assert.equal(1, s:restarts())
+      assert.matches("site rule: always restart", message, 1, true)
+    end)
   end)
 end)
 

@@ -507,7 +507,7 @@ describe("default policy prolog", function()
     end)
 
     it("polls soon after the restart, then no sooner than the bucket allows (imexguard.pace)", function()
-      local down = { domain = { nodes = { { host = "10.0.0.1" },
+      local down = { mesh = { nodes = { { host = "10.0.0.1" },
         { host = "10.0.0.3", status = "UNAVAILABLE" } } } }
       local h = testing.host{ ctl = { testing.UNREACHABLE, down, testing.up({ "10.0.0.1", "10.0.0.3" }) } }
       local outcome, message = run(h, { env = env("n[1,3]") })
@@ -525,7 +525,7 @@ describe("default policy prolog", function()
 
   describe("step 8: health and blame (C20)", function()
     it("active, DOWN, this node UNAVAILABLE: domain-unhealthy naming this node", function()
-      local down = { domain = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
+      local down = { mesh = { nodes = { { host = "10.0.0.1", status = "UNAVAILABLE" },
         { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
       local h = testing.host{ ctl = { down } }
       local t0 = h.now()
@@ -818,13 +818,13 @@ describe("default policy job registry (C08, scenario style)", function()
   end)
 
   it("a failed prolog registers nothing", function()
-    local s = testing.scenario{ policy = P, domain = "down" }
+    local s = testing.scenario{ policy = P, mesh = "down" }
     assert.equal("domain-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
     assert.same({}, s:registered())
   end)
 
   it("peers-unhealthy registers the job (the job runs)", function()
-    local s = testing.scenario{ policy = P, domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
+    local s = testing.scenario{ policy = P, mesh = { unhealthy = { n2 = "UNAVAILABLE" } } }
     assert.equal("peers-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
     assert.same({ "101" }, s:registered())
   end)
@@ -1105,7 +1105,7 @@ describe("default policy: hardening", function()
     end)
 
     it("a prolog that fails after the change unregisters the job again", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n3" }, domain = "down" }
+      local s = testing.scenario{ policy = P, file = { "n1", "n3" }, mesh = "down" }
       local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
       assert.equal("domain-unhealthy", outcome)
       assert.equal(1, s:restarts())
@@ -1124,7 +1124,7 @@ describe("default policy: hardening", function()
     end)
 
     it("a failing outcome on the fast path registers nothing (on_peer_fault = fail, exit 12)", function()
-      local s = testing.scenario{ policy = P, domain = { unhealthy = { n2 = "UNAVAILABLE" } },
+      local s = testing.scenario{ policy = P, mesh = { unhealthy = { n2 = "UNAVAILABLE" } },
         settings = { on_peer_fault = "fail" } }
       assert.equal("peers-unhealthy", (s:prolog{ job = 101, nodelist = "n[1-2]" }))
       assert.same({}, s:registered())
@@ -1657,21 +1657,21 @@ end)
 -- C21, C22, C28: ordered identity, the unit's own config, configuration faults.
 describe("default policy: ordered identity, the unit's config, configuration faults", function()
   local T3, A, B, C = H.identity.T3, H.identity.A, H.identity.B, H.identity.C
-  local domain_of, host3, unit_with = H.identity.domain_of, H.identity.host3, H.identity.unit_with
+  local mesh_of, host3, unit_with = H.identity.mesh_of, H.identity.host3, H.identity.unit_with
 
   -- This node READY and CONNECTED to every peer, the peers UNAVAILABLE (C22's signature).
-  local function config_fault_domain(hosts)
+  local function config_fault_mesh(hosts)
     local conns = {}
     for _, h in ipairs(hosts) do conns[h] = "CONNECTED" end
     local nodes = { { host = hosts[1], connections = conns } }
     for i = 2, #hosts do nodes[i] = { host = hosts[i], status = "UNAVAILABLE" } end
-    return { domain = { status = "DEGRADED", nodes = nodes } }
+    return { mesh = { status = "DEGRADED", nodes = nodes } }
   end
 
   describe("C21: same nodes, another order", function()
     it("is stale: restart, and the message says 'same nodes, another order'", function()
       -- file and job {1, 2, 3}, older than the daemon's start; the daemon runs {2, 1, 3}
-      local h = host3({ B, A, C }, domain_of({ A, B, C }))
+      local h = host3({ B, A, C }, mesh_of({ A, B, C }))
       local o, m = run(h, { env = env("n[1-3]") })
       assert.equal("ok", o, m)
       assert.equal(1, #h.jobs)
@@ -1684,7 +1684,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       for _, order in ipairs({ { "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.1" },
         { "10.0.0.1", "10.0.0.2", "10.0.0.4", "10.0.0.3" } }) do
         local h = testing.host{ files = { [NODES] = "10.0.0.1\n10.0.0.2\n10.0.0.3\n10.0.0.4\n" },
-          ctl = { domain_of(order), domain_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }) } }
+          ctl = { mesh_of(order), mesh_of({ "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }) } }
         local o, m = run(h, { env = env("n[1-4]") })
         assert.equal("ok", o, m)
         assert.equal(1, #h.jobs, table.concat(order, " "))
@@ -1701,7 +1701,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
 
     it("a registered job keeps the daemon: conflict, and the message names the other order", function()
       local s = testing.scenario{ policy = P, file = { "n1", "n2", "n3" },
-        jobs = { { id = 100, nodes = "n[1-3]" } }, domain = { domain_of({ C, B, A }) } }
+        jobs = { { id = 100, nodes = "n[1-3]" } }, mesh = { mesh_of({ C, B, A }) } }
       local o, m = s:prolog{ job = 101, nodelist = "n[1-3]" }
       assert.equal("conflict", o, m)
       assert.truthy(m:find("same nodes, another order", 1, true), m)
@@ -1801,7 +1801,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       .. "no peer blamed, exit 14", function()
       local hosts = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
       local h = testing.host{ files = { [NODES] = table.concat(hosts, "\n") .. "\n", [CONFIG] = loop_cfg },
-        ctl = { config_fault_domain(hosts) } }
+        ctl = { config_fault_mesh(hosts) } }
       local start = h.now()
       local o, m = run(h, { env = env("n[1-4]") })
       assert.equal("config-fault", o, m)
@@ -1816,7 +1816,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
 
     it("on_config_fault = \"warn\": exit 0, logged at level err", function()
       local hosts = { "10.0.0.1", "10.0.0.2" }
-      local h = testing.host{ ctl = { config_fault_domain(hosts) } }
+      local h = testing.host{ ctl = { config_fault_mesh(hosts) } }
       local o, m, _, ctx = run(h, { settings = { on_config_fault = "warn" } })
       assert.equal("config-fault", o, m)
       assert.equal(0, outcomes.exit_code(o, ctx.settings))
@@ -1828,7 +1828,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
     end)
 
     it("a real peer fault (one peer UNAVAILABLE and not connected) is still peers-unhealthy", function()
-      local h = testing.host{ files = { [NODES] = T3 }, ctl = { { domain = { nodes = { { host = "10.0.0.1" },
+      local h = testing.host{ files = { [NODES] = T3 }, ctl = { { mesh = { nodes = { { host = "10.0.0.1" },
         { host = "10.0.0.2" }, { host = "10.0.0.3", status = "UNAVAILABLE" } } } } } }
       local o, m = run(h, { env = env("n[1-3]") })
       assert.equal("peers-unhealthy", o, m)
@@ -1845,7 +1845,7 @@ describe("default policy: ordered identity, the unit's config, configuration fau
       assert.is_true(h.now() - t0 < 30, "recognised early, not after the full health_timeout")
       -- the same when the ctl prints its placeholder document (only host 0.0.0.0, DOWN) instead
       h = testing.host{ files = { [CONFIG] = off_cfg },
-        ctl = { { domain = { status = "DOWN", nodes = { { host = "0.0.0.0", status = "UNAVAILABLE" } } } } } }
+        ctl = { { mesh = { status = "DOWN", nodes = { { host = "0.0.0.0", status = "UNAVAILABLE" } } } } } }
       t0 = h.now()
       o, m = run(h)
       assert.equal("config-fault", o, m)

@@ -14,7 +14,7 @@ local run, assert_one_line = H.run, H.assert_one_line
 
 describe("default policy status", function()
   it("prints one line per node with a diagnosis, and the domain state", function()
-    local degraded = { domain = { nodes = { { host = "10.0.0.1" },
+    local degraded = { mesh = { nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" }, { host = "10.0.0.3" } } } }
     local h = testing.host{ ctl = { degraded }, files = H.registered() }
     local outcome, message, report = run(h, { command = "status" })
@@ -77,7 +77,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     local UP2 = { nodes = { { host = "n1" }, { host = "n2" } } }
     it("never ok when the unit is not active, even with the ctl answering UP", function()
       for _, state in ipairs({ "inactive", "failed" }) do
-        local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = state, domain = UP2,
+        local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = state, mesh = UP2,
           host = { port_owner = "none" } }
         local outcome, message = s:status{}
         assert.equal("service-failed", outcome, state)
@@ -90,7 +90,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
 
     it("judged on the node list file (registered jobs' lists differ), speaks of this node's node list "
       .. "file, not the job's node list", function()
-      local degraded = { domain = { nodes = { { host = "10.0.0.1" }, { host = "10.0.0.2" },
+      local degraded = { mesh = { nodes = { { host = "10.0.0.1" }, { host = "10.0.0.2" },
         { host = "10.0.0.9", status = "UNAVAILABLE" } } } }
       local files = H.registered()
       local st = require("cjson").decode(files[next(files)])
@@ -104,7 +104,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     end)
 
     it("names the stray process on the command port", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = "inactive", domain = UP2,
+      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, unit = "inactive", mesh = UP2,
         host = { port_owner = STRAY } }
       local outcome, message = s:status{}
       assert.equal("service-failed", outcome)
@@ -112,7 +112,7 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
     end)
 
     it("ok for an active unit whose main process holds the port", function()
-      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, domain = UP2 }
+      local s = testing.scenario{ policy = P, file = { "n1", "n2" }, mesh = UP2 }
       assert.equal("ok", (s:status{}))
     end)
   end)
@@ -250,7 +250,7 @@ describe("default policy status: the node's facts, -q and -v, a rack", function(
     for i, n in ipairs(nodes) do addrs[i] = n.host end
     local files = H.registered(addrs) -- a job on all 18: judged on its nodes (C33)
     files["/etc/imexguard/addresses"] = table.concat(map, "\n") .. "\n"
-    local h = testing.host{ ctl = { { domain = { nodes = nodes } } }, files = files }
+    local h = testing.host{ ctl = { { mesh = { nodes = nodes } } }, files = files }
     local outcome, message, report = run(h, { command = "status",
       settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
     assert.equal("peers-unhealthy", outcome)

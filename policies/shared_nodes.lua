@@ -42,14 +42,14 @@ return default.extend{
     return true
   end,
 
-  may_restart = function(ctx, st, verdict)
-    if verdict.action == "restart" then
+  may_restart = function(ctx, st, assessment)
+    if assessment.action == "restart" then
       local others = registry.others(st, base.job_id(ctx))
       if #others > 0 then
-        return false, other_jobs.conflict_message(ctx, verdict, others, "the running daemon (shared node)")
+        return false, other_jobs.conflict_message(ctx, assessment, others, "the running daemon (shared node)")
       end
     end
-    return other_jobs.may_restart(ctx, st, verdict)
+    return other_jobs.may_restart(ctx, st, assessment)
   end,
 
   register_extra = function(ctx)

@@ -29,6 +29,7 @@ local nodelist = require "imexguard.nodelist"
 local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name the nodes (a log line)
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
+local verdict = require "imexguard.verdict"
 local default = require "policies.default"
 
 local P = {}
@@ -55,8 +56,8 @@ local function narrow(ctx, info, want, in_domain, node)
   if not narrowed then return fail("bad-input", "%s; nothing changed", werr) end
   dom.source, dom.nodes, dom.left_out = info.nodes_file, names, left
   ctx.host.log("info", text.one_line(string.format("IMEX domain of node %s: the static node list %s: %s%s",
-    node, info.nodes_file, hostlist.show_in_order(names), #left > 0 and ("; the job's nodes outside it "
-    .. "(another domain, or no IMEX node; not waited for): " .. hostlist.show_in_order(left)) or "")))
+    node, info.nodes_file, hostlist.text_in_order(names), #left > 0 and ("; the job's nodes outside it "
+    .. "(another domain, or no IMEX node; not waited for): " .. hostlist.text_in_order(left)) or "")))
   return narrowed
 end
 
@@ -96,7 +97,7 @@ local function verify(ctx, wait)
   want, o, m = steps.desired(ctx, info, { static = true })
   if not want then return nil, o, m end
   local node = steps.node_name(ctx)
-  local bytes, rerr = steps.read_nodes(ctx, info)
+  local bytes, rerr = steps.read_node_list(ctx, info)
   if not bytes then return fail("domain-unhealthy", "node %s: static node list %s", node, tostring(rerr)) end
   local static, perr = nodelist.parse(bytes)
   if not static then return fail("domain-unhealthy", "node %s: static node list %s: %s", node,
@@ -143,7 +144,7 @@ local function judge(answer, want)
   -- C35: the ctl may show a host name of the static list where the job has its address
   answer = ctl.map_answer_hosts(answer, want.by_entry)
   -- the daemon runs the static list (its order, not the job's); a configuration fault blames nobody
-  local v = health.verdict(answer, want.addrs, want.self, { node_list = want.node_list })
+  local v = verdict.judge(answer, want)
   if not v or v.local_fault or v.verdict == "config-fault" then return v end
   local job = {}
   for _, a in ipairs(want.addrs) do job[a] = true end
@@ -194,9 +195,9 @@ function P.plan(ctx)
   if not info then return want, props end
   local answer = health.probe(ctx, nil, info.config, info.cfg)
   local v = judge(answer, want)
-  local domain = answer.domain and answer.domain.status or answer.err
+  local now = answer.mesh and answer.mesh.status or answer.err
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
-    #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(domain),
+    #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(now),
     v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
   return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
 end

@@ -49,7 +49,7 @@ describe("static_domain policy", function()
   end)
 
   it("a peer of the job unhealthy: peers-unhealthy naming it", function()
-    local s = testing.scenario{ policy = P, file = RACK, domain = { unhealthy = { n2 = "UNAVAILABLE" } } }
+    local s = testing.scenario{ policy = P, file = RACK, mesh = { unhealthy = { n2 = "UNAVAILABLE" } } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("peers-unhealthy", outcome)
     assert.matches(": n2: status UNAVAILABLE", message)
@@ -57,7 +57,7 @@ describe("static_domain policy", function()
   end)
 
   it("a rack node outside the job being down does not hold the job up", function()
-    local s = testing.scenario{ policy = P, file = RACK, domain = { unhealthy = { n4 = "UNAVAILABLE" } } }
+    local s = testing.scenario{ policy = P, file = RACK, mesh = { unhealthy = { n4 = "UNAVAILABLE" } } }
     local t0 = s.host.now()
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("ok", outcome)
@@ -93,7 +93,7 @@ describe("static_domain policy", function()
 
   it("a configuration fault (peers UNAVAILABLE, links CONNECTED): not healthy, peers not blamed", function()
     local all = { n1 = "CONNECTED", n2 = "CONNECTED", n3 = "CONNECTED", n4 = "CONNECTED" }
-    local s = testing.scenario{ policy = P, file = RACK, domain = { status = "DEGRADED", nodes = {
+    local s = testing.scenario{ policy = P, file = RACK, mesh = { status = "DEGRADED", nodes = {
       { host = "n1", connections = all },
       { host = "n2", status = "UNAVAILABLE" }, { host = "n3", status = "UNAVAILABLE" },
       { host = "n4", status = "UNAVAILABLE" } } } }
@@ -142,7 +142,7 @@ describe("static_domain policy", function()
 
     it("a sick node of the other rack never makes this rack wait or fail", function()
       local s = testing.scenario{ policy = P, node = "gb03", nodes = NODES, file = R1,
-        domain = { unhealthy = { gb06 = "UNAVAILABLE" } } }
+        mesh = { unhealthy = { gb06 = "UNAVAILABLE" } } }
       local t0 = s.host.now()
       local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-06]" }
       assert.equal("ok", outcome, message)
@@ -191,7 +191,7 @@ describe("static_domain policy: host names in the static list (C35)", function()
   end)
 
   it("the ctl showing the names: a peer of the job unhealthy is named by its node name", function()
-    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots(), domain = { status = "DEGRADED",
+    local s = testing.scenario{ policy = P, file = NAMES, resolve = slots(), mesh = { status = "DEGRADED",
       nodes = { { host = "rack7-slot01" }, { host = "rack7-slot02", status = "UNAVAILABLE" },
         { host = "rack7-slot03" }, { host = "rack7-slot04" } } } }
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }

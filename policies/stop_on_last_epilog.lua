@@ -33,7 +33,7 @@ function P:after_unregister(ctx, st, entry, remaining)
       entry.id, s.unit, tostring(code or res), tostring(err)))
   end
   return "ok", string.format("job %s unregistered on node %s, the last job using IMEX (%s); %s stopped",
-    entry.id, base.node_name(ctx), registry.show_nodes(entry.nodes), s.unit)
+    entry.id, base.node_name(ctx), registry.nodes_text(entry.nodes), s.unit)
 end
 
 return P

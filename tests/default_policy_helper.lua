@@ -21,7 +21,7 @@ function M.fixture(name)
 end
 
 -- This node (10.0.0.1, n1) READY, peer 10.0.0.2 (n2) UNAVAILABLE: the domain is DEGRADED.
-M.DEGRADED = { domain = { nodes = { { host = "10.0.0.1" },
+M.DEGRADED = { mesh = { nodes = { { host = "10.0.0.1" },
   { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
 
 --- A state file with one registered job (as a prolog leaves it), for status and health, which judge
@@ -93,7 +93,7 @@ M.registry = {}
 
 -- Job 100 runs on {.1,.3}, IMEX UP with that list.
 function M.registry.given()
-  return testing.scenario{ policy = P, node = "n1", file = { "n1", "n3" }, domain = "up", unit = "active",
+  return testing.scenario{ policy = P, node = "n1", file = { "n1", "n3" }, mesh = "up", unit = "active",
     jobs = { { id = 100, nodes = { "n1", "n3" } } } }
 end
 
@@ -106,7 +106,7 @@ M.lifecycle = {
 function M.lifecycle.given(o)
   o = o or {}
   return testing.scenario{ policy = P, file = { "n1", "n3" }, unit = o.unit, restart = o.restart,
-    settings = o.settings, host = o.host, domain = o.domain }
+    settings = o.settings, host = o.host, mesh = o.mesh }
 end
 
 -- "default policy: the IMEX channel step (after applies?, before the node list)".
@@ -144,15 +144,15 @@ M.identity = {
 }
 
 -- A domain as the ctl shows it: hosts in id order, READY and connected.
-function M.identity.domain_of(hosts)
+function M.identity.mesh_of(hosts)
   local nodes = {}
   for i, h in ipairs(hosts) do nodes[i] = { host = h } end
-  return { domain = { nodes = nodes } }
+  return { mesh = { nodes = nodes } }
 end
 
 -- The kit's host with the node list {n1, n2, n3} and the ctl answering the domain `hosts`.
 function M.identity.host3(hosts, more)
-  return testing.host{ files = { [NODES] = T3 }, ctl = { M.identity.domain_of(hosts), more } }
+  return testing.host{ files = { [NODES] = T3 }, ctl = { M.identity.mesh_of(hosts), more } }
 end
 
 -- A unit whose ExecStart is `argv`.

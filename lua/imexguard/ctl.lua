@@ -2,6 +2,11 @@
 --- `nvidia-imex-ctl` output parsed: `-q`, `-N -j` and the text form of `-N` (imexguard.verdict
 -- judges a parsed answer).
 --
+-- A *mesh* is the parsed answer of `-N -j` (or `-N`): the daemons of the IMEX domain as the local
+-- daemon sees them (they form a full TCP mesh, each node connected to every other), each with its
+-- node id, host, state and links, and the domain's state (`status`, one of DOMAIN_STATES). The word
+-- "domain" is kept for the IMEX domain itself (the nodes one node list serves: imexguard.domains).
+--
 -- Pure Lua plus cjson, no side effects: the caller runs the ctl (host.run) and passes stdout
 -- (stdout and stderr joined is fine) and the exit status. Sources: NVIDIA IMEX guide (local states,
 -- `-q`/`-N`/`-j`, node IDs), the real outputs in tests/fixtures/ctl/ and the field cases of
@@ -232,18 +237,18 @@ local function index(nodes)
   return by_host, list
 end
 
---- A parsed domain with its hosts renamed (C35: a node list of host names; whether the ctl then
+--- A parsed mesh with its hosts renamed (C35: a node list of host names; whether the ctl then
 -- shows each node's `host` as the name or as its address is not documented, so a name is mapped to
 -- the address it resolves to and an address is kept).
--- @tparam table domain from `parse_domain`
+-- @tparam table mesh from `parse_mesh`
 -- @tparam table map {[host as shown] = address}; hosts not in it are kept
--- @treturn table a new domain of the same shape (by_host and duplicates rebuilt); `domain` itself
+-- @treturn table a new mesh of the same shape (by_host and duplicates rebuilt); `mesh` itself
 --   when map is empty
-function M.map_hosts(domain, map)
-  if next(map) == nil then return domain end
+function M.map_hosts(mesh, map)
+  if next(map) == nil then return mesh end
   local function h(x) return map[x] or x end
   local nodes = {}
-  for i, n in ipairs(domain.nodes) do
+  for i, n in ipairs(mesh.nodes) do
     local conns, links = {}, {}
     for host, st in pairs(n.connections or {}) do conns[h(host)] = st end
     for j, l in ipairs(n.links or {}) do links[j] = { id = l.id, host = h(l.host), status = l.status } end
@@ -251,18 +256,18 @@ function M.map_hosts(domain, map)
       connections = conns, links = links }
   end
   local by_host, dups = index(nodes)
-  return { status = domain.status, timestamp = domain.timestamp, nodes = nodes, by_host = by_host,
+  return { status = mesh.status, timestamp = mesh.timestamp, nodes = nodes, by_host = by_host,
     duplicates = dups }
 end
 
---- A ctl answer read with a node list's host names as addresses (C35: `map_hosts` on its domain).
--- @tparam table answer a ctl answer ({domain = parsed domain, ...}, or one without a domain)
+--- A ctl answer read with a node list's host names as addresses (C35: `map_hosts` on its mesh).
+-- @tparam table answer a ctl answer ({mesh = parsed mesh, ...}, or one without a mesh)
 -- @tparam table|nil map {[host as shown] = address}
--- @treturn table `answer` itself when it has no domain or map is nil or empty, else a new answer
---   whose `domain` is mapped and whose other fields are answer's
+-- @treturn table `answer` itself when it has no mesh or map is nil or empty, else a new answer
+--   whose `mesh` is mapped and whose other fields are answer's
 function M.map_answer_hosts(answer, map)
-  if not (answer.domain and map and next(map)) then return answer end
-  return setmetatable({ domain = M.map_hosts(answer.domain, map) }, { __index = answer })
+  if not (answer.mesh and map and next(map)) then return answer end
+  return setmetatable({ mesh = M.map_hosts(answer.mesh, map) }, { __index = answer })
 end
 
 --- Parse `nvidia-imex-ctl -N -j`.
@@ -275,7 +280,7 @@ end
 -- A host under two node ids is kept (both nodes listed, `by_host` has the lower id, `duplicates`
 -- names it): it is a node list the daemon runs, judged by `verdict.compare_map`, not an unreadable
 -- answer.
--- @treturn[1] table domain `{status =, timestamp = string|nil, nodes = { {id = integer, host =,
+-- @treturn[1] table mesh `{status =, timestamp = string|nil, nodes = { {id = integer, host =,
 --   status =, version = string|nil, hostname = string|nil, connections = {[host] = status},
 --   links = { {id = integer, host =, status =}, ... } (this node's connections by id)}, ...}
 --   (sorted by id), by_host = {[host] = node}, duplicates = { {host =, ids = {integer...}}, ...}}`
@@ -283,8 +288,8 @@ end
 -- @treturn[2] string one-line message
 -- @treturn[2] string kind: "unconfigured", "unreachable" or "malformed"
 -- @raise on wrong argument types
-function M.parse_domain(stdout, status)
-  local out = check_args("parse_domain", stdout, status)
+function M.parse_mesh(stdout, status)
+  local out = check_args("parse_mesh", stdout, status)
   local what = "nvidia-imex-ctl -N -j"
   local ok, err, kind = failure(what, out, status)
   if not ok then
@@ -422,7 +427,7 @@ end
 -- `- Version: v`, the `Nodes From\To` matrix and `Domain State: X`. A node, matrix row or column id
 -- of more than 9 digits (the JSON form's limit) is malformed, never an error.
 -- @tparam string stdout the output of a successful run
--- @treturn[1] table domain shaped like `parse_domain`'s (connections from the matrix, spelled as in
+-- @treturn[1] table mesh shaped like `parse_mesh`'s (connections from the matrix, spelled as in
 --   `LETTERS`) plus `matrix = {[from_id] = {[to_id] = letter}}`
 -- @treturn[2] nil
 -- @treturn[2] string one-line message

@@ -385,7 +385,7 @@ function M.node_line(ctx, node)
   end
   for _, d in ipairs(map.domains) do
     if d.name == name then
-      return string.format("IMEX domain: %s from %s: %s", name, map.source, hostlist.show_in_order(d.nodes)),
+      return string.format("IMEX domain: %s from %s: %s", name, map.source, hostlist.text_in_order(d.nodes)),
         { name = name, kind = map.kind, source = map.source, nodes = d.nodes }
     end
   end
@@ -397,14 +397,14 @@ end
 -- @return string
 function M.describe(dom, node)
   local r = { string.format("IMEX domain of node %s: %s from %s: %s", node, tostring(dom.name), dom.source,
-    hostlist.show_in_order(dom.nodes)) }
+    hostlist.text_in_order(dom.nodes)) }
   for _, o in ipairs(dom.others or {}) do
     r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name,
-      hostlist.show_in_order(o.nodes))
+      hostlist.text_in_order(o.nodes))
   end
   if #(dom.left_out or {}) > 0 then
     r[#r + 1] = string.format("left out (in no IMEX domain, not waited for): %s",
-      hostlist.show_in_order(dom.left_out))
+      hostlist.text_in_order(dom.left_out))
   end
   return table.concat(r, "; ")
 end

@@ -178,7 +178,9 @@ local function fake_lock()
   return { unlock = function() return true end, inode = function() return 0, 0 end }
 end
 
-local function show(v)
+-- One argument of a recorded call as `plan` lists it: a short string quoted, a long one as its
+-- size, a small non-negative integer in decimal (a mode, a signal), anything else as tostring.
+local function arg_text(v)
   if type(v) == 'string' then
     if #v > 60 or v:find('\n') then return '<' .. #v .. ' bytes>' end
     return string.format('%q', v)
@@ -202,7 +204,7 @@ function D.host(real, dry_run)
     if real[name] then
       h[name] = function(...)
         local a, parts = table.pack(...), {}
-        for i = 1, a.n do parts[i] = show(a[i]) end
+        for i = 1, a.n do parts[i] = arg_text(a[i]) end
         local line = name .. '(' .. table.concat(parts, ', ') .. ')'
         planned[#planned + 1] = line
         if real.log then real.log('notice', 'dry run: would call ' .. line) end
@@ -399,11 +401,11 @@ function D.config_test(run)
 end
 
 --- `show-config` (after D.settings): every setting, its value and where it came from, as a
--- settings file or JSON (imexguard.showconfig.show). Ends ok.
+-- settings file or JSON (imexguard.showconfig.settings_report). Ends ok.
 -- @param run table the run
 -- @return table the end
 function D.show_config(run)
-  local message, out = require('imexguard.showconfig').show(run)
+  local message, out = require('imexguard.showconfig').settings_report(run)
   return ends(run, 'ok', message, out)
 end
 

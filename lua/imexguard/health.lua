@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
 -- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md).
--- The status table that shows a domain is imexguard.report's.
+-- The status table that shows a mesh is imexguard.report's.
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
@@ -53,8 +53,8 @@ end
 -- @param config string|nil the daemon's config.cfg for the ctl's `-c` (default settings.imex_config)
 -- @param cfg table|nil that config, parsed: a command service on a unix socket only is reached with
 --   `-u` (M.ctl_argv)
--- @return answer table: {domain = domain} when parsed, else {err = one-line message, kind =
---   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_domain,
+-- @return answer table: {mesh = mesh} when parsed, else {err = one-line message, kind =
+--   "unreachable"|"unconfigured"|"malformed"|"timeout"|"deadline"|"exec"} (kinds of ctl.parse_mesh,
 --   or of the run: hang, budget, cannot execute)
 function M.probe(ctx, timeout, config, cfg)
   local s = ctx.settings
@@ -71,20 +71,20 @@ function M.probe(ctx, timeout, config, cfg)
     return { kind = "exec", err = string.format("%s cannot run: %s (%s)", argv[1], one_line(err or "?"),
       tostring(code)) }
   end
-  local domain, perr, kind = ctl.parse_domain(res.stdout or "", res.status)
-  if not domain then
+  local mesh, perr, kind = ctl.parse_mesh(res.stdout or "", res.status)
+  if not mesh then
     if kind == "unconfigured" then perr = M.unconfigured_hint(ctx, perr) end
     return { kind = kind or "malformed", err = one_line(perr) }
   end
-  ctx.domain_seen = domain -- the node states this run saw (the driver's metrics)
-  return { domain = domain }
+  ctx.mesh_seen = mesh -- the node states this run saw (the driver's metrics)
+  return { mesh = mesh }
 end
 
 --- The ctl's "not configured" (exit 255, "Failed to read node configuration file") of a run that is
 -- not root: the ctl could not read its configuration, which a permission error causes as well as
 -- a missing file; the message then says so and to run as root instead of only "not configured".
 -- @param ctx table policy context (host.euid)
--- @param msg string ctl.parse_domain's message
+-- @param msg string ctl.parse_mesh's message
 -- @return string
 function M.unconfigured_hint(ctx, msg)
   local euid = type(ctx.host.euid) == "function" and ctx.host.euid() or 0
@@ -93,14 +93,14 @@ function M.unconfigured_hint(ctx, msg)
     msg, euid)
 end
 
---- Set of hosts of a domain (table host -> true) and its size.
+--- Set of hosts of a mesh (table host -> true) and its size.
 -- A set alone never decides anything: a node's ID is its line in the daemon's list, so the same
--- hosts in another order are another domain (C21). Compare with `verdict.compare_map`.
--- @param domain table parsed domain
+-- hosts in another order are another node map (C21). Compare with `verdict.compare_map`.
+-- @param mesh table parsed mesh (ctl.parse_mesh)
 -- @return table {[host] = true}, integer number of distinct hosts
-function M.host_set(domain)
+function M.host_set(mesh)
   local set, n = {}, 0
-  for _, node in ipairs(domain.nodes) do
+  for _, node in ipairs(mesh.nodes) do
     if not set[node.host] then n = n + 1 end
     set[node.host] = true
   end
@@ -122,20 +122,20 @@ end
 -- @param hosts list of addresses
 -- @param names table|nil {[address] = Slurm name}
 -- @return string
-function M.show_hosts(hosts, names)
+function M.hosts_ranged(hosts, names)
   local hostlist = require "imexguard.hostlist" -- only on a fault: the healthy paths do not load it
   local shown = {}
   for i, h in ipairs(hosts) do
     local n = names and names[h]
-    if not n then return hostlist.show(hosts) end
+    if not n then return hostlist.text_sorted(hosts) end
     shown[i] = n
   end
-  return hostlist.show(shown)
+  return hostlist.text_sorted(shown)
 end
 
 --- The faulty peers of a verdict, one part per reason: "gb[05,07]: status UNAVAILABLE" (hosts as
--- M.show_hosts), in the order the reasons first appear; this node (self) is left out.
--- @param faulty list|nil {host =, reason =} (verdict.health's faulty)
+-- M.hosts_ranged), in the order the reasons first appear; this node (self) is left out.
+-- @param faulty list|nil {host =, reason =} (verdict.judge's faulty)
 -- @param self string|nil this node's address
 -- @param names table|nil {[address] = Slurm name}
 -- @return list of strings
@@ -149,35 +149,8 @@ function M.group_faults(faulty, self, names)
     end
   end
   local parts = {}
-  for i, r in ipairs(order) do parts[i] = M.show_hosts(by[r], names) .. ": " .. r end
+  for i, r in ipairs(order) do parts[i] = M.hosts_ranged(by[r], names) .. ": " .. r end
   return parts
-end
-
---- Verdict of one usable answer.
--- @param answer table from probe
--- @param expected list of addresses
--- @param self string this node's address
--- @param opts table|nil passed to verdict.health ({node_list = ordered list | false})
--- @return verdict (verdict.health's table, or a local-fault verdict when the local daemon is
---   unreachable: the ctl answered, the daemon did not), or nil when the answer is unusable
---   (malformed, "unconfigured" exit 255, hang, cannot run: C06, the ctl proves nothing)
-function M.verdict(answer, expected, self, opts)
-  if answer.domain then return verdict.health(answer.domain, expected, self, opts) end
-  if answer.kind == "unreachable" then
-    return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
-      summary = answer.err }
-  end
-  return nil
-end
-
---- The default judge of `wait`: the verdict of one answer over the job's nodes (M.verdict with
--- want.addrs, want.self and, when set, want.node_list as the ordered list the daemon must run).
--- @param answer table from probe
--- @param want table {addrs, self, node_list = ordered list | false | nil}
--- @return verdict, or nil when the answer is unusable (see M.verdict)
-function M.judge(answer, want)
-  local opts = want.node_list ~= nil and { node_list = want.node_list } or nil
-  return M.verdict(answer, want.addrs, want.self, opts)
 end
 
 --- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
@@ -198,7 +171,7 @@ end
 -- @return boolean
 local function no_local_daemon(answer)
   if answer.kind == "unreachable" then return true end
-  local d = answer.domain
+  local d = answer.mesh
   if not d or d.status ~= "DOWN" or #d.nodes == 0 then return false end
   for _, n in ipairs(d.nodes) do
     if n.host ~= "0.0.0.0" then return false end
@@ -294,7 +267,7 @@ end
 --- Is a configuration fault established? True when the last `polls` verdicts are all
 -- "config-fault" naming the same peers (C22: recognised after a few polls, not the whole health
 -- timeout; one inconsistent or unusable poll restarts the count).
--- @param history list of verdicts, oldest first (verdict.health's tables; nil or false for an
+-- @param history list of verdicts, oldest first (verdict.judge's tables; nil or false for an
 --   unusable answer); use `n` for a list with holes
 -- @param polls integer|nil consecutive polls needed (default CONFIG_FAULT_POLLS, at least 1)
 -- @param n integer|nil length of history (default #history)
@@ -368,7 +341,7 @@ end
 -- While connections come up one by one the verdict's summary often stays the same; these counts
 -- move with each of them.
 local function progress(answer)
-  local nodes = answer.domain and answer.domain.nodes
+  local nodes = answer.mesh and answer.mesh.nodes
   if not nodes then return "" end
   local ready, connected, links = 0, 0, 0
   for _, n in ipairs(nodes) do
@@ -406,7 +379,7 @@ Poller.__index = Poller
 local function new_poller(ctx, want, first, judge)
   local h, s = ctx.host, ctx.settings
   local start = h.now()
-  return setmetatable({ ctx = ctx, want = want, judge = judge or M.judge, answer = first, polls = 0,
+  return setmetatable({ ctx = ctx, want = want, judge = judge or verdict.judge, answer = first, polls = 0,
     start = start, window = math.min(s.health_timeout, math.max(h.remaining() - M.MARGIN, 0)) }, Poller)
 end
 
@@ -567,10 +540,10 @@ end
 -- one. A nudge never changes the outcome. Each of these concerns is one watcher of the loop (above).
 -- @param ctx table policy context
 -- @param want table {addrs, self, names, cfg, config_path, config_fault_polls, node_list} (the
---   last four optional: see blame, config_fault_established and verdict.health's opts.node_list)
+--   last four optional: see blame, config_fault_established and verdict.judge's want.node_list)
 -- @param first table|nil an answer already in hand (from the staleness probe): used as poll 1
 -- @param judge function|nil judge(answer, want) -> verdict | nil: the verdict on one answer of
---   `probe` (default M.judge). A verdict is a table shaped as verdict.health's: `healthy` ends the
+--   `probe` (default verdict.judge). A verdict is a table shaped as verdict.judge's: `healthy` ends the
 --   wait in "ok" (its message is the verdict's `healthy_message` when set, else "domain STATUS, N
 --   nodes healthy"); `verdict`, `config_fault`, `summary` and `status` count towards an established
 --   configuration fault and the debug line; the last verdict is blamed (M.blame: `faulty`,

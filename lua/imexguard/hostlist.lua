@@ -350,16 +350,16 @@ end
 -- message must still name them): for what a person reads, in numeric order.
 -- @tparam {string,...} names
 -- @treturn string
-function M.show(names)
+function M.text_sorted(names)
   return M.ranged(names) or table.concat(M.sort(names), ",")
 end
 
 --- `compress`, or the names joined by "," when one of them cannot be written in a hostlist: for
 -- what a person reads where the order is the list's own (a domain's nodes in the job's hostlist
--- order, which is the order of its node list), unlike `show`.
+-- order, which is the order of its node list), unlike `text_sorted`.
 -- @tparam {string,...} names
 -- @treturn string
-function M.show_in_order(names)
+function M.text_in_order(names)
   return M.compress(names) or table.concat(names, ",")
 end
 

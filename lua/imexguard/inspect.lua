@@ -4,15 +4,15 @@
 -- they see; only `forget` changes something (one registry entry, under the node lock).
 --
 -- This module is a method table, not a policy: policies/default.lua's methods fall back to it
--- (`Policy`'s __index), so its methods are methods of every policy built from the default one, and
--- its entry points are there in ENTRY_POINTS (`status = "run_status"`...). Each method calls the
--- decision model's steps as methods of the policy (self:applies, self:stale, self:may_restart,
--- self:port_is_units, self:fabric...), so a site's override of a step is used here too, and a site
--- may override these methods as it overrides a step (`function P:fabric_report(ctx, out)`). The
+-- (`Policy`'s __index), so its methods are methods of every policy built from the default one, and its
+-- entry points are there in ENTRY_POINTS (`status = "run_status"`...). Each method calls the decision
+-- model's steps as methods of the policy (self:applies, self:assess_daemon, self:may_restart,
+-- self:check_port_owner, self:check_fabric...), so a site's override of a step is used here too, and a
+-- site may override these methods as it overrides a step (`function P:fabric_report(ctx, out)`). The
 -- prolog and epilog never load this module (imexguard.lazy).
 --
 -- `status` is three parts: gather (what it reads: the unit, the ctl's answer, the node list file,
--- the registry), judge (the outcome and message: the verdict on the domain, the unit, config.cfg's
+-- the registry), judge (the outcome and message: the verdict on the mesh, the unit, config.cfg's
 -- findings, the fabric) and render (imexguard.report's table or JSON, with the node's facts).
 local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
@@ -23,6 +23,7 @@ local nodes_file = lazy "imexguard.steps.nodes_file"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
+local verdict = lazy "imexguard.verdict"
 local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local nodelist = lazy "imexguard.nodelist"
@@ -77,7 +78,7 @@ end
 --   unresolved (list of "NAME (why)"); the last three nil for a list of addresses only
 local function ordered_node_list(ctx, info)
   if not info then return nil end
-  local list = nodelist.parse(nodes_file.read_nodes(ctx, info) or "")
+  local list = nodelist.parse(nodes_file.read_node_list(ctx, info) or "")
   if not (list and #list > 0) then return nil end
   local literal = true
   for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
@@ -145,7 +146,7 @@ end
 
 --- Gather: what `status` reads, in the order it reads it, up to where nothing more is needed.
 -- @return table g: info, applied and why (applies' results); answer (the ctl's, with the node list
---   file's host names as addresses, C35) unless applies ended it; without a domain in the answer:
+--   file's host names as addresses, C35) unless applies ended it; without a mesh in the answer:
 --   idle_stopped (a stopped unit, nothing answering, no job registered: nothing to judge, C33) or
 --   expected (the file's list, for config.cfg's findings); with one: expected (the file's list,
 --   else the daemon's own order), by_file, unresolved, self (this node's address), names
@@ -156,7 +157,7 @@ local function gather(self, ctx)
   if not info and applied ~= "unit-unknown" then return g end
   local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
   g.answer = ans
-  if not ans.domain then
+  if not ans.mesh then
     -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
     -- of the node: the next prolog starts it, and a site may stop it on purpose
     -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it
@@ -171,7 +172,7 @@ local function gather(self, ctx)
   g.by_file = expected ~= nil
   if not expected then
     expected = {}
-    for _, node in ipairs(g.answer.domain.nodes) do expected[#expected + 1] = node.host end
+    for _, node in ipairs(g.answer.mesh.nodes) do expected[#expected + 1] = node.host end
   end
   g.expected, g.unresolved = expected, unresolved
   g.self = self_address(ctx, info, expected)
@@ -181,7 +182,7 @@ local function gather(self, ctx)
   return g
 end
 
--- Judge, when the ctl gave no domain: nothing to judge (C33), else the ctl's error with config.cfg's
+-- Judge, when the ctl gave no mesh: nothing to judge (C33), else the ctl's error with config.cfg's
 -- findings, the likely cause (IMEX_CMD_ENABLED=0: the ctl cannot reach the daemon, C22).
 local function judge_unanswered(ctx, g)
   if g.idle_stopped then
@@ -196,39 +197,40 @@ local function judge_unanswered(ctx, g)
   return outcome, text.one_line(msg)
 end
 
--- The verdict on the domain and its outcome and message. C33: a registered job's nodes are judged;
+-- The verdict on the mesh and its outcome and message. C33: a registered job's nodes are judged;
 -- with no job registered, only what this node owns (the unit, its daemon READY with its own node
 -- map, the command port: unit_verdict; config.cfg's findings, flagged as for any node: C22), never
 -- its links to peers that may run other jobs' lists now.
-local function judge_domain(ctx, g)
+local function judge_mesh(ctx, g)
   local info, idle = g.info, g.jobs_list == false
   local judged = g.jobs_list or g.expected
-  local v = health.verdict(g.answer, judged, g.self, { node_list = g.by_file and g.expected or false,
-    own_only = idle, list_name = g.jobs_list and "the registered job's node list"
+  local v = verdict.judge(g.answer, { addrs = judged, self = g.self,
+    node_list = g.by_file and g.expected or false }, { own_only = idle,
+    list_name = g.jobs_list and "the registered job's node list"
       or (g.by_file and "this node's node list file" or "the daemon's own list") })
   if v.healthy and idle then
     return v, "ok", string.format("node %s: no job registered, judged on what it owns: %s",
       base.node_name(ctx), tostring(v.summary))
   elseif v.healthy then
-    return v, "ok", string.format("domain %s, %d nodes healthy", tostring(g.answer.domain.status), #judged)
+    return v, "ok", string.format("domain %s, %d nodes healthy", tostring(g.answer.mesh.status), #judged)
   end
   return v, health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
     config_path = info and info.config }, v)
 end
 
 --- Judge: the outcome and message of `status` from what gather read, and what render needs beyond
--- it. With a domain it reads more: the unit again (P:unit_verdict), the domain map (P:domain_fact)
+-- it. With a mesh it reads more: the unit again (P:unit_verdict), the domain map (P:domain_fact)
 -- and the fabric (P:fabric_verdict: this node's GPUs are one more thing it owns, C31).
--- @return table r: outcome, message, verdict (health.verdict's; nil without a domain), findings
+-- @return table r: outcome, message, verdict (verdict.judge's; nil without a mesh), findings
 --   (config.cfg's, report.config_findings)
 local function judge(self, ctx, g)
   if not g.answer then return { outcome = g.applied, message = g.why } end
-  if not g.answer.domain then
+  if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
     return { outcome = outcome, message = msg }
   end
   local info = g.info
-  local v, outcome, msg = judge_domain(ctx, g)
+  local v, outcome, msg = judge_mesh(ctx, g)
   if not info then msg = msg .. "; unit state unknown: " .. g.why end
   if g.unresolved and #g.unresolved > 0 then
     msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
@@ -250,8 +252,8 @@ local function status_opts(self, ctx, outcome)
     exit_code = outcomes.exit_code(outcome, ctx.settings) }
 end
 
---- Render: the report of `status` (imexguard.report: the node's facts, then the domain's table, or
--- the one outcome line when there is no domain to show), with the channel's state
+--- Render: the report of `status` (imexguard.report: the node's facts, then the mesh's table, or
+-- the one outcome line when there is no mesh to show), with the channel's state
 -- (P:status_report).
 -- @return string the report
 local function render(self, ctx, g, r)
@@ -263,10 +265,10 @@ local function render(self, ctx, g, r)
   opts.outcome, opts.message = r.outcome, r.message
   opts.findings, opts.config = r.findings, g.info and g.info.config
   opts.node_list = g.by_file and g.info.nodes_file or nil
-  return self:status_report(ctx, report.status(g.answer.domain, r.verdict, opts))
+  return self:status_report(ctx, report.status(g.answer.mesh, r.verdict, opts))
 end
 
---- Entry point `status`: the node's facts (node_facts), then the domain as a table, with a
+--- Entry point `status`: the node's facts (node_facts), then the mesh as a table, with a
 -- diagnosis per node. The ctl's ordered node map is compared with this node's node list file (same
 -- nodes in another order is a local fault, C21); config.cfg's findings (imexcfg.lint: a command port
 -- on loopback, IMEX_CMD_ENABLED=0...) are flagged before any job runs (C22).
@@ -283,12 +285,12 @@ end
 function M:unit_verdict(ctx, info)
   if not info then return nil end
   local props = ctx.host.unit(ctx.settings.unit) or info.unit
-  local ok, o, m = self:port_is_units(ctx, info, props)
+  local ok, o, m = self:check_port_owner(ctx, info, props)
   if not ok then return o, m end
   local a = props.active_state
   if a == "active" or a == "reloading" then return nil end
   -- a stopped unit: the ctl's answer (often a placeholder row 0.0.0.0 DOWN) is nobody's; no other
-  -- process is blamed (port_is_units above names one when it listens)
+  -- process is blamed (check_port_owner above names one when it listens)
   local u = ctx.settings.unit
   local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
@@ -323,21 +325,21 @@ function M:channel_report(ctx, info, out) -- luacheck: no self
   return out .. line .. "\n"
 end
 
---- status, health and plan: the fabric read once (P:fabric without waiting) joined to an outcome
+--- status, health and plan: the fabric read once (P:check_fabric without waiting) joined to an outcome
 -- that exits 0: a fault of this node's GPUs (or fabric-unknown with on_fabric_unknown = "fail")
 -- replaces it; GPUs still registering are named in the message, not a fault (the prolog waits for
 -- them); an outcome that is already non-zero stays, the fabric is not read.
--- @param want table|nil (want.domain, see P:fabric)
+-- @param want table|nil (want.domain, see P:check_fabric)
 -- @return outcome, message (one line)
 function M:fabric_verdict(ctx, want, outcome, msg)
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
-  local r, fo, fm = self:fabric(ctx, want, false)
+  local r, fo, fm = self:check_fabric(ctx, want, false)
   if not r then return fo, text.one_line(fm .. "; " .. msg) end
   if r.state == "pending" or r.state == "unknown" then msg = msg .. "; fabric: " .. r.message end
   return outcome, text.one_line(msg)
 end
 
---- plan's report (text or JSON) with the fabric's line (ctx.fabric, set by P:fabric): text
+--- plan's report (text or JSON) with the fabric's line (ctx.fabric, set by P:check_fabric): text
 -- "fabric: STATE: message", JSON a last field `fabric` = {state, message, partition =
 -- "<ClusterUUID>.<CliqueId>" or null} (docs/json.md), null when the fabric was not read (text:
 -- unchanged).
@@ -380,48 +382,48 @@ end
 -- plan, C32 as P:wait_converged decides it: with a stale node-map mismatch in the domain, a restart
 -- to converge where the registry allows one. Returns the outcome and message.
 local function plan_converge(self, ctx, f, outcome, msg)
-  local v, stale = f.verdict, f.domain.stale_mismatch
-  local cv = { action = "restart", nodes = v.nodes, unit = v.unit, changed = false }
+  local a, stale = f.assessment, f.verdict.stale_mismatch
+  local ca = { action = "restart", nodes = a.nodes, unit = a.unit, changed = false }
   local ok, cwhy = true, nil
-  if v.action == "none" then ok, cwhy = self:may_restart(ctx, f.st, cv) end
+  if a.action == "none" then ok, cwhy = self:may_restart(ctx, f.st, ca) end
   local head = "stale node-map mismatch with " .. table.concat(stale.peers, ", ")
   if not ok then
     return health.STALE_MISMATCH_OUTCOME, string.format("%s; %s; this node may not restart it: %s; %s", msg,
-      head, tostring(cwhy), health.stale_remedy(ctx, { self = f.want.self }, f.domain))
-  elseif v.action == "none" then
+      head, tostring(cwhy), health.stale_remedy(ctx, { self = f.want.self }, f.verdict))
+  elseif a.action == "none" then
     return outcome, msg .. "; " .. head .. ": the prolog would restart " .. ctx.settings.unit
       .. " once to clear it"
   end
-  return outcome, msg .. "; " .. head .. ": the " .. v.action .. " clears this end"
+  return outcome, msg .. "; " .. head .. ": the " .. a.action .. " clears this end"
 end
 
 --- Entry point `plan`: the prolog's decisions without any side effect (imexguard.report renders them).
 function M:run_plan(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
-  local old, rerr = nodes_file.read_nodes(ctx, info)
+  local old, rerr = nodes_file.read_node_list(ctx, info)
   local changed = old ~= want.bytes
   local st, serr = state.load(ctx.host, ctx.settings)
   if not st then return housekeeping.registry_unknown(ctx, serr) end
   housekeeping.drop_other_boots(ctx, st)
-  local v, o
-  v, o, m = self:stale(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
-  if not v then return o, m end
+  local a, o
+  a, o, m = self:assess_daemon(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
+  if not a then return o, m end
   local allowed, why = true, nil
-  if changed or v.action ~= "none" then allowed, why = self:may_restart(ctx, st, v) end
+  if changed or a.action ~= "none" then allowed, why = self:may_restart(ctx, st, a) end
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
-    st = st, old = old, old_err = rerr, changed = changed, verdict = v, allowed = allowed, why = why,
-    domain = v.answer and health.verdict(v.answer, want.addrs, want.self),
+    st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
+    verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
     findings = report.config_findings(info, want.addrs),
     config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
-  local pok, po, pm = self:port_is_units(ctx, info, v.unit)
+  local pok, po, pm = self:check_port_owner(ctx, info, a.unit)
   if not pok then
     local out = self:channel_report(ctx, info, report.plan(f))
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
   local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
   local msg = report.plan_message(f)
-  if allowed and f.domain and f.domain.stale_mismatch then
+  if allowed and f.verdict and f.verdict.stale_mismatch then
     outcome, msg = plan_converge(self, ctx, f, outcome, msg)
   end
   local message = self:channel_note(info, text.one_line(msg))
@@ -476,7 +478,7 @@ function M:run_forget(ctx)
   local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
   local remaining = registry.jobs(st)
-  local age = entry.registered_us and registry.show_age(ctx.host.wallclock() - entry.registered_us / 1e6)
+  local age = entry.registered_us and registry.age_text(ctx.host.wallclock() - entry.registered_us / 1e6)
   local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "
     .. "ago); %s; %s left as it is", node, id, registry.entry_hosts(entry), age or "?",
     #remaining == 0 and "no job registered now" or ("still registered: job " .. registry.ids(remaining)),

@@ -64,17 +64,17 @@ M.MISMATCH = "NODE_MAP_MISMATCH"
 -- answers with a restart, never a nudge) unless the
 -- peer shows itself CONNECTED to this node: then it restarted with this node's list and the
 -- mismatch is this node's stale view of it, kept until its back-off fires.
--- @param domain table|nil parsed answer (ctl.parse_domain); nil: none
+-- @param mesh table|nil a parsed mesh (ctl.parse_mesh); nil: none
 -- @param addrs table list of the job's addresses
 -- @param self_host string this node's address
 -- @return list of {host =, status = this node's link status ("absent" when it lists none)}; {}
 --   when this node is absent from the answer or not READY
-function M.lagging(domain, addrs, self_host)
-  local me = domain and domain.by_host and domain.by_host[self_host]
+function M.lagging(mesh, addrs, self_host)
+  local me = mesh and mesh.by_host and mesh.by_host[self_host]
   if not me or me.status ~= "READY" then return {} end
   local out = {}
   for _, h in ipairs(addrs) do
-    local p = domain.by_host[h]
+    local p = mesh.by_host[h]
     if h ~= self_host and p and p.status == "READY" then
       local mine, theirs = me.connections[h], p.connections and p.connections[self_host]
       local mismatch = mine == M.MISMATCH or theirs == M.MISMATCH
@@ -102,22 +102,22 @@ function M.new(ctx, want, label)
 end
 
 --- Look at one answer of the wait at time `now`, and nudge when it is due.
--- @param answer table from health.probe ({domain =} or {err =, kind =}: an unusable answer
+-- @param answer table from health.probe ({mesh =} or {err =, kind =}: an unusable answer
 --   changes nothing)
 -- @param now number seconds: when the answer came
 -- @param timeout number|nil seconds for host.unit_kill (default KILL_TIMEOUT)
 -- @return true when it nudged (or a dry run recorded a nudge), else false
 function Nudger:observe(answer, now, timeout)
-  if not self.on or not answer.domain then return false end
+  if not self.on or not answer.mesh then return false end
   local since, waited = {}, {}
-  for _, l in ipairs(M.lagging(answer.domain, self.want.addrs or {}, self.want.self)) do
+  for _, l in ipairs(M.lagging(answer.mesh, self.want.addrs or {}, self.want.self)) do
     since[l.host] = self.since[l.host] or now
     l.lag = now - since[l.host]
     if l.lag >= self.after then waited[#waited + 1] = l end
   end
   self.since = since -- a peer connected again, or no longer READY, starts over
   if #waited == 0 or (self.last and now - self.last < M.INTERVAL + M.SLACK) then return false end
-  local version = answer.domain.by_host[self.want.self].version
+  local version = answer.mesh.by_host[self.want.self].version
   if not M.acts_on_sigusr1(version) then
     if not self.refused then
       self.refused = true

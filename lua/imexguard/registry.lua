@@ -160,7 +160,7 @@ end
 --- "{10.0.0.1 10.0.0.3}" from node-list bytes.
 -- @tparam string bytes the node list file's contents (one address per line)
 -- @treturn string the addresses in braces, space separated, in file order
-function M.show_nodes(bytes)
+function M.nodes_text(bytes)
   return "{" .. table.concat(nodelist.lines(bytes), " ") .. "}"
 end
 
@@ -171,13 +171,13 @@ end
 -- @treturn string
 function M.entry_hosts(e)
   if type(e.hosts) == "string" and e.hosts ~= "" then return e.hosts end
-  return hostlist.show(nodelist.lines(e.nodes))
+  return hostlist.text_sorted(nodelist.lines(e.nodes))
 end
 
 --- "2h05m" from seconds.
 -- @tparam number seconds an age in seconds (negative counts as 0, fractions are dropped)
 -- @treturn string the age in its two largest units: `45s`, `3m07s`, `2h05m` or `1d03h`
-function M.show_age(seconds)
+function M.age_text(seconds)
   seconds = math.max(0, math.floor(seconds))
   if seconds < 60 then return string.format("%ds", seconds) end
   if seconds < 3600 then return string.format("%dm%02ds", seconds // 60, seconds % 60) end

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
--- (or JSON with --json), the per-node domain table of `status` included. Pure functions of the
+-- (or JSON with --json), the per-node mesh table of `status` included. Pure functions of the
 -- facts the policy gathered; no primitive is called.
 local json = require "imexguard.json"
 local hostlist = require "imexguard.hostlist"
@@ -61,17 +61,17 @@ end
 -- @param f table plan facts (see M.plan)
 -- @return string one line
 function M.plan_message(f)
-  local s, v = f.ctx.settings, f.verdict
-  local restart = v.action ~= "none"
+  local s, a = f.ctx.settings, f.assessment
+  local restart = a.action ~= "none"
   if not f.allowed then
-    return text.one_line(f.why .. (restart and ("; " .. v.action .. " needed: " .. v.reason) or ""))
+    return text.one_line(f.why .. (restart and ("; " .. a.action .. " needed: " .. a.reason) or ""))
   end
   local cf = f.config_fault and ("; but " .. f.findings[1] .. ": the prolog would end config-fault") or ""
   if f.changed or restart then
     return text.one_line(string.format("would %s%s%s%s",
       f.changed and ("rewrite " .. f.info.nodes_file) or "",
       (f.changed and restart) and " and " or "",
-      restart and (v.action .. " " .. s.unit .. " (" .. v.reason .. ")") or "", cf))
+      restart and (a.action .. " " .. s.unit .. " (" .. a.reason .. ")") or "", cf))
   end
   return text.one_line("nothing to do: node list unchanged, " .. s.unit .. " current" .. cf)
 end
@@ -97,38 +97,38 @@ end
 -- @param r table lines (appended to)
 function M.domain_lines(dom, r)
   if not dom or dom.kind == "none" then return end
-  local show = hostlist.show_in_order
+  local in_order = hostlist.text_in_order
   r[#r + 1] = string.format("IMEX domain %s (this node's, from %s): %s", tostring(dom.name or dom.kind),
-    dom.source, show(dom.nodes))
+    dom.source, in_order(dom.nodes))
   for _, o in ipairs(dom.others) do
-    r[#r + 1] = string.format("IMEX domain %s: %s (its own list there)", o.name, show(o.nodes))
+    r[#r + 1] = string.format("IMEX domain %s: %s (its own list there)", o.name, in_order(o.nodes))
   end
   if #dom.left_out > 0 then
-    r[#r + 1] = string.format("left out (in no IMEX domain): %s", show(dom.left_out))
+    r[#r + 1] = string.format("left out (in no IMEX domain): %s", in_order(dom.left_out))
   end
 end
 
 --- The plan as JSON (one object, newline-terminated; docs/json.md, "plan").
 local function plan_json(f)
-  local want, v = f.want, f.verdict
+  local want, a = f.want, f.assessment
   local nodes = {}
-  for i, a in ipairs(want.addrs) do
-    nodes[i] = json.object():set("name", want.list[i]):set("address", a):set("self", a == want.self)
+  for i, addr in ipairs(want.addrs) do
+    nodes[i] = json.object():set("name", want.list[i]):set("address", addr):set("self", addr == want.self)
   end
   local removed, added = M.diff(f.old, want.bytes)
-  local domain = f.domain
+  local seen = f.verdict
   local regs = {}
   for i, e in ipairs(registry.jobs(f.st)) do regs[i] = M.registration_json(e) end
   local outcome = not f.allowed and "conflict" or (f.config_fault and "config-fault" or "ok")
   return json.encode(json.report("plan"):set("ok", f.allowed and not f.config_fault)
     :set("outcome", outcome):set("message", M.plan_message(f))
     :set("job", f.job):set("node", f.node):set("source", want.source):set("hostlist", want.expr)
-    :set("hosts", hostlist.show(want.list)):set("nodes", json.array(nodes))
+    :set("hosts", hostlist.text_sorted(want.list)):set("nodes", json.array(nodes))
     :set("nodes_file", f.info.nodes_file):set("changed", f.changed)
     :set("removed", json.array(removed)):set("added", json.array(added)):set("unreadable", f.old_err)
-    :set("unit_state", v.unit.active_state):set("action", v.action):set("reason", v.reason)
-    :set("domain_status", domain and domain.status or nil):set("healthy", domain and domain.healthy or nil)
-    :set("order", v.order)
+    :set("unit_state", a.unit.active_state):set("action", a.action):set("reason", a.reason)
+    :set("domain_status", seen and seen.status or nil):set("healthy", seen and seen.healthy or nil)
+    :set("order", a.order)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
@@ -158,22 +158,22 @@ end
 
 --- The plan as text for a person (newline-terminated).
 local function plan_text(f)
-  local s, v = f.ctx.settings, f.verdict
+  local s, a = f.ctx.settings, f.assessment
   local r = { string.format("plan for job %s on node %s (nothing is changed)", f.job, f.node) }
   plan_list_lines(f, r)
-  r[#r + 1] = string.format("unit %s: %s/%s", s.unit, tostring(v.unit.active_state),
-    tostring(v.unit.sub_state))
+  r[#r + 1] = string.format("unit %s: %s/%s", s.unit, tostring(a.unit.active_state),
+    tostring(a.unit.sub_state))
   r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config),
     tostring(f.info.config_source))
   for _, line in ipairs(f.findings or {}) do r[#r + 1] = "config fault: " .. line end
-  r[#r + 1] = v.action ~= "none" and string.format("%s: yes, %s", v.action, v.reason)
-    or ("restart: no, " .. v.reason)
+  r[#r + 1] = a.action ~= "none" and string.format("%s: yes, %s", a.action, a.reason)
+    or ("restart: no, " .. a.reason)
   local jobs = registry.jobs(f.st)
   r[#r + 1] = #jobs == 0 and "registered jobs: none" or ("registered jobs: " .. registry.ids(jobs))
   if not f.allowed then r[#r + 1] = "conflict: " .. f.why end
-  if f.domain then
-    r[#r + 1] = string.format("domain now: %s (%s)", tostring(f.domain.status),
-      f.domain.healthy and "healthy" or "not healthy")
+  if f.verdict then
+    r[#r + 1] = string.format("domain now: %s (%s)", tostring(f.verdict.status),
+      f.verdict.healthy and "healthy" or "not healthy")
   end
   return table.concat(r, "\n") .. "\n"
 end
@@ -181,8 +181,9 @@ end
 --- The report of `imexguard plan`.
 -- @param f table the plan's facts: ctx, job (id string), node (this node's name), info (applies),
 --   want (desired list), st (state file), old (current list bytes, or nil), old_err (why the current
---   list is unreadable, or nil), changed (boolean), verdict (steps.assess), allowed (boolean), why
---   (conflict message when not allowed), domain (health.verdict of the ctl's answer, or nil),
+--   list is unreadable, or nil), changed (boolean), assessment (steps.assess_daemon), allowed
+--   (boolean), why (conflict message when not allowed), verdict (verdict.judge of the ctl's answer,
+--   or nil),
 --   findings (config_findings), config_fault (config_fault_found and a job of several nodes)
 -- @return string report, JSON when f.ctx.json (newline-terminated)
 function M.plan(f)
@@ -242,7 +243,7 @@ local function jobs_line(facts, verbose)
   if #jobs == 0 then return "none" end
   local parts = {}
   for i, e in ipairs(jobs) do
-    local age = e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) .. " ago" or "?"
+    local age = e.registered_us and registry.age_text(facts.now - e.registered_us / 1e6) .. " ago" or "?"
     parts[i] = string.format("%s (%s, %s%s)", e.id, registry.entry_hosts(e), age,
       verbose and ("; invocation " .. tostring(short_id(e.invocation_id, true) or "unknown")) or "")
   end
@@ -271,7 +272,7 @@ function M.domain_line(d)
   if not d.name then
     return string.format("none: this node is in no IMEX domain of %s (not an IMEX node)", tostring(d.source))
   end
-  local nodes = type(d.nodes) == "table" and hostlist.show(d.nodes) or nil
+  local nodes = type(d.nodes) == "table" and hostlist.text_sorted(d.nodes) or nil
   return string.format("%s%s%s", tostring(d.name), nodes and (" " .. nodes) or "",
     d.source and (" (from " .. tostring(d.source) .. ")") or "")
 end
@@ -383,10 +384,10 @@ local function status_head(opts)
     :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
 end
 
--- The domain keys of the status JSON (null without a domain).
-local function domain_keys(o, domain, v, opts, rows)
+-- The mesh keys of the status JSON (null without a mesh).
+local function mesh_keys(o, mesh, v, opts, rows)
   local order = v and v.order
-  o:set("status", domain and domain.status):set("timestamp", domain and json.ctl_time(domain.timestamp))
+  o:set("status", mesh and mesh.status):set("timestamp", mesh and json.ctl_time(mesh.timestamp))
     :set("self", opts.self):set("self_id", v and v.self_id):set("verdict", v and v.verdict)
     :set("node_list", opts.node_list):set("config", opts.config)
     :set("config_findings", json.array(opts.findings))
@@ -395,7 +396,7 @@ local function domain_keys(o, domain, v, opts, rows)
   return o
 end
 
---- The report of a `status` that found no domain to show: the node's facts (when known), the
+--- The report of a `status` that found no mesh to show: the node's facts (when known), the
 -- outcome and its message.
 -- @param outcome string
 -- @param message string one line
@@ -407,7 +408,7 @@ function M.status_plain(outcome, message, json_out, opts)
   if json_out then
     local o = status_head({ facts = opts.facts, outcome = outcome, message = message,
       exit_code = opts.exit_code })
-    return json.encode(domain_keys(o, nil, nil, {}, {}))
+    return json.encode(mesh_keys(o, nil, nil, {}, {}))
   end
   if (opts.verbosity or 0) < 0 then return M.quiet_line(outcome, message, nil, opts.facts) end
   local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
@@ -420,22 +421,22 @@ end
 -- "OUTCOME: IMEX STATUS, R/N READY[, not READY: HOSTS]; UNIT ACTIVE; jobs IDS" (no node name, no
 -- time, no ID of this node).
 -- @param outcome string
--- @param message string the run's message (used only when there is no domain)
--- @param domain table|nil the parsed domain
+-- @param message string the run's message (used only when there is no mesh)
+-- @param mesh table|nil the parsed mesh (ctl.parse_mesh)
 -- @param facts table|nil the node's facts
 -- @param names table|nil {[address] = Slurm name}
 -- @return string one line, newline-terminated
-function M.quiet_line(outcome, message, domain, facts, names)
+function M.quiet_line(outcome, message, mesh, facts, names)
   local parts = {}
   -- a ctl whose daemon is not running answers one placeholder row 0.0.0.0 DOWN: nobody's state
-  local placeholder = domain and #domain.nodes == 1 and domain.nodes[1].host == "0.0.0.0"
-  if domain and not placeholder then
+  local placeholder = mesh and #mesh.nodes == 1 and mesh.nodes[1].host == "0.0.0.0"
+  if mesh and not placeholder then
     local ready, bad = 0, {}
-    for _, n in ipairs(domain.nodes) do
+    for _, n in ipairs(mesh.nodes) do
       if n.status == "READY" then ready = ready + 1 else bad[#bad + 1] = n.host end
     end
-    parts[1] = string.format("IMEX %s, %d/%d READY%s", tostring(domain.status), ready, #domain.nodes,
-      #bad > 0 and (", not READY: " .. health.show_hosts(bad, names)) or "")
+    parts[1] = string.format("IMEX %s, %d/%d READY%s", tostring(mesh.status), ready, #mesh.nodes,
+      #bad > 0 and (", not READY: " .. health.hosts_ranged(bad, names)) or "")
   else
     parts[1] = (tostring(message):gsub("^node [^%s:]+: ", ""))
   end
@@ -471,9 +472,9 @@ local function connections(node)
 end
 
 --- Connections summary of one node for a person: "17/17 connected", or "15/17 connected;
--- UNAVAILABLE gb[05,07]" (the links not CONNECTED by state, hosts as health.show_hosts); verbose:
+-- UNAVAILABLE gb[05,07]" (the links not CONNECTED by state, hosts as health.hosts_ranged); verbose:
 -- each link "gb05 10.0.0.5 UNAVAILABLE".
--- @param node table a node of the parsed domain
+-- @param node table a node of the parsed mesh
 -- @param names table|nil {[address] = Slurm name}
 -- @param verbose boolean
 -- @return string
@@ -495,7 +496,7 @@ function M.conn_summary(node, names, verbose)
     by[b.state][#by[b.state] + 1] = b.host
   end
   table.sort(states)
-  for i, st in ipairs(states) do parts[i] = st .. " " .. health.show_hosts(by[st], names) end
+  for i, st in ipairs(states) do parts[i] = st .. " " .. health.hosts_ranged(by[st], names) end
   return s .. "; " .. table.concat(parts, "; ")
 end
 
@@ -531,13 +532,13 @@ local function self_line(v, opts)
 end
 
 -- The rows of the table: one per node, with the JSON object of each.
-local function node_rows(domain, v, opts)
+local function node_rows(mesh, v, opts)
   local names = opts.names or {}
   local diag = diagnoses(v)
   local map_of = {}
-  for _, m in ipairs(v and v.map_faults or verdict.map_faults(domain)) do map_of[m.id] = m.text end
+  for _, m in ipairs(v and v.map_faults or verdict.map_faults(mesh)) do map_of[m.id] = m.text end
   local rows, objs = {}, {}
-  for _, node in ipairs(domain.nodes) do
+  for _, node in ipairs(mesh.nodes) do
     local total, up, bad = connections(node)
     local down = {}
     for i, b in ipairs(bad) do
@@ -561,12 +562,12 @@ local function node_rows(domain, v, opts)
   return rows, objs
 end
 
---- The report of `status` with a domain: the node's facts (the unit and since when, the last
+--- The report of `status` with a mesh: the node's facts (the unit and since when, the last
 -- prolog and epilog, the registered jobs, the node lock, the domain and fabric of this node), then
--- the domain for a person (or as JSON), one row per node: ID (`*` marks this node), host, name,
+-- the mesh for a person (or as JSON), one row per node: ID (`*` marks this node), host, name,
 -- state, connections, diagnosis.
--- @param domain table parsed domain
--- @param v table|nil verdict (verdict.health; nil: the node-map findings are computed here)
+-- @param mesh table parsed mesh (ctl.parse_mesh)
+-- @param v table|nil verdict (verdict.judge; nil: the node-map findings are computed here)
 -- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
 --   exit_code = integer, verbosity = -1 (one line, M.quiet_line) | 0 | 1 (every link), findings = list
 --   of config.cfg findings (lines), config = config path, node_list = path of the ordered list the
@@ -575,13 +576,13 @@ end
 --   registry entries or nil with jobs_error, lock = {path, holder = host.lock_holder's or nil,
 --   error}, domain = ctx.domain or nil, fabric = ctx.fabric or nil, state_path} (nil: no facts)}
 -- @return string report (newline-terminated); JSON: docs/json.md, "status"
-function M.status(domain, v, opts)
-  local rows, objs = node_rows(domain, v, opts)
+function M.status(mesh, v, opts)
+  local rows, objs = node_rows(mesh, v, opts)
   if opts.json then
-    return json.encode(domain_keys(status_head(opts), domain, v, opts, objs))
+    return json.encode(mesh_keys(status_head(opts), mesh, v, opts, objs))
   end
   if (opts.verbosity or 0) < 0 then
-    return M.quiet_line(opts.outcome or "ok", opts.message or "", domain, opts.facts, opts.names)
+    return M.quiet_line(opts.outcome or "ok", opts.message or "", mesh, opts.facts, opts.names)
   end
   local head = { "ID", "HOST", "NAME", "STATE", "CONNECTIONS", "DIAGNOSIS" }
   local cells = { head }
@@ -594,8 +595,8 @@ function M.status(domain, v, opts)
     for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
   end
   local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
-  out[#out + 1] = string.format("IMEX domain %s at %s: %d nodes (* = this node)", tostring(domain.status),
-    tostring(json.ctl_time(domain.timestamp)), #rows)
+  out[#out + 1] = string.format("IMEX domain %s at %s: %d nodes (* = this node)", tostring(mesh.status),
+    tostring(json.ctl_time(mesh.timestamp)), #rows)
   for _, row in ipairs(cells) do
     local parts = {}
     for i, c in ipairs(row) do
@@ -639,7 +640,7 @@ function M.registrations(facts, opts)
   if verbosity > 0 then cells[1][5], cells[1][6] = "INVOCATION", "NODE LIST" end
   for _, e in ipairs(jobs) do
     local row = { e.id, registry.entry_hosts(e), json.time_us(e.registered_us) or "?",
-      e.registered_us and registry.show_age(facts.now - e.registered_us / 1e6) or "?" }
+      e.registered_us and registry.age_text(facts.now - e.registered_us / 1e6) or "?" }
     if verbosity > 0 then
       row[5] = e.invocation_id ~= "" and tostring(e.invocation_id) or "unknown"
       row[6] = (tostring(e.nodes):gsub("\n$", ""):gsub("\n", ","))

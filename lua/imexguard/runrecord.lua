@@ -30,9 +30,9 @@ function M.save_last(run, host, outcome, code, message)
   return true
 end
 
--- The domain node states the run's last ctl answer listed (ctx.domain_seen, set by
+-- The node states of the mesh the run's last ctl answer listed (ctx.mesh_seen, set by
 -- imexguard.health.probe) as metrics labels, or nil.
-local function domain_nodes(seen)
+local function mesh_nodes(seen)
   if type(seen) ~= 'table' or type(seen.nodes) ~= 'table' then return nil end
   local nodes = {}
   for _, n in ipairs(seen.nodes) do
@@ -56,7 +56,7 @@ end
 
 --- Record the run in the metrics file (imexguard.metrics.record): outcome, exit code, duration
 -- (monotonic seconds), end (Unix seconds), the unit's starts and restarts and the nudges of this
--- run (run.restarts, run.nudges: the driver's counting host), the domain node states and the GPUs'
+-- run (run.restarts, run.nudges: the driver's counting host), the mesh's node states and the GPUs'
 -- fabric registration the run saw.
 -- @param run table the driver's run (command, settings, ctx, started, restarts, nudges)
 -- @param host table the real primitives
@@ -69,7 +69,7 @@ function M.save_metrics(run, host, outcome, code)
   return require('imexguard.metrics').record({ host = host, settings = run.settings }, {
     command = run.command, outcome = outcome, exit_code = code, duration = duration(run, now),
     ended = host.wallclock(), restarts = run.restarts or 0, nudges = run.nudges or 0,
-    nodes = domain_nodes(ctx and rawget(ctx, 'domain_seen')),
+    nodes = mesh_nodes(ctx and rawget(ctx, 'mesh_seen')),
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
     version = host.version })
 end

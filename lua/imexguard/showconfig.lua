@@ -28,7 +28,7 @@ end
 
 -- show-config --json: {schema, command, ok, config, settings = [{name, value (null: unset),
 -- source}]} in that order.
-local function show_json(run, shown, src)
+local function settings_json(run, shown, src)
   local json = require 'imexguard.json'
   local list = {}
   for i, e in ipairs(S.schema) do
@@ -41,7 +41,7 @@ local function show_json(run, shown, src)
 end
 
 -- show-config's text: a valid settings file, `name = value -- source` (an unset one commented out).
-local function show_text(run, shown, src)
+local function settings_text(run, shown, src)
   local lines = { '-- imexguard settings from ' .. settings_file(run) .. ': value and source (default, '
     .. 'FILE:LINE, --set, --deadline, --policy)' }
   for _, e in ipairs(S.schema) do
@@ -61,12 +61,12 @@ end
 -- docs/json.md.
 -- @param run table the run (after the driver's settings call: run.settings, run.sources)
 -- @return string the final line's message, string the output
-function M.show(run)
+function M.settings_report(run)
   local src = run.sources or {}
   local shown = {}
   for k, v in pairs(run.settings) do shown[k] = v end
   if run.policy then shown.policy = run.policy end
-  local out = run.json and show_json(run, shown, src) or show_text(run, shown, src)
+  local out = run.json and settings_json(run, shown, src) or settings_text(run, shown, src)
   return string.format('%d settings from %s', #S.schema, settings_file(run)), out
 end
 

@@ -60,12 +60,12 @@ function M.nodelist(env)
     end
     return legacy, "SLURM_NODELIST", warning
   end
-  local function show(key)
+  local function value_text(key)
     local v = env[key]
     return v == nil and "unset" or string.format("'%s'", tostring(v))
   end
   return nil, string.format("no job node list in the environment: SLURM_JOB_NODELIST is %s, "
-    .. "SLURM_NODELIST is %s", show("SLURM_JOB_NODELIST"), show("SLURM_NODELIST"))
+    .. "SLURM_NODELIST is %s", value_text("SLURM_JOB_NODELIST"), value_text("SLURM_NODELIST"))
 end
 
 --- slurmd's own slurm.conf, as it puts it into the prolog's and epilog's environment

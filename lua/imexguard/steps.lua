@@ -14,11 +14,18 @@
 --   imexguard.steps.other_jobs    step 6: the registered jobs decide; the conflict wait (C24)
 --   imexguard.steps.registration  steps 9a, 9b, 9: the job's registration
 --   imexguard.steps.restart       step 7: (re)start the unit; the command port's owner (C27)
--- plus `one_line` (imexguard.text) and `entry_hosts` (imexguard.registry).
+-- plus `one_line` (imexguard.text), `entry_hosts` (imexguard.registry) and the old names of five
+-- steps (RENAMED below).
 -- Requiring this index loads every room. The library (the built-in policy included) requires the
 -- rooms it uses, so that a command loads only those (the epilog: base, node_lock, housekeeping).
 local ROOMS = { "base", "applies", "desired", "node_lock", "housekeeping", "nodes_file", "staleness",
   "other_jobs", "registration", "restart" }
+
+--- The old names of steps, each still the function of its new name (docs/policy-api.md, "The
+-- built-in policy and its steps"), so that a site policy written for them runs unchanged. Old name
+-- -> new name.
+local RENAMED = { assess = "assess_daemon", read_nodes = "read_node_list", write_nodes = "write_node_list",
+  check_port = "check_port_owner", check_owner = "check_listener_owner" }
 
 local M = {
   one_line = require("imexguard.text").one_line,
@@ -33,5 +40,6 @@ for _, room in ipairs(ROOMS) do
     M[k] = v
   end
 end
+for old, new in pairs(RENAMED) do M[old] = M[new] end
 
 return M

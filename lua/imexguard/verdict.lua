@@ -1,9 +1,9 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The verdict on a parsed `nvidia-imex-ctl -N` answer (imexguard.ctl parses it): the ordered node
--- map compared with a node list, each node's view of that map, and the domain's health for one job
--- on this node, with the blame (this node, its peers, a configuration fault).
+--- The verdict on a mesh, the parsed `nvidia-imex-ctl -N` answer (imexguard.ctl parses it): the
+-- ordered node map compared with a node list, each node's view of that map, and the domain's health
+-- for one job on this node, with the blame (this node, its peers, a configuration fault): `judge`.
 --
--- Pure Lua, no side effects: a function of a domain from `ctl.parse_domain` or `ctl.parse_text`.
+-- Pure Lua, no side effects: a function of a mesh from `ctl.parse_mesh` or `ctl.parse_text`.
 -- Field cases of docs/design.md ("Field cases"): C20 (not configured, not running, degraded peers
 -- and UP are four different verdicts), C21 (a domain's identity is its ordered ID -> host map,
 -- never a host set alone) and C22 (a configuration fault is not a peer fault).
@@ -24,26 +24,26 @@ local function hosts_text(list)
   return s
 end
 
-local function check_domain(fname, domain)
-  if type(domain) ~= "table" or type(domain.by_host) ~= "table" or type(domain.nodes) ~= "table" then
-    error("verdict." .. fname .. ": domain must come from ctl.parse_domain or ctl.parse_text", 3)
+local function check_mesh(fname, mesh)
+  if type(mesh) ~= "table" or type(mesh.by_host) ~= "table" or type(mesh.nodes) ~= "table" then
+    error("verdict." .. fname .. ": mesh must come from ctl.parse_mesh or ctl.parse_text", 3)
   end
 end
 
 --- The ordered node map of an answer: node ID -> host.
 -- A node's ID is the 0-based line number of its address in the node list its daemon started with
 -- (NVIDIA IMEX guide), so this map, not the set of hosts, is the daemon's identity of the domain.
--- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
+-- @tparam table mesh result of `ctl.parse_mesh` or `ctl.parse_text`
 -- @treturn table `{[id] = host}` (integer ids as the answer gives them, normally 0 .. n-1)
 -- @treturn integer the number of nodes in the answer
--- @raise when domain is not a parsed domain
-function M.node_map(domain)
-  check_domain("node_map", domain)
+-- @raise when mesh is not a parsed mesh
+function M.node_map(mesh)
+  check_mesh("node_map", mesh)
   local map = {}
-  for _, n in ipairs(domain.nodes) do
+  for _, n in ipairs(mesh.nodes) do
     map[n.id] = n.host
   end
-  return map, #domain.nodes
+  return map, #mesh.nodes
 end
 
 -- "0=10.0.0.6 1=10.0.0.5" for the ids of `moved` on one side (at most 6).
@@ -94,7 +94,7 @@ local function ids_above(nodes, count)
     if n.id >= count then above[#above + 1] = n.id end
   end
   for i = 2, #above do
-    if above[i] <= above[i - 1] then -- not from parse_domain (its nodes are ordered by id, each once)
+    if above[i] <= above[i - 1] then -- not from parse_mesh (its nodes are ordered by id, each once)
       table.sort(above)
       local once = {}
       for j, id in ipairs(above) do
@@ -117,7 +117,7 @@ end
 --   same ids 0 .. n-1, but some ids map to another host. The daemon is stale: its peers that run
 --   the job's order see a node-map mismatch;
 -- * `"different"`: hosts missing or extra, a host under two ids, or ids outside 0 .. n-1.
--- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
+-- @tparam table mesh result of `ctl.parse_mesh` or `ctl.parse_text`
 -- @tparam {string,...} expected the job's node list in order (as in nodes_config.cfg)
 -- @tparam string self_host this node's address in that list
 -- @treturn table `{kind = "same"|"reordered"|"different"|"self-absent", count = nodes in the answer,
@@ -127,8 +127,8 @@ end
 --   missing = {host...} (job order), extra = {host...} (id order),
 --   duplicates = { {host =, ids = {id...}}, ... }, summary = one-line string}`
 -- @raise on wrong argument types, or a host twice in `expected`
-function M.compare_map(domain, expected, self_host)
-  check_domain("compare_map", domain)
+function M.compare_map(mesh, expected, self_host)
+  check_mesh("compare_map", mesh)
   if type(expected) ~= "table" or type(self_host) ~= "string" then
     error("verdict.compare_map: expected must be a list and self_host a string", 2)
   end
@@ -139,15 +139,15 @@ function M.compare_map(domain, expected, self_host)
     end
     job_id[h] = i - 1
   end
-  local map, count = M.node_map(domain)
+  local map, count = M.node_map(mesh)
   local r = { count = count, job_self_id = job_id[self_host], moved = {}, missing = {}, extra = {},
-    duplicates = domain.duplicates or {} }
-  r.self_id = domain.by_host[self_host] and domain.by_host[self_host].id
-  for _, n in ipairs(domain.nodes) do
+    duplicates = mesh.duplicates or {} }
+  r.self_id = mesh.by_host[self_host] and mesh.by_host[self_host].id
+  for _, n in ipairs(mesh.nodes) do
     if job_id[n.host] == nil then r.extra[#r.extra + 1] = n.host end
   end
   for _, h in ipairs(expected) do
-    if not domain.by_host[h] then r.missing[#r.missing + 1] = h end
+    if not mesh.by_host[h] then r.missing[#r.missing + 1] = h end
   end
   local gaps = false
   local function compare(id)
@@ -158,7 +158,7 @@ function M.compare_map(domain, expected, self_host)
     end
   end
   for id = 0, #expected - 1 do compare(id) end
-  for _, id in ipairs(ids_above(domain.nodes, #expected)) do compare(id) end
+  for _, id in ipairs(ids_above(mesh.nodes, #expected)) do compare(id) end
   if r.self_id == nil then
     r.kind = "self-absent"
   elseif #r.moved == 0 and #r.duplicates == 0 then
@@ -202,17 +202,17 @@ end
 -- daemon whose map differs has communication disabled with its peers ("node map mismatch", `!M!`,
 -- NVIDIA IMEX guide). Connections naming an id or a host absent from the node map are findings,
 -- never ignored. Text answers (`parse_text`) carry no host per connection: only `!M!` shows there.
--- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
+-- @tparam table mesh result of `ctl.parse_mesh` or `ctl.parse_text`
 -- @treturn table list, by node id, of the nodes with findings: `{ {id =, host =, findings = { {kind =
 --   "mismatch"|"unknown-id"|"unknown-host"|"other-host", id = link id, host = link host, text =}... },
 --   text = one line joining the findings}, ... }`; empty when every view agrees
--- @raise when domain is not a parsed domain
-function M.map_faults(domain)
-  check_domain("map_faults", domain)
-  local map = M.node_map(domain)
+-- @raise when mesh is not a parsed mesh
+function M.map_faults(mesh)
+  check_mesh("map_faults", mesh)
+  local map = M.node_map(mesh)
   local list = {}
-  for _, n in ipairs(domain.nodes) do
-    local f = node_findings(n, map, domain.by_host)
+  for _, n in ipairs(mesh.nodes) do
+    local f = node_findings(n, map, mesh.by_host)
     if #f > 0 then
       local texts = {}
       for i, x in ipairs(f) do texts[i] = x.text end
@@ -233,10 +233,10 @@ M.CONFIG_FAULT_CAUSES = {
 
 -- Peers of this node: expected hosts present in the domain, other than this node (expected order);
 -- and those whose connection from this node is not CONNECTED.
-local function peers_of(domain, expected, self)
+local function peers_of(mesh, expected, self)
   local peers, broken = {}, {}
   for _, h in ipairs(expected) do
-    local p = domain.by_host[h]
+    local p = mesh.by_host[h]
     if h ~= self.host and p then
       peers[#peers + 1] = p
       if self.connections[h] ~= "CONNECTED" then broken[#broken + 1] = p end
@@ -265,9 +265,9 @@ local function unreachable_cmd(self, p)
 end
 
 -- Local-fault checks in order; sets v and returns true when this node is at fault.
-local function judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
-  local head = string.format("domain %s", tostring(domain.status))
-  local self = domain.by_host[self_host]
+local function judge_local(v, mesh, expected, self_host, order, maps, note, stale, own_only)
+  local head = string.format("domain %s", tostring(mesh.status))
+  local self = mesh.by_host[self_host]
   local function fault(fmt, ...)
     v.local_fault, v.verdict = true, "local-fault"
     v.summary = string.format("%s: this node %s " .. fmt, head, self_host, ...) .. note
@@ -277,8 +277,8 @@ local function judge_local(v, domain, expected, self_host, order, maps, note, st
   if order and (order.kind == "reordered" or #order.duplicates > 0) then
     return fault("runs a node map that is not the node list's: %s", order.summary)
   end
-  if #(domain.duplicates or {}) > 0 then
-    local d = domain.duplicates[1]
+  if #(mesh.duplicates or {}) > 0 then
+    local d = mesh.duplicates[1]
     return fault("runs a node map holding host %s under %d ids", d.host, #d.ids)
   end
   -- this node's own view differs from its map (a NODE_MAP_MISMATCH link alone is two-sided: with
@@ -291,7 +291,7 @@ local function judge_local(v, domain, expected, self_host, order, maps, note, st
     end
   end
   if self.status ~= "READY" then return fault("is %s, not READY", self.status) end
-  local peers, broken = peers_of(domain, expected, self)
+  local peers, broken = peers_of(mesh, expected, self)
   -- cut off by stale node-map mismatches only (C32): both ends run the list, a restart clears it
   if not stale and not own_only and cut_off(peers, broken) then
     return fault("is cut off from %d of %d peers that are connected to each other", #broken, #peers)
@@ -300,9 +300,9 @@ local function judge_local(v, domain, expected, self_host, order, maps, note, st
 end
 
 -- Configuration fault: every peer shows the unreachable-command-port signature; sets v.
-local function judge_config(v, domain, expected, self_host, note)
-  local self = domain.by_host[self_host]
-  local peers = peers_of(domain, expected, self)
+local function judge_config(v, mesh, expected, self_host, note)
+  local self = mesh.by_host[self_host]
+  local peers = peers_of(mesh, expected, self)
   if #peers == 0 then return false end
   local hosts = {}
   for _, p in ipairs(peers) do
@@ -313,7 +313,7 @@ local function judge_config(v, domain, expected, self_host, note)
   v.config_fault = { peers = hosts, causes = M.CONFIG_FAULT_CAUSES }
   v.summary = string.format("domain %s: configuration fault, not a peer fault: this node %s is READY and "
     .. "connected to its %d peers, which show UNAVAILABLE because node status travels over the command "
-    .. "port; likely: %s%s", tostring(domain.status), self_host, #peers, table.concat(M.CONFIG_FAULT_CAUSES,
+    .. "port; likely: %s%s", tostring(mesh.status), self_host, #peers, table.concat(M.CONFIG_FAULT_CAUSES,
     "; "), note)
   return true
 end
@@ -335,12 +335,12 @@ end
 -- Node-map mismatches between two peers (both ends NODE_MAP_MISMATCH) where nothing else is wrong:
 -- each peer is named (v.faulty), so this node, healthy, is not blamed for a domain below UP; their
 -- own prologs restart to clear it (C32).
-local function stale_between_peers(v, domain, expected, self_host)
+local function stale_between_peers(v, mesh, expected, self_host)
   for _, a in ipairs(expected) do
-    local p = domain.by_host[a]
+    local p = mesh.by_host[a]
     if a ~= self_host and p then
       for _, b in ipairs(expected) do
-        local q = domain.by_host[b]
+        local q = mesh.by_host[b]
         if b ~= a and b ~= self_host and q and p.connections[b] == "NODE_MAP_MISMATCH"
           and q.connections[a] == "NODE_MAP_MISMATCH" then
           v.faulty[#v.faulty + 1] = { host = a, reason = "node map mismatch with " .. b
@@ -359,7 +359,7 @@ end
 -- nudge's case, imexguard.nudge.lagging). Then the lists agree and the block is an
 -- earlier one that IMEX keeps until both ends restart (AWS's PCS guide: only a restart of the ends
 -- with one list clears it; a SIGUSR1 does not). Nobody is at fault and waiting does not help.
--- @tparam table domain result of `ctl.parse_domain`
+-- @tparam table mesh result of `ctl.parse_mesh`
 -- @tparam {string,...} expected the job's hosts
 -- @tparam string self_host this node's address
 -- @tparam table|nil order `compare_map` of the answer against the list the daemon must run
@@ -367,14 +367,14 @@ end
 -- @tparam[opt] {string,...} list the ordered list the daemons must run (default `expected`)
 -- @treturn table|nil `{peers = {host...} (expected order)}`, or nil when there is no such link or
 --   a mismatched peer does not (visibly) run the list: a real mismatch its own prolog will clear
-function M.stale_mismatch(domain, expected, self_host, order, maps, list)
-  local self = domain.by_host[self_host]
+function M.stale_mismatch(mesh, expected, self_host, order, maps, list)
+  local self = mesh.by_host[self_host]
   if not self or self.status ~= "READY" or not order or order.kind ~= "same" then return nil end
   local findings = {}
   for _, m in ipairs(maps) do findings[m.id] = m.findings end
   local peers = {}
   for _, h in ipairs(expected) do
-    local p = domain.by_host[h]
+    local p = mesh.by_host[h]
     if h ~= self_host and p then
       local theirs = p.connections and p.connections[self_host]
       local mine = self.connections[h]
@@ -406,12 +406,12 @@ local function map_reason(self, p, findings)
   return nil
 end
 
-local function judge_peers(v, domain, expected, self_host, maps, list_name)
-  local self = domain.by_host[self_host]
+local function judge_peers(v, mesh, expected, self_host, maps, list_name)
+  local self = mesh.by_host[self_host]
   local wanted, findings = {}, {}
   for _, h in ipairs(expected) do wanted[h] = true end
   for _, m in ipairs(maps) do findings[m.id] = m.findings end
-  for _, p in ipairs((peers_of(domain, expected, self))) do
+  for _, p in ipairs((peers_of(mesh, expected, self))) do
     local reason = map_reason(self, p, findings[p.id])
     if not reason and unreachable_cmd(self, p) then
       reason = "status UNAVAILABLE while connected from this node: its command port (IMEX_CMD_PORT) is "
@@ -423,7 +423,7 @@ local function judge_peers(v, domain, expected, self_host, maps, list_name)
     end
     if reason then v.faulty[#v.faulty + 1] = { host = p.host, reason = reason } end
   end
-  for _, n in ipairs(domain.nodes) do
+  for _, n in ipairs(mesh.nodes) do
     if not wanted[n.host] and n.status ~= "READY" then
       v.faulty[#v.faulty + 1] = { host = n.host,
         reason = "status " .. n.status .. " (not in " .. (list_name or "the job's node list") .. ")" }
@@ -445,9 +445,9 @@ end
 
 -- C33: no job here; what this node owns is fine (judge_local passed), its links to peers are not
 -- judged. Completes v as healthy and returns it.
-local function judge_own_only(v, domain, self_host)
-  local self, connected, peers = domain.by_host[self_host], 0, 0
-  for _, n in ipairs(domain.nodes) do
+local function judge_own_only(v, mesh, self_host)
+  local self, connected, peers = mesh.by_host[self_host], 0, 0
+  for _, n in ipairs(mesh.nodes) do
     if n.host ~= self_host then
       peers = peers + 1
       if self.connections[n.host] == "CONNECTED" then connected = connected + 1 end
@@ -455,7 +455,7 @@ local function judge_own_only(v, domain, self_host)
   end
   v.healthy, v.verdict = true, "healthy"
   v.summary = string.format("domain %s: this node %s READY, its node map its own; links to peers not "
-    .. "judged (%d of %d connected)", tostring(domain.status), self_host, connected, peers)
+    .. "judged (%d of %d connected)", tostring(mesh.status), self_host, connected, peers)
   return v
 end
 
@@ -473,12 +473,12 @@ end
 
 -- The verdict once the local and configuration checks passed and the peers are judged: healthy,
 -- stale-mismatch, peer-fault or unhealthy, with its summary. Completes v and returns it.
-local function judge_domain(v, domain, expected, self_host, stale, note)
-  local head = string.format("domain %s", tostring(domain.status))
-  v.healthy = domain.status == "UP" and #v.missing == 0 and #v.faulty == 0
+local function judge_overall(v, mesh, expected, self_host, stale, note)
+  local head = string.format("domain %s", tostring(mesh.status))
+  v.healthy = mesh.status == "UP" and #v.missing == 0 and #v.faulty == 0
   v.stale_mismatch = not v.healthy and stale or nil
   if not v.healthy and not stale and #v.faulty == 0 then
-    stale_between_peers(v, domain, expected, self_host)
+    stale_between_peers(v, mesh, expected, self_host)
   end
   if v.stale_mismatch then
     v.verdict, v.faulty = "stale-mismatch", {}
@@ -499,7 +499,35 @@ local function judge_domain(v, domain, expected, self_host, stale, note)
   return v
 end
 
---- Judge a domain for one job on this node.
+-- The verdict on a parsed mesh (M.judge's; its opts and result).
+local function judge_mesh(mesh, expected, self_host, node_list, opts)
+  local list = expected
+  if node_list ~= nil then list = node_list end
+  if list ~= false and type(list) ~= "table" then
+    error("verdict.judge: want.node_list must be a list or false", 3)
+  end
+  -- what `expected` is, in messages: a prolog's job, or status's node list file (no job there)
+  local list_name = opts and opts.list_name or "the job's node list"
+  local job = M.compare_map(mesh, expected, self_host)
+  local order = list and (list == expected and job or M.compare_map(mesh, list, self_host)) or nil
+  local maps = M.map_faults(mesh)
+  local v = { status = mesh.status, healthy = false, local_fault = false, order = order,
+    map_faults = maps, self_id = job.self_id, missing = job.missing, extra = job.extra, faulty = {} }
+  v.mismatch = #v.missing > 0 or #v.extra > 0
+  local note = mismatch_note(v, list_name)
+  local own_only = opts ~= nil and opts.own_only
+  local stale = not own_only and M.stale_mismatch(mesh, expected, self_host, order, maps, list or nil)
+  if judge_local(v, mesh, expected, self_host, order, maps, note, stale, own_only)
+    or judge_config(v, mesh, expected, self_host, note) then
+    return v
+  end
+  if own_only then return judge_own_only(v, mesh, self_host) end
+  judge_peers(v, mesh, expected, self_host, maps, list_name)
+  return judge_overall(v, mesh, expected, self_host, stale, note)
+end
+
+--- The verdict on a ctl answer for one job on this node: the one judgement of the domain's health
+-- from the ctl (the health wait's default judge, `status`, `health`, `plan`).
 -- Healthy iff the domain is UP, every expected host is present and READY, the answer's ordered
 -- node map is the job's (or, for a domain-wide list with extra hosts, holds each job host once),
 -- every node's view of the map agrees with it, and this node's connections to every other
@@ -525,13 +553,18 @@ end
 -- `mismatch` is true when the answer's hosts differ from the expected ones (`missing`, `extra`);
 -- an extra host alone does not make the domain unhealthy (a static, domain-wide node list is a
 -- valid setup: the job's ids are not the daemon's then, and `order.kind` is "different").
--- @tparam table domain result of `ctl.parse_domain` or `ctl.parse_text`
--- @tparam {string,...} expected the job's node list (addresses as in nodes_config.cfg, in order)
--- @tparam string self_host this node's address in that list
--- @tparam[opt] table opts `{node_list = {string,...}|false, own_only = boolean}`: node_list: the
---   ordered list the daemon must run, when it is not the job's (a static, domain-wide node list: pass
---   that file's list); false: no order comparison (each node's view is still checked). Default:
---   `expected`. own_only (C33: a node with no registered job): only this node's own part is judged
+-- An answer without a mesh: "unreachable" (the ctl answered, the local daemon did not) is a
+-- `"local-fault"` verdict whose `local_fault` and `summary` are the answer's message; any other
+-- (malformed, "unconfigured" exit 255, a hang, cannot run: C06) proves nothing and is nil.
+-- @tparam table answer a ctl answer (health.probe's): `{mesh = result of ctl.parse_mesh or
+--   ctl.parse_text}`, or `{err = message, kind = "unreachable"|"unconfigured"|"malformed"|...}`
+-- @tparam table want `{addrs = {string,...}, self = string, node_list = {string,...}|false|nil}`:
+--   addrs (`expected` below) the job's node list (addresses as in nodes_config.cfg, in order); self
+--   this node's address in it; node_list the ordered list the daemon must run, when it is not the
+--   job's (a static, domain-wide node list: pass that file's list); false: no order comparison
+--   (each node's view is still checked); nil: `expected` (the prolog's `want` is such a table)
+-- @tparam[opt] table opts `{own_only = boolean, list_name = string}`: own_only (C33: a node with
+--   no registered job): only this node's own part is judged
 --   (the local-fault checks but "cut off", and the configuration fault: its command port is its
 --   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists;
 --   `list_name`: what `expected` is, in messages (default "the job's node list"; status and
@@ -541,39 +574,27 @@ end
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
 --   missing = {host...} (expected order), extra = {host...} (id order),
 --   faulty = { {host =, reason =}... }, self_id = this node's id in the answer or nil,
---   order = `compare_map` against the node list (nil when opts.node_list is false),
+--   order = `compare_map` against the node list (nil when want.node_list is false),
 --   map_faults = result of `map_faults`,
 --   config_fault = {peers = {host...}, causes = {string...}} or nil, stale_mismatch = {peers = {host...}}
---   or nil, summary = one-line string}`
--- @raise on wrong argument types
-function M.health(domain, expected, self_host, opts)
-  check_domain("health", domain)
-  if type(expected) ~= "table" or type(self_host) ~= "string" then
-    error("verdict.health: expected must be a list and self_host a string", 2)
+--   or nil, summary = one-line string}`, or nil (an answer that proves nothing)
+-- @raise on wrong argument types (an answer with neither a mesh nor an error)
+function M.judge(answer, want, opts)
+  if type(answer) ~= "table" or (answer.mesh == nil and answer.err == nil and answer.kind == nil) then
+    error("verdict.judge: answer must come from health.probe ({mesh =} or {err =, kind =})", 2)
   end
-  local list = expected
-  if opts ~= nil and opts.node_list ~= nil then list = opts.node_list end
-  if list ~= false and type(list) ~= "table" then
-    error("verdict.health: opts.node_list must be a list or false", 2)
+  if type(want) ~= "table" or type(want.addrs) ~= "table" or type(want.self) ~= "string" then
+    error("verdict.judge: want.addrs must be a list and want.self a string", 2)
   end
-  -- what `expected` is, in messages: a prolog's job, or status's node list file (no job there)
-  local list_name = opts and opts.list_name or "the job's node list"
-  local job = M.compare_map(domain, expected, self_host)
-  local order = list and (list == expected and job or M.compare_map(domain, list, self_host)) or nil
-  local maps = M.map_faults(domain)
-  local v = { status = domain.status, healthy = false, local_fault = false, order = order,
-    map_faults = maps, self_id = job.self_id, missing = job.missing, extra = job.extra, faulty = {} }
-  v.mismatch = #v.missing > 0 or #v.extra > 0
-  local note = mismatch_note(v, list_name)
-  local own_only = opts ~= nil and opts.own_only
-  local stale = not own_only and M.stale_mismatch(domain, expected, self_host, order, maps, list or nil)
-  if judge_local(v, domain, expected, self_host, order, maps, note, stale, own_only)
-    or judge_config(v, domain, expected, self_host, note) then
-    return v
+  if answer.mesh ~= nil then
+    check_mesh("judge", answer.mesh)
+    return judge_mesh(answer.mesh, want.addrs, want.self, want.node_list, opts)
   end
-  if own_only then return judge_own_only(v, domain, self_host) end
-  judge_peers(v, domain, expected, self_host, maps, list_name)
-  return judge_domain(v, domain, expected, self_host, stale, note)
+  if answer.kind == "unreachable" then
+    return { verdict = "local-fault", healthy = false, status = "DOWN", local_fault = answer.err, faulty = {},
+      summary = answer.err }
+  end
+  return nil
 end
 
 return M

@@ -50,7 +50,7 @@ describe("imexguard as the Slurm prolog: a job over two NVLink blocks", function
       .. "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2\n")
     d = simdomain.new { nodes = 4, root = simroot, settings = { "health_timeout = 8",
       string.format("topology_file = %q", topology) } }
-    for _, n in ipairs(all) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(all) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 

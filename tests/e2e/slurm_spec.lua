@@ -28,7 +28,7 @@ describe("imexguard as the Slurm prolog", function()
       -- one IMEX domain over n[1-4] (the Slurm 24.11 tier's topology.conf has two blocks, which
       -- tests/slurm24/block_spec.lua and tests/e2e/domains_spec.lua judge)
       settings = { "health_timeout = 8", "drain_reason = true", scontrol, 'domain_map = "none"' } }
-    for _, n in ipairs(all) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(all) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 
@@ -82,7 +82,7 @@ describe("imexguard as the Slurm prolog", function()
     -- n4's simulated daemon comes up but never reaches READY (fault knob of contrib/imexsim).
     local cfg = d:dir("n4") .. "/config.cfg"
     simdomain.write_file(cfg, simdomain.read_file(cfg) .. "IMEXSIM_NEVER_READY=1\n")
-    d:write_nodes("n4", { "n4" }) -- stale: forces a restart that reads the knob
+    d:write_node_list("n4", { "n4" }) -- stale: forces a restart that reads the knob
     local id = sbatch("-N2 -w n[3-4]", "true")
     local drained = simdomain.wait_until(function()
       local s = node_state("n4")

@@ -19,8 +19,8 @@ describe("the fast path on a simulated domain under systemd", function()
 
   setup(function()
     d = simdomain.new { nodes = 2 }
-    d:write_nodes("n1", { "n1", "n2" })
-    d:write_nodes("n2", { "n1", "n2" })
+    d:write_node_list("n1", { "n1", "n2" })
+    d:write_node_list("n2", { "n1", "n2" })
     assert(d:start())
     -- the first job makes the state files know the running daemons
     for n, r in pairs(d:prologs { job = 1, nodelist = "n[1-2]" }) do

@@ -117,10 +117,10 @@ describe("ordered identity, the unit's config, configuration faults under system
     it("a daemon started with {n2, n1, n3} while the file and the job say {n1, n2, n3}: status names "
       .. "it, the prolog restarts it and says so, then UP", function()
       d = domain(3)
-      d:write_nodes("n1", { "n2", "n1", "n3" })
+      d:write_node_list("n1", { "n2", "n1", "n3" })
       assert(d:start())
       -- the file is rewritten to the job's order with an old mtime (cp -p): only the ctl can tell
-      d:write_nodes("n1", { "n1", "n2", "n3" })
+      d:write_node_list("n1", { "n1", "n2", "n3" })
       os.execute("touch -d '2000-01-01' " .. simdomain.quote(d:dir("n1") .. "/nodes_config.cfg"))
       assert(wait_ctl(d, "n1", function(t) return t.nodes["0"].host == d.addr.n2 end))
       local st = on(d, "n1", "status --json", 50, "n[1-3]")

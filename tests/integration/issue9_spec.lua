@@ -13,7 +13,7 @@ local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }
 
 local function domain(n, extra)
   local d = simdomain.new { nodes = n, extra_cfg = FAST }
-  for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
+  for _, name in ipairs(d.names) do d:write_node_list(name, d.names) end
   for k, v in pairs(extra or {}) do d:configure("n1", { [k] = v }) end
   return d
 end

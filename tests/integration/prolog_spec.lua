@@ -28,10 +28,10 @@ describe("prolog on a simulated domain under systemd", function()
     -- count one restart per stale node; with its default (C32: both ends must restart), prologs
     -- that restart at once may see stale mismatches and restart once more (tests/sim/converge_spec.lua)
     d = simdomain.new { nodes = 4, extra_cfg = simdomain.MISMATCH_CLEARS_ONE }
-    d:write_nodes("n1", { "n1", "n2" })
-    d:write_nodes("n2", { "n1", "n2" })
-    d:write_nodes("n3", { "n3", "n4" })
-    d:write_nodes("n4", { "n3", "n4" })
+    d:write_node_list("n1", { "n1", "n2" })
+    d:write_node_list("n2", { "n1", "n2" })
+    d:write_node_list("n3", { "n3", "n4" })
+    d:write_node_list("n4", { "n3", "n4" })
     assert(d:start())
   end)
 

@@ -4,6 +4,12 @@
 local cjson = require "cjson"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
+
+-- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
+local function judge(mesh, expected, self, opts)
+  return verdict.judge({ mesh = mesh }, { addrs = expected, self = self,
+    node_list = opts and opts.node_list })
+end
 local answers = require "ctl_answers"
 
 local FIX = "tests/fixtures/ctl/"
@@ -92,7 +98,7 @@ describe("ctl with errors.txt", function()
 
   it("reads 'failed to connect' with exit 1 as unreachable", function()
     fails("unreachable", ctl.parse_query(cases[1].out, cases[1].status))
-    fails("unreachable", ctl.parse_domain(cases[1].out, cases[1].status))
+    fails("unreachable", ctl.parse_mesh(cases[1].out, cases[1].status))
     -- even if the exit status were lost
     fails("unreachable", ctl.parse_query(cases[1].out, 0))
   end)
@@ -100,25 +106,25 @@ describe("ctl with errors.txt", function()
   it("reads 'Failed to read node configuration file' as unconfigured, by text or by exit 255", function()
     for _, st in ipairs({ 255, 0, 1 }) do
       fails("unconfigured", ctl.parse_query(cases[2].out, st))
-      fails("unconfigured", ctl.parse_domain(cases[2].out, st))
+      fails("unconfigured", ctl.parse_mesh(cases[2].out, st))
     end
-    local _, err = ctl.parse_domain(cases[2].out, 255)
+    local _, err = ctl.parse_mesh(cases[2].out, 255)
     assert.truthy(err:find("not configured", 1, true))
   end)
 
   it("calls daemon log lines printed with exit 0 malformed, never a state or a domain", function()
     for i = 3, 4 do
       fails("malformed", ctl.parse_query(cases[i].out, 0))
-      fails("malformed", ctl.parse_domain(cases[i].out, 0))
+      fails("malformed", ctl.parse_mesh(cases[i].out, 0))
     end
   end)
 end)
 
-describe("ctl.parse_domain (C06)", function()
+describe("ctl.parse_mesh (C06)", function()
   local up = read("up-2node-570.json")
 
   it("reads the UP 2-node fixture", function()
-    local d = assert(ctl.parse_domain(up, 0))
+    local d = assert(ctl.parse_mesh(up, 0))
     assert.equal("UP", d.status)
     assert.equal("8/8/2025 17:38:02.641", d.timestamp)
     assert.equal(2, #d.nodes)
@@ -136,7 +142,7 @@ describe("ctl.parse_domain (C06)", function()
   it("gives the same domain for the same JSON compacted on one line", function()
     local compact = cjson.encode(cjson.decode(up))
     assert.is_nil(compact:find("\n"))
-    assert.same(ctl.parse_domain(up, 0), ctl.parse_domain(compact, 0))
+    assert.same(ctl.parse_mesh(up, 0), ctl.parse_mesh(compact, 0))
   end)
 
   it("sorts nodes by id when \"1\" comes before \"0\"", function()
@@ -148,7 +154,7 @@ describe("ctl.parse_domain (C06)", function()
            "connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"},
                           "1":{"host":"10.0.0.2","status":"CONNECTED"}}},
       "10":{"status":"READY","host":"10.0.0.11","connections":{}}}}]]
-    local d = assert(ctl.parse_domain(text, 0))
+    local d = assert(ctl.parse_mesh(text, 0))
     assert.same({ 0, 1, 10 }, { d.nodes[1].id, d.nodes[2].id, d.nodes[3].id })
     assert.equal("10.0.0.1", d.nodes[1].host)
     assert.is_nil(d.nodes[1].version)
@@ -156,7 +162,7 @@ describe("ctl.parse_domain (C06)", function()
   end)
 
   it("reads the DOWN unconfigured fixture as a (DOWN) domain", function()
-    local d = assert(ctl.parse_domain(read("down-unconfigured.json"), 0))
+    local d = assert(ctl.parse_mesh(read("down-unconfigured.json"), 0))
     assert.equal("DOWN", d.status)
     assert.equal(1, #d.nodes)
     assert.equal("0.0.0.0", d.nodes[1].host)
@@ -197,19 +203,19 @@ describe("ctl.parse_domain (C06)", function()
   }
   for name, text in pairs(variants) do
     it("calls " .. name .. " malformed", function()
-      fails("malformed", ctl.parse_domain(text, 0))
+      fails("malformed", ctl.parse_mesh(text, 0))
     end)
   end
 
   it("calls empty output malformed with exit 0, unconfigured with exit 255", function()
-    fails("malformed", ctl.parse_domain("", 0))
-    fails("malformed", ctl.parse_domain(nil, 0))
-    fails("unconfigured", ctl.parse_domain("", 255))
+    fails("malformed", ctl.parse_mesh("", 0))
+    fails("malformed", ctl.parse_mesh(nil, 0))
+    fails("unconfigured", ctl.parse_mesh("", 255))
   end)
 
   it("calls the text table with exit 0 malformed, never guessing", function()
     for _, name in ipairs({ "up-2node-570-00-text.txt", "up-18node-text.txt" }) do
-      local d, err, kind = ctl.parse_domain(read(name), 0)
+      local d, err, kind = ctl.parse_mesh(read(name), 0)
       fails("malformed", d, err, kind)
       assert.truthy(err:find("text table", 1, true))
     end
@@ -221,7 +227,7 @@ describe("ctl.parse_domain (C06)", function()
       local last = text:find("}%s*$") -- the closing brace: any shorter prefix is incomplete
       local n = 0
       for cut = 0, last - 1, 7 do
-        fails("malformed", ctl.parse_domain(text:sub(1, cut), 0))
+        fails("malformed", ctl.parse_mesh(text:sub(1, cut), 0))
         n = n + 1
       end
       assert.is_true(n > 40, name .. ": " .. n .. " cuts")
@@ -229,20 +235,20 @@ describe("ctl.parse_domain (C06)", function()
   end)
 
   it("reads a non-zero exit as unreachable even with JSON on stdout", function()
-    fails("unreachable", ctl.parse_domain(up, 1))
-    fails("unreachable", ctl.parse_domain("", nil))
+    fails("unreachable", ctl.parse_mesh(up, 1))
+    fails("unreachable", ctl.parse_mesh("", nil))
   end)
 
   it("keeps a malformed message one line when it quotes a raw field", function()
     for _, status in ipairs({ "\n\n", "UP\r\nDOWN", "a\nb" }) do
-      local d, err, kind = ctl.parse_domain(cjson.encode({ status = status, nodes = {} }), 0)
+      local d, err, kind = ctl.parse_mesh(cjson.encode({ status = status, nodes = {} }), 0)
       fails("malformed", d, err, kind)
       assert.is_nil(err:find("[\r\n]"), err)
     end
   end)
 
   it("raises on misuse", function()
-    assert.has_error(function() ctl.parse_domain({}, 0) end)
+    assert.has_error(function() ctl.parse_mesh({}, 0) end)
   end)
 end)
 
@@ -272,7 +278,7 @@ describe("ctl.parse_text", function()
     for _, n in ipairs(d.nodes) do
       expected[#expected + 1] = n.host
     end
-    assert.is_true(verdict.health(d, expected, "172.31.48.81").healthy)
+    assert.is_true(judge(d, expected, "172.31.48.81").healthy)
   end)
 
   it("reads mismatch and never-connected letters", function()
@@ -324,7 +330,7 @@ describe("ctl ordering by id", function()
 
   it("orders dense and sparse ids, nodes and links", function()
     for _, ids in ipairs({ { 3, 0, 2, 1 }, { 5, 900000000, 7, 0 }, { 1, 3, 5, 7, 9 } }) do
-      local d = assert(ctl.parse_domain(answer(ids), 0))
+      local d = assert(ctl.parse_mesh(answer(ids), 0))
       local sorted = { table.unpack(ids) }
       table.sort(sorted)
       assert.same(sorted, ids_of(d.nodes))
@@ -340,13 +346,13 @@ describe("ctl ordering by id", function()
       "1":{"status":"READY","host":"10.0.0.2","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}},
       "01":{"status":"READY","host":"10.0.0.3","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED"}}}
     }}]]
-    local ok, err, kind = ctl.parse_domain(text, 0)
+    local ok, err, kind = ctl.parse_mesh(text, 0)
     fails("malformed", ok, err, kind)
     assert.truthy(err:find("node id 1 appears twice", 1, true), err)
     text = [[{"status":"UP","nodes":{"0":{"status":"READY","host":"10.0.0.1","connections":{
       "2":{"host":"10.0.0.3","status":"CONNECTED"},"002":{"host":"10.0.0.3","status":"CONNECTED"},
       "0":{"host":"10.0.0.1","status":"CONNECTED"},"00":{"host":"10.0.0.1","status":"CONNECTED"}}}}}]]
-    ok, err, kind = ctl.parse_domain(text, 0)
+    ok, err, kind = ctl.parse_mesh(text, 0)
     fails("malformed", ok, err, kind)
     assert.truthy(err:find("connections of node 0 list id 0 twice", 1, true), err)
   end)
@@ -363,7 +369,7 @@ end)
 
 describe("ctl.map_hosts (C35: the ctl showing a node list's host names)", function()
   it("renames nodes, connections and links, and rebuilds by_host; an empty map changes nothing", function()
-    local d = assert(ctl.parse_domain(read("up-2node-570.json"), 0))
+    local d = assert(ctl.parse_mesh(read("up-2node-570.json"), 0))
     assert.equal(d, ctl.map_hosts(d, {}))
     local h0, h1 = d.nodes[1].host, d.nodes[2].host
     local m = ctl.map_hosts(d, { [h0] = "10.9.9.1" })
@@ -380,18 +386,18 @@ describe("ctl.map_hosts (C35: the ctl showing a node list's host names)", functi
 
   it("map_answer_hosts: an answer with its domain mapped, its other fields kept; else the answer itself",
     function()
-      local d = assert(ctl.parse_domain(read("up-2node-570.json"), 0))
+      local d = assert(ctl.parse_mesh(read("up-2node-570.json"), 0))
       local h0 = d.nodes[1].host
-      local answer = { domain = d, kind = "ok", raw = "..." }
+      local answer = { mesh = d, kind = "ok", raw = "..." }
       assert.equal(answer, ctl.map_answer_hosts(answer, nil))
       assert.equal(answer, ctl.map_answer_hosts(answer, {}))
       local none = { kind = "unreachable", err = "connection refused" }
       assert.equal(none, ctl.map_answer_hosts(none, { [h0] = "10.9.9.1" }))
       local m = ctl.map_answer_hosts(answer, { [h0] = "10.9.9.1" })
       assert.not_equal(answer, m)
-      assert.equal("10.9.9.1", m.domain.nodes[1].host)
+      assert.equal("10.9.9.1", m.mesh.nodes[1].host)
       assert.equal("ok", m.kind)
       assert.equal("...", m.raw)
-      assert.equal(d, answer.domain) -- the original is untouched
+      assert.equal(d, answer.mesh) -- the original is untouched
     end)
 end)

@@ -21,8 +21,8 @@ local function peer_down(hosts, which)
 end
 
 local function verdict_of(described, expected, self)
-  local d = assert(ctl.parse_domain(testing.render_domain(described), 0))
-  return verdict.health(d, expected, self)
+  local d = assert(ctl.parse_mesh(testing.render_mesh(described), 0))
+  return verdict.judge({ mesh = d }, { addrs = expected, self = self })
 end
 
 local function find(s, word)
@@ -109,7 +109,7 @@ describe("health.wait", function()
   local function want(hosts) return { addrs = hosts, self = hosts[1], names = {} } end
 
   it("stops after CONFIG_FAULT_POLLS polls of a configuration fault, long before health_timeout", function()
-    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) } } }
+    local h = testing.host{ ctl = { { mesh = cmd_unreachable(H) } } }
     local ctx = testing.ctx{ host = h }
     local o, msg, polls = health.wait(ctx, want(H))
     assert.equal("config-fault", o)
@@ -122,7 +122,7 @@ describe("health.wait", function()
   it("17 peers (an 18-node rack): the same early stop", function()
     local hosts = {}
     for i = 1, 18 do hosts[i] = "10.0.2." .. i end
-    local h = testing.host{ ctl = { { domain = cmd_unreachable(hosts) } } }
+    local h = testing.host{ ctl = { { mesh = cmd_unreachable(hosts) } } }
     local o, msg, polls = health.wait(testing.ctx{ host = h }, want(hosts))
     assert.equal("config-fault", o)
     assert.equal(3, polls)
@@ -130,7 +130,7 @@ describe("health.wait", function()
   end)
 
   it("want.config_fault_polls sets the number of polls", function()
-    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) } } }
+    local h = testing.host{ ctl = { { mesh = cmd_unreachable(H) } } }
     local w = want(H)
     w.config_fault_polls = 5
     local _, _, polls = health.wait(testing.ctx{ host = h }, w)
@@ -138,7 +138,7 @@ describe("health.wait", function()
   end)
 
   it("a transient signature that clears is not a fault: the domain comes up", function()
-    local h = testing.host{ ctl = { { domain = cmd_unreachable(H) }, { domain = cmd_unreachable(H) },
+    local h = testing.host{ ctl = { { mesh = cmd_unreachable(H) }, { mesh = cmd_unreachable(H) },
       testing.up(H) } }
     local o, _, polls = health.wait(testing.ctx{ host = h }, want(H))
     assert.equal("ok", o)
@@ -149,16 +149,16 @@ describe("health.wait", function()
     -- a peer fault long enough to fill the pace's bucket, then a configuration fault of 2 peers (the
     -- 4th node not yet in the map), then of all 3: the count and the time start again with the new set
     local answers = {}
-    for i = 1, 12 do answers[i] = { domain = peer_down(H, H[2]) } end
-    answers[13] = { domain = cmd_unreachable({ H[1], H[2], H[3] }) }
-    answers[14] = { domain = cmd_unreachable({ H[1], H[2], H[3] }) }
-    answers[15] = { domain = cmd_unreachable(H) }
+    for i = 1, 12 do answers[i] = { mesh = peer_down(H, H[2]) } end
+    answers[13] = { mesh = cmd_unreachable({ H[1], H[2], H[3] }) }
+    answers[14] = { mesh = cmd_unreachable({ H[1], H[2], H[3] }) }
+    answers[15] = { mesh = cmd_unreachable(H) }
     local h = testing.host{ ctl = answers }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 120, poll_interval = 1 } }
     local at = {} -- the time of each poll (the debug lines are written only when the answer changed)
     local function judge(answer, w)
       at[#at + 1] = h.now()
-      return health.judge(answer, w)
+      return verdict.judge(answer, w)
     end
     local o, _, polls = health.wait(ctx, want(H), nil, judge)
     assert.equal("config-fault", o)
@@ -167,7 +167,7 @@ describe("health.wait", function()
   end)
 
   it("a real peer fault waits the whole health_timeout and names the peer", function()
-    local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+    local h = testing.host{ ctl = { { mesh = peer_down(H, H[2]) } } }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 5, poll_interval = 1 } }
     local o, msg, polls = health.wait(ctx, want(H))
     assert.equal("peers-unhealthy", o)
@@ -177,11 +177,11 @@ describe("health.wait", function()
 
   describe("with a judge of the caller's", function()
     it("judges each answer, with want; its healthy verdict ends the wait with its message", function()
-      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local h = testing.host{ ctl = { { mesh = peer_down(H, H[2]) } } }
       local seen = {}
       local function judge(answer, w)
         seen[#seen + 1] = { answer = answer, want = w }
-        local v = health.judge(answer, w)
+        local v = verdict.judge(answer, w)
         if #seen < 3 then return v end
         return { healthy = true, status = v.status, healthy_message = "my nodes are fine" }
       end
@@ -192,11 +192,11 @@ describe("health.wait", function()
       assert.equal(3, polls)
       assert.equal(3, #seen)
       assert.equal(w, seen[1].want)
-      assert.equal("peer-fault", health.judge(seen[1].answer, w).verdict) -- the answers of probe
+      assert.equal("peer-fault", verdict.judge(seen[1].answer, w).verdict) -- the answers of probe
     end)
 
     it("a healthy verdict without a message of its own: the default message", function()
-      local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+      local h = testing.host{ ctl = { { mesh = peer_down(H, H[2]) } } }
       local o, msg = health.wait(testing.ctx{ host = h }, want(H), nil,
         function() return { healthy = true, status = "DEGRADED" } end)
       assert.equal("ok", o)
@@ -232,9 +232,10 @@ describe("health.wait", function()
   end)
 end)
 
-describe("health.verdict", function()
+describe("verdict.judge of an answer without a mesh", function()
   it("names the verdict of an unreachable local daemon", function()
-    assert.equal("local-fault", health.verdict({ kind = "unreachable", err = "down" }, H, H[1]).verdict)
+    local v = verdict.judge({ kind = "unreachable", err = "down" }, { addrs = H, self = H[1] })
+    assert.equal("local-fault", v.verdict)
   end)
 end)
 
@@ -268,14 +269,14 @@ describe("health.probe of a large domain", function()
       end } }
     local answer = health.probe(ctx)
     assert.is_nil(answer.err)
-    assert.equal(144, #answer.domain.nodes)
+    assert.equal(144, #answer.mesh.nodes)
     local hosts = {}
-    for i, n in ipairs(answer.domain.nodes) do hosts[i] = n.host end
-    assert.equal("healthy", health.verdict(answer, hosts, hosts[1]).verdict)
+    for i, n in ipairs(answer.mesh.nodes) do hosts[i] = n.host end
+    assert.equal("healthy", verdict.judge(answer, { addrs = hosts, self = hosts[1] }).verdict)
   end)
 end)
 
-describe("health.group_faults and show_hosts: a rack's blame stays short", function()
+describe("health.group_faults and hosts_ranged: a rack's blame stays short", function()
   it("one part per reason, the hosts compressed in numeric order, names when every host has one", function()
     local faulty, names = {}, {}
     for i = 3, 18 do
@@ -290,7 +291,7 @@ describe("health.group_faults and show_hosts: a rack's blame stays short", funct
     names["10.0.0.10"] = nil
     assert.same({ "10.0.0.[3-8,10-18]: status UNAVAILABLE", "gb09: connection from this node INVALID" },
       health.group_faults(faulty, "10.0.0.1", names))
-    assert.equal("10.0.0.[9-10]", health.show_hosts({ "10.0.0.10", "10.0.0.9" }))
+    assert.equal("10.0.0.[9-10]", health.hosts_ranged({ "10.0.0.10", "10.0.0.9" }))
   end)
 end)
 
@@ -322,7 +323,7 @@ describe("health.wait's log lines (imexguard.progress)", function()
   it("progress at info every progress.EVERY s naming what is awaited and the time left; one debug "
     .. "line per change, not per poll", function()
     local progress = require "imexguard.progress"
-    local h = testing.host{ ctl = { { domain = peer_down(H, H[2]) } } }
+    local h = testing.host{ ctl = { { mesh = peer_down(H, H[2]) } } }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 20, poll_interval = 1 } }
     local o, _, polls = health.wait(ctx, { addrs = H, self = H[1], names = {} })
     assert.equal("peers-unhealthy", o)

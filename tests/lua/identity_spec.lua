@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Field cases C21, C22 and C28 of docs/design.md below the policy: the daemon's config from the
--- unit (steps.daemon_config, C28), the ordered node map in staleness (steps.assess, C21),
+-- unit (steps.daemon_config, C28), the ordered node map in staleness (steps.assess_daemon, C21),
 -- config-fault's exit code and setting (C22), config.cfg findings for plan/status
 -- (report.config_findings) and check's "config-fault" scenario.
 local testing = require "imexguard.testing"
@@ -80,16 +80,16 @@ describe("steps.daemon_config (C28)", function()
   end)
 end)
 
-describe("steps.assess compares ordered node maps (C21)", function()
+describe("steps.assess_daemon compares ordered node maps (C21)", function()
   local function assess(order, file)
     local nodes = {}
     for i, hst in ipairs(order) do nodes[i] = { host = hst } end
-    local h = testing.host{ files = { [testing.NODES] = file }, ctl = { { domain = { nodes = nodes } } } }
+    local h = testing.host{ files = { [testing.NODES] = file }, ctl = { { mesh = { nodes = nodes } } } }
     local ctx = testing.ctx{ host = h, env = { SLURM_JOB_ID = "7", SLURM_JOB_NODELIST = "n[1-3]",
       SLURMD_NODENAME = "n1" } }
     local info = assert(steps.applies(ctx))
     local want = assert(steps.desired(ctx, info))
-    return assert(steps.assess(ctx, info, want, {}, { changed = false, wait = true }))
+    return assert(steps.assess_daemon(ctx, info, want, {}, { changed = false, wait = true }))
   end
   local F = "10.0.0.1\n10.0.0.2\n10.0.0.3\n"
 

@@ -26,7 +26,7 @@ local function wait(peer, o)
     ctl = function(n, argv, hh)
       seen.asked[#seen.asked + 1] = hh.now()
       local a = inner(n, argv, hh)
-      if o.version then a.domain.nodes[1].version = o.version end
+      if o.version then a.mesh.nodes[1].version = o.version end
       return a
     end,
   }
@@ -62,7 +62,7 @@ end)
 describe("nudge.lagging: the peers this node waits on in one answer", function()
   local function parsed(peer)
     local answer = testing.restarted_peer(peer)(1, {}, testing.host())
-    return assert(ctl.parse_domain(testing.render_domain(answer.domain), 0))
+    return assert(ctl.parse_mesh(testing.render_mesh(answer.mesh), 0))
   end
 
   it("a READY peer whose link from this node is not CONNECTED, this node READY", function()

@@ -5,6 +5,12 @@ local report = require "imexguard.report"
 local testing = require "imexguard.testing"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
+
+-- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
+local function judge(mesh, expected, self, opts)
+  return verdict.judge({ mesh = mesh }, { addrs = expected, self = self,
+    node_list = opts and opts.node_list })
+end
 local cjson = require "cjson"
 
 local ctl_answers = require "ctl_answers"
@@ -54,9 +60,9 @@ end)
 
 describe("report.status", function()
   it("one row per node, connections summary, diagnosis", function()
-    local d = assert(ctl.parse_domain(testing.render_domain({ nodes = { { host = "10.0.0.1" },
+    local d = assert(ctl.parse_mesh(testing.render_mesh({ nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" } } }), 0))
-    local v = verdict.health(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
+    local v = judge(d, { "10.0.0.1", "10.0.0.2" }, "10.0.0.1")
     local r = report.status(d, v, { self = "10.0.0.1", names = { ["10.0.0.2"] = "n2" } })
     assert.matches("0%*%s+10.0.0.1%s+READY%s+1/2 connected; INVALID n2%s+ok", r)
     assert.matches("1%s+10.0.0.2%s+n2%s+UNAVAILABLE", r)
@@ -67,9 +73,9 @@ describe("report.status", function()
 
   it("a node outside the expected list that is not READY is not 'ok' (down, unconfigured)", function()
     local f = assert(io.open("tests/fixtures/ctl/down-unconfigured.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    local d = assert(ctl.parse_mesh(f:read("a"), 0))
     f:close()
-    local v = verdict.health(d, { "10.0.0.1" }, "10.0.0.1")
+    local v = judge(d, { "10.0.0.1" }, "10.0.0.1")
     local j = cjson.decode(report.status(d, v, { self = "10.0.0.1", json = true }))
     assert.equal("0.0.0.0", j.nodes[1].host)
     assert.equal("status UNAVAILABLE", j.nodes[1].diagnosis)
@@ -79,10 +85,10 @@ end)
 describe("report.status: node map and configuration fault", function()
   it("flags the node whose view of the node map differs (C21 seen from a peer)", function()
     local f = assert(io.open("tests/fixtures/ctl/c21-reordered-peer.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    local d = assert(ctl.parse_mesh(f:read("a"), 0))
     f:close()
     local expected = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
-    local v = verdict.health(d, expected, "10.0.0.5")
+    local v = judge(d, expected, "10.0.0.5")
     local j = cjson.decode(report.status(d, v, { self = "10.0.0.5", json = true }))
     assert.equal(0, j.self_id)
     assert.equal("peer-fault", j.verdict)
@@ -96,17 +102,17 @@ describe("report.status: node map and configuration fault", function()
 
   it("the stale node's own report names the order (same nodes, another order)", function()
     local f = assert(io.open("tests/fixtures/ctl/c21-reordered-self.json"))
-    local d = assert(ctl.parse_domain(f:read("a"), 0))
+    local d = assert(ctl.parse_mesh(f:read("a"), 0))
     f:close()
-    local v = verdict.health(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
+    local v = judge(d, { "10.0.0.5", "10.0.0.6", "10.0.0.7" }, "10.0.0.6")
     local text = report.status(d, v, { self = "10.0.0.6" })
     assert.truthy(text:match("\n0%*%s+10%.0%.0%.6"), text)
     assert.truthy(find(text, "node map: same nodes, another order"), text)
   end)
 
   it("a configuration fault never shows the peers as faulty", function()
-    local d = assert(ctl.parse_domain(testing.render_domain(cmd_unreachable(H)), 0))
-    local v = verdict.health(d, H, H[1])
+    local d = assert(ctl.parse_mesh(testing.render_mesh(cmd_unreachable(H)), 0))
+    local v = judge(d, H, H[1])
     local j = cjson.decode(report.status(d, v, { self = H[1], json = true }))
     assert.equal("config-fault", j.verdict)
     for i = 2, 4 do
@@ -124,7 +130,7 @@ describe("report.status connections", function()
     end
     local few = { ["2"] = { host = "10.0.0.9", status = "DISCONNECTED" },
       ["3"] = { host = "10.0.0.10", status = "N" } }
-    local d = assert(ctl.parse_domain(cjson.encode({ status = "DEGRADED", nodes = {
+    local d = assert(ctl.parse_mesh(cjson.encode({ status = "DEGRADED", nodes = {
       ["1"] = { status = "READY", host = "10.0.0.1", connections = conns },
       ["2"] = { status = "READY", host = "10.0.0.2", connections = few } } }), 0))
     local out = report.status(d, nil, { self = "10.0.0.1", json = true })

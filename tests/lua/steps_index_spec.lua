@@ -25,6 +25,14 @@ describe("imexguard.steps, the index", function()
 
   it("is each room's own function under the same name, one room per name, and nothing else", function()
     local seen = { one_line = "imexguard.text", entry_hosts = "imexguard.registry" }
+    -- the old names of five steps (steps.lua's RENAMED): the function of the new name
+    local old = { assess = "assess_daemon", read_nodes = "read_node_list", write_nodes = "write_node_list",
+      check_port = "check_port_owner", check_owner = "check_listener_owner" }
+    for name, new in pairs(old) do
+      assert.is_function(steps[new], new)
+      assert.equal(steps[new], steps[name], name)
+      seen[name] = "the old name of " .. new
+    end
     assert.equal(require("imexguard.text").one_line, steps.one_line)
     assert.equal(require("imexguard.registry").entry_hosts, steps.entry_hosts)
     for _, room in ipairs(ROOMS) do

@@ -6,6 +6,7 @@ local steps = require "imexguard.steps"
 local state = require "imexguard.state"
 local addresses = require "imexguard.addresses"
 local health = require "imexguard.health"
+local verdict = require "imexguard.verdict"
 local registry = require "imexguard.registry"
 local cjson = require "cjson"
 
@@ -137,11 +138,12 @@ describe("health", function()
   end)
 
   it("an unreachable local daemon is a local fault; garbage is no verdict", function()
-    local v = health.verdict({ kind = "unreachable", err = "down" }, { "10.0.0.1" }, "10.0.0.1")
+    local w = { addrs = { "10.0.0.1" }, self = "10.0.0.1" }
+    local v = verdict.judge({ kind = "unreachable", err = "down" }, w)
     assert.is_truthy(v.local_fault)
     assert.is_false(v.healthy)
-    assert.is_nil(health.verdict({ kind = "malformed", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
-    assert.is_nil(health.verdict({ kind = "unconfigured", err = "x" }, { "10.0.0.1" }, "10.0.0.1"))
+    assert.is_nil(verdict.judge({ kind = "malformed", err = "x" }, w))
+    assert.is_nil(verdict.judge({ kind = "unconfigured", err = "x" }, w))
   end)
 end)
 
@@ -169,22 +171,22 @@ describe("steps", function()
 
   it("assess: current daemon, one ctl call, the answer kept for the health wait", function()
     local h, ctx, info, want = setup()
-    local v = assert(steps.assess(ctx, info, want, {}, { changed = false, wait = true }))
+    local v = assert(steps.assess_daemon(ctx, info, want, {}, { changed = false, wait = true }))
     assert.equal("none", v.action)
-    assert.is_table(v.answer.domain)
+    assert.is_table(v.answer.mesh)
     assert.equal(1, h.count("run"))
   end)
 
   it("assess: an unusable ctl answer is never a reason to restart", function()
     local _, ctx, info, want = setup{ ctl = { "{" } }
-    local v = assert(steps.assess(ctx, info, want, {}, { changed = false, wait = true }))
+    local v = assert(steps.assess_daemon(ctx, info, want, {}, { changed = false, wait = true }))
     assert.equal("none", v.action)
     assert.matches("ctl unusable", v.reason)
   end)
 
   it("assess: a pending write in plan means restart without probing", function()
     local h, ctx, info, want = setup()
-    local v = assert(steps.assess(ctx, info, want, {}, { changed = true, write_pending = true }))
+    local v = assert(steps.assess_daemon(ctx, info, want, {}, { changed = true, write_pending = true }))
     assert.equal("restart", v.action)
     assert.equal(0, h.count("run"))
   end)
@@ -208,14 +210,14 @@ describe("steps", function()
     local CURRENT = { changed = false, wait = true }
 
     it("a current daemon: the ctl starts before the query and is collected after it, once", function()
-      local h, ctx, info, want = setup{ ctl = { { domain = testing.up({ "10.0.0.1", "10.0.0.2" }).domain,
+      local h, ctx, info, want = setup{ ctl = { { mesh = testing.up({ "10.0.0.1", "10.0.0.2" }).mesh,
         elapsed = 0.3 } } }
       slow_unit(h, 0.2)
       local from, t0 = #h.calls + 1, h.now()
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       assert.equal("daemon current", v.reason)
-      assert.is_table(v.answer.domain) -- kept for the first health poll
+      assert.is_table(v.answer.mesh) -- kept for the first health poll
       assert.same({ "run", "unit", "wait" }, (function()
         local l = {}
         for _, n in ipairs(names(h, from)) do if n ~= "stat" and n ~= "read" then l[#l + 1] = n end end
@@ -225,22 +227,22 @@ describe("steps", function()
       assert.equal(1, #h.spawns)
       assert.is_nil(h.spawns[1].killed)
       assert.near(0.3, h.now() - t0, 1e-9) -- the 0.2 s query ran inside the ctl's 0.3 s, not after it
-      assert.equal(ctx.domain_seen, v.answer.domain) -- health.probe's bookkeeping, as without the overlap
+      assert.equal(ctx.mesh_seen, v.answer.mesh) -- health.probe's bookkeeping, as without the overlap
     end)
 
     it("the answer is health.probe's: an unusable one proves nothing, a stale map restarts", function()
       local _, ctx, info, want = setup{ ctl = { "{" } }
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       assert.matches("ctl unusable", v.reason)
-      _, ctx, info, want = setup{ ctl = { { domain = testing.up({ "10.0.0.2", "10.0.0.1" }).domain } } }
-      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      _, ctx, info, want = setup{ ctl = { { mesh = testing.up({ "10.0.0.2", "10.0.0.1" }).mesh } } }
+      v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("restart", v.action)
       assert.equal("reordered", v.order)
       assert.is_nil(v.answer)
       local h
       h, ctx, info, want = setup{ ctl = { { exec_error = "ENOENT" } } }
-      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       assert.matches("cannot run", v.reason)
       assert.equal(1, h.count("run"))
@@ -251,7 +253,7 @@ describe("steps", function()
       local h, ctx, info, want = setup{ ctl = { testing.HANG } }
       slow_unit(h, 0.2)
       local t0 = h.now()
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       assert.matches("hung", v.reason)
       assert.near(ctx.settings.ctl_timeout, h.now() - t0, 1e-9)
@@ -260,12 +262,12 @@ describe("steps", function()
     it("never runs the ctl where the stages decide without it", function()
       -- not running at step 1: start, no ctl
       local h, ctx, info, want = setup{ unit = { active_state = "inactive" } }
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("start", v.action)
       assert.equal(0, h.count("run"))
       -- a list change pending (plan): restart, no ctl
       h, ctx, info, want = setup()
-      v = assert(steps.assess(ctx, info, want, {}, { changed = true, write_pending = true }))
+      v = assert(steps.assess_daemon(ctx, info, want, {}, { changed = true, write_pending = true }))
       assert.equal("restart", v.action)
       assert.equal(0, h.count("run"))
       -- the state file knows this daemon was started with another list: restart, no ctl, and the
@@ -274,7 +276,7 @@ describe("steps", function()
       local st = { invocation_id = info.unit.invocation_id, running_nodes = "10.0.0.9\n",
         running_config = testing.CONFIG_TEXT }
       local reads = h.count("read")
-      v = assert(steps.assess(ctx, info, want, st, CURRENT))
+      v = assert(steps.assess_daemon(ctx, info, want, st, CURRENT))
       assert.equal("restart", v.action)
       assert.matches("started with another node list", v.reason)
       assert.equal(0, h.count("run"))
@@ -282,7 +284,7 @@ describe("steps", function()
       -- a config.cfg modified after the daemon's start (invocation unknown to the state file)
       h, ctx, info, want = setup{ files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT,
         mtime_us = testing.WALL0 * 1e6 } } }
-      v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("restart", v.action)
       assert.matches("changed after the daemon started", v.reason)
       assert.equal(0, h.count("run"))
@@ -292,9 +294,9 @@ describe("steps", function()
       .. "the query", function()
       local h, ctx, info, want = setup{ unit_script = { {}, { invocation_id = "fe" .. string.rep("0", 30),
         exec_main_start_us = testing.WALL0 * 1e6 } },
-        ctl = function(n) return { domain = testing.up({ "10.0.0.1", "10.0.0.2" }).domain, stdout = nil,
+        ctl = function(n) return { mesh = testing.up({ "10.0.0.1", "10.0.0.2" }).mesh, stdout = nil,
           status = 0, stderr = tostring(n) } end }
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       assert.equal(2, h.count("run")) -- the early one, killed, and the stage's own
       assert.equal(1, #h.spawns)
@@ -305,11 +307,11 @@ describe("steps", function()
 
     it("a unit that stopped or cannot be queried under the lock: the early ctl is killed", function()
       local h, ctx, info, want = setup{ unit_script = { {}, { active_state = "deactivating" } } }
-      local v = assert(steps.assess(ctx, info, want, {}, { changed = false, wait = false }))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, { changed = false, wait = false }))
       assert.equal("wait", v.action)
       assert.is_truthy(h.spawns[1].killed)
       h, ctx, info, want = setup{ unit_script = { {}, "timeout" } }
-      local ok, outcome = steps.assess(ctx, info, want, {}, CURRENT)
+      local ok, outcome = steps.assess_daemon(ctx, info, want, {}, CURRENT)
       assert.is_nil(ok)
       assert.equal("unit-unknown", outcome)
       assert.is_truthy(h.spawns[1].killed)
@@ -319,7 +321,7 @@ describe("steps", function()
       local h, ctx, info, want = setup()
       h.spawn = nil
       local from = #h.calls + 1
-      local v = assert(steps.assess(ctx, info, want, {}, CURRENT))
+      local v = assert(steps.assess_daemon(ctx, info, want, {}, CURRENT))
       assert.equal("none", v.action)
       local l = {}
       for _, n in ipairs(names(h, from)) do if n ~= "stat" and n ~= "read" then l[#l + 1] = n end end
@@ -406,11 +408,11 @@ describe("steps", function()
       assert.equal("2", registry.ids(st.jobs))
     end)
 
-    it("show_age", function()
-      assert.equal("59s", registry.show_age(59))
-      assert.equal("2m05s", registry.show_age(125))
-      assert.equal("2h05m", registry.show_age(7500))
-      assert.equal("3d01h", registry.show_age(3 * 86400 + 3600))
+    it("age_text", function()
+      assert.equal("59s", registry.age_text(59))
+      assert.equal("2m05s", registry.age_text(125))
+      assert.equal("2h05m", registry.age_text(7500))
+      assert.equal("3d01h", registry.age_text(3 * 86400 + 3600))
     end)
   end)
 
@@ -590,20 +592,20 @@ describe("steps: unit lifecycle (start limit, disabled unit, late epilog)", func
     assert.equal("unknown", (steps.unit_result(testing.ctx{ host = h })))
   end)
 
-  it("check_port: the unit's main pid or cgroup passes; anything else is named; no primitive: true",
+  it("check_port_owner: the unit's main pid or cgroup passes; anything else is named; no primitive: true",
     function()
       local info = { cfg = { IMEX_CMD_PORT = "50123" } }
       local props = { active_state = "active", main_pid = 77 }
       local function check(owner, files)
         local h = testing.host{ port_owner = owner, files = files }
-        return steps.check_port(testing.ctx{ host = h }, info, props), h
+        return steps.check_port_owner(testing.ctx{ host = h }, info, props), h
       end
       assert.is_true((check({ pid = 77, comm = "nvidia-imex" })))
       local cg = { ["/proc/78/cgroup"] = "0::/system.slice/nvidia-imex.service\n" }
       assert.is_true((check({ pid = 78 }, cg)))
       assert.is_true((check("none")))
       local h = testing.host{ port_owner = { pid = 78, cmdline = { "imex", "-c", "/x\n" } } }
-      local ok, o, m = steps.check_port(testing.ctx{ host = h }, info, props)
+      local ok, o, m = steps.check_port_owner(testing.ctx{ host = h }, info, props)
       assert.is_nil(ok)
       assert.equal("service-failed", o)
       assert.matches("pid 78 %(imex %-c /x\\010%) listens on the IMEX command port 50123", m)
@@ -611,11 +613,11 @@ describe("steps: unit lifecycle (start limit, disabled unit, late epilog)", func
       assert.same({ "port_owner", 50123, nil, nil, 77 }, h.calls[#h.calls - 1])
       h = testing.host{ port_owner = "none" }
       local bound = { cfg = { IMEX_CMD_PORT = "50123", IMEX_CMD_BIND_INTERFACE_IP = "10.0.0.1" } }
-      steps.check_port(testing.ctx{ host = h }, bound, { active_state = "inactive", main_pid = 0 })
+      steps.check_port_owner(testing.ctx{ host = h }, bound, { active_state = "inactive", main_pid = 0 })
       assert.same({ "port_owner", 50123, nil, "10.0.0.1" }, h.calls[#h.calls])
       h = testing.host()
       h.port_owner = nil
-      assert.is_true(steps.check_port(testing.ctx{ host = h }, info, { active_state = "inactive" }))
+      assert.is_true(steps.check_port_owner(testing.ctx{ host = h }, info, { active_state = "inactive" }))
     end)
 
   it("wait_registry returns as soon as the registry changes, false after the time, never past it", function()

@@ -137,14 +137,14 @@ describe("testing.host", function()
   end)
 
   it("ctl: a queue whose last answer repeats; rendered domains parse to what was described", function()
-    local h = testing.host{ ctl = { "garbage", { domain = { nodes = { { host = "10.0.0.1" },
+    local h = testing.host{ ctl = { "garbage", { mesh = { nodes = { { host = "10.0.0.1" },
       { host = "10.0.0.2", status = "UNAVAILABLE" } } } } } }
     local argv = CTL
     assert.equal("garbage", h.run(argv, { timeout = 5 }).stdout)
     for _ = 1, 2 do
       local res = h.run(argv, { timeout = 5 })
       assert.equal(0, res.status)
-      local d = assert(ctl.parse_domain(res.stdout, res.status))
+      local d = assert(ctl.parse_mesh(res.stdout, res.status))
       assert.equal("DEGRADED", d.status)
       assert.equal("READY", d.by_host["10.0.0.1"].status)
       assert.equal("UNAVAILABLE", d.by_host["10.0.0.2"].status)
@@ -157,22 +157,22 @@ describe("testing.host", function()
 
   it("ctl: auto with unhealthy nodes (or every node with '*')", function()
     local h = testing.host{ unhealthy = { ["10.0.0.2"] = "UNAVAILABLE" } }
-    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_mesh(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DEGRADED", d.status)
     assert.equal("UNAVAILABLE", d.by_host["10.0.0.2"].status)
     h = testing.host{ unhealthy = { ["*"] = "UNAVAILABLE" } }
-    d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
+    d = assert(ctl.parse_mesh(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("DOWN", d.status)
   end)
 
   it("ctl: auto follows the unit and what the daemon was started with", function()
     local h = testing.host()
-    local d = assert(ctl.parse_domain(h.run(CTL, { timeout = 5 }).stdout, 0))
+    local d = assert(ctl.parse_mesh(h.run(CTL, { timeout = 5 }).stdout, 0))
     assert.equal("UP", d.status)
     assert.equal(2, #d.nodes)
     h.unit_job(testing.UNIT, "stop", 30)
     local res = h.run(CTL, { timeout = 5 })
-    local _, _, kind = ctl.parse_domain(res.stdout, res.status)
+    local _, _, kind = ctl.parse_mesh(res.stdout, res.status)
     assert.equal("unreachable", kind)
   end)
 
@@ -392,11 +392,11 @@ describe("testing.scenario", function()
     assert.equal("start-limit-hit", s:unit().result)
     assert.equal("ok", (s:prolog{ nodelist = "n[1-2]" }))
     assert.same({ "start" }, s:unit_jobs())
-    assert.equal("ctl-unusable", (testing.scenario{ policy = P, domain = "garbage" }:prolog{
+    assert.equal("ctl-unusable", (testing.scenario{ policy = P, mesh = "garbage" }:prolog{
       nodelist = "n[1-2]" }))
-    assert.equal("domain-unhealthy", (testing.scenario{ policy = P, domain = "unreachable" }:prolog{
+    assert.equal("domain-unhealthy", (testing.scenario{ policy = P, mesh = "unreachable" }:prolog{
       nodelist = "n[1-2]" }))
-    s = testing.scenario{ policy = P, domain = { nodes = { { host = "n1" },
+    s = testing.scenario{ policy = P, mesh = { nodes = { { host = "n1" },
       { host = "n2", status = "UNAVAILABLE" } } } }
     local outcome, message = s:prolog{ nodelist = "n[1-2]" }
     assert.equal("peers-unhealthy", outcome)
@@ -404,7 +404,7 @@ describe("testing.scenario", function()
   end)
 
   it("the virtual clock: a run's deadline applies and waits cost simulated time only", function()
-    local s = testing.scenario{ policy = P, domain = "down", deadline = 20 }
+    local s = testing.scenario{ policy = P, mesh = "down", deadline = 20 }
     local t0 = s.host.now()
     assert.equal("domain-unhealthy", (s:prolog{ nodelist = "n[1-2]" }))
     assert.is_true(s.host.now() - t0 <= 20)
@@ -499,8 +499,8 @@ describe("testing: commands scripted by argv (C40)", function()
   end)
 
   for _, d in ipairs({ "hang", "unreachable", "unconfigured", "garbage" }) do
-    it("scenario{domain = \"" .. d .. "\"} scripts one answer, repeated for every ctl call", function()
-      local s = testing.scenario{ policy = { prolog = function() return "ok" end }, domain = d }
+    it("scenario{mesh = \"" .. d .. "\"} scripts one answer, repeated for every ctl call", function()
+      local s = testing.scenario{ policy = { prolog = function() return "ok" end }, mesh = d }
       local first = table.pack(s.host.run(CTL, { timeout = 1 }))
       for _ = 1, 3 do
         local again = table.pack(s.host.run(CTL, { timeout = 1 }))
@@ -579,7 +579,7 @@ describe("testing: one module per primitive group, one public API", function()
   end
 
   it("imexguard.testing keeps its public API", function()
-    for _, f in ipairs({ "host", "ctx", "scenario", "parse_env", "render_domain", "up", "restarted_peer" }) do
+    for _, f in ipairs({ "host", "ctx", "scenario", "parse_env", "render_mesh", "up", "restarted_peer" }) do
       assert.is_function(testing[f], f)
     end
     for _, k in ipairs({ "UNIT", "CONFIG", "NODES", "STATE", "CONFIG_TEXT" }) do

@@ -6,6 +6,12 @@ local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local answers = require "ctl_answers"
 
+-- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
+local function judge(mesh, expected, self, opts)
+  return verdict.judge({ mesh = mesh }, { addrs = expected, self = self,
+    node_list = opts and opts.node_list })
+end
+
 local FIX = "tests/fixtures/ctl/"
 
 local function read(name)
@@ -28,15 +34,15 @@ end
 
 local A, B = "192.168.103.159", "192.168.107.187"
 
-describe("verdict.health", function()
+describe("verdict.judge", function()
   local up = cjson.decode(read("up-2node-570.json"))
 
-  local function domain(doc)
-    return assert(ctl.parse_domain(cjson.encode(doc), 0))
+  local function mesh(doc)
+    return assert(ctl.parse_mesh(cjson.encode(doc), 0))
   end
 
   it("UP 2-node: healthy", function()
-    local v = verdict.health(domain(up), { A, B }, A)
+    local v = judge(mesh(up), { A, B }, A)
     assert.is_true(v.healthy)
     assert.equal("UP", v.status)
     assert.is_false(v.local_fault)
@@ -48,7 +54,7 @@ describe("verdict.health", function()
   end)
 
   it("compares the ordered node map, never host sets alone (C21)", function()
-    local v = verdict.health(domain(up), { B, A }, B)
+    local v = judge(mesh(up), { B, A }, B)
     assert.is_false(v.healthy)
     assert.is_true(v.local_fault)
     assert.equal("local-fault", v.verdict)
@@ -64,7 +70,7 @@ describe("verdict.health", function()
     for _, c in pairs(doc.nodes["1"].connections) do
       c.status = "INVALID"
     end
-    local v = verdict.health(domain(doc), { A, B }, A)
+    local v = judge(mesh(doc), { A, B }, A)
     assert.is_false(v.healthy)
     assert.is_false(v.local_fault)
     assert.same({ { host = B, reason = "status UNAVAILABLE" } }, v.faulty)
@@ -76,7 +82,7 @@ describe("verdict.health", function()
     local doc = deepcopy(up)
     doc.status = "DEGRADED"
     doc.nodes["0"].connections["1"].status = "NEVER_CONNECTED"
-    local v = verdict.health(domain(doc), { A, B }, A)
+    local v = judge(mesh(doc), { A, B }, A)
     assert.is_false(v.healthy)
     assert.is_false(v.local_fault)
     assert.same({ { host = B, reason = "connection from this node NEVER_CONNECTED" } }, v.faulty)
@@ -86,7 +92,7 @@ describe("verdict.health", function()
     local doc = deepcopy(up)
     doc.status = "DEGRADED"
     doc.nodes["0"].status = "UNAVAILABLE"
-    local v = verdict.health(domain(doc), { A, B }, A)
+    local v = judge(mesh(doc), { A, B }, A)
     assert.is_false(v.healthy)
     assert.is_true(v.local_fault)
     assert.same({}, v.faulty)
@@ -94,8 +100,8 @@ describe("verdict.health", function()
   end)
 
   it("DOWN unconfigured: local fault (this node absent), node map mismatch", function()
-    local d = assert(ctl.parse_domain(read("down-unconfigured.json"), 0))
-    local v = verdict.health(d, { A, B }, A)
+    local d = assert(ctl.parse_mesh(read("down-unconfigured.json"), 0))
+    local v = judge(d, { A, B }, A)
     assert.is_false(v.healthy)
     assert.is_true(v.local_fault)
     assert.is_true(v.mismatch)
@@ -106,7 +112,7 @@ describe("verdict.health", function()
 
   it("an expected host missing: mismatch naming it, not healthy", function()
     local C = "192.168.1.3"
-    local v = verdict.health(domain(up), { A, C, B }, A)
+    local v = judge(mesh(up), { A, C, B }, A)
     assert.is_false(v.healthy)
     assert.is_false(v.local_fault)
     assert.is_true(v.mismatch)
@@ -116,7 +122,7 @@ describe("verdict.health", function()
   end)
 
   it("an extra host (a domain-wide node list): mismatch, yet healthy for the job", function()
-    local v = verdict.health(domain(up), { A }, A)
+    local v = judge(mesh(up), { A }, A)
     assert.is_true(v.healthy)
     assert.is_true(v.mismatch)
     assert.same({ B }, v.extra)
@@ -134,7 +140,7 @@ describe("verdict.health", function()
         version = "580" }
     end
     edit(doc)
-    return domain(doc)
+    return mesh(doc)
   end
   local hosts4 = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 
@@ -146,7 +152,7 @@ describe("verdict.health", function()
         doc.nodes[tostring(j)].connections["0"].status = "INVALID"
       end
     end)
-    local v = verdict.health(d, hosts4, "10.0.0.1")
+    local v = judge(d, hosts4, "10.0.0.1")
     assert.is_true(v.local_fault)
     assert.same({}, v.faulty)
     assert.truthy(v.summary:find("3 of 3", 1, true))
@@ -160,7 +166,7 @@ describe("verdict.health", function()
       end
       doc.nodes["1"].connections["2"].status = "INVALID"
     end)
-    local v = verdict.health(d, hosts4, "10.0.0.1")
+    local v = judge(d, hosts4, "10.0.0.1")
     assert.is_false(v.local_fault)
     assert.equal(3, #v.faulty)
   end)
@@ -170,7 +176,7 @@ describe("verdict.health", function()
       doc.status = "DEGRADED"
       doc.nodes["0"].connections["3"].status = "RECOVERING"
     end)
-    local v = verdict.health(d, hosts4, "10.0.0.1")
+    local v = judge(d, hosts4, "10.0.0.1")
     assert.is_false(v.local_fault)
     assert.same({ { host = "10.0.0.4", reason = "connection from this node RECOVERING" } }, v.faulty)
   end)
@@ -178,11 +184,11 @@ describe("verdict.health", function()
   it("C20: four situations give four distinguishable verdicts", function()
     local function classify(q_out, q_status, n_out, n_status)
       local state, _, qkind = ctl.parse_query(q_out, q_status)
-      local d, _, kind = ctl.parse_domain(n_out, n_status)
+      local d, _, kind = ctl.parse_mesh(n_out, n_status)
       if not d then
         return "ctl:" .. kind .. (state and "" or ("/q:" .. qkind))
       end
-      local v = verdict.health(d, { A, B }, A)
+      local v = judge(d, { A, B }, A)
       if v.healthy then
         return "healthy"
       elseif v.local_fault then
@@ -209,9 +215,9 @@ describe("verdict.health", function()
   end)
 
   it("raises on misuse", function()
-    assert.has_error(function() verdict.health(nil, {}, A) end)
-    assert.has_error(function() verdict.health(domain(up), nil, A) end)
-    assert.has_error(function() verdict.health(domain(up), {}, nil) end)
+    assert.has_error(function() judge(nil, {}, A) end)
+    assert.has_error(function() judge(mesh(up), nil, A) end)
+    assert.has_error(function() judge(mesh(up), {}, nil) end)
   end)
 end)
 
@@ -232,7 +238,7 @@ local function build(map, o)
     end
     doc.nodes[tostring(id - 1)] = { status = st, host = host, connections = conns, version = "580" }
   end
-  return assert(ctl.parse_domain(cjson.encode(doc), 0))
+  return assert(ctl.parse_mesh(cjson.encode(doc), 0))
 end
 
 local function hosts(n)
@@ -274,7 +280,7 @@ describe("verdict.compare_map (C21)", function()
   end)
 
   it("C21: the daemon runs {.6 .5 .7}, the job {.5 .6 .7}: same nodes, another order, ids 0 and 1", function()
-    local d = assert(ctl.parse_domain(read("c21-reordered-self.json"), 0))
+    local d = assert(ctl.parse_mesh(read("c21-reordered-self.json"), 0))
     local r = verdict.compare_map(d, J, "10.0.0.6")
     assert.equal("reordered", r.kind)
     assert.same({ { id = 0, daemon = "10.0.0.6", job = "10.0.0.5" },
@@ -348,7 +354,7 @@ describe("verdict.compare_map (C21)", function()
       ["0"] = { status = "READY", host = "10.0.0.5", connections = {} },
       ["1"] = { status = "READY", host = "10.0.0.6", connections = {} },
       ["3"] = { status = "READY", host = "10.0.0.7", connections = {} } } })
-    local r = verdict.compare_map(assert(ctl.parse_domain(text, 0)), J, "10.0.0.5")
+    local r = verdict.compare_map(assert(ctl.parse_mesh(text, 0)), J, "10.0.0.5")
     assert.equal("different", r.kind)
     assert.same({ { id = 2, job = "10.0.0.7" }, { id = 3, daemon = "10.0.0.7" } }, r.moved)
     assert.truthy(r.summary:find("ids differ", 1, true), r.summary)
@@ -359,7 +365,7 @@ describe("verdict.compare_map (C21)", function()
     assert.equal("self-absent", r.kind)
     assert.is_nil(r.self_id)
     assert.truthy(r.summary:find("proves nothing", 1, true))
-    local unconf = assert(ctl.parse_domain(read("down-unconfigured.json"), 0))
+    local unconf = assert(ctl.parse_mesh(read("down-unconfigured.json"), 0))
     assert.equal("self-absent", verdict.compare_map(unconf, J, "10.0.0.5").kind)
   end)
 
@@ -376,12 +382,12 @@ describe("verdict.map_faults", function()
 
   it("every view agrees: no findings (fixtures too)", function()
     assert.same({}, verdict.map_faults(build(J)))
-    assert.same({}, verdict.map_faults(assert(ctl.parse_domain(read("up-2node-570.json"), 0))))
+    assert.same({}, verdict.map_faults(assert(ctl.parse_mesh(read("up-2node-570.json"), 0))))
     assert.same({}, verdict.map_faults(assert(ctl.parse_text(read("up-18node-text.txt")))))
   end)
 
   it("C21 seen from a peer: the stale view (ids 0 and 1 swapped) is flagged, the others not", function()
-    local d = assert(ctl.parse_domain(read("c21-reordered-peer.json"), 0))
+    local d = assert(ctl.parse_mesh(read("c21-reordered-peer.json"), 0))
     local m = verdict.map_faults(d)
     assert.equal(1, #m)
     assert.equal(1, m[1].id)
@@ -424,12 +430,12 @@ describe("verdict.map_faults", function()
   end)
 end)
 
-describe("verdict.health: ordered identity and configuration faults", function()
+describe("verdict.judge: ordered identity and configuration faults", function()
   local J = { "10.0.0.5", "10.0.0.6", "10.0.0.7" }
 
   it("C21 on the stale node: a local fault named 'same nodes, another order', no peer blamed", function()
-    local d = assert(ctl.parse_domain(read("c21-reordered-self.json"), 0))
-    local v = verdict.health(d, J, "10.0.0.6")
+    local d = assert(ctl.parse_mesh(read("c21-reordered-self.json"), 0))
+    local v = judge(d, J, "10.0.0.6")
     assert.is_false(v.healthy)
     assert.is_true(v.local_fault)
     assert.equal("local-fault", v.verdict)
@@ -441,15 +447,15 @@ describe("verdict.health: ordered identity and configuration faults", function()
 
   it("same nodes, another order but UP and connected everywhere: still not healthy", function()
     local h = hosts(4)
-    local v = verdict.health(build({ h[2], h[1], h[3], h[4] }), h, h[1])
+    local v = judge(build({ h[2], h[1], h[3], h[4] }), h, h[1])
     assert.is_false(v.healthy)
     assert.is_true(v.local_fault)
     assert.is_false(v.mismatch)
   end)
 
   it("C21 on a peer with the job's order: the stale node is blamed for its node map", function()
-    local d = assert(ctl.parse_domain(read("c21-reordered-peer.json"), 0))
-    local v = verdict.health(d, J, "10.0.0.5")
+    local d = assert(ctl.parse_mesh(read("c21-reordered-peer.json"), 0))
+    local v = judge(d, J, "10.0.0.5")
     assert.is_false(v.healthy)
     assert.is_false(v.local_fault)
     assert.equal("peer-fault", v.verdict)
@@ -461,7 +467,7 @@ describe("verdict.health: ordered identity and configuration faults", function()
 
   it("this node's own view differing from the map is a local fault", function()
     local d = build(J, { views = { ["10.0.0.5"] = { "10.0.0.6", "10.0.0.5", "10.0.0.7" } } })
-    local v = verdict.health(d, J, "10.0.0.5")
+    local v = judge(d, J, "10.0.0.5")
     assert.is_true(v.local_fault)
     assert.truthy(v.summary:find("node map mismatch", 1, true), v.summary)
   end)
@@ -473,12 +479,12 @@ describe("verdict.health: ordered identity and configuration faults", function()
       ["10.0.0.7"] = { ["10.0.0.6"] = "NODE_MAP_MISMATCH" } }
     -- C32: where the peer's row names every host of the list under the list's ids, both ends run
     -- the list as far as the answer shows: a stale block, nobody blamed
-    local st = verdict.health(build(J, { links = mm, domain = "DEGRADED" }), J, "10.0.0.5")
+    local st = judge(build(J, { links = mm, domain = "DEGRADED" }), J, "10.0.0.5")
     assert.equal("stale-mismatch", st.verdict)
     assert.same({ "10.0.0.6" }, st.stale_mismatch.peers)
     assert.same({}, st.faulty)
     -- the peer's own view in another order (its own ids, as the real ctl's rows are keyed): blamed
-    local v = verdict.health(build(J, { links = mm, domain = "DEGRADED",
+    local v = judge(build(J, { links = mm, domain = "DEGRADED",
       views = { ["10.0.0.6"] = { "10.0.0.6", "10.0.0.5", "10.0.0.7" } } }), J, "10.0.0.5")
     assert.is_false(v.local_fault)
     assert.equal("peer-fault", v.verdict)
@@ -486,25 +492,25 @@ describe("verdict.health: ordered identity and configuration faults", function()
     assert.equal("10.0.0.6", v.faulty[1].host)
     assert.truthy(v.faulty[1].reason:find("node map mismatch", 1, true), v.faulty[1].reason)
     -- only this node's link shows it: the peer is still the one named
-    local one = verdict.health(build(J, { links = { ["10.0.0.5"] = { ["10.0.0.7"] = "NODE_MAP_MISMATCH" } },
+    local one = judge(build(J, { links = { ["10.0.0.5"] = { ["10.0.0.7"] = "NODE_MAP_MISMATCH" } },
       domain = "DEGRADED" }), J, "10.0.0.5")
     assert.same({ { host = "10.0.0.7",
       reason = "node map mismatch with this node, whose map is the node list's" } }, one.faulty)
     -- the stale node itself (its map another order) is a local fault
     local stale = build({ "10.0.0.6", "10.0.0.5", "10.0.0.7" }, { links = mm, domain = "DEGRADED" })
-    assert.is_true(verdict.health(stale, J, "10.0.0.6").local_fault)
+    assert.is_true(judge(stale, J, "10.0.0.6").local_fault)
   end)
 
   it("a READY, UP peer whose connections name an unknown id is not healthy", function()
     local d = build(J, { views = { ["10.0.0.7"] = { "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8" } } })
-    local v = verdict.health(d, J, "10.0.0.5")
+    local v = judge(d, J, "10.0.0.5")
     assert.is_false(v.healthy)
     assert.same({ "10.0.0.7" }, { v.faulty[1].host })
     assert.truthy(v.faulty[1].reason:find("id 3", 1, true))
   end)
 
   it("a duplicate host under two ids in this node's answer: local fault", function()
-    local v = verdict.health(build({ "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.5" }), J, "10.0.0.6")
+    local v = judge(build({ "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.5" }), J, "10.0.0.6")
     assert.is_true(v.local_fault)
     assert.truthy(v.summary:find("under ids 0 and 3", 1, true), v.summary)
   end)
@@ -512,32 +518,32 @@ describe("verdict.health: ordered identity and configuration faults", function()
   it("opts.node_list: the daemon's list is a static file, not the job's (order from the file)", function()
     local rack = { "10.0.0.7", "10.0.0.5", "10.0.0.6" }
     local d = build(rack)
-    assert.is_true(verdict.health(d, J, "10.0.0.5").local_fault) -- the job's order is not the daemon's
-    local v = verdict.health(d, J, "10.0.0.5", { node_list = rack })
+    assert.is_true(judge(d, J, "10.0.0.5").local_fault) -- the job's order is not the daemon's
+    local v = judge(d, J, "10.0.0.5", { node_list = rack })
     assert.is_true(v.healthy)
     assert.equal("same", v.order.kind)
-    local stale = verdict.health(d, J, "10.0.0.5", { node_list = { "10.0.0.5", "10.0.0.6", "10.0.0.7" } })
+    local stale = judge(d, J, "10.0.0.5", { node_list = { "10.0.0.5", "10.0.0.6", "10.0.0.7" } })
     assert.equal("reordered", stale.order.kind)
     assert.is_true(stale.local_fault)
-    local unordered = verdict.health(d, J, "10.0.0.5", { node_list = false })
+    local unordered = judge(d, J, "10.0.0.5", { node_list = false })
     assert.is_true(unordered.healthy)
     assert.is_nil(unordered.order)
     -- without an order to compare, each node's view is still checked
     local bad = build(rack, { views = { ["10.0.0.6"] = { "10.0.0.5", "10.0.0.7", "10.0.0.6" } } })
-    assert.equal("10.0.0.6", verdict.health(bad, J, "10.0.0.5", { node_list = false }).faulty[1].host)
-    assert.has_error(function() verdict.health(d, J, "10.0.0.5", { node_list = "x" }) end)
+    assert.equal("10.0.0.6", judge(bad, J, "10.0.0.5", { node_list = false }).faulty[1].host)
+    assert.has_error(function() judge(d, J, "10.0.0.5", { node_list = "x" }) end)
   end)
 
   it("a domain-wide list (extra hosts, another order) stays healthy for the job", function()
-    local v = verdict.health(build({ "10.0.0.9", "10.0.0.7", "10.0.0.5", "10.0.0.6" }), J, "10.0.0.5")
+    local v = judge(build({ "10.0.0.9", "10.0.0.7", "10.0.0.5", "10.0.0.6" }), J, "10.0.0.5")
     assert.is_true(v.healthy)
     assert.equal("healthy", v.verdict)
     assert.equal("different", v.order.kind)
   end)
 
   it("C22, 4 nodes (fixture): config-fault, nobody blamed, causes named", function()
-    local d = assert(ctl.parse_domain(read("c22-config-fault-4node.json"), 0))
-    local v = verdict.health(d, { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }, "10.0.0.1")
+    local d = assert(ctl.parse_mesh(read("c22-config-fault-4node.json"), 0))
+    local v = judge(d, { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }, "10.0.0.1")
     assert.is_false(v.healthy)
     assert.is_false(v.local_fault)
     assert.equal("config-fault", v.verdict)
@@ -563,7 +569,7 @@ describe("verdict.health: ordered identity and configuration faults", function()
 
   it("C22 with 1 peer: config-fault", function()
     local d, h, self = cmd_unreachable(2)
-    local v = verdict.health(d, h, self)
+    local v = judge(d, h, self)
     assert.equal("config-fault", v.verdict)
     assert.same({ h[2] }, v.config_fault.peers)
     assert.same({}, v.faulty)
@@ -571,7 +577,7 @@ describe("verdict.health: ordered identity and configuration faults", function()
 
   it("C22 with 17 peers (an 18-node rack), this node in the middle: config-fault", function()
     local d, h, self = cmd_unreachable(18, 9)
-    local v = verdict.health(d, h, self)
+    local v = judge(d, h, self)
     assert.equal("config-fault", v.verdict)
     assert.equal(17, #v.config_fault.peers)
     assert.same({}, v.faulty)
@@ -581,20 +587,20 @@ describe("verdict.health: ordered identity and configuration faults", function()
   it("a real peer fault (this node's connection to the peer not CONNECTED) is not a config fault", function()
     local h = hosts(4)
     local d = build(h, { status = { [h[3]] = "UNAVAILABLE" }, domain = "DEGRADED" })
-    local v = verdict.health(d, h, h[1])
+    local v = judge(d, h, h[1])
     assert.equal("peer-fault", v.verdict)
     assert.is_nil(v.config_fault)
     assert.same({ { host = h[3], reason = "status UNAVAILABLE" } }, v.faulty)
     -- every peer down, every link INVALID: still peers (a config fault needs CONNECTED links)
     local all = build({ h[1], h[2] }, { status = { [h[2]] = "UNAVAILABLE" }, domain = "DEGRADED" })
-    assert.equal("peer-fault", verdict.health(all, { h[1], h[2] }, h[1]).verdict)
+    assert.equal("peer-fault", judge(all, { h[1], h[2] }, h[1]).verdict)
   end)
 
   it("only some peers show the signature: those are named with the command-port reason", function()
     local h = hosts(4)
     local d = build(h, { status = { [h[2]] = "UNAVAILABLE", [h[3]] = "UNAVAILABLE" },
       links = { [h[1]] = { [h[2]] = "CONNECTED" } }, domain = "DEGRADED" })
-    local v = verdict.health(d, h, h[1])
+    local v = judge(d, h, h[1])
     assert.equal("peer-fault", v.verdict)
     assert.equal(2, #v.faulty)
     assert.truthy(v.faulty[1].reason:find("command port (IMEX_CMD_PORT) is unreachable", 1, true))
@@ -604,15 +610,15 @@ describe("verdict.health: ordered identity and configuration faults", function()
   it("this node not READY is a local fault even when its links look CONNECTED", function()
     local d, h, self = cmd_unreachable(4)
     d.by_host[self].status = "WAITING_FOR_PEERS"
-    local v = verdict.health(d, h, self)
+    local v = judge(d, h, self)
     assert.equal("local-fault", v.verdict)
   end)
 
   it("every verdict has a name", function()
-    local up = assert(ctl.parse_domain(read("up-2node-570.json"), 0))
-    assert.equal("healthy", verdict.health(up, { A, B }, A).verdict)
-    assert.equal("local-fault", verdict.health(up, { A, B }, "10.9.9.9").verdict)
-    assert.equal("unhealthy", verdict.health(up, { A, B, "10.0.0.99" }, A).verdict)
+    local up = assert(ctl.parse_mesh(read("up-2node-570.json"), 0))
+    assert.equal("healthy", judge(up, { A, B }, A).verdict)
+    assert.equal("local-fault", judge(up, { A, B }, "10.9.9.9").verdict)
+    assert.equal("unhealthy", judge(up, { A, B, "10.0.0.99" }, A).verdict)
   end)
 end)
 
@@ -621,7 +627,7 @@ describe("verdict.compare_map by id", function()
   local answer, ids_of = answers.dense, answers.ids_of
 
   it("compares a map holding id 999999999 without counting up to it", function()
-    local d = assert(ctl.parse_domain(answer({ 0, 1, 999999999 }), 0))
+    local d = assert(ctl.parse_mesh(answer({ 0, 1, 999999999 }), 0))
     local t0 = os.clock()
     local r = verdict.compare_map(d, { "10.1.0.0", "10.1.0.1", "10.1.0.2" }, "10.1.0.0")
     assert.is_true(os.clock() - t0 < 0.5, "compare_map took " .. os.clock() - t0 .. " s")

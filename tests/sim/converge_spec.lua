@@ -20,7 +20,7 @@ describe("C32 and C33 under systemd", function()
   -- A domain of `n` nodes whose daemons start with the given node lists ({name = {names...}}).
   local function domain(n, lists)
     d = simdomain.new{ nodes = n, extra_cfg = simdomain.FAST_RECONNECT }
-    for name, list in pairs(lists) do d:write_nodes(name, list) end
+    for name, list in pairs(lists) do d:write_node_list(name, list) end
     assert(d:start())
     return d
   end

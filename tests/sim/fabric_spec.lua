@@ -36,8 +36,8 @@ describe("imexsim under systemd: the NVLink fabric (C31)", function()
     d = simdomain.new({ nodes = 2, fabric = true, extra_cfg = simdomain.FAST_RECONNECT, settings = settings })
     d:set_gpus("n1", tray())
     d:set_gpus("n2", tray())
-    d:write_nodes("n1", { "n1", "n2" })
-    d:write_nodes("n2", { "n1", "n2" })
+    d:write_node_list("n1", { "n1", "n2" })
+    d:write_node_list("n2", { "n1", "n2" })
     assert(d:start())
     return d
   end

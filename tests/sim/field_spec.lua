@@ -63,7 +63,7 @@ describe("imexsim under systemd: the field's faults", function()
       .. "is rewritten; one list everywhere after its restart: UP", function()
       d = domain(3)
       local a = d.addr
-      d:write_nodes("n2", { "n2", "n1", "n3" })
+      d:write_node_list("n2", { "n2", "n1", "n3" })
       -- this spec is about the IDs each side shows; the old rule of the simulator lets n2's restart
       -- alone clear the mismatch (its default keeps it until both ends restart: C32, imexsim_spec)
       for _, n in ipairs({ "n1", "n2", "n3" }) do d:configure(n, { IMEXSIM_MISMATCH_CLEARS = "one" }) end
@@ -89,7 +89,7 @@ describe("imexsim under systemd: the field's faults", function()
       assert.are.equal("DEGRADED", t2.status)
       -- The file is rewritten to the job's order (its mtime kept old, as by `cp -p`): the running
       -- daemon does not re-read it, and its ctl still shows the daemon's own IDs.
-      d:write_nodes("n2", { "n1", "n2", "n3" })
+      d:write_node_list("n2", { "n1", "n2", "n3" })
       os.execute("touch -d '2000-01-01' " .. simdomain.quote(d:dir("n2") .. "/nodes_config.cfg"))
       t2 = assert(d:ctl_json("n2"))
       assert.are.same({ a.n2, a.n1, a.n3 }, hosts(t2))
@@ -116,7 +116,7 @@ describe("imexsim under systemd: the field's faults", function()
     d = domain(3)
     local a = d.addr
     local absent = a.n1:gsub("%.%d+$", ".99")
-    d:write_nodes("n3", { "n3", "n1", "n2", absent })
+    d:write_node_list("n3", { "n3", "n1", "n2", absent })
     assert(d:start())
     -- Default: n3's view under n1's IDs, matched by address; its extra host is not shown.
     local t = wait_json("n1", function(j)
@@ -153,7 +153,7 @@ describe("imexsim under systemd: the field's faults", function()
     local site = d:dir("n1") .. "/site"
     local cfg = site .. "/imex.cfg"
     -- The packaged config's node file lacks n1: a daemon that read it would refuse to start.
-    d:write_nodes("n1", { "n2" })
+    d:write_node_list("n1", { "n2" })
     os.execute("mkdir -p " .. simdomain.quote(site))
     simdomain.write_file(site .. "/nodes.cfg", a.n1 .. "\n" .. a.n2 .. "\n")
     assert(d:use_config("n1", cfg, {

@@ -46,7 +46,7 @@ describe("imexsim under systemd: node names through a hosts file bind-mounted in
     slots = {}
     for k = 1, n do slots[k] = string.format("imexsim-slot-%d-%d", d.net, k - 1) end
     for _, name in ipairs(d.names) do
-      d:write_nodes(name, slots)
+      d:write_node_list(name, slots)
       write_hosts(name)
       assert(d:unit_options(name, { Service = { BindReadOnlyPaths = d:dir(name) .. "/hosts:/etc/hosts" } }))
     end

@@ -35,11 +35,11 @@ describe("imexsim under systemd: the node's inputs", function()
       ".nodes_config.cfg.AbC123" }) do
       simdomain.write_file(dir .. "/" .. p, "partial")
     end
-    d:write_nodes("n1", { "n1" })
+    d:write_node_list("n1", { "n1" })
     -- the file no longer holds the job's list: the prolog must rewrite it and restart, which job 100
     -- (another list) would refuse if it still counted
     assert(d:start())
-    d:write_nodes("n1", {})
+    d:write_node_list("n1", {})
     local r = d:prologs{ job = 101, nodelist = "n1", args = "--set log_level=debug" }.n1
     assert.equal("ok", r.outcome, r.output)
     assert.matches("dropping the registration%(s%) of job 100: made during another boot", r.output)
@@ -85,7 +85,7 @@ describe("imexsim under systemd: the node's inputs", function()
       .. "daemon holds it", function()
       socket_domain()
       assert(d:start())
-      d:write_nodes("n1", {})
+      d:write_node_list("n1", {})
       local r = d:prologs{ job = 101, nodelist = "n1", args = "--set log_level=debug" }.n1
       assert.equal("ok", r.outcome, r.output)
       assert.matches("restarted", r.output)
@@ -96,7 +96,7 @@ describe("imexsim under systemd: the node's inputs", function()
 
     it("a daemon started by hand on the socket, the unit inactive: service-failed naming it", function()
       local sock = socket_domain()
-      d:write_nodes("n1", { "n1" })
+      d:write_node_list("n1", { "n1" })
       assert(d:systemctl("enable", d:unit("n1"))) -- installed and enabled, not started
       local pid = assert(d:start_stray("n1"))
       assert.truthy(simdomain.wait_until(function()
@@ -122,7 +122,7 @@ describe("imexsim under systemd: the node's inputs", function()
     local map = simdomain.read_file(root .. "/addresses")
     simdomain.write_file(root .. "/addresses", map .. string.format("rack7-slot01 127.0.%d.1\n"
       .. "rack7-slot02 127.0.%d.2\n", net, net))
-    for _, name in ipairs(d.names) do d:write_nodes(name, { "rack7-slot01", "rack7-slot02" }) end
+    for _, name in ipairs(d.names) do d:write_node_list(name, { "rack7-slot01", "rack7-slot02" }) end
     assert.equal("rack7-slot01\nrack7-slot02\n", d:nodes_file("n1"))
     assert(d:start())
     local policy = simdomain.quote(simdomain.src_dir() .. "/../policies/static_domain.lua")

@@ -116,7 +116,7 @@ describe("the nudge under systemd: one peer restarts, the others' back-off is 15
   -- (p.after: seconds from the restarted daemon's start to its end), start = that start
   -- (ExecMainStartTimestampMonotonic, seconds)}.
   local function job(id, extra)
-    d:write_nodes("n4", { "n4" })
+    d:write_node_list("n4", { "n4" })
     local inv = {}
     for _, n in ipairs({ "n1", "n2", "n3", "n4" }) do inv[n] = d:invocation(n) end
     local starts = {}
@@ -154,7 +154,7 @@ describe("the nudge under systemd: one peer restarts, the others' back-off is 15
   it("with the nudge the current nodes' prologs return soon after the restarted daemon is up, "
     .. "without it after the back-off; no daemon restarts but the one", function()
     d = simdomain.new{ nodes = 4, extra_cfg = EXTRA }
-    for _, name in ipairs(d.names) do d:write_nodes(name, d.names) end
+    for _, name in ipairs(d.names) do d:write_node_list(name, d.names) end
     assert(d:start())
     -- The units start one by one: the first daemons' attempts to the later ones fail and wait
     -- 15 s. A first job's prologs bring the domain UP (nudging), then it ends.

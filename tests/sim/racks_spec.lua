@@ -31,7 +31,7 @@ end
 -- A domain of racks whose daemons each run a one-node list (nothing of a job yet), started.
 local function racks(sizes, settings)
   local d = simdomain.new { racks = sizes, extra_cfg = simdomain.FAST_RECONNECT, settings = settings }
-  for _, n in ipairs(d.names) do d:write_nodes(n, { n }) end
+  for _, n in ipairs(d.names) do d:write_node_list(n, { n }) end
   assert(d:start())
   return d
 end
@@ -110,7 +110,7 @@ describe("simulated NVLink racks: one IMEX domain per rack", function()
   it("the static policy over two racks: each rack's static list verified for its own nodes", function()
     d = simdomain.new { racks = { 2, 2 }, extra_cfg = simdomain.FAST_RECONNECT }
     for _, rack in ipairs(d.racks) do
-      for _, n in ipairs(rack) do d:write_nodes(n, rack) end
+      for _, n in ipairs(rack) do d:write_node_list(n, rack) end
     end
     assert(d:start())
     local before = {}

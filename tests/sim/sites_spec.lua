@@ -197,7 +197,7 @@ describe("imexsim under systemd: what real sites give", function()
     local s1 = assert(keyvals(d:dir("n1") .. "/imexsim.state"))
     assert.are.equal("", s1.blocks)
     -- n2's list changes under n1's running daemon: n1, which had n2 CONNECTED, remembers it.
-    d:write_nodes("n2", { "n2", "n1" })
+    d:write_node_list("n2", { "n2", "n1" })
     assert(d:systemctl("restart", d:unit("n2")))
     local blocked = simdomain.wait_until(function()
       local s = keyvals(d:dir("n1") .. "/imexsim.state")
@@ -211,7 +211,7 @@ describe("imexsim under systemd: what real sites give", function()
     assert.is_true(tonumber(s1.started) < since)
     -- n2 restarts with n1's list: still NODE_MAP_MISMATCH (C32); n2 started after the mismatch
     -- began, so it cannot be the end that remembers it, n1 is.
-    d:write_nodes("n2", { "n1", "n2" })
+    d:write_node_list("n2", { "n1", "n2" })
     assert(d:systemctl("restart", d:unit("n2")))
     assert.truthy(wait_json("n1", function(j)
       return j.nodes["1"].status == "READY" and pair(j, 1, 0) == "NODE_MAP_MISMATCH"

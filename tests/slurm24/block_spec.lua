@@ -12,7 +12,7 @@ describe("Slurm 24.11 topology/block", function()
 
   setup(function()
     d = cluster.domain { "health_timeout = 8", 'domain_map = "auto"' }
-    for _, n in ipairs(all) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(all) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 
@@ -40,7 +40,7 @@ describe("Slurm 24.11 topology/block", function()
 
   it("a job placed with --segment=2: one list per block, also from one list across both", function()
     -- the wrong state first: one list across the blocks on every node
-    for _, n in ipairs(all) do d:write_nodes(n, all) end
+    for _, n in ipairs(all) do d:write_node_list(n, all) end
     local id = cluster.sbatch("-N4 --segment=2", "true")
     assert.are.equal("COMPLETED", cluster.wait_job(id))
     per_block(id)

@@ -15,7 +15,7 @@ describe("Slurm 24.11 configless, SwitchType in an Included file", function()
   setup(function()
     d = cluster.domain { "health_timeout = 8", 'imex_channels = "channel0"',
       string.format("proc_devices = %q", top .. "/tests/fixtures/proc/devices-gb200.txt") }
-    for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 

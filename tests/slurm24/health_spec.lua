@@ -46,7 +46,7 @@ describe("HealthCheckProgram under slurmd 24.11", function()
     -- one IMEX domain over n[1-4] (the tier's blocks are block_spec's)
     d = cluster.domain { "health_timeout = 8", "drain_reason = true", cluster.scontrol_setting(),
       'domain_map = "none"' }
-    for _, n in ipairs(all) do d:write_nodes(n, all) end
+    for _, n in ipairs(all) do d:write_node_list(n, all) end
     assert(d:start())
     assert.truthy(rack_up(), "the rack is UP")
   end)
@@ -76,7 +76,7 @@ describe("HealthCheckProgram under slurmd 24.11", function()
     -- IMEX keeps a node-map mismatch until both ends restart (C32): stop every daemon, then start
     -- them with one list, as AWS's guide says (a rolling restart leaves the first ones blocked)
     for _, n in ipairs(all) do
-      d:write_nodes(n, all)
+      d:write_node_list(n, all)
       assert(d:systemctl("stop", d:unit(n)))
     end
     assert(d:start(all))

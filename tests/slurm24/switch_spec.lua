@@ -21,7 +21,7 @@ describe("Slurm 24.11 switch/nvidia_imex under the static policy", function()
       string.format("proc_devices = %q", top .. "/tests/fixtures/proc/devices-gb200.txt"),
       string.format("slurm_conf = %q", assert(os.getenv("SLURM_CONF"))) }
     -- the static list: the whole rack, written once
-    for _, n in ipairs(all) do d:write_nodes(n, all) end
+    for _, n in ipairs(all) do d:write_node_list(n, all) end
     assert(d:start())
   end)
 

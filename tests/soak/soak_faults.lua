@@ -134,8 +134,8 @@ function M.run(tap, long)
   local d = simdomain.new { nodes = 2, extra_cfg = simdomain.MISMATCH_CLEARS_ONE }
   local scratch = util.tmpdir("faults")
   local ok, err = pcall(function()
-    d:write_nodes("n1", { "n1" })
-    d:write_nodes("n2", { "n1", "n2" })
+    d:write_node_list("n1", { "n1" })
+    d:write_node_list("n2", { "n1", "n2" })
     assert(d:start())
     for _, f in ipairs(FAULTS) do
       if f.args then f.args = f.args:gsub("@SCRATCH@", scratch) end

@@ -5,7 +5,7 @@
 -- invalid UTF-8), the text form of `-N`, hostlists (differential against `scontrol show
 -- hostnames`, given a minimal slurm.conf through SLURM_CONF in a temp dir), node files,
 -- config.cfg, the state file and the settings file. Properties: no crash or uncaught error, every
--- result of the documented shape; a ctl answer that does not parse never makes steps.assess decide
+-- result of the documented shape; a ctl answer that does not parse never makes steps.assess_daemon decide
 -- "restart" and never gives a healthy verdict; every hostlist Slurm accepts expands the same.
 -- A failing input is printed (escaped) with the target's name.
 local cjson = require "cjson"
@@ -91,12 +91,12 @@ end
 
 local function bump(counts, k) counts[k] = (counts[k] or 0) + 1 end
 
--- ctl -N -j: parse, then the decision steps.assess and health.verdict make from it.
+-- ctl -N -j: parse, then the decision steps.assess_daemon and verdict.judge make from it.
 local function ctl_json(tap, n)
   local testing = require "imexguard.testing"
   local steps = require "imexguard.steps"
   local ctl = require "imexguard.ctl"
-  local health = require "imexguard.health"
+  local verdict = require "imexguard.verdict"
   local seeds = { fixture("up-2node-570.json"), fixture("down-unconfigured.json") }
   local trees = {}
   for i, s in ipairs(seeds) do trees[i] = cjson.decode(s) end
@@ -108,7 +108,7 @@ local function ctl_json(tap, n)
     return { stdout = mut.bytes(seeds[math.random(#seeds)]), status = status }
   end
   local function check(a, counts)
-    local d, msg, kind = ctl.parse_domain(a.stdout, a.status)
+    local d, msg, kind = ctl.parse_mesh(a.stdout, a.status)
     if d == nil then
       if not one_line(msg) then return false, "ctl error message spans lines: " .. tostring(msg) end
       if kind ~= "malformed" and kind ~= "unreachable" and kind ~= "unconfigured" then
@@ -125,12 +125,12 @@ local function ctl_json(tap, n)
     local ctx = testing.ctx { host = h }
     local info = assert(steps.applies(ctx))
     local want = assert(steps.desired(ctx, info))
-    local v, o, m = steps.assess(ctx, info, want, {}, { changed = false })
+    local v, o, m = steps.assess_daemon(ctx, info, want, {}, { changed = false })
     if not v then return false, "assess failed: " .. tostring(o) .. " " .. tostring(m) end
     if d == nil and v.action == "restart" then return false, "unparsable answer -> restart: " .. v.reason end
     if v.action == "restart" then bump(counts, "restart (parsed, other hosts)") end
-    local verdict = health.verdict(d and { domain = d } or { err = msg, kind = kind }, want.addrs, want.self)
-    if d == nil and verdict and verdict.healthy then return false, "unparsable answer judged healthy" end
+    local judged = verdict.judge(d and { mesh = d } or { err = msg, kind = kind }, want)
+    if d == nil and judged and judged.healthy then return false, "unparsable answer judged healthy" end
     return true
   end
   target(tap, "ctl -N -j", n, gen, check)

@@ -107,8 +107,8 @@ function M.run(tap, long)
   local d = simdomain.new { nodes = 2, extra_cfg = simdomain.MISMATCH_CLEARS_ONE }
   local scratch = util.tmpdir("kill")
   local ok, err = pcall(function()
-    d:write_nodes("n1", { "n1" })
-    d:write_nodes("n2", { "n1", "n2" })
+    d:write_node_list("n1", { "n1" })
+    d:write_node_list("n2", { "n1", "n2" })
     assert(d:start())
     local h = util.host()
     -- Measured runs without a kill give the scale of the random delays, per kind of round: the

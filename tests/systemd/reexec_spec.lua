@@ -27,7 +27,7 @@ describe("prologs while systemd re-executes", function()
 
   setup(function()
     d = simdomain.new { nodes = 4 }
-    for _, n in ipairs(d.names) do d:write_nodes(n, d.names) end
+    for _, n in ipairs(d.names) do d:write_node_list(n, d.names) end
     assert(d:start())
   end)
 

@@ -15,7 +15,7 @@ local M = {}
 -- @param info table from applies (nodes_file)
 -- @return string bytes ("" when the file does not exist), or nil, message when unreadable (the file
 --   is then rewritten: an unreadable or oversized list is never right)
-function M.read_nodes(ctx, info)
+function M.read_node_list(ctx, info)
   local text, err, code = ctx.host.read(info.nodes_file, base.MAX_FILE)
   if text then return text end
   if code == "ENOENT" then return "" end
@@ -28,7 +28,7 @@ end
 -- @param st table state (updated in place and saved)
 -- @return true, or nil, "write-failed"|"deadline-exceeded", message (the primitive's: it says
 --   whether the old file is intact)
-function M.write_nodes(ctx, info, want, st)
+function M.write_node_list(ctx, info, want, st)
   local host = ctx.host
   local ok, err, code = host.write_atomic(info.nodes_file, want.bytes, tonumber("644", 8))
   if not ok then

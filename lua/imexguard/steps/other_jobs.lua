@@ -32,10 +32,10 @@ local M = {}
 -- dropped from `st` first (stale: an epilog that never ran; see imexguard.registry).
 -- @param ctx table policy context (ctx.job.id: this job, never in conflict with itself)
 -- @param st table state file contents (st.jobs: the registry)
--- @param verdict table from assess (nodes: the list the daemon would run; action)
+-- @param assessment table from assess_daemon (nodes: the list the daemon would run; action)
 -- @return true, or false, message (one line naming the job ids, what to do; the policy then
 --   returns "conflict"), and the list of blocking entries
-function M.may_restart(ctx, st, verdict)
+function M.may_restart(ctx, st, assessment)
   local s, host = ctx.settings, ctx.host
   local now_us = host.wallclock() * 1e6
   local stale = registry.prune(st, now_us, base.setting(ctx, "registration_max_age"))
@@ -44,20 +44,20 @@ function M.may_restart(ctx, st, verdict)
       .. "(older than registration_max_age)", node_name(ctx), registry.ids(stale))))
   end
   local id = job_id(ctx)
-  local blocking, why, short = registry.conflicting(st, id, verdict.nodes), "it with another node list",
+  local blocking, why, short = registry.conflicting(st, id, assessment.nodes), "it with another node list",
     "other node list"
-  if #blocking == 0 and verdict.action == "restart" then
+  if #blocking == 0 and assessment.action == "restart" then
     blocking = registry.others(st, id)
     why, short = "the running daemon, and a restart drops every import", "same node list, running daemon"
   end
   if #blocking == 0 then return true, nil, blocking end
   if s.restart_under_jobs then
     host.log("warning", one_line(string.format("node %s: %s %s for job %s under job %s (%s), "
-      .. "allowed by restart_under_jobs", node_name(ctx), verdict.action, s.unit, id,
+      .. "allowed by restart_under_jobs", node_name(ctx), assessment.action, s.unit, id,
       registry.ids(blocking), short)))
     return true, nil, blocking
   end
-  return false, M.conflict_message(ctx, verdict, blocking, why), blocking
+  return false, M.conflict_message(ctx, assessment, blocking, why), blocking
 end
 
 -- This job's hosts for a person: its Slurm node list compressed, else the addresses of `bytes`
@@ -72,26 +72,26 @@ end
 -- them, how long ago they registered), then what this job would do, then how an admin clears a
 -- stale registration (`imexguard forget JOBID`).
 -- @param ctx table policy context
--- @param verdict table from assess (action, nodes, changed)
+-- @param assessment table from assess_daemon (action, nodes, changed)
 -- @param entries list registry entries that block
 -- @param why string e.g. "it with another node list" (after "uses"/"use"; "it" is the unit)
 -- @return string one line
-function M.conflict_message(ctx, verdict, entries, why)
+function M.conflict_message(ctx, assessment, entries, why)
   local now_us = ctx.host.wallclock() * 1e6
   local unit = ctx.settings.unit
   local parts = {}
   for i, e in ipairs(entries) do
     parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, registry.entry_hosts(e),
       e.shared and ("shared " .. tostring(e.shared) .. ", ") or "",
-      registry.show_age((now_us - (e.registered_us or now_us)) / 1e6))
+      registry.age_text((now_us - (e.registered_us or now_us)) / 1e6))
   end
-  local what = verdict.action ~= "none" and (verdict.action .. " " .. unit) or ""
-  if verdict.changed then what = "rewrite the node list" .. (what ~= "" and (" and " .. what) or "") end
+  local what = assessment.action ~= "none" and (assessment.action .. " " .. unit) or ""
+  if assessment.changed then what = "rewrite the node list" .. (what ~= "" and (" and " .. what) or "") end
   local one = #entries == 1
   return one_line(string.format("node %s: %s %s %s %s; job %s would %s for %s; nothing written or "
     .. "restarted; if %s no longer runs here: imexguard forget %s", node_name(ctx),
     one and "job" or "jobs", table.concat(parts, ", "), one and "uses" or "use",
-    (why:gsub("^it ", unit .. " ")), job_id(ctx), what, job_hosts(ctx, verdict.nodes),
+    (why:gsub("^it ", unit .. " ")), job_id(ctx), what, job_hosts(ctx, assessment.nodes),
     one and ("job " .. entries[1].id) or "one of them", one and entries[1].id or "JOBID"))
 end
 

@@ -2,7 +2,7 @@
 --- Step 7 of the built-in policy, "(re)start" (docs/design.md, "Decision model of the default
 -- policy"; cases C26, C27): the unit's actions and the check around them. A start is refused, and
 -- a healthy answer does not count (step 8), while a process that is not the unit's holds the
--- daemon's command service (check_port); a start or restart is one systemd job, waited for, whose
+-- daemon's command service (check_port_owner); a start or restart is one systemd job, waited for, whose
 -- failure names the unit's Result with the admin's recovery (one reset-failed and one more start
 -- after start-limit-hit); what the daemon was started with is recorded in the state file.
 local base = require "imexguard.steps.base"
@@ -41,7 +41,7 @@ end
 -- @param props table|nil the unit's properties (main_pid, active_state)
 -- @return true, or nil, "service-failed", message naming the process (pid, command line), the port
 --   or socket and the unit
-function M.check_port(ctx, info, props)
+function M.check_port_owner(ctx, info, props)
   local host = ctx.host
   local svc, serr = imexcfg.command_service(info.cfg)
   if not svc then
@@ -51,7 +51,7 @@ function M.check_port(ctx, info, props)
   local main = props and tonumber(props.main_pid)
   local hint = main and main > 0 and main or nil
   if svc.socket and type(host.socket_owner) == "function" then
-    local ok, o, m = M.check_owner(ctx, props, "socket " .. svc.socket,
+    local ok, o, m = M.check_listener_owner(ctx, props, "socket " .. svc.socket,
       host.socket_owner(svc.socket, nil, hint))
     if not ok then return nil, o, m end
   end
@@ -60,13 +60,13 @@ function M.check_port(ctx, info, props)
     -- simulator runs one daemon per loopback address on the same port; a node runs one)
     local cmd_ip = info.cfg and info.cfg.IMEX_CMD_BIND_INTERFACE_IP
     if cmd_ip == "" then cmd_ip = nil end
-    return M.check_owner(ctx, props, "port " .. svc.port,
+    return M.check_listener_owner(ctx, props, "port " .. svc.port,
       host.port_owner(svc.port, nil, cmd_ip or info.bind, hint))
   end
   return true
 end
 
---- The judgement of M.check_port on one listener of the command service: healthy only when it is
+--- The judgement of M.check_port_owner on one listener of the command service: healthy only when it is
 -- the active unit's process.
 -- @param ctx table policy context
 -- @param props table|nil the unit's properties
@@ -75,7 +75,7 @@ end
 -- @param err string|nil its message when nil
 -- @param code string|nil its code ("none": nothing listens)
 -- @return true, or nil, "service-failed", message
-function M.check_owner(ctx, props, what, owner, err, code)
+function M.check_listener_owner(ctx, props, what, owner, err, code)
   local host, unit = ctx.host, ctx.settings.unit
   if not owner then
     if code ~= "none" then
@@ -165,26 +165,26 @@ end
 -- stays until the prolog ends (step 9b): a run killed during the health wait is an interrupted
 -- prolog too. A failed unit is reset-failed before its start only with
 -- reset_failed_retry (it clears the start-limit counter, so it is the site's call). A start is
--- refused when another process holds the command port (M.check_port).
+-- refused when another process holds the command port (M.check_port_owner).
 -- @param want table the desired list (bytes, config_path)
--- @param v table verdict from assess (action "start" or "restart", reset_failed)
+-- @param a table the assessment (assess_daemon: action "start" or "restart", reset_failed)
 -- @param st table state (updated in place and saved)
 -- @param info table|nil from applies (a start checks the command port)
 -- @return true and the new props (nil when systemd did not answer after the job), or nil, outcome,
 --   message
-function M.restart(ctx, want, v, st, info)
+function M.restart(ctx, want, a, st, info)
   local s, host = ctx.settings, ctx.host
-  if info and v.action == "start" then
-    local ok, o, m = M.check_port(ctx, info, v.unit)
+  if info and a.action == "start" then
+    local ok, o, m = M.check_port_owner(ctx, info, a.unit)
     if not ok then return nil, o, m end
   end
   local reset_done = false
-  if v.reset_failed and base.setting(ctx, "reset_failed_retry", false) then
+  if a.reset_failed and base.setting(ctx, "reset_failed_retry", false) then
     local ok, err = host.unit_reset_failed(s.unit)
     reset_done = true
     if not ok then host.log("warning", one_line("reset-failed of " .. s.unit .. ": " .. tostring(err))) end
   end
-  local verb = v.action == "restart" and "restart" or "start"
+  local verb = a.action == "restart" and "restart" or "start"
   local cfg_text = host.read(want.config_path or s.imex_config, base.MAX_FILE)
   local jok, jo, jm = M.unit_start_job(ctx, verb, reset_done)
   if not jok then return nil, jo, jm end

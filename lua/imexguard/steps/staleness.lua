@@ -1,17 +1,17 @@
 -- SPDX-License-Identifier: Apache-2.0
---- Step 5 of the built-in policy, "stale?" (docs/design.md, "Decision model of the default
--- policy"; cases C06, C17, C21): under the lock, changing nothing, is the running daemon current
--- for the job's list, or must it be started, restarted or waited for? Step 5a lets the unit settle;
--- then the stages in order: the unit's state, a pending list change, what the daemon was started
--- with (the state file's record, else mtimes), and the ctl's node map, whose call may start early
--- (the overlap, step 5 of docs/design.md). `plan` runs it too.
+--- Step 5 of the built-in policy, "assess the daemon" (is it stale?; docs/design.md, "Decision model of
+-- the default policy"; cases C06, C17, C21): under the lock, changing nothing, is the running daemon
+-- current for the job's list, or must it be started, restarted or waited for? Step 5a lets the unit
+-- settle; then the stages in order: the unit's state, a pending list change, what the daemon was
+-- started with (the state file's record, else mtimes), and the ctl's node map, whose call may start
+-- early (the overlap, step 5 of docs/design.md). `plan` runs it too.
 local base = require "imexguard.steps.base"
 local applies = require "imexguard.steps.applies"
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
 local progress = lazy "imexguard.progress"
 local health = lazy "imexguard.health"
-local verdicts = lazy "imexguard.verdict" -- (the stages name their verdict tables `v`)
+local verdict = lazy "imexguard.verdict"
 
 local fail, node_name = base.fail, base.node_name
 
@@ -43,21 +43,21 @@ function M.settle_unit(ctx, wait)
   end
 end
 
---- Stage "unit state" of assess: a unit that is not running. Sets v.action and v.reason and returns true for
+--- Stage "unit state" of assess: a unit that is not running. Sets a.action and a.reason and returns true for
 -- activating/deactivating ("wait"), failed ("start" after reset-failed) and inactive ("start").
--- @param v table the verdict being built (v.unit: settled props)
--- @return true when the unit's state decided the verdict, false for an active (or reloading) unit
-local function stage_unit_state(ctx, v)
-  local s, props = ctx.settings, v.unit
-  local a = props.active_state
-  if a == "activating" or a == "deactivating" then
-    v.action, v.reason = "wait", string.format("%s is %s; prolog would wait up to %g s", s.unit, a,
+-- @param a table the assessment being built (a.unit: settled props)
+-- @return true when the unit's state decided the assessment, false for an active (or reloading) unit
+local function stage_unit_state(ctx, a)
+  local s, props = ctx.settings, a.unit
+  local state = props.active_state
+  if state == "activating" or state == "deactivating" then
+    a.action, a.reason = "wait", string.format("%s is %s; prolog would wait up to %g s", s.unit, state,
       s.start_timeout)
-  elseif a == "failed" then
-    v.action, v.reset_failed = "start", true
-    v.reason = string.format("%s failed (result %s)", s.unit, tostring(props.result))
-  elseif a ~= "active" and a ~= "reloading" then
-    v.action, v.reason = "start", string.format("%s is %s", s.unit, tostring(a))
+  elseif state == "failed" then
+    a.action, a.reset_failed = "start", true
+    a.reason = string.format("%s failed (result %s)", s.unit, tostring(props.result))
+  elseif state ~= "active" and state ~= "reloading" then
+    a.action, a.reason = "start", string.format("%s is %s", s.unit, tostring(state))
   else
     return false
   end
@@ -102,27 +102,27 @@ end
 -- the list the daemon started with): "same nodes, another order" is stale (C21), a host set never
 -- decides. A running daemon's list always holds this node (else it refuses to start), so an answer
 -- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
--- Sets v.action ("restart" stays, or "none"), v.reason, v.order (verdict.compare_map's kind) and
--- v.answer (kept for the first health poll).
+-- Sets a.action ("restart" stays, or "none"), a.reason, a.order (verdict.compare_map's kind) and
+-- a.answer (kept for the first health poll).
 -- @param probe table|nil the ctl already started (M.start_probe): its answer; nil: health.probe now
-local function stage_ctl(ctx, want, v, probe)
+local function stage_ctl(ctx, want, a, probe)
   local ans
   if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path, want.cfg) end
-  v.answer = ans
-  if not ans.domain then
-    v.action, v.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
+  a.answer = ans
+  if not ans.mesh then
+    a.action, a.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = verdicts.compare_map(ans.domain, want.addrs, want.self)
-  v.order = cmp.kind
+  local cmp = verdict.compare_map(ans.mesh, want.addrs, want.self)
+  a.order = cmp.kind
   if cmp.kind == "self-absent" then
-    v.action = "none"
-    v.reason = "daemon current by its start time; the ctl does not list this node " .. want.self
+    a.action = "none"
+    a.reason = "daemon current by its start time; the ctl does not list this node " .. want.self
   elseif cmp.kind == "same" then
-    v.action, v.reason = "none", "daemon current"
+    a.action, a.reason = "none", "daemon current"
   else
-    v.reason = "the ctl shows the daemon running another node map than the job's: " .. cmp.summary
-    v.answer = nil
+    a.reason = "the ctl shows the daemon running another node map than the job's: " .. cmp.summary
+    a.answer = nil
   end
 end
 
@@ -146,7 +146,7 @@ function M.start_probe(ctx, config, cfg)
   return setmetatable({ ctx = ctx, config = config, cfg = cfg, proc = proc, err = err, code = code }, Probe)
 end
 
---- Wait for the started ctl: health.probe's answer ({domain = ...} or {err, kind}).
+--- Wait for the started ctl: health.probe's answer ({mesh = ...} or {err, kind}).
 function Probe:answer()
   local probe, ctx = self, self.ctx
   local function run() -- health.probe's one command: the started one
@@ -154,7 +154,7 @@ function Probe:answer()
     return probe.proc:wait()
   end
   local host = setmetatable({ run = run }, { __index = ctx.host })
-  -- health.probe records the answer it parsed in ctx.domain_seen: the view passes writes to ctx
+  -- health.probe records the answer it parsed in ctx.mesh_seen: the view passes writes to ctx
   return health.probe(setmetatable({ host = host }, { __index = ctx, __newindex = ctx }), nil, self.config,
     self.cfg)
 end
@@ -198,10 +198,10 @@ end
 --   the query's properties alone. The ctl thus runs where it ran before, and beyond that only when
 --   the unit changed between step 1 and the query (a restart by another run or an admin): then it
 --   is a read-only query killed unread.
--- @return verdict {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
+-- @return assessment {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
 --   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
 --   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
-function M.assess(ctx, info, want, st, opts)
+function M.assess_daemon(ctx, info, want, st, opts)
   local early = info and info.unit
   local early_reason, started
   if may_reach_ctl(ctx, early, opts) then
@@ -211,22 +211,22 @@ function M.assess(ctx, info, want, st, opts)
   local probe <close> = started -- killed on every path that does not answer it
   local props, o, m = M.settle_unit(ctx, opts.wait)
   if not props then return nil, o, m end
-  local v = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
-  if stage_unit_state(ctx, v) then return v end
-  v.action = "restart"
+  local a = { unit = props, action = "none", nodes = want.bytes, changed = opts.changed and true or false }
+  if stage_unit_state(ctx, a) then return a end
+  a.action = "restart"
   if opts.changed and opts.write_pending then
-    v.reason = "node list changes; the daemon reads it only at start"
-    return v
+    a.reason = "node list changes; the daemon reads it only at start"
+    return a
   end
   local same = may_reach_ctl(ctx, early, opts) and same_daemon(early, props)
   if same then
-    v.reason = early_reason
+    a.reason = early_reason
   else
-    v.reason = stage_started_with(ctx, info, want, st, props)
+    a.reason = stage_started_with(ctx, info, want, st, props)
   end
-  if v.reason then return v end
-  stage_ctl(ctx, want, v, same and probe or nil)
-  return v
+  if a.reason then return a end
+  stage_ctl(ctx, want, a, same and probe or nil)
+  return a
 end
 
 return M

@@ -400,7 +400,7 @@ M.list = {
     run = function(policy, settings)
       local cfg = testing.CONFIG_TEXT:gsub("IMEX_CMD_BIND_INTERFACE_IP=[^\n]*",
         "IMEX_CMD_BIND_INTERFACE_IP=127.0.0.1")
-      local answer = { domain = { status = "DEGRADED", nodes = {
+      local answer = { mesh = { status = "DEGRADED", nodes = {
         { host = "10.0.0.1", connections = { ["10.0.0.1"] = "CONNECTED", ["10.0.0.2"] = "CONNECTED" } },
         { host = "10.0.0.2", status = "UNAVAILABLE" } } } }
       local r = M.call(policy, { settings = settings, host = { files = { [testing.CONFIG] = cfg },

@@ -34,7 +34,7 @@
 --                    was started with when the unit is active, else the "unreachable" answer), a
 --                    list of answers consumed per call (the last one repeats), or function(n, argv,
 --                    h) -> answer. An answer is a string (stdout, exit 0), {stdout =, status =},
---                    {hang = true}, {domain = described domain (see render_domain,
+--                    {hang = true}, {mesh = described mesh (see render_mesh,
 --                    imexguard.testing.run)} or {exec_error = "ENOENT"};
 --                    testing.restarted_peer{...} is such a function for a peer that restarted while
 --                    this node's daemon waits on its reconnect back-off (or on a nudge, SIGUSR1)
@@ -77,7 +77,7 @@
 --
 -- Scenarios (a site spec reads given / when / then; options and methods in imexguard.testing.scenario):
 --   local s = testing.scenario{ policy = P, node = "n1", nodes = {n1 = "10.0.0.1", n2 = "10.0.0.2"},
---     domain = "up", file = {"n1", "n2"}, unit = "active", jobs = {{id = 100, nodes = {"n1", "n3"}}} }
+--     mesh = "up", file = {"n1", "n2"}, unit = "active", jobs = {{id = 100, nodes = {"n1", "n3"}}} }
 --   local outcome, msg = s:prolog{ job = 101, nodelist = "n[1-2]" }
 --   assert.same({}, s:writes()); assert.equal(0, s:restarts()); assert.same({"100"}, s:registered())
 -- This module is test infrastructure; it uses no io (specs read fixtures themselves). The kit is
@@ -103,7 +103,7 @@ M.UNIT, M.CONFIG, M.NODES, M.STATE, M.WALL0 = base.UNIT, base.CONFIG, base.NODES
 M.BOOT_ID, M.BOOT_ID_FILE = base.BOOT_ID, base.BOOT_ID_FILE
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.HANG
-M.render_domain, M.up, M.restarted_peer = run.render_domain, run.up, run.restarted_peer
+M.render_mesh, M.up, M.restarted_peer = run.render_mesh, run.up, run.restarted_peer
 M.gpus, M.FABRIC_NONE, M.ABSENT = run.gpus, run.FABRIC_NONE, run.ABSENT
 M.CLUSTER_UUID, M.CLIQUE_ID = run.CLUSTER_UUID, run.CLIQUE_ID
 --- Addresses of the default nodes n1..n4.

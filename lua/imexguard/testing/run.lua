@@ -3,7 +3,7 @@
 -- docs/design.md): the ctl (`nvidia-imex-ctl`, or any argv with its query `-N`), `nvidia-smi` and
 -- `scontrol` each have their own script and a default; the option `commands` scripts these or any
 -- other program; a command nobody scripted raises an error naming it. Also the ctl answers the kit
--- names (UNREACHABLE, UNCONFIGURED, HANG), render_domain, which prints a described domain as
+-- names (UNREACHABLE, UNCONFIGURED, HANG), render_mesh, which prints a described mesh as
 -- `nvidia-imex-ctl -N -j` does, and the nvidia-smi answers (gpus, FABRIC_*). Test infrastructure of
 -- imexguard.testing.
 local cjson = require "cjson"
@@ -56,12 +56,12 @@ M.FABRIC_NONE = M.gpus({ { state = "N/A" }, { state = "N/A" }, { state = "N/A" }
 --- nvidia-smi not installed (host.run cannot execute it).
 M.ABSENT = { exec_error = "ENOENT" }
 
---- Render a described domain as `nvidia-imex-ctl -N -j` prints it (objects keyed by decimal ids).
+--- Render a described mesh as `nvidia-imex-ctl -N -j` prints it (objects keyed by decimal ids).
 -- @param d table {status = "UP"|... (default: derived), timestamp = string, nodes = list of
 --   {host =, status = "READY" (default), version =, connections = {[host] = status}}}; a missing
 --   connection is CONNECTED when both ends are READY, else INVALID (each node lists itself too)
 -- @return string JSON text
-function M.render_domain(d)
+function M.render_mesh(d)
   local nodes, all_up, any_up = {}, true, false
   for i, n in ipairs(d.nodes) do
     local st = n.status or "READY"
@@ -84,11 +84,11 @@ end
 
 --- Answer with every host READY and connected.
 -- @param hosts list of addresses
--- @return answer {domain = described domain}
+-- @return answer {mesh = described mesh}
 function M.up(hosts)
   local nodes = {}
   for i, hst in ipairs(hosts) do nodes[i] = { host = hst } end
-  return { domain = { nodes = nodes } }
+  return { mesh = { nodes = nodes } }
 end
 
 --- SIGUSR1's number as host.unit_kill takes it (imexguard.nudge.SIGUSR1).
@@ -134,7 +134,7 @@ function M.restarted_peer(o)
       if n.host == me and not up then n.connections[peer] = o.status or "RECOVERING" end
       if n.host == peer then n.connections[me] = o.theirs or "CONNECTED" end
     end
-    return { domain = { nodes = nodes } }
+    return { mesh = { nodes = nodes } }
   end
 end
 
@@ -144,7 +144,7 @@ local function basename(p)
 end
 
 -- An answer from a script: a function(n, argv, h), a list of answers consumed per call (the last one
--- repeats), or one answer (a string, or a table with stdout, status, hang, domain or exec_error).
+-- repeats), or one answer (a string, or a table with stdout, status, hang, mesh or exec_error).
 local function scripted(script, n, argv, h)
   if type(script) == "function" then return script(n, argv, h) end
   if type(script) == "table" and script[1] ~= nil then return script[math.min(n, #script)] end
@@ -186,7 +186,7 @@ local function answerer(h, w, opts)
       for i, a in ipairs(w.daemon_nodes) do
         nodes[i] = { host = a, status = unhealthy[a] or unhealthy["*"] }
       end
-      return { domain = { nodes = nodes } }
+      return { mesh = { nodes = nodes } }
     end
     return M.UNREACHABLE
   end
@@ -222,7 +222,8 @@ local function finish(argv, o, a, spend, budget)
       { status = nil, signal = 15, stdout = "", stderr = "", truncated = false, elapsed = t }
   end
   spend(a.elapsed or 0.01)
-  local out = a.stdout or (a.domain and M.render_domain(a.domain)) or ""
+  if a.domain ~= nil then error("testing.host: a ctl answer's 'domain' is called 'mesh' now", 0) end
+  local out = a.stdout or (a.mesh and M.render_mesh(a.mesh)) or ""
   return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = false,
     elapsed = a.elapsed or 0.01 }
 end

@@ -24,7 +24,7 @@ local UNIT_STATES = {
 }
 
 -- fixed ctl answers by name
-local DOMAIN_ANSWERS = {
+local MESH_ANSWERS = {
   unreachable = run.UNREACHABLE, hang = run.HANG, unconfigured = run.UNCONFIGURED, garbage = "garbage",
 }
 
@@ -47,8 +47,8 @@ local function unit_option(u)
   return props
 end
 
---- Set the testing.host options ctl and unhealthy for a scenario's `domain` (see M.new).
-local function domain_option(self, d, hopts)
+--- Set the testing.host options ctl and unhealthy for a scenario's `mesh` (see M.new).
+local function mesh_option(self, d, hopts)
   if d == nil or d == "up" then
     hopts.ctl = "auto"
   elseif d == "down" then
@@ -56,7 +56,7 @@ local function domain_option(self, d, hopts)
   elseif type(d) == "string" then
     -- one answer: assert returns its message too, so its call is in parentheses (C40: a list of two
     -- answers, the second the message as stdout, answered every ctl call after the first)
-    hopts.ctl = { (assert(DOMAIN_ANSWERS[d], "testing.scenario: unknown domain '" .. d .. "'")) }
+    hopts.ctl = { (assert(MESH_ANSWERS[d], "testing.scenario: unknown mesh '" .. d .. "'")) }
   elseif type(d) == "table" and d.unhealthy then
     hopts.unhealthy = {}
     for k, v in pairs(d.unhealthy) do hopts.unhealthy[self:address(k)] = v end
@@ -68,7 +68,7 @@ local function domain_option(self, d, hopts)
       nodes[i] = { host = self:address(n.host), status = n.status, version = n.version,
         connections = n.connections and c or nil }
     end
-    hopts.ctl = { { domain = { status = d.status, nodes = nodes } } }
+    hopts.ctl = { { mesh = { status = d.status, nodes = nodes } } }
   else
     hopts.ctl = d -- a function, or a list of answers
   end
@@ -96,7 +96,7 @@ local function jobs_file(self, o_jobs)
   return cjson.encode({ jobs = jobs }) .. "\n"
 end
 
---- testing.host options of a scenario: files, resolver, unit, domain, registry and pass-through options.
+--- testing.host options of a scenario: files, resolver, unit, mesh, registry and pass-through options.
 local function host_options(self, o)
   local hopts = { files = {}, resolve = {}, hostname = self.node,
     local_addresses = { self:address(self.node), "127.0.0.1" } }
@@ -110,7 +110,7 @@ local function host_options(self, o)
     end
   end
   hopts.unit = unit_option(o.unit)
-  domain_option(self, o.domain, hopts)
+  mesh_option(self, o.mesh, hopts)
   for _, k in ipairs({ "restart", "lock", "deadline", "fail", "fresh_boot", "absent_dirs", "clock",
     "unit_script", "nvidia_smi", "scontrol", "commands" }) do
     if o[k] ~= nil then hopts[k] = o[k] end
@@ -132,12 +132,12 @@ end
 --   unit      "active" (default) | "inactive" | "failed" | "activating" | "deactivating" |
 --             "disabled" | "masked" | "missing" (not installed), or a table of unit properties
 --             (state = one of the shorthands, plus overrides such as invocation_id, result)
---   domain    what `nvidia-imex-ctl -N -j` answers: "up" (default: UP with the hosts the daemon
---             runs while the unit is active, else unreachable; follows restarts), "down" (every
---             node UNAVAILABLE), "unreachable", "hang", "unconfigured", "garbage",
+--   mesh      the mesh `nvidia-imex-ctl -N -j` answers (imexguard.ctl): "up" (default: UP with the
+--             hosts the daemon runs while the unit is active, else unreachable; follows restarts),
+--             "down" (every node UNAVAILABLE), "unreachable", "hang", "unconfigured", "garbage",
 --             {unhealthy = {[name or address] = status}} (those nodes in that status),
 --             {nodes = {{host = name or address, status =, connections =}}} (a fixed described
---             domain), a list of answers (consumed per call, the last repeats) or a function
+--             mesh), a list of answers (consumed per call, the last repeats) or a function
 --   jobs      registered jobs: {{id = 100, nodes = {"n1", "n3"} or "n[1,3]", age = seconds
 --             (600), shared = ...}, ...} or {[100] = {"n1", "n3"}}
 --   settings  setting overrides for every run; restart, lock, deadline, files, fail, resolve,
@@ -148,6 +148,8 @@ end
 -- @return scenario object (methods below)
 function M.new(kit, o)
   o = o or {}
+  -- the option's old name: an error, not a scenario that silently answers "up"
+  if o.domain ~= nil then error("testing.scenario: the option 'domain' is called 'mesh' now", 3) end
   local self = setmetatable({ kit = kit }, Scenario)
   self.node = o.node or "n1"
   self.nodes = o.nodes or kit.DEFAULT_NODES

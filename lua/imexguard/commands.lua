@@ -49,9 +49,11 @@ M.list = {
   -- the names and letters of sshd -t / nginx -t (test the configuration) and sshd -T / nginx -T
   -- (show the effective one); `show-config` as `scontrol show config`
   { name = "config-test", short = "t", dry_run = true, reason_line = true,
-    help = "test the settings (imexguard.conf, --set) and that the policy loads, changing nothing: exit 0 "
-      .. "and one line 'FILE: ok ...' on stdout, else one line 'imexguard: OUTCOME: cause' (settings-error "
-      .. "names the file, line and key)" },
+    help = "test the settings (imexguard.conf, --set), that the policy loads, and every file a prolog "
+      .. "reads (slurm.conf and its Includes, the topology files, the address map, config.cfg, the ctl), "
+      .. "changing nothing: one line per finding, 'FILE:LINE: error|warning|info: ...', then 'FILE: ok ...' "
+      .. "(exit 0), or 'imexguard: OUTCOME: cause' for the first error (--strict: also for the first "
+      .. "warning); settings-error names the file, line and key" },
   { name = "show-config", short = "T", json = true,
     help = "print every setting, its value and where it came from (default, FILE:LINE, --set, "
       .. "--deadline, --policy), as a settings file" },

@@ -92,10 +92,18 @@ local function settings_text(run)
   return false, err
 end
 
--- "PATH:LINE" of the key in the settings file's text, or PATH when the key is not found as written.
-local function where(text, path, key)
-  local line = key and S.locate(text, key)
-  return line and (path .. ':' .. line) or path
+-- "PATH:LINE" of the key in the settings file's text: the line whose value counts, the last that
+-- assigns it (S.lines_of); with `others`, " (also line N: the last counts)" names the lines before
+-- it. PATH alone when the key is not found as written.
+local function where(text, path, key, others)
+  local lines = key and S.lines_of(text, key) or {}
+  if #lines == 0 then return path end
+  local also = ''
+  if others and #lines > 1 then
+    also = string.format(' (also line%s %s: the last counts)', #lines > 2 and 's' or '',
+      table.concat(lines, ', ', 1, #lines - 1))
+  end
+  return path .. ':' .. lines[#lines] .. also
 end
 
 --- Validated settings from the file text (nil: defaults) and the --set overrides, and where each
@@ -114,7 +122,7 @@ function D.load_settings(text, path, sets)
     -- a bad value in the file is the file's fault, whatever --set says
     local ok; ok, err = S.validate(raw)
     if not ok then return nil, 'settings file ' .. where(text, path, S.key_of(err)) .. ': ' .. err end
-    for k in pairs(raw) do sources[k] = where(text, path, k) end
+    for k in pairs(raw) do sources[k] = where(text, path, k, true) end
   end
   raw, err = S.apply_overrides(raw, sets)
   if not raw then return nil, err end
@@ -151,7 +159,7 @@ function D.settings(run)
   if budget and not run.deadline_arg then
     t.deadline = math.min(t.deadline, budget)
   end
-  run.settings, run.sources = t, sources
+  run.settings, run.sources, run.settings_text = t, sources, text or nil
   local host = require('imexguard.host')
   run.started = host.now and host.now() -- monotonic seconds, for the metrics' run duration
   return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal,
@@ -386,18 +394,28 @@ end
 -- ---- config-test and show-config (the host runs them: no entry point) ----------------------
 
 --- `config-test` (after D.settings passed): the policy loads with its entry points (with the
--- dry-run recorders as imexguard.host: nothing changes). Ends ok with one line on stdout,
--- "FILE: ok; policy P loads (entry points)" (imexguard.showconfig.test_line), or policy-error
--- (main.c prints its reason line).
+-- dry-run recorders as imexguard.host: nothing changes), then every check of imexguard.configtest
+-- reads what a prolog will read (slurm.conf, the maps, config.cfg...) and names each fault with its
+-- file and line. Prints the findings and then the verdict: "FILE: ok; policy P loads (entry
+-- points)" (imexguard.showconfig.test_line) with the warnings counted, or "imexguard: OUTCOME: ..."
+-- for the first error (with run.strict, `--strict`, for the first warning too); policy-error when
+-- the policy does not load (main.c prints its reason line).
 -- @param run table the run
 -- @return table the end
 function D.config_test(run)
-  run.c.preload('imexguard.host', (D.host(require('imexguard.host'), true)))
+  local host = D.host(require('imexguard.host'), true)
+  run.c.preload('imexguard.host', host)
   local path = run.policy or run.settings.policy
   local policy, entries = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', entries) end
   local line = require('imexguard.showconfig').test_line(run, path or D.DEFAULT_POLICY, policy, entries)
-  return ends(run, 'ok', line, line .. '\n')
+  local ctx = { command = run.command, host = host, dry_run = true, job = {}, policy = policy,
+    settings = S.readonly(run.settings, 'ctx.settings', S.by_name), env = S.readonly(run.env, 'ctx.env'),
+    config_file = { path = run.config, text = run.settings_text, sources = run.sources,
+      absent = run.config_absent } }
+  local configtest = require('imexguard.configtest')
+  local outcome, message, out = configtest.report(configtest.run(ctx), line, run.strict)
+  return ends(run, outcome, message, out)
 end
 
 --- `show-config` (after D.settings): every setting, its value and where it came from, as a
@@ -405,6 +423,9 @@ end
 -- @param run table the run
 -- @return table the end
 function D.show_config(run)
+  local ctx = { host = require('imexguard.host'), env = run.env,
+    settings = S.readonly(run.settings, 'ctx.settings', S.by_name) }
+  run.effective = require('imexguard.showconfig').effective(ctx)
   local message, out = require('imexguard.showconfig').settings_report(run)
   return ends(run, 'ok', message, out)
 end

@@ -260,7 +260,7 @@ function M.load(text, chunkname)
   })
   local fn, err = load(text, chunkname or "=settings", "t", env)
   if not fn then
-    return nil, err
+    return nil, M.eof_line(err, text)
   end
   local ok, ret = pcall(fn)
   if not ok then
@@ -280,16 +280,36 @@ function M.load(text, chunkname)
   return ret
 end
 
---- The line of a settings file's text that sets `key`: the first line where the key is assigned
--- (`key = ...` at the start of a line, or `key = ...` after `{`, `,` or `;` in a returned table).
--- A settings file holds values only (M.load), so the first assignment is the one that counts
--- unless the file assigns a key twice (then the last one counts; this names the first).
+--- A syntax error that Lua reports "near <eof>" on the line after the last one (a file that ends
+-- with a newline has its end of file on an empty line of its own: `unit = ` on line 2 of a two-line
+-- file is "line 3: unexpected symbol near <eof>"): named on the last line that holds anything, where
+-- the admin must look. Any other error is returned as it is.
+-- @param err string load's error ("NAME:LINE: message")
+-- @param text string the file's contents
+-- @return string the error
+function M.eof_line(err, text)
+  local head, n, rest = tostring(err):match("^(.-):(%d+):( .*near <eof>.*)$")
+  if not head or type(text) ~= "string" then return err end
+  local last, i = nil, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    i = i + 1
+    if line:find("%S") then last = i end
+  end
+  if last and last < tonumber(n) then return string.format("%s:%d:%s", head, last, rest) end
+  return err
+end
+
+--- Every line of a settings file's text that assigns `key` (`key = ...` at the start of a line, or
+-- `key = ...` after `{`, `,` or `;` in a returned table), in file order. A settings file holds
+-- values only (M.load), so when a key is assigned more than once the LAST assignment counts (Lua
+-- assigns in order; in a table constructor, too, the last field of a key wins).
 -- @param text string the file's contents
 -- @param key string a setting's name
--- @return integer line number (1-based), or nil when the key is not found as written
-function M.locate(text, key)
+-- @return list of line numbers (1-based; empty when the key is not found as written)
+function M.lines_of(text, key)
+  local out = {}
   if type(text) ~= "string" or type(key) ~= "string" or not key:match("^[%a_][%w_]*$") then
-    return nil
+    return out
   end
   local n = 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
@@ -297,10 +317,33 @@ function M.locate(text, key)
     local code = line:gsub("%-%-.*$", "")
     if code:match("^%s*" .. key .. "%s*=[^=]") or code:match("[{,;]%s*" .. key .. "%s*=[^=]")
       or code:match("^%s*" .. key .. "%s*=%s*$") then
-      return n
+      out[#out + 1] = n
     end
   end
-  return nil
+  return out
+end
+
+--- The first line of a settings file's text that assigns `key` (M.lines_of), e.g. the line of a
+-- key an error names; the line whose value counts is the last one (M.lines_of).
+-- @param text string the file's contents
+-- @param key string a setting's name
+-- @return integer line number (1-based), or nil when the key is not found as written
+function M.locate(text, key)
+  return M.lines_of(text, key)[1]
+end
+
+--- The settings a file assigns more than once: the last assignment counts (M.lines_of), which is
+-- seldom what an admin who appended a line meant; `config-test` names each one, `show-config`
+-- gives the last line as the source.
+-- @param text string the file's contents
+-- @return list of {key = name, lines = {line numbers}} in the schema's order
+function M.repeats(text)
+  local out = {}
+  for _, e in ipairs(M.schema) do
+    local lines = M.lines_of(text, e.name)
+    if #lines > 1 then out[#out + 1] = { key = e.name, lines = lines } end
+  end
+  return out
 end
 
 --- The key a validate() or apply_overrides() error names ("setting 'x' must be...",

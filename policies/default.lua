@@ -193,8 +193,11 @@ function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
--- jobs? The may_restart hook, else steps.may_restart.
--- @return true, or false, message
+-- jobs? The may_restart hook, else steps.may_restart. A refusal that returns the registered jobs
+-- that block (a non-empty list, as steps.may_restart does) is `conflict` (the prolog waits
+-- conflict_wait for a late epilog, C24); any other refusal is the policy's own rule: `refused`
+-- (exit 22), its message as the cause, no registry hint (issue 32 item 6).
+-- @return true, or false, message, list of the blocking registry entries (or nil)
 function Policy:may_restart(ctx, st, assessment)
   local f = self.hooks.may_restart or other_jobs.may_restart
   return f(ctx, st, assessment)
@@ -395,8 +398,10 @@ function Policy:locked_prolog(ctx, info, want)
   if not a then return o, m end
   local extra = self:register_extra(ctx, want)
   if not changed and a.action == "none" then return self:keep(ctx, st, want, a, extra, info) end
-  local allowed, why = self:may_restart(ctx, st, a)
+  local allowed, why, blocking = self:may_restart(ctx, st, a)
   if not allowed then
+    -- a refusal that names no registered job is the policy's own rule (issue 32 item 6)
+    if not other_jobs.blocked(blocking) then return "refused", other_jobs.refused_message(ctx, a, why) end
     -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
     if a.action ~= "none" then why = why .. "; " .. a.action .. " needed: " .. a.reason end
     return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }

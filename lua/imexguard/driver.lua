@@ -127,7 +127,7 @@ function D.load_settings(text, path, sets)
   raw, err = S.apply_overrides(raw, sets)
   if not raw then return nil, err end
   for _, item in ipairs(sets or {}) do
-    local key = tostring(item):match('^%s*([%w_]+)%s*=')
+    local key = tostring(item):match('^%s*([%w_]+)%s*=') or tostring(item):match('^%s*(policy_settings)%.')
     if key then sources[key] = '--set' end
   end
   local t; t, err = S.validate(raw)
@@ -358,6 +358,26 @@ local function entry_point(run, policy, path)
   return fn
 end
 
+--- The policy's own settings (imexguard.policysettings, issue 32 item 7): run.settings.policy_settings
+-- checked against what the policy declares (P.settings) and filled with its defaults. A wrong value
+-- or an unknown name is the settings file's fault (settings-error naming the file and line, or
+-- --set); a wrong declaration is the policy's (policy-error).
+-- @param run table the run (settings, sources, settings_text, config)
+-- @param policy table the loaded policy
+-- @param path string|nil the policy's path (nil: the built-in one)
+-- @return true, or nil, outcome, message
+function D.policy_settings(run, policy, path)
+  local ok, outcome, err = require('imexguard.policysettings').apply(policy, run.settings)
+  if ok then return true end
+  if outcome == 'policy-error' then
+    return nil, outcome, one_line(string.format('policy %s: %s', path or D.DEFAULT_POLICY, err))
+  end
+  local src = run.sources and run.sources.policy_settings
+  local where_ = src == '--set' and '--set' or ('settings file ' .. where(run.settings_text, run.config,
+    'policy_settings'))
+  return nil, outcome, one_line(where_ .. ': ' .. err)
+end
+
 --- Call 2 (a command with an entry point, imexguard.commands): the host table, the policy, its
 -- entry point and ctx.
 -- @param run table the run (after settings)
@@ -373,6 +393,8 @@ function D.prepare(run)
   local path = run.policy or run.settings.policy
   local policy, err = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', err) end
+  local psok, po, pm = D.policy_settings(run, policy, path)
+  if not psok then return ends(run, po, pm) end
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
   local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
@@ -408,6 +430,8 @@ function D.config_test(run)
   local path = run.policy or run.settings.policy
   local policy, entries = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', entries) end
+  local psok, po, pm = D.policy_settings(run, policy, path)
+  if not psok then return ends(run, po, pm) end
   local line = require('imexguard.showconfig').test_line(run, path or D.DEFAULT_POLICY, policy, entries)
   local ctx = { command = run.command, host = host, dry_run = true, job = {}, policy = policy,
     settings = S.readonly(run.settings, 'ctx.settings', S.by_name), env = S.readonly(run.env, 'ctx.env'),
@@ -426,6 +450,17 @@ function D.show_config(run)
   local ctx = { host = require('imexguard.host'), env = run.env,
     settings = S.readonly(run.settings, 'ctx.settings', S.by_name) }
   run.effective = require('imexguard.showconfig').effective(ctx)
+  -- the policy's own settings (P.settings) with their defaults, as a run gets them
+  run.c.preload('imexguard.host', (D.host(require('imexguard.host'), true)))
+  local path = run.policy or run.settings.policy
+  local ok, policy, perr = pcall(load_policy, run, path)
+  if ok and policy then
+    run.policy_schema = require('imexguard.policysettings').schema_of(policy)
+    local psok, po, pm = D.policy_settings(run, policy, path)
+    if not psok then return ends(run, po, pm) end
+  else
+    run.policy_unloaded = one_line(tostring(ok and perr or policy))
+  end
   local message, out = require('imexguard.showconfig').settings_report(run)
   return ends(run, 'ok', message, out)
 end
@@ -571,8 +606,11 @@ function D.check_begin(run)
   local path = run.check_path
   local chunk, err, text = policy_chunk(run, path)
   if not chunk then return ends(run, 'policy-error', err) end
-  local entries; entries, err = D.check(run_chunk(chunk, path, text))
+  local p = run_chunk(chunk, path, text)
+  local entries; entries, err = D.check(p)
   if not entries then return ends(run, 'policy-error', string.format('policy %s: %s', path, err)) end
+  local psok, po, pm = D.policy_settings(run, p, path)
+  if not psok then return ends(run, po, pm) end
   run.check = { sc = sc, chunk = chunk, entries = entries, names = sc.names(), i = 0, results = {} }
   return { output = not run.json and string.format('policy %s: entry points %s\n', path, entries) or nil }
 end

@@ -32,6 +32,7 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
+local restart = lazy "imexguard.steps.restart"
 
 --- The methods (self: the policy).
 local M = {}
@@ -225,6 +226,10 @@ end
 --   (config.cfg's, report.config_findings)
 local function judge(self, ctx, g)
   if not g.answer then return { outcome = g.applied, message = g.why } end
+  -- issue 32 item 8: a unit that is not running has no daemon whose answer a table could show (the
+  -- ctl's placeholder row, a node-map diff against it): its state and systemd's Result are the answer
+  local uo, um, stopped = self:unit_verdict(ctx, g.info)
+  if stopped and not g.idle_stopped then return { outcome = uo, message = um } end
   if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
     return { outcome = outcome, message = msg }
@@ -236,7 +241,6 @@ local function judge(self, ctx, g)
     msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
       table.concat(g.unresolved, ", "))
   end
-  local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, g.expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
@@ -279,9 +283,11 @@ function M:run_status(ctx)
 end
 
 --- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
--- active and the command port is its process; otherwise `status` is never "ok".
+-- active and the command port is its process; otherwise `status` is never "ok". A unit that is not
+-- running is named with systemd's Result and what it means (steps.restart's RESULT_MEANING: "success"
+-- is a clean stop, no crash), and its ctl answer is nobody's (issue 32 item 8).
 -- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
---   the process on the command port
+--   the process on the command port, and true when the unit is not running (no daemon of it answers)
 function M:unit_verdict(ctx, info)
   if not info then return nil end
   local props = ctx.host.unit(ctx.settings.unit) or info.unit
@@ -295,8 +301,11 @@ function M:unit_verdict(ctx, info)
   local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
     or "the unit is not running"
-  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
+  local result = tostring(props.result)
+  local meaning = restart.RESULT_MEANING[result]
+  return "service-failed", string.format("node %s: %s is %s (Result=%s%s): %s; no IMEX daemon of it answers, "
+    .. "so there is no domain to show", base.node_name(ctx), u, tostring(a), result,
+    meaning and (": " .. meaning) or "", what), true
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -409,10 +418,16 @@ function M:run_plan(ctx)
   local a, o
   a, o, m = self:assess_daemon(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not a then return o, m end
-  local allowed, why = true, nil
-  if changed or a.action ~= "none" then allowed, why = self:may_restart(ctx, st, a) end
+  local allowed, why, blocking = true, nil, nil
+  if changed or a.action ~= "none" then allowed, why, blocking = self:may_restart(ctx, st, a) end
+  -- a refusal that names no registered job is the policy's own (issue 32 item 6)
+  local refusal = require("imexguard.steps.other_jobs").blocked(blocking) and "conflict" or "refused"
+  if not allowed and refusal == "refused" then
+    why = require("imexguard.steps.other_jobs").refused_message(ctx, a, why)
+  end
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
+    refusal = refusal,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
     findings = report.config_findings(info, want.addrs),
     config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
@@ -421,7 +436,7 @@ function M:run_plan(ctx)
     local out = self:channel_report(ctx, info, report.plan(f))
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
-  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
+  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or refusal
   local msg = report.plan_message(f)
   if allowed and f.verdict and f.verdict.stale_mismatch then
     outcome, msg = plan_converge(self, ctx, f, outcome, msg)

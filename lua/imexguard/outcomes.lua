@@ -49,6 +49,9 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
+  -- 21 driver-mismatch, 23 unit-flapping, 24 not-placed: reserved for other outcomes
+  { "refused", 22, "the policy refused the restart or rewrite the job needs, by a rule of its own (not a "
+    .. "registered job: that is conflict); its message says why; nothing changed" },
 }
 
 --- Outcome name -> exit code.

@@ -148,6 +148,11 @@ M.schema = {
     doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
       .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 14, drains "
       .. "the node) or \"warn\" (exit 0, logged at level err)" },
+  { name = "policy_settings", default = nil, kind = "table", optional = true,
+    doc = "the site policy's own settings, a table { NAME = value, ... } of the settings the policy "
+      .. "declares in its `settings` list (docs/policy-api.md \"Policy settings\"); checked against that "
+      .. "list when the policy loads (unknown names and wrong values are settings errors), read as "
+      .. "ctx.settings.policy_settings.NAME; --set policy_settings.NAME=VALUE" },
 }
 
 --- name -> schema entry.
@@ -179,11 +184,17 @@ local function check(e, v)
     return nil, string.format("setting '%s' must be %s, got %s", e.name, want, describe(v))
   end
   if e.kind == "number" then
-    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge or (e.min and v < e.min) then
-      return bad(e.min and string.format("a number >= %g (%s)", e.min, e.unit)
-        or "a number > 0 (" .. (e.unit or "seconds") .. ")")
+    -- min (default: above 0) and max, where the entry has them (a policy's hour: min 0, max 23)
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (e.min == nil and v <= 0)
+      or (e.min and v < e.min) or (e.max and v > e.max) then
+      local unit = e.unit or "seconds"
+      if e.min and e.max then return bad(string.format("a number from %g to %g (%s)", e.min, e.max, unit)) end
+      return bad(e.min and string.format("a number >= %g (%s)", e.min, unit)
+        or "a number > 0 (" .. unit .. ")")
     end
     return v
+  elseif e.kind == "table" then
+    return M.check_table(e, v, bad)
   elseif e.kind == "string" then
     if type(v) ~= "string" or v == "" then
       return bad("a non-empty string")
@@ -231,6 +242,45 @@ local function check(e, v)
     return copy
   end
   error("settings schema: unknown kind " .. tostring(e.kind))
+end
+
+--- A value of kind "table" (policy_settings): string keys that are names, each value a string, a
+-- number, a boolean or a list of those (the policy's own schema checks them further,
+-- imexguard.policysettings). Returns a copy, or bad's error.
+function M.check_table(_, v, bad)
+  if type(v) ~= "table" then return bad("a table { NAME = value, ... }") end
+  local copy = {}
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+      return bad("a table whose keys are names (got key " .. describe(k) .. ")")
+    end
+    if type(x) == "table" then
+      local list = {}
+      for i, y in pairs(x) do
+        if math.type(i) ~= "integer" or i < 1 or i > #x or (type(y) ~= "string" and type(y) ~= "number"
+          and type(y) ~= "boolean") then
+          return bad(string.format("a table whose values are strings, numbers, booleans or lists of them (%s "
+            .. "is not)", k))
+        end
+        list[i] = y
+      end
+      x = list
+    elseif type(x) ~= "string" and type(x) ~= "number" and type(x) ~= "boolean" then
+      return bad(string.format("a table whose values are strings, numbers, booleans or lists of them (%s is "
+        .. "%s)", k, type(x)))
+    end
+    copy[k] = x
+  end
+  return copy
+end
+
+--- Check one value against a schema entry (an entry of M.schema, or of a policy's declared
+-- settings: imexguard.policysettings).
+-- @param e table {name, kind, values, min, max, unit}
+-- @param v any the value
+-- @return the (copied) value, or nil, error naming the key ("setting 'NAME' must be ...")
+function M.check_value(e, v)
+  return check(e, v)
 end
 
 --- The defaults, as a fresh table (unset optional settings are absent).
@@ -419,6 +469,13 @@ local function parse_value(e, s)
   return s
 end
 
+--- A value given as text (--set) read by a schema entry's kind (parse_value; an empty text unsets an
+-- optional entry: M.UNSET).
+-- @return value, or nil, error
+function M.parse_text(e, s)
+  return parse_value(e, s)
+end
+
 --- Apply "key=value" overrides (from `--set`) to a raw settings table.
 -- Values are parsed by the key's kind: numbers, booleans (true/false/yes/no/on/off/1/0),
 -- ctl as whitespace-separated words (one word: a path), strings as is; an empty value unsets an
@@ -432,6 +489,14 @@ function M.apply_overrides(t, list)
     out[k] = v
   end
   for _, item in ipairs(list or {}) do
+    local sub, subvalue = tostring(item):match("^%s*policy_settings%.([%a_][%w_]*)%s*=(.*)$")
+    if sub then -- a policy's own setting: text, read by the kind the policy declares
+      local ps = {}
+      for k, x in pairs(type(out.policy_settings) == "table" and out.policy_settings or {}) do ps[k] = x end
+      ps[sub] = subvalue
+      out.policy_settings = ps
+      goto next_item
+    end
     local key, value = tostring(item):match("^%s*([%w_]+)%s*=(.*)$")
     if not key then
       return nil, string.format("--set expects KEY=VALUE, got '%s'", tostring(item))
@@ -448,6 +513,7 @@ function M.apply_overrides(t, list)
       v = nil
     end
     out[key] = v
+    ::next_item::
   end
   return out
 end

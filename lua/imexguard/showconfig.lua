@@ -16,15 +16,37 @@ local function settings_file(run)
   return run.config .. (run.config_absent and ' (absent: all defaults)' or '')
 end
 
--- A value as a settings file writes it (the output of show-config is a valid settings file).
+-- A value as a settings file writes it (the output of show-config is a valid settings file): a
+-- list as `{ a, b }`, a table of names (policy_settings) as `{ name = value, ... }` in name order.
 local function literal(v)
   if type(v) == 'string' then return string.format('%q', v) end
   if type(v) == 'table' then
     local parts = {}
     for i, x in ipairs(v) do parts[i] = literal(x) end
-    return '{ ' .. table.concat(parts, ', ') .. ' }'
+    if #parts == 0 then
+      local keys = {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for i, k in ipairs(keys) do parts[i] = k .. ' = ' .. literal(v[k]) end
+    end
+    return #parts == 0 and '{}' or ('{ ' .. table.concat(parts, ', ') .. ' }')
   end
   return tostring(v)
+end
+
+-- The policy's own settings (P.settings, imexguard.policysettings) under policy_settings: one
+-- comment line each, its value (defaults filled in), kind and default, what it does.
+local function policy_settings_lines(run, lines)
+  if run.policy_unloaded then
+    lines[#lines + 1] = '--   policy_settings not checked: the policy does not load: ' .. run.policy_unloaded
+    return
+  end
+  local values = run.settings.policy_settings or {}
+  for _, e in ipairs(run.policy_schema or {}) do
+    lines[#lines + 1] = one_line(string.format('--   policy_settings.%s = %s (%s%s): %s', e.name,
+      values[e.name] == nil and 'unset' or literal(values[e.name]), e.kind,
+      e.default ~= nil and (', default ' .. literal(e.default)) or '', tostring(e.doc or '')))
+  end
 end
 
 --- What a run uses where a setting's value alone does not say it (issue 32, item 3): the
@@ -73,7 +95,15 @@ local function settings_json(run, shown, src)
   local list = {}
   for i, e in ipairs(S.schema) do
     local v = shown[e.name]
-    if type(v) == 'table' then v = json.array(v) end
+    if type(v) == 'table' and e.kind == 'table' then
+      local o, keys = json.object(), {}
+      for k in pairs(v) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for _, k in ipairs(keys) do o:set(k, type(v[k]) == 'table' and json.array(v[k]) or v[k]) end
+      v = o
+    elseif type(v) == 'table' then
+      v = json.array(v)
+    end
     local eff = run.effective and run.effective[e.name] or {}
     list[i] = json.object():set('name', e.name):set('value', v):set('source', src[e.name] or 'default')
       :set('effective', eff.path):set('why', eff.why)
@@ -95,6 +125,7 @@ local function settings_text(run, shown, src)
     else
       lines[#lines + 1] = string.format('%s = %s -- %s%s', e.name, literal(v), source, note)
     end
+    if e.name == 'policy_settings' then policy_settings_lines(run, lines) end
   end
   return table.concat(lines, '\n') .. '\n'
 end

@@ -147,11 +147,13 @@ describe("imexguard configuration commands", function()
       assert.equal("default", by.deadline.source)
     end)
 
-    it("a bad file is settings-error with nothing on stdout but the final line on stderr", function()
+    it("a bad file is settings-error, said once on stdout (the journal off: also the final line on stderr)",
+      function()
       local conf = file('colour = "blue"\n', "conf")
       local r = run(dir, { "--config", conf, "-T" })
       assert.equal(18, r.code)
-      assert.equal("", r.stdout)
+      assert.equal("imexguard: settings-error: settings file " .. conf .. ":1: unknown setting 'colour'\n",
+        r.stdout)
       assert.equal("settings file " .. conf .. ":1: unknown setting 'colour'", final(r).message)
     end)
   end)

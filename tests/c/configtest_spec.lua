@@ -247,6 +247,61 @@ describe("config-test reads every file a prolog reads", function()
     end)
   end)
 
+  describe("item 7: a policy's own settings (policy_settings) and the local time", function()
+    local QUIET = "policies/quiet_hours.lua"
+    local function copy_policy()
+      local path = dir .. "/quiet_hours.lua"
+      H.write(path, assert(H.read(QUIET)))
+      return path
+    end
+
+    it("-T lists the policy's declared settings with their values and defaults; --set sets one", function()
+      local p = copy_policy()
+      local _, conf = site{ extra = 'policy = "' .. p .. '"\npolicy_settings = { quiet_from = 22 }\n' }
+      local r = H.run_imexguard({ "--config", conf, "-T" }, { dir = dir })
+      assert.equal(0, r.code, r.stdout .. r.stderr)
+      assert.matches("\npolicy_settings = { quiet_from = 22, quiet_to = 18 } -- " .. conf .. ":7\n", r.stdout,
+        1, true)
+      assert.matches("\n--   policy_settings.quiet_to = 18 (number, default 18): the hour (0-23) they end",
+        r.stdout, 1, true)
+      r = H.run_imexguard({ "--config", conf, "--set", "policy_settings.quiet_to=6", "-T" }, { dir = dir })
+      assert.matches("\npolicy_settings = { quiet_from = 22, quiet_to = 6 } -- --set\n", r.stdout, 1, true)
+      r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+    end)
+
+    it("an unknown name or a wrong value: settings-error 18 naming the file and line", function()
+      local p = copy_policy()
+      local _, conf = site{ extra = 'policy = "' .. p .. '"\npolicy_settings = { quiet_form = 22 }\n' }
+      local r = test(conf)
+      assert.equal(18, r.code, r.stdout)
+      assert.equal("imexguard: settings-error: settings file " .. conf .. ":7: unknown policy setting "
+        .. "'quiet_form' (the policy declares quiet_from, quiet_to)", last_line(r.stdout))
+      _, conf = site{ extra = 'policy = "' .. p .. '"\npolicy_settings = { quiet_to = 24 }\n' }
+      r = H.run_imexguard({ "--config", conf, "plan", "--job", "1", "--nodelist", "n1" }, { dir = dir })
+      assert.equal(18, r.code, r.stdout)
+      assert.matches(":7: setting 'policy_settings.quiet_to' must be a number from 0 to 23", r.stdout, 1,
+        true)
+      -- the built-in policy declares none: any name is unknown
+      _, conf = site{ extra = 'policy_settings = { x = 1 }\n' }
+      r = test(conf)
+      assert.equal(18, r.code, r.stdout)
+      assert.matches("unknown policy setting 'x' (the policy declares none)", r.stdout, 1, true)
+    end)
+
+    it("host.localtime in the sandbox honours TZ", function()
+      local p = put("lt.lua", "local P = require('policies.default').extend()\n"
+        .. "function P:run_plan(ctx)\n  local t = ctx.host.localtime(1767225600)\n"
+        .. "  return 'ok', string.format('%d-%02d-%02d %02d:%02d %s', t.year, t.month, t.day, t.hour, t.min, "
+        .. "t.zone)\nend\nreturn P\n")
+      local _, conf = site{}
+      local r = H.run_imexguard({ "--config", conf, "--policy", p, "plan", "--job", "1", "--nodelist", "n1" },
+        { dir = dir, env = { TZ = "XYZ-5:30" } })
+      assert.equal(0, r.code, r.stdout .. r.stderr)
+      assert.equal("imexguard: ok: 2026-01-01 05:30 XYZ\n", r.stdout)
+    end)
+  end)
+
   it("item 10: a syntax error on line 2 of a two-line settings file is named on line 2", function()
     local conf = put("two.conf", "deadline = 90\nunit = \n")
     local r = test(conf)

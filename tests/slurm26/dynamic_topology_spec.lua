@@ -1,0 +1,109 @@
+-- SPDX-License-Identifier: Apache-2.0
+-- Slurm 26.05's dynamic topology under topology/block (tests/slurm26/run: topology.conf with blocks
+-- b1 = n[1-2], b2 = n[3-4]; the topology of topology.conf is named "default"): a node placed at run
+-- time with `scontrol update NodeName=X Topology=default:b2`, or registering with
+-- `slurmd -Z --conf "... Topology=default:b2"`, is in no file; slurmctld reports it in
+-- `scontrol show topology` and in `scontrol show node`'s Topology= field, which only such a node has
+-- (C46). The outputs are kept verbatim as fixtures (tests/fixtures/slurm/show-*-26.05-*.txt) for the
+-- fake scontrol and the parsers; IMEXGUARD_UPDATE_FIXTURES=1 writes them from this run.
+local cluster = require "tests.e2e.cluster"
+local simdomain = require "simdomain"
+
+-- The field names of `scontrol show node` output (volatile values left aside), in order.
+local function fields(text)
+  local t = {}
+  for k in text:gmatch("([%w_]+)=") do t[#t + 1] = k end
+  return t
+end
+
+describe("Slurm 26.05 dynamic topology (topology/block)", function()
+  local function topology(args)
+    local out, err, status = cluster.run("scontrol show topology" .. (args and " " .. args or ""))
+    return out, err, status
+  end
+
+  teardown(function()
+    -- the dynamic node: its slurmd stopped by PID, the node deleted (it outlives a reconfigure, and
+    -- its Topology=default:b2 would stop slurmctld from loading a topology.yaml without "default")
+    local pid = (simdomain.read_file(cluster.root .. "/run/slurmd-n5.pid") or ""):match("%d+")
+    if pid then
+      os.execute("kill " .. pid)
+      simdomain.wait_until(function() return os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= true end,
+        10, 0.1)
+    end
+    local _, node = cluster.sh("scontrol show node n5")
+    if node:match("^NodeName=n5 ") then
+      local ok, out = cluster.sh("scontrol delete NodeName=n5")
+      assert(ok, out)
+    end
+    -- the file's placement back: a reconfigure reads topology.conf again
+    assert(cluster.apply_config())
+    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), topology())
+    assert.is_true(cluster.reset(), "the cluster is idle again")
+  end)
+
+  it("nodes placed by topology.conf: show topology, by node= too, and no Topology= field", function()
+    local out, err, status = topology()
+    assert.are.equal("", err)
+    assert.are.equal(0, status)
+    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt", out), out)
+    out = topology("node=n3")
+    assert.are.equal(cluster.fixture("show-topology-26.05-block-node-n3.txt", out), out)
+    local _, node = cluster.sh("scontrol show node n2")
+    assert.is_nil(node:find("Topology=", 1, true), node)
+  end)
+
+  it("a bare node name is taken as a topology name: an error on stderr, exit status 0", function()
+    -- (Slurm 24.11 printed the node's blocks for `scontrol show topology n3`)
+    local out, err, status = topology("n3")
+    assert.are.equal("", out)
+    assert.are.equal("slurm_load_topo error: Requested topology configuration is not available\n", err)
+    assert.are.equal(0, status)
+  end)
+
+  it("scontrol update NodeName=n2 Topology=default:b2 moves n2 into b2, shown in show node", function()
+    local ok, out = cluster.sh("scontrol update NodeName=n2 Topology=default:b2")
+    assert(ok, out)
+    out = topology()
+    assert.are.equal(cluster.fixture("show-topology-26.05-dynamic.txt", out), out)
+    local _, node = cluster.sh("scontrol show node n2")
+    assert.are.same(fields(cluster.fixture("show-node-26.05-dynamic.txt", node)), fields(node))
+    assert.truthy(node:find("\n   Topology=default:b2\n", 1, true), node)
+  end)
+
+  it("a block that is not in the file is refused and nothing moves", function()
+    local before = topology()
+    local out, err, status = cluster.run("scontrol update NodeName=n1 Topology=default:b9")
+    assert.are.equal("", out)
+    assert.are.equal("slurm_update error: Requested topology configuration is not available\n", err)
+    assert.are.equal(1, status)
+    assert.are.equal(before, topology())
+  end)
+
+  it("Topology= (empty) takes the node out of every block, and its Topology= field goes", function()
+    local ok, out = cluster.sh("scontrol update NodeName=n4 Topology=")
+    assert(ok, out)
+    out = topology()
+    assert.are.equal(cluster.fixture("show-topology-26.05-removed.txt", out), out)
+    local _, node = cluster.sh("scontrol show node n4")
+    assert.is_nil(node:find("Topology=", 1, true), node)
+  end)
+
+  it("slurmd -Z --conf with Topology=default:b2 registers a node n5 in b2", function()
+    assert(cluster.apply_config()) -- the file's placement again
+    -- its port: slurm.conf's SlurmdPort, which no other slurmd of the tier listens on
+    local ok, out = cluster.sh(cluster.in_root .. "slurmd -f " .. simdomain.quote(os.getenv("SLURM_CONF"))
+      .. " -Z --conf 'CPUs=1 Topology=default:b2' -N n5")
+    assert(ok, out)
+    local node
+    assert.truthy(simdomain.wait_until(function()
+      node = select(2, cluster.sh("scontrol show node n5"))
+      return node:find(" State=IDLE+DYNAMIC_NORM ", 1, true)
+    end, 30, 0.2), "n5 registered: " .. tostring(node))
+    assert.truthy(node:find("\n   Topology=default:b2\n", 1, true), node)
+    out = topology()
+    assert.are.equal(cluster.fixture("show-topology-26.05-dynamic-node.txt", out), out)
+    out = topology("node=n5")
+    assert.are.equal(cluster.fixture("show-topology-26.05-dynamic-node-n5.txt", out), out)
+  end)
+end)

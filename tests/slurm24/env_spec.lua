@@ -14,8 +14,15 @@ local simdomain = require "simdomain"
 local OPTIONS = { "", "--exclusive", "--exclusive=user", "--exclusive=mcs", "--exclusive=topo",
   "--oversubscribe" }
 
--- Partition (the tier's p: OverSubscribe=EXCLUSIVE; the others made here) -> for each option,
--- the values of SLURM_JOB_OVERSUBSCRIBE and SLURM_JOB_EXCLUSIVE ("-": not set), as seen here.
+-- The partitions made here (the tier's p has OverSubscribe=EXCLUSIVE): name -> scontrol create's
+-- settings. 26.05's partitions also take Exclusive=NO|NODE|USER|TOPO.
+local PARTITIONS = {
+  osNO = "OverSubscribe=NO", osYES = "OverSubscribe=YES", osFORCE = "OverSubscribe=FORCE",
+  exUSER = "Exclusive=USER", exTOPO = "Exclusive=TOPO",
+}
+
+-- Release -> partition -> for each option, the values of SLURM_JOB_OVERSUBSCRIBE and
+-- SLURM_JOB_EXCLUSIVE ("-": not set), as seen here.
 local EXPECT = {
   ["24.11"] = {
     osNO = { "OK -", "NO -", "USER -", "MCS -", "TOPO -", "YES -" },
@@ -28,6 +35,8 @@ local EXPECT = {
     osYES = { "OK NO", "NO NODE", "OK USER", "OK MCS", "OK TOPO", "YES NO" },
     osFORCE = { "YES NO", "YES NO", "YES NO", "YES NO", "YES NO", "YES NO" },
     p = { "NO NODE", "NO NODE", "NO NODE", "NO NODE", "NO TOPO", "NO NODE" },
+    exUSER = { "NO USER", "NO NODE", "NO USER", "NO MCS", "NO TOPO", "YES NO" },
+    exTOPO = { "NO TOPO", "NO TOPO", "NO TOPO", "NO TOPO", "NO TOPO", "NO TOPO" },
   },
 }
 
@@ -64,15 +73,17 @@ describe("Slurm " .. cluster.slurm .. "'s prolog and health check environment", 
 
   setup(function()
     assert.is_table(expect, "no expected values for Slurm " .. cluster.slurm)
-    -- every node's daemon runs its own list: one-node jobs on n1 change nothing
+    -- every node's daemon runs its own list: one-node jobs change nothing
     d = cluster.domain { "health_timeout = 8", 'domain_map = "none"' }
     for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
     assert(d:start())
-    for _, kind in ipairs { "NO", "YES", "FORCE" } do
-      local ok, out = cluster.sh("scontrol create PartitionName=os" .. kind .. " Nodes=n[1-4] OverSubscribe="
-        .. kind)
-      assert(ok, out)
-      made[#made + 1] = "os" .. kind
+    for part in pairs(expect) do
+      if PARTITIONS[part] then
+        local ok, out = cluster.sh("scontrol create PartitionName=" .. part .. " Nodes=n[1-4] "
+          .. PARTITIONS[part])
+        assert(ok, out)
+        made[#made + 1] = part
+      end
     end
   end)
 
@@ -103,22 +114,26 @@ describe("Slurm " .. cluster.slurm .. "'s prolog and health check environment", 
     assert.are.equal(cluster.root .. "/spool/n3/conf-cache/slurm.conf", cached.SLURM_CONF)
   end)
 
-  for _, part in ipairs { "osNO", "osYES", "osFORCE", "p" } do
-    it("the job's exclusivity in a partition " .. part .. " for each sbatch option", function()
-      -- one one-node job per option, all submitted at once (on whichever nodes Slurm picks)
-      local ids, seen, want = {}, {}, {}
-      for i, opt in ipairs(OPTIONS) do ids[i] = cluster.sbatch("-p " .. part .. " -N1 " .. opt, "true") end
-      for i, opt in ipairs(OPTIONS) do
-        assert.are.equal("COMPLETED", cluster.wait_job(ids[i]), cluster.job_output(ids[i]))
-        local text
-        for _, n in ipairs(cluster.nodes) do text = text or cluster.env_text("prolog", n, ids[i]) end
-        local env = cluster.parse_env(text)
-        local label = (opt == "" and "(none)" or opt) .. ": "
-        seen[i] = label .. (env.SLURM_JOB_OVERSUBSCRIBE or "-") .. " " .. (env.SLURM_JOB_EXCLUSIVE or "-")
-        want[i] = label .. expect[part][i]
-      end
-      assert.are.same(want, seen)
-    end)
+  -- (the partitions of this release)
+  for _, part in ipairs { "osNO", "osYES", "osFORCE", "p", "exUSER", "exTOPO" } do
+    local settings = PARTITIONS[part] or "OverSubscribe=EXCLUSIVE"
+    if (expect or {})[part] then
+      it("the job's exclusivity in a partition with " .. settings .. " for each sbatch option", function()
+        -- one one-node job per option, all submitted at once (on whichever nodes Slurm picks)
+        local ids, seen, want = {}, {}, {}
+        for i, opt in ipairs(OPTIONS) do ids[i] = cluster.sbatch("-p " .. part .. " -N1 " .. opt, "true") end
+        for i, opt in ipairs(OPTIONS) do
+          assert.are.equal("COMPLETED", cluster.wait_job(ids[i]), cluster.job_output(ids[i]))
+          local text
+          for _, n in ipairs(cluster.nodes) do text = text or cluster.env_text("prolog", n, ids[i]) end
+          local env = cluster.parse_env(text)
+          local label = (opt == "" and "(none)" or opt) .. ": "
+          seen[i] = label .. (env.SLURM_JOB_OVERSUBSCRIBE or "-") .. " " .. (env.SLURM_JOB_EXCLUSIVE or "-")
+          want[i] = label .. expect[part][i]
+        end
+        assert.are.same(want, seen)
+      end)
+    end
   end
 
   it("the health check gets SLURMD_NODENAME, and the controller's verdict from 26.05", function()

@@ -22,20 +22,49 @@ describe("Slurm 26.05 dynamic topology (topology/block)", function()
     return out, err, status
   end
 
-  teardown(function()
-    -- the dynamic node: its slurmd stopped by PID, the node deleted (it outlives a reconfigure, and
-    -- its Topology=default:b2 would stop slurmctld from loading a topology.yaml without "default")
-    local pid = (simdomain.read_file(cluster.root .. "/run/slurmd-n5.pid") or ""):match("%d+")
-    if pid then
-      os.execute("kill " .. pid)
-      simdomain.wait_until(function() return os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= true end,
-        10, 0.1)
-    end
+  -- The start time slurmctld has for node N's slurmd ("" when none).
+  local function slurmd_start(n)
+    local _, node = cluster.sh("scontrol show node " .. n)
+    return node:match("SlurmdStartTime=(%S+)") or ""
+  end
+
+  -- Stop node N's slurmd by PID (pid file) and wait until it is gone.
+  local function stop_slurmd(n)
+    local pid = (simdomain.read_file(cluster.root .. "/run/slurmd-" .. n .. ".pid") or ""):match("%d+")
+    if not pid then return end
+    os.execute("kill " .. pid)
+    simdomain.wait_until(function() return os.execute("kill -0 " .. pid .. " 2>/dev/null") ~= true end,
+      10, 0.1)
+  end
+
+  -- Start node N's slurmd with slurm.conf and ARGS, and wait until it has registered (a later
+  -- SlurmdStartTime than BEFORE, the node idle and responding).
+  local function start_slurmd(n, args, before)
+    local ok, out = cluster.sh(cluster.in_root .. "slurmd -f " .. simdomain.quote(os.getenv("SLURM_CONF"))
+      .. " -N " .. n .. " " .. args)
+    assert(ok, out)
+    return simdomain.wait_until(function()
+      local _, node = cluster.sh("scontrol show node " .. n)
+      local t, st = node:match("SlurmdStartTime=(%S+)"), node:match(" State=(%S+)") or ""
+      return t and t ~= before and t ~= "None" and st:match("^IDLE") and not st:match("POWER")
+        and not st:match("NOT_RESPONDING")
+    end, 30, 0.2)
+  end
+
+  -- The dynamic node n5 gone: its slurmd stopped by PID, the node deleted (it outlives a
+  -- reconfigure, and its Topology=default:b2 would stop slurmctld from loading a topology.yaml
+  -- without "default").
+  local function drop_n5()
+    stop_slurmd("n5")
     local _, node = cluster.sh("scontrol show node n5")
     if node:match("^NodeName=n5 ") then
       local ok, out = cluster.sh("scontrol delete NodeName=n5")
       assert(ok, out)
     end
+  end
+
+  teardown(function()
+    drop_n5()
     -- the file's placement back: a reconfigure reads topology.conf again
     assert(cluster.apply_config())
     assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), topology())
@@ -105,5 +134,50 @@ describe("Slurm 26.05 dynamic topology (topology/block)", function()
     assert.are.equal(cluster.fixture("show-topology-26.05-dynamic-node.txt", out), out)
     out = topology("node=n5")
     assert.are.equal(cluster.fixture("show-topology-26.05-dynamic-node-n5.txt", out), out)
+    drop_n5()
+    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), topology())
+  end)
+
+  it("slurmd --conf 'Topology=...' of a node in slurm.conf (not CLOUD) is ignored", function()
+    local before = slurmd_start("n2")
+    stop_slurmd("n2")
+    assert.truthy(start_slurmd("n2", "--conf 'Topology=default:b2'", before), "n2's slurmd registered again")
+    local out = topology()
+    local _, node = cluster.sh("scontrol show node n2")
+    -- n2 as slurmd is started by tests/e2e/run again
+    before = slurmd_start("n2")
+    stop_slurmd("n2")
+    assert.truthy(start_slurmd("n2", "", before), "n2's slurmd registered again")
+    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), out)
+    assert.is_nil(node:find("Topology=", 1, true), node)
+  end)
+
+  it("a CLOUD node registers with slurmd --conf 'Topology=default:b2', leaves once powered down", function()
+    local port = tonumber(simdomain.read_file(os.getenv("SLURM_CONF")):match("\nSlurmctldPort=(%d+)")) + 6
+    local restore, ok, err = cluster.reconfigure {
+      ["slurm.conf"] = function(text)
+        return text .. "NodeName=n6 NodeHostname=localhost NodeAddr=127.0.0.1 Port=" .. port
+          .. " CPUs=1 State=CLOUD\nSuspendProgram=/bin/true\nResumeProgram=/bin/true\nSuspendTimeout=5\n"
+      end,
+    }
+    local up, down, node, gone
+    if ok then
+      up = start_slurmd("n6", "--conf 'Topology=default:b2'", "None") and topology()
+      node = select(2, cluster.sh("scontrol show node n6"))
+      stop_slurmd("n6")
+      cluster.sh("scontrol update NodeName=n6 State=POWER_DOWN_FORCE")
+      down = simdomain.wait_until(function()
+        return select(2, cluster.sh("scontrol show node n6")):match("State=IDLE%+CLOUD%+POWERED_DOWN ")
+      end, 30, 0.2)
+      gone = { topology(), (select(2, cluster.sh("scontrol show node n6"))) }
+    end
+    assert(restore())
+    assert(ok, err)
+    assert.truthy(up, "n6 registered")
+    assert.are.equal(cluster.fixture("show-topology-26.05-cloud-node.txt", up), up)
+    assert.truthy(node:find("\n   Topology=default:b2\n", 1, true), node)
+    assert.truthy(down, "n6 powered down")
+    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), gone[1])
+    assert.is_nil(gone[2]:find("Topology=", 1, true), gone[2])
   end)
 end)

@@ -2,10 +2,12 @@
 -- Slurm 26.05's dynamic topology under topology/block (tests/slurm26/run: topology.conf with blocks
 -- b1 = n[1-2], b2 = n[3-4]; the topology of topology.conf is named "default"): a node placed at run
 -- time with `scontrol update NodeName=X Topology=default:b2`, or registering with
--- `slurmd -Z --conf "... Topology=default:b2"`, is in no file; slurmctld reports it in
--- `scontrol show topology` and in `scontrol show node`'s Topology= field, which only such a node has
--- (C46). The outputs are kept verbatim as fixtures (tests/fixtures/slurm/show-*-26.05-*.txt) for the
--- fake scontrol and the parsers; IMEXGUARD_UPDATE_FIXTURES=1 writes them from this run.
+-- `slurmd -Z --conf "... Topology=default:b2"` (a dynamic node; a CLOUD node without -Z), is in no
+-- file; slurmctld reports it in `scontrol show topology` and in `scontrol show node`'s Topology=
+-- field, which only such a node has (C46). The outputs are kept verbatim as fixtures
+-- (tests/fixtures/slurm/show-*-26.05-*.txt) for the fake scontrol and the parsers;
+-- IMEXGUARD_UPDATE_FIXTURES=1 writes them from this run. The file's own topology as both releases
+-- print it: tests/slurm24/topology_spec.lua.
 local cluster = require "tests.e2e.cluster"
 local simdomain = require "simdomain"
 
@@ -69,25 +71,6 @@ describe("Slurm 26.05 dynamic topology (topology/block)", function()
     assert(cluster.apply_config())
     assert.are.equal(cluster.fixture("show-topology-26.05-block.txt"), topology())
     assert.is_true(cluster.reset(), "the cluster is idle again")
-  end)
-
-  it("nodes placed by topology.conf: show topology, by node= too, and no Topology= field", function()
-    local out, err, status = topology()
-    assert.are.equal("", err)
-    assert.are.equal(0, status)
-    assert.are.equal(cluster.fixture("show-topology-26.05-block.txt", out), out)
-    out = topology("node=n3")
-    assert.are.equal(cluster.fixture("show-topology-26.05-block-node-n3.txt", out), out)
-    local _, node = cluster.sh("scontrol show node n2")
-    assert.is_nil(node:find("Topology=", 1, true), node)
-  end)
-
-  it("a bare node name is taken as a topology name: an error on stderr, exit status 0", function()
-    -- (Slurm 24.11 printed the node's blocks for `scontrol show topology n3`)
-    local out, err, status = topology("n3")
-    assert.are.equal("", out)
-    assert.are.equal("slurm_load_topo error: Requested topology configuration is not available\n", err)
-    assert.are.equal(0, status)
   end)
 
   it("scontrol update NodeName=n2 Topology=default:b2 moves n2 into b2, shown in show node", function()

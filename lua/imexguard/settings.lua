@@ -185,15 +185,7 @@ local function check(e, v)
     return nil, string.format("setting '%s' must be %s, got %s", e.name, want, describe(v))
   end
   if e.kind == "number" then
-    -- min (default: above 0) and max, where the entry has them (a policy's hour: min 0, max 23)
-    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (e.min == nil and v <= 0)
-      or (e.min and v < e.min) or (e.max and v > e.max) then
-      local unit = e.unit or "seconds"
-      if e.min and e.max then return bad(string.format("a number from %g to %g (%s)", e.min, e.max, unit)) end
-      return bad(e.min and string.format("a number >= %g (%s)", e.min, unit)
-        or "a number > 0 (" .. unit .. ")")
-    end
-    return v
+    return M.check_number(e, v, bad)
   elseif e.kind == "table" then
     return M.check_table(e, v, bad)
   elseif e.kind == "string" then
@@ -243,6 +235,18 @@ local function check(e, v)
     return copy
   end
   error("settings schema: unknown kind " .. tostring(e.kind))
+end
+
+--- A value of kind "number": above 0, or within the entry's min and max where it has them (a
+-- policy's hour: min 0, max 23). Returns it, or bad's error naming the range and the unit.
+function M.check_number(e, v, bad)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (e.min == nil and v <= 0)
+    or (e.min and v < e.min) or (e.max and v > e.max) then
+    local unit = e.unit or "seconds"
+    if e.min and e.max then return bad(string.format("a number from %g to %g (%s)", e.min, e.max, unit)) end
+    return bad(e.min and string.format("a number >= %g (%s)", e.min, unit) or "a number > 0 (" .. unit .. ")")
+  end
+  return v
 end
 
 --- A value of kind "table" (policy_settings): string keys that are names, each value a string, a

@@ -33,6 +33,8 @@ local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
 local restart = lazy "imexguard.steps.restart"
+local lostjobs = lazy "imexguard.lostjobs"
+local starting = lazy "imexguard.starting"
 
 --- The methods (self: the policy).
 local M = {}
@@ -91,17 +93,17 @@ end
 -- registered job has the same one (the job's nodes), false when no job is registered (the node is
 -- idle: judged on what it owns), nil when the state file cannot be read or the jobs' lists differ
 -- (then the node list file decides, as before).
--- @return list of addresses | false | nil
+-- @return list of addresses | false | nil, and the registered entries
 local function registered_list(ctx)
   local st = state.load(ctx.host, ctx.settings)
   if not st then return nil end
   local jobs = registry.jobs(st)
-  if #jobs == 0 then return false end
+  if #jobs == 0 then return false, jobs end
   for _, e in ipairs(jobs) do
-    if e.nodes ~= jobs[1].nodes then return nil end
+    if e.nodes ~= jobs[1].nodes then return nil, jobs end
   end
   local list = nodelist.parse(jobs[1].nodes or "")
-  return list and #list > 0 and list or nil
+  return list and #list > 0 and list or nil, jobs
 end
 
 --- The facts of this node that `status` shows beside the domain, what `systemctl status` and
@@ -179,7 +181,7 @@ local function gather(self, ctx)
   g.self = self_address(ctx, info, expected)
   g.names = names_by_address(ctx, entry_names)
   g.names[g.self] = g.names[g.self] or base.node_name(ctx)
-  g.jobs_list = registered_list(ctx)
+  g.jobs_list, g.jobs = registered_list(ctx)
   return g
 end
 
@@ -205,18 +207,34 @@ end
 local function judge_mesh(ctx, g)
   local info, idle = g.info, g.jobs_list == false
   local judged = g.jobs_list or g.expected
-  local v = verdict.judge(g.answer, { addrs = judged, self = g.self,
-    node_list = g.by_file and g.expected or false }, { own_only = idle,
-    list_name = g.jobs_list and "the registered job's node list"
-      or (g.by_file and "this node's node list file" or "the daemon's own list") })
+  local want = { addrs = judged, self = g.self, node_list = g.by_file and g.expected or false,
+    names = g.names, cfg = info and info.cfg, config_path = info and info.config }
+  local function judge_on(own_only, answer)
+    return verdict.judge(answer or g.answer, want, { own_only = own_only,
+      list_name = g.jobs_list and "the registered job's node list"
+        or (g.by_file and "this node's node list file" or "the daemon's own list") })
+  end
+  local v, lost = judge_on(idle), nil
+  -- issue 32 item 4: a registration whose epilog never ran here, its other nodes moved on
+  if not v.healthy and g.jobs_list and v.verdict ~= "stale-mismatch" then
+    lost = lostjobs.recognise(ctx, g.answer.mesh, judged, g.self, g.jobs or {}, g.names)
+    if lost and lost.dropped then idle, v = true, judge_on(true) end
+  end
   if v.healthy and idle then
-    return v, "ok", string.format("node %s: no job registered, judged on what it owns: %s",
-      base.node_name(ctx), tostring(v.summary))
+    return v, "ok", string.format("node %s: %s, judged on what it owns: %s", base.node_name(ctx),
+      lost and lost.note or "no job registered", tostring(v.summary))
   elseif v.healthy then
     return v, "ok", string.format("domain %s, %d nodes healthy", tostring(g.answer.mesh.status), #judged)
   end
-  return v, health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
-    config_path = info and info.config }, v)
+  -- issue 32 item 5: a daemon started seconds ago is starting, not faulty (health waits for it)
+  local wait = ctx.command == "health" and function()
+    return health.wait(ctx, want, g.answer, function(answer) return judge_on(idle, answer) end)
+  end
+  local so, sm = starting.judge(ctx, info and info.unit, v, wait or nil)
+  if so then return v, so, sm end
+  local outcome, msg = health.blame(ctx, want, v)
+  if lost then msg = text.one_line(lost.note .. "; " .. msg) end -- Slurm could not say (item 4)
+  return v, outcome, msg
 end
 
 --- Judge: the outcome and message of `status` from what gather read, and what render needs beyond

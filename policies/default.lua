@@ -77,6 +77,7 @@ local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local fabric = lazy "imexguard.fabric"
 local inspect = lazy "imexguard.inspect"
+local lastgood = lazy "imexguard.lastgood"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -425,7 +426,12 @@ function Policy:run_prolog(ctx)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
-    if not retry then return o, self:channel_note(info, msg) end
+    if not retry then
+      -- issue 32 item 1: the domain map this prolog used, for when the file breaks
+      local map = rawget(ctx, "domain_map")
+      if map and outcomes.exit_code(o, ctx.settings) == 0 then lastgood.save(ctx, map) end
+      return o, self:channel_note(info, msg)
+    end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)

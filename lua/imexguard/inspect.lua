@@ -143,7 +143,9 @@ function M:domain_fact(ctx) -- luacheck: no self
   if dom then
     ctx.domain = dom
   elseif line:find("IMEX domain map: ", 1, true) == 1 then
-    ctx.domain = { error = line }
+    -- issue 32 item 1: a broken map whose last good record a prolog here would use, said loudly
+    local note = require("imexguard.lastgood").status_note(ctx, base.node_name(ctx))
+    ctx.domain = { error = note and (line .. "; " .. note) or line, fallback = note }
   end
 end
 
@@ -263,6 +265,8 @@ local function judge(self, ctx, g)
   local findings = report.config_findings(info, g.expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   self:domain_fact(ctx)
+  local dom = rawget(ctx, "domain")
+  if dom and dom.fallback then msg = msg .. "; IMEX domain map broken: " .. dom.fallback end
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end

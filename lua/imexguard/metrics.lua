@@ -38,11 +38,15 @@ local HELP = {
     "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
     "gpu, state, status, partition" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
+  imexguard_domain_map_fallback = { "gauge",
+    "1 when the last run of the command found the IMEX domain map's file broken and the last map that parsed "
+      .. "stood in (the log and status name the file's error), else 0.", "command" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
   "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
-  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
+  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
+  "imexguard_domain_map_fallback" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
 M.HELP = HELP
 --- The family names in the file's order.
@@ -134,7 +138,8 @@ end
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
---   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
+--   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
+--   domain_map_fallback (boolean: the last domain map that parsed stood in, imexguard.lastgood)}`
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
 --   optional: imexguard's version, host.version)}`
 -- @treturn table samples
@@ -171,6 +176,7 @@ function M.update(samples, run)
     samples[key("imexguard_last_outcome", { command = run.command, outcome = o })] = 0
   end
   samples[key("imexguard_last_outcome", { command = run.command, outcome = run.outcome })] = 1
+  samples[key("imexguard_domain_map_fallback", cmd)] = run.domain_map_fallback and 1 or 0
   if run.nodes then
     for k in pairs(samples) do
       if k:find("^imexguard_domain_node_status{") then samples[k] = nil end

@@ -73,6 +73,8 @@ function M.save_metrics(run, host, outcome, code)
     ended = host.wallclock(), restarts = run.restarts or 0, nudges = run.nudges or 0,
     nodes = mesh_nodes(ctx and rawget(ctx, 'mesh_seen')),
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
+    domain_map_fallback = ctx and type(rawget(ctx, 'domain')) == 'table'
+      and rawget(ctx, 'domain').fallback ~= nil or false,
     version = host.version })
 end
 

@@ -73,8 +73,13 @@ function M.domain_map(ctx)
   end
   if not map then
     local file, line, why = M.place(err)
+    -- imexguard.lastgood: a prolog here may still run on the last map that parsed
+    local node = require("imexguard.steps.base").node_name(ctx)
+    local note = require("imexguard.lastgood").status_note(ctx, node)
     return { { level = "error", outcome = "bad-input", file = file, line = line,
-      message = "IMEX domain map: " .. why .. " (every prolog here would end bad-input)" } }
+      message = "IMEX domain map: " .. why .. (note and ("; " .. note .. ", for the job nodes it places as "
+        .. "the file does; a node without that record ends bad-input") or " (every prolog here would end "
+        .. "bad-input)") } }
   end
   local out = {}
   if map.kind == "topology" then

@@ -35,6 +35,7 @@ local hostlist = lazy "imexguard.hostlist"
 local nodelist = lazy "imexguard.nodelist"
 local addresses = lazy "imexguard.addresses"
 local domains = lazy "imexguard.domains"
+local lastgood = lazy "imexguard.lastgood"
 
 local fail, node_name = base.fail, base.node_name
 
@@ -49,15 +50,26 @@ local M = {}
 -- @param opts table|nil {static = true: the static list is a source (the static policy)}
 -- @return domain {name = domain name (nil: no map, or the static list), kind = "topology" |
 --   "address_map" | "static" | "none", source = the file or what stands in for it, nodes = the job's
---   nodes in it (hostlist order), left_out = the job's nodes in no domain, others = {{name, nodes}}},
---   or nil, "bad-input" (the map cannot be read or parsed: file and line) | "skipped" (this node is in
---   no domain), message
+--   nodes in it (hostlist order), left_out = the job's nodes in no domain, others = {{name, nodes}},
+--   fallback = one line when the map's file is broken and the last map that parsed stands in
+--   (imexguard.lastgood), else nil}; a map that parsed is also ctx.domain_map (a prolog that succeeds
+--   records it: imexguard.lastgood.save); or nil, "bad-input" (the map cannot be read or parsed, and the
+--   last map that parsed cannot stand in: file and line) | "skipped" (this node is in no domain),
+--   message
 function M.domain(ctx, names, opts)
-  local map, err = domains.load(ctx, opts)
-  if not map then return fail("bad-input", "node %s: IMEX domain map: %s; nothing changed", node_name(ctx),
-    tostring(err)) end
   local node = node_name(ctx)
-  local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {} }
+  local map, err = domains.load(ctx, opts)
+  -- issue 32 item 1: a cluster-wide file that broke after it worked: the last map that parsed, for
+  -- the nodes it places as the file does (imexguard.lastgood); else the file's error
+  if not map then
+    map, err = lastgood.fallback(ctx, err, names, node, opts)
+  elseif map.domains and #map.domains > 0 then
+    rawset(ctx, "domain_map", map)
+  end
+  if not map then return fail("bad-input", "node %s: IMEX domain map: %s; nothing changed", node,
+    tostring(err)) end
+  local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {},
+    fallback = map.fallback }
   if map.domains then
     local sp = domains.split(map, names, node)
     if not sp.name then

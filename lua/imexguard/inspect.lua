@@ -232,7 +232,9 @@ local function judge_mesh(ctx, g)
   local wait = ctx.command == "health" and function()
     return health.wait(ctx, want, g.answer, function(answer) return judge_on(idle, answer) end)
   end
-  local so, sm = starting.judge(ctx, info and info.unit, v, wait or nil)
+  -- (peers that moved on to another list are no start: lostjobs above)
+  local so, sm = nil, nil
+  if not lost then so, sm = starting.judge(ctx, info and info.unit, v, wait or nil) end
   if so then return v, so, sm end
   local outcome, msg = health.blame(ctx, want, v)
   if lost then msg = text.one_line(lost.note .. "; " .. msg) end -- Slurm could not say (item 4)

@@ -263,6 +263,19 @@ describe("a daemon started seconds ago (issue 32 item 5): starting, not faulty",
     assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
   end)
 
+  it("a young daemon still not READY when health's wait ends fails at once (never READY drains now)",
+    function()
+      local waiting = { mesh = { nodes = { { host = A, status = "WAITING_FOR_PEERS" }, { host = B },
+        { host = C } } } }
+      local h = node({ waiting }, 2)
+      local outcome, message = run(h, { command = "health", dry_run = true })
+      assert.equal("domain-unhealthy", outcome, message)
+      assert.matches("not READY", message, 1, true)
+      assert.is_true(#h.runs_of("nvidia-imex-ctl") >= 2) -- it was waited for first
+      local so = run(node({ waiting }, 2), { command = "status" })
+      assert.equal("domain-unhealthy", so)
+    end)
+
   it("an older daemon in the same state is cut off, as always: domain-unhealthy", function()
     local h = node({ RECONNECTING }, 300)
     local outcome, message = run(h, { command = "health", dry_run = true })

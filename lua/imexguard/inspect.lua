@@ -230,7 +230,13 @@ local function judge_mesh(ctx, g)
   end
   -- issue 32 item 5: a daemon started seconds ago is starting, not faulty (health waits for it)
   local wait = ctx.command == "health" and function()
-    return health.wait(ctx, want, g.answer, function(answer) return judge_on(idle, answer) end)
+    local last
+    local o, m = health.wait(ctx, want, g.answer, function(answer)
+      local v2 = judge_on(idle, answer)
+      if v2 then last = v2 end
+      return v2
+    end)
+    return o, m, last
   end
   -- (peers that moved on to another list are no start: lostjobs above)
   local so, sm = nil, nil

@@ -15,8 +15,15 @@ local one_line = require("imexguard.text").one_line
 local M = {}
 
 --- Local faults a start explains (verdict.judge's local_kind): the daemon not READY yet, its links
--- to peers not up yet.
+-- to peers not up yet. A daemon still not READY when the wait ends is judged as always (a daemon
+-- that never becomes READY drains at once, not after health_timeout); one READY whose peers are
+-- still reconnecting is starting.
 M.LOCAL_KINDS = { ["not-ready"] = true, ["cut-off"] = true }
+
+-- Whether a verdict is this node's daemon not READY (yet).
+local function not_ready(v)
+  return v ~= nil and v.verdict == "local-fault" and v.local_kind == "not-ready"
+end
 
 --- The age of this node's daemon when it is younger than health_timeout.
 -- @param ctx table policy context (settings.health_timeout, host.wallclock)
@@ -50,21 +57,27 @@ end
 -- @param ctx table policy context (command: `health` waits, `status` does not)
 -- @param props table|nil the unit's properties
 -- @param v table the verdict on the first answer
--- @param wait function|nil wait() -> outcome, message: the health wait from that answer (health)
+-- @param wait function|nil wait() -> outcome, message, the last verdict: the health wait from that
+--   answer (health)
 -- @return nil (not young, or a fault a start does not explain: judge as always), or outcome,
---   message: "ok" with "starting" and the daemon's age, or the wait's outcome ("ok", or a fault the
---   wait established that a start does not explain)
+--   message: "ok" with "starting" and the daemon's age, or the wait's outcome ("ok", or a fault
+--   the wait ended on that a start does not explain: the daemon still not READY, a configuration
+--   fault, a stale mismatch...)
 function M.judge(ctx, props, v, wait)
   local age = M.young(ctx, props)
   if not age or not M.explained(v) then return nil end
   local unit = ctx.settings.unit
+  if not wait and not_ready(v) then return nil end
   if wait then
-    local outcome, msg = wait()
+    local outcome, msg, last = wait()
     if outcome == "ok" then
       return "ok", one_line(string.format("%s (%s started %.0f s before this check)", msg, unit, age))
     end
-    -- the wait saw a fault a start does not explain (a configuration fault, a stale mismatch...)
-    if outcome ~= "domain-unhealthy" and outcome ~= "peers-unhealthy" then return outcome, msg end
+    if not_ready(last) or (last and not M.explained(last)) or (outcome ~= "domain-unhealthy"
+      and outcome ~= "peers-unhealthy") then
+      return outcome, msg
+    end
+    v = last or v
   end
   local now = M.young(ctx, props) or age
   return "ok", one_line(string.format("starting: %s started %.0f s ago, less than health_timeout (%g s), and "

@@ -32,6 +32,8 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
+local slots = lazy "imexguard.steps.slots"
+local slotnames = lazy "imexguard.slots"
 
 --- The methods (self: the policy).
 local M = {}
@@ -83,6 +85,12 @@ local function ordered_node_list(ctx, info)
   local literal = true
   for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
   if literal then return list end
+  if slotnames.parse_list(table.concat(list, "\n") .. "\n") then
+    -- membership by slots: the slot names are the ctl's hosts as written, each one its node's
+    local names = {}
+    for _, e in ipairs(list) do names[e] = slotnames.node_of(e) end
+    return list, names
+  end
   return addresses.resolve_list(ctx.host, ctx.settings, list)
 end
 
@@ -101,6 +109,19 @@ local function registered_list(ctx)
   end
   local list = nodelist.parse(jobs[1].nodes or "")
   return list and #list > 0 and list or nil
+end
+
+--- Membership by slots: the registered jobs and their slots (readiness per job), false when no job
+-- is registered, nil when the state file cannot be read.
+-- @return list of {id, slots = list} | false | nil
+local function registered_slots(ctx)
+  local st = state.load(ctx.host, ctx.settings)
+  if not st then return nil end
+  local jobs = registry.jobs(st)
+  if #jobs == 0 then return false end
+  local out = {}
+  for i, e in ipairs(jobs) do out[i] = { id = e.id, slots = slotnames.of_field(e.slots) } end
+  return out
 end
 
 --- The facts of this node that `status` shows beside the domain, what `systemctl status` and
@@ -129,6 +150,7 @@ function M:node_facts(ctx) -- luacheck: no self
     if herr then f.lock.error = tostring(herr) else f.lock.holder = holder end
   end
   f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
+  f.membership = slots.fact(ctx)
   return f
 end
 
@@ -177,8 +199,14 @@ local function gather(self, ctx)
   g.expected, g.unresolved = expected, unresolved
   g.self = self_address(ctx, info, expected)
   g.names = names_by_address(ctx, entry_names)
+  if g.by_file and slotnames.parse_list(table.concat(expected, "\n") .. "\n") then
+    -- membership by slots: this node is its slot; each registered job is judged on its own nodes
+    g.self, g.job_slots = slotnames.name(base.node_name(ctx)), registered_slots(ctx)
+    g.jobs_list = g.job_slots and nil or g.job_slots
+  else
+    g.jobs_list = registered_list(ctx)
+  end
   g.names[g.self] = g.names[g.self] or base.node_name(ctx)
-  g.jobs_list = registered_list(ctx)
   return g
 end
 
@@ -201,7 +229,27 @@ end
 -- with no job registered, only what this node owns (the unit, its daemon READY with its own node
 -- map, the command port: unit_verdict; config.cfg's findings, flagged as for any node: C22), never
 -- its links to peers that may run other jobs' lists now.
+-- Membership by slots: each registered job judged on its own nodes (readiness per job: every node of
+-- the job READY and CONNECTED to every other; the domain's other slots refuse by design). The first
+-- job that is not ready decides the outcome, named.
+local function judge_slot_jobs(ctx, g)
+  local info, ready, last = g.info, {}, nil
+  for _, j in ipairs(g.job_slots) do
+    local v = verdict.judge(g.answer, { addrs = j.slots, self = g.self, node_list = g.expected, per_job = true },
+      { list_name = "job " .. j.id .. "'s nodes" })
+    if not v.healthy then
+      local o, m = health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
+        config_path = info and info.config }, v)
+      return v, o, text.one_line("job " .. j.id .. ": " .. tostring(m))
+    end
+    ready[#ready + 1], last = j.id, v
+  end
+  return last, "ok", string.format("membership by slots: job%s %s ready: %s", #ready == 1 and "" or "s",
+    table.concat(ready, ", "), tostring(last.healthy_message))
+end
+
 local function judge_mesh(ctx, g)
+  if g.job_slots then return judge_slot_jobs(ctx, g) end
   local info, idle = g.info, g.jobs_list == false
   local judged = g.jobs_list or g.expected
   local v = verdict.judge(g.answer, { addrs = judged, self = g.self,
@@ -414,8 +462,9 @@ function M:run_plan(ctx)
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
-    findings = report.config_findings(info, want.addrs),
-    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
+    findings = report.config_findings(info, want.ips or want.addrs),
+    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.ips or want.addrs),
+    membership = want.slots and slots.plan_facts(ctx, st, want, a) or nil }
   local pok, po, pm = self:check_port_owner(ctx, info, a.unit)
   if not pok then
     local out = self:channel_report(ctx, info, report.plan(f))

@@ -478,6 +478,16 @@ function Policy:save_unregistered(ctx, st, id) -- luacheck: no self
     state.path(s), tostring(err)))
 end
 
+--- Does this node's daemon run a slot list (membership by slots), whatever the setting says now (a
+-- rack switched back to lists: its slots' jobs still end)? The setting, else the bytes the daemon
+-- was started with (state file) ending in a slot name (imexguard.slots.SUFFIX; default_slots_spec
+-- checks they agree). The epilog of a list-mode node loads nothing for it.
+local SLOT_SUFFIX = ".imexguard.invalid\n"
+local function runs_slots(ctx, st)
+  if base.setting(ctx, "membership", "list") == "slots" then return true end
+  return type(st.running_nodes) == "string" and st.running_nodes:find(SLOT_SUFFIX, 1, true) ~= nil
+end
+
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
   local s, node = ctx.settings, base.node_name(ctx)
@@ -489,7 +499,7 @@ function Policy:unregister(ctx, id)
   if not entry then return not_registered(ctx, id) end
   local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
-  if slots.enabled(ctx) then -- the job's slots out of the name map (membership by slots)
+  if runs_slots(ctx, st) then -- the job's slots out of the name map (membership by slots)
     local so, sm = slots.unmap(ctx, st, id)
     if so then return so, sm end
   end

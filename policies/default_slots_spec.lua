@@ -27,8 +27,8 @@ local function slots_ctl(o)
     local nodes = {}
     for i, s in ipairs(h.daemon_nodes()) do
       local up = (map.on[s] or s == slot(h.hostname())) and not (o.down or {})[slots.node_of(s)]
-      nodes[i] = { host = s, status = up and "READY" or "UNAVAILABLE", version = up and (o.version or "580.95.05")
-        or "" }
+      nodes[i] = { host = s, status = up and "READY" or "UNAVAILABLE",
+        version = up and (o.version or "580.95.05") or "" }
     end
     return { mesh = { nodes = nodes } }
   end
@@ -193,7 +193,8 @@ describe("default policy, membership = \"slots\"", function()
         [slot("gb04")] = "10.0.1.4", [slot("gb05")] = "10.0.1.5", [slot("gb06")] = "10.0.1.6" },
       { [slot("gb01")] = true })
     -- the daemon's /etc/hosts is another file than the map (no drop-in when it started)
-    local s = scenario{ unit = "active", file = LIST, files = { [MAP] = map, ["/proc/4242/root/etc/hosts"] = "x" } }
+    local s = scenario{ unit = "active", file = LIST,
+      files = { [MAP] = map, ["/proc/4242/root/etc/hosts"] = "x" } }
     local outcome, msg = s:plan{ job = 101, nodelist = "gb[01-02]" }
     assert.equal("ok", outcome, msg)
     assert.matches("restart .*the daemon's /etc/hosts is not " .. MAP, msg)
@@ -202,7 +203,7 @@ describe("default policy, membership = \"slots\"", function()
     assert.equal(1, s:restarts())
     -- an address that changed: the map maps gb02 elsewhere
     local t = scenario{ unit = "active", file = LIST, files = { [MAP] = map:gsub("10.0.1.2 ", "10.0.9.2 ") } }
-    outcome, msg = t:plan{ job = 101, nodelist = "gb[01-02]" }
+    msg = select(2, t:plan{ job = 101, nodelist = "gb[01-02]" })
     assert.matches("maps " .. slot("gb02") .. " to 10.0.9.2, its address is now 10.0.1.2", msg, 1, true)
     -- with the map right and the daemon reading it: nothing to restart
     local u = scenario{ unit = "active", file = LIST, files = { [MAP] = map } }
@@ -228,6 +229,36 @@ describe("default policy, membership = \"slots\"", function()
     assert.equal(0, s:restarts())
   end)
 
+  it("a rack switched back to lists: the epilog of a job that ran with slots still takes its slots "
+    .. "out of the map (the daemon runs the slot list until its next start)", function()
+    local s = scenario()
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[01-03]" }))
+    assert.equal("ok", (s:epilog{ job = 101, settings = { membership = "list" } }))
+    assert.same({ "gb01" }, in_force(s))
+    assert.equal(1, usr1s(s))
+  end)
+
+  it("status and health judge each registered job on its own nodes; say the mode and the slots in force",
+    function()
+    local s = scenario{ down = { gb06 = true } }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[01-03]" }))
+    local outcome, msg, report = s:status{}
+    assert.equal("ok", outcome, msg)
+    assert.matches("membership by slots: job 101 ready", msg)
+    assert.matches("membership +slots: name map " .. MAP .. ", in force gb%[01%-03%]", report)
+    assert.equal("ok", (s:health{}))
+    -- a second job on this node whose peer is down: that job is not ready, named
+    s:advance(10)
+    local t = scenario{ down = { gb05 = true }, settings = { health_timeout = 2 } }
+    assert.equal("ok", (t:prolog{ job = 101, nodelist = "gb[01-02]" }))
+    t:advance(10)
+    assert.equal("peers-unhealthy", (t:prolog{ job = 102, nodelist = "gb[01,05]" })) -- exit 0: registered
+    outcome, msg = t:status{}
+    assert.equal("peers-unhealthy", outcome, msg)
+    assert.matches("^job 102: this node gb01.imexguard.invalid %(gb01%) is healthy, peers are not: gb05", msg)
+    assert.equal("ok", (t:health{})) -- a peer's fault drains the peer
+  end)
+
   it("plan shows the slot list and the slots the prolog would put in force", function()
     local s = scenario()
     assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[01-02]" }))
@@ -237,5 +268,48 @@ describe("default policy, membership = \"slots\"", function()
     assert.matches("membership: slots", report)
     assert.matches("would put in force gb%[01,03%]", report)
     assert.same({ "gb01" }, in_force(s)) -- nothing changed
+  end)
+
+  describe("the static policy", function()
+    local static = require "static_domain"
+    local function built(on)
+      local set = {}
+      for _, n in ipairs(on) do set[slot(n)] = true end
+      local addrs = {}
+      for n, a in pairs(NODES) do addrs[slot(n)] = a end
+      return slots.build(slots.list({ "gb01", "gb02", "gb03", "gb04", "gb05", "gb06" }), addrs, set)
+    end
+
+    it("verifies the static slot list, switches the job's slots into the map and back, never restarts",
+      function()
+      local s = scenario{ policy = static, unit = "active", file = LIST,
+        files = { [MAP] = built({ "gb01" }) } }
+      local outcome, msg = s:prolog{ job = 101, nodelist = "gb[01-02]" }
+      assert.equal("ok", outcome, msg)
+      assert.matches("the job's 2 nodes", msg)
+      assert.same({ "gb01", "gb02" }, in_force(s))
+      assert.equal(0, s:restarts())
+      assert.equal(1, usr1s(s))
+      s:advance(10)
+      outcome, msg = s:epilog{ job = 101 }
+      assert.equal("ok", outcome, msg)
+      assert.same({ "gb01" }, in_force(s))
+      assert.equal(2, usr1s(s))
+      assert.equal(LIST, s:file()) -- never rewritten
+    end)
+
+    it("a static list that is not a slot list is named; a daemon that does not read the map is this "
+      .. "node's fault (the site restarts it once)", function()
+      local s = scenario{ policy = static, unit = "active", file = { "gb01", "gb02" },
+        files = { [MAP] = built({ "gb01" }) } }
+      local outcome, msg = s:prolog{ job = 101, nodelist = "gb[01-02]" }
+      assert.equal("bad-input", outcome, msg)
+      assert.matches("not a slot name", msg)
+      local t = scenario{ policy = static, unit = "active", file = LIST,
+        files = { [MAP] = built({ "gb01" }), ["/proc/4242/root/etc/hosts"] = "x" } }
+      outcome, msg = t:prolog{ job = 101, nodelist = "gb[01-02]" }
+      assert.equal("domain-unhealthy", outcome, msg)
+      assert.matches("restart it once; this policy never restarts it", msg)
+    end)
   end)
 end)

@@ -111,6 +111,24 @@ local function registered_list(ctx)
   return list and #list > 0 and list or nil
 end
 
+--- Membership by slots: this node's slot, the one the name map gives this node's address
+-- (BIND_INTERFACE_IP, else a local address), else its Slurm name's; and the map's addresses (for
+-- config.cfg's findings: the domain's addresses).
+-- @return slot, addresses (list, or nil without a map)
+local function slot_self(ctx, info)
+  local _, map = slots.read(ctx)
+  if type(map) ~= "table" then return slotnames.name(base.node_name(ctx)), nil end
+  local mine = {}
+  if info and info.bind then mine[info.bind] = true end
+  for _, a in ipairs(ctx.host.local_addresses() or {}) do mine[a] = true end
+  local self, addrs = nil, {}
+  for _, sl in ipairs(map.names) do
+    addrs[#addrs + 1] = map.addr[sl]
+    if not self and mine[map.addr[sl]] then self = sl end
+  end
+  return self or slotnames.name(base.node_name(ctx)), addrs
+end
+
 --- Membership by slots: the registered jobs and their slots (readiness per job), false when no job
 -- is registered, nil when the state file cannot be read.
 -- @return list of {id, slots = list} | false | nil
@@ -201,7 +219,8 @@ local function gather(self, ctx)
   g.names = names_by_address(ctx, entry_names)
   if g.by_file and slotnames.parse_list(table.concat(expected, "\n") .. "\n") then
     -- membership by slots: this node is its slot; each registered job is judged on its own nodes
-    g.self, g.job_slots = slotnames.name(base.node_name(ctx)), registered_slots(ctx)
+    g.self, g.lint = slot_self(ctx, info)
+    g.job_slots = registered_slots(ctx)
     g.jobs_list = g.job_slots and nil or g.job_slots
   else
     g.jobs_list = registered_list(ctx)
@@ -235,8 +254,8 @@ end
 local function judge_slot_jobs(ctx, g)
   local info, ready, last = g.info, {}, nil
   for _, j in ipairs(g.job_slots) do
-    local v = verdict.judge(g.answer, { addrs = j.slots, self = g.self, node_list = g.expected, per_job = true },
-      { list_name = "job " .. j.id .. "'s nodes" })
+    local v = verdict.judge(g.answer, { addrs = j.slots, self = g.self, node_list = g.expected,
+      per_job = true }, { list_name = "job " .. j.id .. "'s nodes" })
     if not v.healthy then
       local o, m = health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
         config_path = info and info.config }, v)
@@ -286,7 +305,7 @@ local function judge(self, ctx, g)
   end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
-  local findings = report.config_findings(info, g.expected)
+  local findings = report.config_findings(info, g.lint or g.expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   self:domain_fact(ctx)
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
@@ -503,7 +522,8 @@ end
 --- Entry point `forget JOBID` (ctx.arg): remove the job's entry from this node's registry under
 -- the node lock, for a job whose epilog never ran (slurmd crashed, the node rebooted without
 -- clearing state_dir); IMEX is left as it is and P:after_unregister is not run (that is the
--- epilog's). A job that is not registered is bad-input: nothing removed.
+-- epilog's); with membership by slots the job's slots leave the name map (steps.slots.unmap). A job
+-- that is not registered is bad-input: nothing removed.
 function M:run_forget(ctx)
   local id = ctx.arg
   if type(id) ~= "string" or not id:match(base.JOB_ID_PATTERN) or #id > base.JOB_ID_MAX then
@@ -526,6 +546,11 @@ function M:run_forget(ctx)
   end
   local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
+  -- membership by slots: the job's slots out of the name map, as its epilog would
+  if slots.enabled(ctx) or slotnames.parse_list(st.running_nodes) then
+    local so, sm = slots.unmap(ctx, st, id)
+    if so then return so, sm end
+  end
   local remaining = registry.jobs(st)
   local age = entry.registered_us and registry.age_text(ctx.host.wallclock() - entry.registered_us / 1e6)
   local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "

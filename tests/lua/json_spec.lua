@@ -192,8 +192,8 @@ describe("the --json reports of the built-in policy (their shapes, pinned)", fun
     -- the same keys as with a domain, in the same order
     local top = { "schema", "command", "ok", "outcome", "exit_code", "message", "time", "node", "unit",
       "last_prolog", "last_epilog", "registrations", "registrations_error", "lock", "domain", "fabric",
-      "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list", "config", "config_findings", "order",
-      "nodes", "channel" }
+      "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list", "config",
+      "config_findings", "order", "nodes", "channel" }
     assert.same(top, j.keys)
     assert.same(top, read(report("status")).keys)
   end)

@@ -48,18 +48,19 @@ describe("membership by slots under systemd (a rack of six)", function()
   -- Run `command` of every job of `round` ({{id, hostlist}...}) on each of its nodes, all at once (as
   -- Slurm starts a job's prologs, and jobs on disjoint nodes start independently); each must end
   -- `outcome` (ok). Returns {[id] = {[node] = {status, output, outcome}}}.
-  local function run(command, round, outcome)
+  local function run(command, round, outcome, stagger)
     local procs = {}
     for _, job in ipairs(round) do
-      for _, name in ipairs(assert(hostlist.expand(job[2]))) do
+      for k, name in ipairs(assert(hostlist.expand(job[2]))) do
         local env = simdomain.prolog_env(job[1], job[2], name, #hostlist.expand(job[2]))
         env.SLURM_CONF = d.slurm_conf
         local assign = {}
-        for k, v in pairs(env) do assign[#assign + 1] = k .. "='" .. v .. "'" end
+        for key, v in pairs(env) do assign[#assign + 1] = key .. "='" .. v .. "'" end
         table.sort(assign)
         local out = string.format("%s/%s-%s.out", d:dir(name), command, job[1])
-        local cmd = string.format("env -i %s %s/imexguard --config %s %s >%s 2>&1; echo $?",
-          table.concat(assign, " "), d.build, d:config(name), command, out)
+        -- stagger: the prologs of a job a second apart (the order Slurm may give them)
+        local cmd = string.format("sleep %d; env -i %s %s/imexguard --config %s %s >%s 2>&1; echo $?",
+          stagger and (k - 1) or 0, table.concat(assign, " "), d.build, d:config(name), command, out)
         procs[#procs + 1] = { job = job[1], name = name, out = out, pipe = assert(io.popen(cmd, "r")) }
       end
     end
@@ -77,6 +78,15 @@ describe("membership by slots under systemd (a rack of six)", function()
         .. r.output)
     end
     return results
+  end
+
+  -- `imexguard status` of node `name`: its output and exit status.
+  local function status(name)
+    local p = assert(io.popen(string.format("%s/imexguard --config %s status 2>&1; echo rc=$?", d.build,
+      d:config(name))))
+    local out = p:read("a")
+    p:close()
+    return out, tonumber(out:match("rc=(%d+)\n$"))
   end
 
   -- The slots in force in node `name`'s map (its lines without '#').
@@ -100,9 +110,9 @@ describe("membership by slots under systemd (a rack of six)", function()
     assert(me, "the ctl of " .. name .. " does not show its own slot")
     local by_id, out = {}, {}
     for id, n in pairs(t.nodes) do by_id[id] = n.host end
-    for id, status in pairs(me.connections) do
+    for id, c in pairs(me.connections) do
       for _, o in ipairs(others) do
-        if by_id[id] == slot(o) and status == "CONNECTED" then out[#out + 1] = o end
+        if by_id[id] == slot(o) and c.status == "CONNECTED" then out[#out + 1] = o end
       end
     end
     return out
@@ -117,6 +127,48 @@ describe("membership by slots under systemd (a rack of six)", function()
     end
   end
 
+  -- The status of node `from`'s link to node `to` in from's ctl, whatever the list (addresses or slots).
+  local function link(from, to)
+    local t = assert(d:ctl_json(from))
+    local hosts = { [d.addr[from]] = "from", [slot(from)] = "from", [d.addr[to]] = "to", [slot(to)] = "to" }
+    local me, id
+    for k, n in pairs(t.nodes) do
+      if hosts[n.host] == "from" then me = n elseif hosts[n.host] == "to" then id = k end
+    end
+    return me and id and me.connections[id] and me.connections[id].status
+  end
+
+  it("switching the rack between the modes is one setting and loses nothing: a running job keeps its "
+    .. "daemons and links; each node restarts once, at its first job in the new mode", function()
+    rack("list")
+    run("prolog", { { 201, "n[1-2]" } })
+    assert.are.equal("CONNECTED", link("n1", "n2"))
+    for _, name in ipairs(d.names) do set_mode(name, "slots") end -- the switch
+    run("prolog", { { 202, "n[3-6]" } })
+    assert.are.equal(1, d:starts("n1"))
+    assert.are.equal(1, d:starts("n2"))
+    assert.are.equal("CONNECTED", link("n1", "n2")) -- job 201 lost nothing
+    assert.are.equal("CONNECTED", link("n2", "n1"))
+    run("epilog", { { 201, "n[1-2]" } })
+    run("prolog", { { 203, "n[1-2]" } }) -- their first job in slots mode: one restart each
+    assert.are.equal(2, d:starts("n1"))
+    assert.are.equal(2, d:starts("n2"))
+    assert_isolated({ "n1", "n2" }, { "n3", "n4", "n5", "n6" })
+    for _, name in ipairs(d.names) do set_mode(name, "list") end -- and back, job 202 running
+    run("epilog", { { 203, "n[1-2]" } }) -- the slot list still runs: its slots out of the map
+    assert.are.same({ slot("n1") }, in_force("n1"))
+    run("prolog", { { 204, "n[1-2]" } })
+    assert.are.equal(3, d:starts("n1"))
+    for _, name in ipairs({ "n3", "n4", "n5", "n6" }) do
+      assert.are.equal(1, d:starts(name), name .. " restarted under job 202")
+      for _, other in ipairs({ "n3", "n4", "n5", "n6" }) do
+        if other ~= name then assert.are.equal("CONNECTED", link(name, other), name .. " -> " .. other) end
+      end
+    end
+    run("epilog", { { 202, "n[3-6]" }, { 204, "n[1-2]" } })
+    assert.are.same({ slot("n3") }, in_force("n3"))
+  end)
+
   it("jobs over changing subsets, some at once: every prolog ok, one daemon start per node, no link "
     .. "between concurrent jobs, every epilog leaves the other slots refusing", function()
     rack("slots")
@@ -126,18 +178,24 @@ describe("membership by slots under systemd (a rack of six)", function()
       { { 106, "n[1,4,6]" }, { 107, "n[2-3,5]" } },
       { { 108, "n[1-6]" } },
     }
-    for _, round in ipairs(seq) do
-      local r = run("prolog", round)
+    for i, round in ipairs(seq) do
+      local r = run("prolog", round, "ok", i == 3) -- round 3: each job's prologs a second apart
       for _, job in ipairs(round) do
         for _, name in ipairs(hostlist.expand(job[2])) do
           assert.matches("the job's %d+ nodes READY and connected to each other", r[job[1]][name].output)
         end
       end
-      for i, a in ipairs(round) do
-        for j, b in ipairs(round) do
-          if i < j then assert_isolated(hostlist.expand(a[2]), hostlist.expand(b[2])) end
+      for ia, a in ipairs(round) do
+        for ib, b in ipairs(round) do
+          if ia < ib then assert_isolated(hostlist.expand(a[2]), hostlist.expand(b[2])) end
         end
       end
+      -- status judges the registered job on its own nodes (the domain is DEGRADED by design)
+      local first = hostlist.expand(round[1][2])[1]
+      local out, code = status(first)
+      assert.are.equal(0, code, out)
+      assert.matches("membership by slots: job " .. round[1][1] .. " ready", out)
+      assert.matches("membership +slots: name map", out)
       run("epilog", round)
       for _, job in ipairs(round) do
         for _, name in ipairs(hostlist.expand(job[2])) do
@@ -148,6 +206,8 @@ describe("membership by slots under systemd (a rack of six)", function()
         end
       end
     end
-    for _, name in ipairs(d.names) do assert.are.equal(1, d:starts(name), name .. " started more than once") end
+    for _, name in ipairs(d.names) do
+      assert.are.equal(1, d:starts(name), name .. " started more than once")
+    end
   end)
 end)

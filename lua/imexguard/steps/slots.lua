@@ -103,7 +103,9 @@ function M.read(ctx)
   local bytes, err, code = ctx.host.read(path, base.MAX_FILE)
   if not bytes then return nil, string.format("%s unreadable (%s)", path, tostring(err)), code end
   local map, perr = slots.parse(bytes)
-  if not map then return nil, string.format("%s is not a name map imexguard wrote: %s", path, perr), "layout" end
+  if not map then
+    return nil, string.format("%s is not a name map imexguard wrote: %s", path, perr), "layout"
+  end
   return bytes, map
 end
 
@@ -132,7 +134,9 @@ function M.assess(ctx, want, a)
     why = code == "ENOENT" and ("no name map " .. path .. " yet") or map
   else
     for i, s in ipairs(want.slots.list) do
-      if map.names[i] ~= s then why = path .. " maps other slots than IMEX domain " .. tostring(want.slots.domain) end
+      if map.names[i] ~= s then
+        why = path .. " maps other slots than IMEX domain " .. tostring(want.slots.domain)
+      end
     end
     if #map.names ~= #want.slots.list then why = path .. " maps other slots than the domain's" end
     for _, s in ipairs(want.addrs) do
@@ -178,13 +182,15 @@ function M.restart(ctx, want, assessment, st, info, lookup)
   if not addrs then return nil, o, m end
   local on = M.wanted(st, want.self, want.addrs)
   local bytes, berr = slots.build(want.slots.list, addrs, on)
-  if not bytes then return fail("bad-input", "node %s: membership by slots: %s; nothing changed", node_name(ctx),
-    tostring(berr)) end
+  if not bytes then
+    return fail("bad-input", "node %s: membership by slots: %s; nothing changed", node_name(ctx),
+      tostring(berr))
+  end
   local path = M.path(ctx)
   local ok, err, code = ctx.host.write_atomic(path, bytes, tonumber("644", 8))
   if not ok then
-    return fail(base.by_code(code, "write-failed"), "node %s: writing the name map %s failed: %s%s", node_name(ctx),
-      path, tostring(err), base.root_hint(ctx.host, code, err))
+    return fail(base.by_code(code, "write-failed"), "node %s: writing the name map %s failed: %s%s",
+      node_name(ctx), path, tostring(err), base.root_hint(ctx.host, code, err))
   end
   ctx.host.log("info", one_line(string.format("membership by slots: name map %s built for IMEX domain %s "
     .. "(%d slots, in force: %s)", path, tostring(want.slots.domain), #want.slots.list, M.in_force_text(on,
@@ -194,8 +200,8 @@ function M.restart(ctx, want, assessment, st, info, lookup)
   if M.bound(ctx, props) == false then
     return fail("service-failed", "node %s: %s does not resolve through the name map %s: its /etc/hosts is "
       .. "another file; install contrib/slots/imexguard-slots.conf as a drop-in of %s (BindReadOnlyPaths=-%s:"
-      .. "/etc/hosts) and run systemctl daemon-reload", node_name(ctx), ctx.settings.unit, path, ctx.settings.unit,
-      path)
+      .. "/etc/hosts) and run systemctl daemon-reload", node_name(ctx), ctx.settings.unit, path,
+      ctx.settings.unit, path)
   end
   return true, props
 end
@@ -254,7 +260,9 @@ end
 function M.signal(ctx, st, o)
   local host, s = ctx.host, ctx.settings
   local props = host.unit(s.unit)
-  if not props or props.active_state ~= "active" or (tonumber(props.main_pid) or 0) <= 0 then return "idle" end
+  if not props or props.active_state ~= "active" or (tonumber(props.main_pid) or 0) <= 0 then
+    return "idle"
+  end
   local row = own_row(ctx, o.self, o.answer, o.info)
   local ok, why = nudge.version_allows(row and row.version, s)
   if not ok then return nil, "floor", why end
@@ -268,7 +276,8 @@ function M.signal(ctx, st, o)
   end
   local kok, err, code = host.unit_kill(s.unit, nudge.SIGUSR1, nudge.KILL_TIMEOUT)
   if not kok then
-    return nil, "failed", string.format("SIGUSR1 to %s failed: %s (%s)", s.unit, tostring(err), tostring(code))
+    return nil, "failed", string.format("SIGUSR1 to %s failed: %s (%s)", s.unit, tostring(err),
+      tostring(code))
   end
   local now = host.now()
   rawset(ctx, "usr1_at", now)
@@ -324,12 +333,12 @@ function M.switch(ctx, st, on, o)
   if new == bytes and #ch.added == 0 and #ch.removed == 0 then return ch end
   local ok, err, wcode = host.write_in_place(path, new)
   if not ok then
-    return fail(base.by_code(wcode, "write-failed"), "node %s: the name map %s not switched: %s%s", node_name(ctx),
-      path, tostring(err), base.root_hint(host, wcode, err))
+    return fail(base.by_code(wcode, "write-failed"), "node %s: the name map %s not switched: %s%s",
+      node_name(ctx), path, tostring(err), base.root_hint(host, wcode, err))
   end
   host.log("info", one_line(string.format("membership by slots: %s: name map %s: in force %s; added %s, "
-    .. "removed %s", o.what, path, M.in_force_text(on, { list = map.names }), M.in_force_text(slots.union(ch.added)),
-    M.in_force_text(slots.union(ch.removed)))))
+    .. "removed %s", o.what, path, M.in_force_text(on, { list = map.names }),
+    M.in_force_text(slots.union(ch.added)), M.in_force_text(slots.union(ch.removed)))))
   local sig, why, msg = M.signal(ctx, st, { self = o.self, must = #ch.removed > 0, info = o.info })
   ch.signal = sig or why
   if not sig then ch.message = msg end
@@ -383,8 +392,8 @@ function M.unmap(ctx, st, id)
   local ch, o, m = M.switch(ctx, st, M.wanted(st, self), { self = self, info = info or nil, what = what })
   if not ch then return o, m end
   if ch.message then
-    ctx.host.log("warning", one_line(string.format("%s: the daemon may keep links to job %s's nodes until they "
-      .. "break: %s", what, tostring(id), ch.message)))
+    ctx.host.log("warning", one_line(string.format("%s: the daemon may keep links to job %s's nodes until "
+      .. "they break: %s", what, tostring(id), ch.message)))
   end
   return nil
 end

@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The fake host's files (src/file.c's primitives): read, stat, write_atomic, write_in_place,
--- remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with scripted failures and missing directories.
+-- remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with scripted failures and
+-- missing directories.
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -109,7 +110,9 @@ function M.install_write(h, w)
     if f then return nil, string.format("write_in_place %s: write: %s", path, f), f end
     local e = files[path]
     if not e then return nil, "write_in_place " .. path .. ": open: No such file or directory", "ENOENT" end
-    if (e.type or "file") ~= "file" then return nil, "write_in_place " .. path .. ": not a regular file", "EINVAL" end
+    if (e.type or "file") ~= "file" then
+      return nil, "write_in_place " .. path .. ": not a regular file", "EINVAL"
+    end
     if #e.data ~= #data then
       return nil, string.format("write_in_place %s: holds %d bytes, not %d: nothing written", path, #e.data,
         #data), "EINVAL"

@@ -398,10 +398,18 @@ function M.unmap(ctx, st, id)
   return nil
 end
 
---- A prolog that ends non-zero: its job's slots out of the map again (it is not registered).
+--- The end of a prolog: a nudge of its health wait (ctx.usr1_at) recorded in the state file, so
+-- that the next run knows the daemon's window; and when it ends non-zero, its job's slots out of the
+-- map again (it is not registered).
 -- @return outcome, message (unchanged; a failed switch is added to the message)
 function M.settle(ctx, st, want, outcome, msg)
   local outcomes = require "imexguard.outcomes"
+  local at = rawget(ctx, "usr1_at")
+  if at and at ~= st.usr1_at then
+    st.usr1_at, st.usr1_invocation = at, st.invocation_id
+    local ok, err = state.save(ctx.host, ctx.settings, st)
+    if not ok then ctx.host.log("warning", one_line("state file not updated: " .. tostring(err))) end
+  end
   if outcomes.exit_code(outcome, ctx.settings) == 0 then return outcome, msg end
   local id = base.job_id(ctx)
   local ch, _, m = M.switch(ctx, st, M.wanted(st, want.self, nil, id), { self = want.self,

@@ -129,6 +129,14 @@ local function family(name)
   return name:gsub("_sum$", ""):gsub("_count$", "")
 end
 
+-- The membership mode in force (run.membership) as a state set: 1 for it, 0 for the other.
+local function membership_samples(samples, run, key)
+  if not run.membership then return end
+  for _, mode in ipairs({ "list", "slots" }) do
+    samples[key("imexguard_membership", { mode = mode })] = mode == run.membership and 1 or 0
+  end
+end
+
 --- Update the samples for one finished run. Every series a query may name is present, 0 when
 -- nothing happened (Prometheus' naming practices: a series that appears only once something
 -- happens makes rate() and absent() lie): the run counts of every command that records metrics
@@ -166,11 +174,7 @@ function M.update(samples, run)
   add("imexguard_restarts_total", {}, run.restarts or 0)
   add("imexguard_nudges_total", {}, run.nudges or 0)
   add("imexguard_slot_map_writes_total", {}, run.map_writes or 0)
-  if run.membership then
-    for _, mode in ipairs({ "list", "slots" }) do
-      samples[key("imexguard_membership", { mode = mode })] = mode == run.membership and 1 or 0
-    end
-  end
+  membership_samples(samples, run, key)
   add("imexguard_run_duration_seconds_sum", cmd, run.duration)
   add("imexguard_run_duration_seconds_count", cmd, 1)
   samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended

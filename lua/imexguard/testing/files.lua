@@ -83,24 +83,9 @@ function M.install_read(h, w)
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
 end
 
---- Add the writing file primitives to a fake host: write_atomic, write_in_place, remove_temps,
--- mknod_char.
--- @param h table the fake host (gets write_atomic, write_in_place, remove_temps, mknod_char)
--- @param w table the host's shared world (needs files, rec, failing, put, spend, missing_parent)
-function M.install_write(h, w)
+--- Add host.write_in_place to a fake host (see M.install_write).
+local function install_in_place(h, w)
   local files = w.files
-  function h.write_atomic(path, data, mode)
-    w.rec("write_atomic", path)
-    local f = w.failing(path, "write")
-    if f then return nil, string.format("write %s: write: %s (old file intact)", path, f), f end
-    local gone = w.missing_parent(path)
-    if gone then return nil, path .. ": directory " .. gone .. " does not exist", "ENOENT" end
-    w.spend(0.001)
-    w.put(path, data)
-    files[path].mode = mode
-    h.writes[#h.writes + 1] = { path = path, data = data }
-    return true
-  end
   --- host.write_in_place(path, data) -> true, as src/file.c: the same inode (a bind mount sees it),
   -- only a regular file that holds exactly #data bytes (else EINVAL, nothing written); recorded in
   -- h.writes with in_place = true.
@@ -122,6 +107,27 @@ function M.install_write(h, w)
     h.writes[#h.writes + 1] = { path = path, data = data, in_place = true }
     return true
   end
+end
+
+--- Add the writing file primitives to a fake host: write_atomic, write_in_place, remove_temps,
+-- mknod_char.
+-- @param h table the fake host (gets write_atomic, write_in_place, remove_temps, mknod_char)
+-- @param w table the host's shared world (needs files, rec, failing, put, spend, missing_parent)
+function M.install_write(h, w)
+  local files = w.files
+  function h.write_atomic(path, data, mode)
+    w.rec("write_atomic", path)
+    local f = w.failing(path, "write")
+    if f then return nil, string.format("write %s: write: %s (old file intact)", path, f), f end
+    local gone = w.missing_parent(path)
+    if gone then return nil, path .. ": directory " .. gone .. " does not exist", "ENOENT" end
+    w.spend(0.001)
+    w.put(path, data)
+    files[path].mode = mode
+    h.writes[#h.writes + 1] = { path = path, data = data }
+    return true
+  end
+  install_in_place(h, w)
   --- host.remove_temps(path) -> list of removed names, as src/file.c: in path's directory, the
   -- files named `.<basename>.` and 6 alphanumerics (write_atomic's temp names); nothing else.
   function h.remove_temps(path)

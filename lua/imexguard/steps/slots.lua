@@ -489,4 +489,17 @@ function M.fact_line(f)
     #f.in_force > 0 and hostlist.text_in_order(f.in_force) or "none")
 end
 
+--- config-test's findings of membership by slots (the -t framework's shape, phase 2 of issue 32):
+-- slots with domain_map = "none" cannot work (no domain, no slot list: every prolog ends bad-input).
+-- @return list of {level = "error"|"warning", file = nil, line = nil, message = string}
+function M.findings(ctx)
+  if not M.enabled(ctx) then return {} end
+  local out = {}
+  if base.setting(ctx, "domain_map", "auto") == "none" then
+    out[#out + 1] = { level = "error", message = "membership = \"slots\" needs an IMEX domain map, and "
+      .. "domain_map = \"none\" defines none: every prolog would end bad-input" }
+  end
+  return out
+end
+
 return M

@@ -41,9 +41,14 @@ local HELP = {
   imexguard_domain_map_fallback = { "gauge",
     "1 when the last run of the command found the IMEX domain map's file broken and the last map that parsed "
       .. "stood in (the log and status name the file's error), else 0.", "command" },
+  imexguard_membership = { "gauge",
+    "1 for the membership mode in force at the last run (setting membership), 0 for the other.",
+    "mode" },
+  imexguard_slot_map_writes_total = { "counter",
+    "Writes in place of the name map of membership = \"slots\" (a job's slots switched in or out).", "" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
-  "imexguard_nudges_total",
+  "imexguard_nudges_total", "imexguard_slot_map_writes_total", "imexguard_membership",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
   "imexguard_domain_map_fallback" }
@@ -128,6 +133,25 @@ local function family(name)
   return name:gsub("_sum$", ""):gsub("_count$", "")
 end
 
+-- The membership mode in force (run.membership) as a state set: 1 for it, 0 for the other.
+local function membership_samples(samples, run, key)
+  if not run.membership then return end
+  for _, mode in ipairs({ "list", "slots" }) do
+    samples[key("imexguard_membership", { mode = mode })] = mode == run.membership and 1 or 0
+  end
+end
+
+-- The GPUs' fabric registration of a run (run.gpus) as samples, replacing the earlier run's.
+local function fabric_samples(samples, gpus, key)
+  for k in pairs(samples) do
+    if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
+  end
+  for _, g in ipairs(gpus) do
+    samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
+      partition = g.partition })] = 1
+  end
+end
+
 --- Update the samples for one finished run. Every series a query may name is present, 0 when
 -- nothing happened (Prometheus' naming practices: a series that appears only once something
 -- happens makes rate() and absent() lie): the run counts of every command that records metrics
@@ -139,9 +163,10 @@ end
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
 --   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
---   domain_map_fallback (boolean: the last domain map that parsed stood in, imexguard.lastgood)}`
---   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
---   optional: imexguard's version, host.version)}`
+--   version (string, optional: imexguard's version, host.version), map_writes (integer, optional:
+--   the name map's writes in place, membership by slots), membership (string, optional: the
+--   setting), domain_map_fallback (boolean: the last domain map that parsed stood in,
+--   imexguard.lastgood)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -164,6 +189,8 @@ function M.update(samples, run)
   add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
   add("imexguard_restarts_total", {}, run.restarts or 0)
   add("imexguard_nudges_total", {}, run.nudges or 0)
+  add("imexguard_slot_map_writes_total", {}, run.map_writes or 0)
+  membership_samples(samples, run, key)
   add("imexguard_run_duration_seconds_sum", cmd, run.duration)
   add("imexguard_run_duration_seconds_count", cmd, 1)
   samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended
@@ -191,15 +218,7 @@ function M.update(samples, run)
       samples[key("imexguard_domain_node_status", labels)] = 1
     end
   end
-  if run.gpus then
-    for k in pairs(samples) do
-      if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
-    end
-    for _, g in ipairs(run.gpus) do
-      samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
-        partition = g.partition })] = 1
-    end
-  end
+  if run.gpus then fabric_samples(samples, run.gpus, key) end
   return samples
 end
 

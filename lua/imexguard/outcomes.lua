@@ -49,6 +49,9 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
+  { "not-placed", 24, "this node runs IMEX (GPUs in an NVLink partition, or the unit active) but no domain "
+    .. "source places it in a rack: not the topology file, not slurmctld (a node Slurm placed at run time), "
+    .. "not the address map; nothing changed, the job would run without IMEX here" },
 }
 
 --- Outcome name -> exit code.

@@ -192,3 +192,16 @@ describe("topology.ask: one bounded scontrol call per run", function()
     assert.is_true(h.now() - t0 <= topology.ASK_TIMEOUT + 0.01)
   end)
 end)
+
+describe("topology.parse_show: a block the file gives no node", function()
+  it("placed at run time (26.05's output), and without any node (no Nodes= field)", function()
+    local f = assert(io.open("tests/fixtures/slurm/show-topology-26.05-empty-block.txt"))
+    local t = assert(topology.parse_show(f:read("a"), "default"))
+    f:close()
+    assert.same({ "b1", "n[1-2]", "b2", "n3", "b3", "n4" }, { t.blocks[1].name, t.blocks[1].expr,
+      t.blocks[2].name,
+      t.blocks[2].expr, t.blocks[3].name, t.blocks[3].expr })
+    t = assert(topology.parse_show("BlockName=b3 BlockIndex=2 BlockSize=2\n", "default"))
+    assert.same({ "b3" }, { t.blocks[1].name, t.blocks[1].expr })
+  end)
+end)

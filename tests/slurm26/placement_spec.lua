@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- imexguard and nodes Slurm 26.05 places in blocks at run time (C46), under the real controller:
--- topology.conf places b1 = n[1-2], b2 = n3 only; n4 joins b2 with `scontrol update NodeName=n4
+-- topology.conf places b1 = n[1-2], b2 = n3 only, and lists b3 without nodes (Slurm keeps such a
+-- block for nodes placed at run time); n4 joins b2 with `scontrol update NodeName=n4
 -- Topology=default:b2`, a dynamic node n5 with `slurmd -Z --conf "CPUs=1 Topology=default:b2"`. The
 -- prolog (domain_map = "auto", slurmctld_topology = "auto") reads topology.conf, finds a node of the
 -- job unplaced, asks slurmctld once (`scontrol show topology`), and every node of the job writes the
@@ -28,7 +29,7 @@ describe("Slurm 26.05: trays placed in blocks at run time (C46)", function()
   setup(function()
     local ok, err
     restore, ok, err = cluster.reconfigure {
-      ["topology.conf"] = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n3\n",
+      ["topology.conf"] = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n3\nBlockName=b3\n",
     }
     assert(ok, err)
     d = cluster.domain({ "health_timeout = 8", 'domain_map = "auto"' }, 5)
@@ -82,6 +83,18 @@ describe("Slurm 26.05: trays placed in blocks at run time (C46)", function()
     local j = d:ctl_json("n5")
     assert.are.equal("UP", j and j.status)
     drop_n5()
+  end)
+
+  it("a block the file lists without nodes: slurmctld shows it, a tray placed there is in it", function()
+    local ok, out = cluster.sh("scontrol update NodeName=n4 Topology=default:b3")
+    assert(ok, out)
+    out = cluster.run("scontrol show topology")
+    assert.are.equal(cluster.fixture("show-topology-26.05-empty-block.txt", out), out)
+    local id = cluster.sbatch("-N1 -w n4", "true")
+    assert.are.equal("COMPLETED", cluster.wait_job(id), cluster.job_output(id) .. cluster.log_of("n4"))
+    assert.are.same({ "ok" }, cluster.outcomes("n4", id), cluster.log_of("n4"))
+    assert.matches("IMEX domain of node n4: b3 from slurmctld", cluster.log_of("n4"), 1, true)
+    assert.are.same({ "n4" }, cluster.list_of(d, "n4"))
   end)
 
   it("a node in no block gets no job (topology/block); a tray the files miss, slurmctld not asked: "

@@ -345,6 +345,14 @@ describe("default policy: racks placed at run time, not in the file (C46)", func
     assert.equal("skipped", (s:prolog{ job = 49, nodelist = "gb10" }))
   end)
 
+  it("health (every HealthCheckInterval) never asks slurmctld", function()
+    local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF }, file = { "gb09" },
+      scontrol = { stdout = LIVE } }
+    local outcome, message = s:health{}
+    assert.equal("ok", outcome, message)
+    assert.same({}, s.host.runs_of("scontrol"))
+  end)
+
   it("status asks slurmctld for a node the files do not place, and shows its rack", function()
     local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF },
       file = { "gb09" },

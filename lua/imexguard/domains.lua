@@ -321,16 +321,18 @@ end
 
 --- This node's IMEX domain as `status` shows it (one line; never fails: a map that cannot be read
 -- is named in the line). slurmctld is asked as the prolog asks it (M.refresh) when the files do not
--- place this node.
+-- place this node, unless opts.slurmctld is false (`health`, every HealthCheckInterval on every
+-- node: never the controller).
 -- @param ctx table policy context
 -- @param node string this node's Slurm name
+-- @param opts table|nil {slurmctld = false: the files alone}
 -- @return string line, table|nil {name, kind, source, nodes} (nil: no domain map)
-function M.node_line(ctx, node)
+function M.node_line(ctx, node, opts)
   if ctx.settings.domain_map == "static" then return "IMEX domain: the static node list (domain_map)" end
   local map, err = M.load(ctx)
   if not map then return "IMEX domain map: " .. tostring(err) end
   if not map.domains then return "IMEX domain: " .. map.source .. (map.note and ("; " .. map.note) or "") end
-  map = M.refresh(ctx, map, { node }, node)
+  if not (opts and opts.slurmctld == false) then map = M.refresh(ctx, map, { node }, node) end
   local name = M.domain_of(map, node)
   if not name then
     return string.format("IMEX domain: node %s is in none of %s (no source places it)", node, map.source),

@@ -346,7 +346,8 @@ describe("default policy: racks placed at run time, not in the file (C46)", func
   end)
 
   it("health (every HealthCheckInterval) never asks slurmctld", function()
-    local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF }, file = { "gb09" },
+    local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF },
+      file = { "gb09" },
       scontrol = { stdout = LIVE } }
     local outcome, message = s:health{}
     assert.equal("ok", outcome, message)

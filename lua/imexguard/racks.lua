@@ -18,17 +18,17 @@
 --     one `scontrol show topology [NAME]` (imexguard.topology.ask, once per run) gives the topology
 --     as it is now, and replaces the file's version of it.
 -- A map: {kind = "topology"|"tree", source = the file, domains = {{name, nodes, line, topology}},
---   of = {[node] = domain name}, conflicts = {[node] = message}, topos, job_topology, ask = the
---   topology slurmctld is asked for ({name}: its name, "" for none; nil: none can be)}.
+--   of = {[node] = domain name}, conflicts = {[node] = message}, topos (the file's topologies),
+--   job_topology (the job's: its partition's, else the default; nil: none), binding (the
+--   partition's binding or nil), ask = the topology slurmctld is asked for ({name}: its name, ""
+--   for topology.conf's, asked without an argument; nil: none can be), slurmctld (set by M.refresh),
+--   partition (set by imexguard.domains: SLURM_JOB_PARTITION)}.
 local lazy = require "imexguard.lazy"
 local topology = lazy "imexguard.topology"
 local hostlist = lazy "imexguard.hostlist"
 local one_line = require("imexguard.text").one_line
 
 local M = {}
-
---- The values of the setting slurmctld_topology.
-M.ASK = { "auto", "always", "off" }
 
 -- A parse error: nil and "FILE line N: why".
 local function bad(path, n, fmt, ...)

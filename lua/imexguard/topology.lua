@@ -10,6 +10,7 @@
 --   blocks    list     {name, expr = the Nodes= hostlist or nil, line}: BlockName= lines, `- block:`
 --   switches  list     {name, expr = Nodes= or nil, children = Switches= or nil, line}: SwitchName=
 --                      lines, `- switch:` entries; a leaf switch has nodes and no child switch
+--   from_conf boolean  true for topology.conf's (slurmctld is asked for it without a name)
 -- Facts (Slurm topology.conf(5), topology.yaml(5), and the real 26.05 daemons: tests/slurm26/README.md):
 --   * topology.yaml wins over topology.conf when both exist (beside slurm.conf; a configless node's
 --     conf-cache holds both); it holds several topologies, the first `cluster_default: true` one is

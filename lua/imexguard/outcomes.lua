@@ -106,7 +106,8 @@ function M.usage(indent, width)
     end
     items[#items + 1] = item .. (i < #M.list and "," or ";")
   end
-  items[#items + 1] = "a bad command line or an internal error exits " .. M.USAGE_EXIT .. "."
+  -- "exits N." stays on one line (\1: a space no line is broken at)
+  items[#items + 1] = "a bad command line or an internal error exits\1" .. M.USAGE_EXIT .. "."
   local lines, line = {}, indent
   for _, item in ipairs(items) do
     for word in item:gmatch("%S+") do
@@ -118,7 +119,7 @@ function M.usage(indent, width)
     end
   end
   lines[#lines + 1] = line
-  return table.concat(lines, "\n") .. "\n"
+  return (table.concat(lines, "\n"):gsub("\1", " ")) .. "\n"
 end
 
 return M

@@ -104,19 +104,21 @@ local function merge(map, m, t, first, where_of)
     local name = d.name
     if map.names[name] then name = t.name .. ":" .. d.name end
     map.names[name] = true
-    local dom = { name = name, nodes = d.nodes, line = d.line, topology = t.name }
+    -- its nodes: those no earlier topology placed (the job's topology first: its placement wins)
+    local dom = { name = name, nodes = {}, line = d.line, topology = t.name }
     map.domains[#map.domains + 1] = dom
     for _, node in ipairs(d.nodes) do
       local had = where_of[node]
       if not had then
         map.of[node], where_of[node] = name, dom
-      elseif not had.first and not same_nodes(had.nodes, d.nodes) and not map.conflicts[node] then
+        dom.nodes[#dom.nodes + 1] = node
+      elseif not had.first and not same_nodes(had.all, d.nodes) and not map.conflicts[node] then
         map.conflicts[node] = string.format("node %s is in block %s of topology %s (%s line %d) and in block "
           .. "%s of topology %s (line %d)", node, had.name, had.topology, map.source, had.line, d.name,
           t.name, d.line)
       end
     end
-    dom.first = first
+    dom.first, dom.all = first, d.nodes
   end
 end
 

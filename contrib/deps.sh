@@ -8,7 +8,8 @@
 #   contrib/deps.sh demo     build + a private systemd manager and the tools `make demo` uses
 #   contrib/deps.sh pkg      build + Debian packaging tools and mandoc (`make deb`)
 #   contrib/deps.sh test     demo + pkg + linters, busted, Slurm and munge for the e2e tier,
-#                            debootstrap for the slurm24 tier's Debian 13 root (`make check`)
+#                            debootstrap for the Debian roots of the slurm24 tier (Debian 13) and
+#                            the slurm26 tier (Debian testing, by the sid script) (`make check`)
 #   contrib/deps.sh --list GROUP   print the group's packages, install nothing
 # Neither build nor run ever installs Slurm or munge: they are safe on a compute node that runs a
 # site Slurm. No group leaves a unit of what it installed enabled or running (the test group's

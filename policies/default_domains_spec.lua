@@ -207,20 +207,22 @@ describe("default policy: nodes of the job in no IMEX domain (C30)", function()
     assert.matches("left out (in no IMEX domain, not waited for): cpu07", lines[1], 1, true)
   end)
 
-  it("on cpu07 (in no domain) the prolog skips, changing nothing", function()
-    local s = scenario("cpu07")
+  it("on cpu07 (in no domain, its GPUs on no NVLink fabric) the prolog skips, changing nothing", function()
+    local s = scenario("cpu07", { nvidia_smi = testing.FABRIC_NONE })
     local outcome, message = s:prolog{ job = 30, nodelist = "gb[01-02],cpu07" }
     assert.equal("skipped", outcome)
     assert.equal(0, outcomes.exit_code(outcome))
-    assert.matches("node cpu07 is in no IMEX domain of " .. TOPO, message, 1, true)
+    assert.matches("node cpu07 is in no IMEX domain of " .. TOPO .. ": not an IMEX node (no multi-node "
+      .. "NVLink", message, 1, true)
     assert.same({}, s.host.writes)
     assert.same({}, s:unit_jobs())
   end)
 
-  it("a job entirely outside any domain: skipped on its nodes", function()
+  it("a job entirely outside any domain, on trays (GPUs in an NVLink partition): not-placed (C46)", function()
     local s = scenario("gb10")
     local outcome, message = s:prolog{ job = 31, nodelist = "gb[10-12]" }
-    assert.equal("skipped", outcome, message)
+    assert.equal("not-placed", outcome, message)
+    assert.equal(24, outcomes.exit_code(outcome))
     assert.same({}, s.host.writes)
   end)
 
@@ -334,5 +336,209 @@ describe("a cluster-wide file that breaks after it worked (issue 32 item 1)", fu
     local _, message = s:status{}
     assert.matches("IMEX domain map broken: prologs here use the last map that parsed (" .. RECORD
       .. "): this node in domain b1", message, 1, true)
+  end)
+end)
+
+describe("default policy: racks placed at run time, not in the file (C46)", function()
+  -- slurmctld's topology after `scontrol update NodeName=gb09 Topology=default:b2` (Slurm 25.11+)
+  local LIVE = "BlockName=b1 BlockIndex=0 Nodes=gb[01-04] BlockSize=4\n"
+    .. "BlockName=b2 BlockIndex=1 Nodes=gb[05-09] BlockSize=4\n"
+    .. "AggregatedBlock=b[1-2] BlockIndex=2 Nodes=gb[01-09] BlockSize=8\n"
+
+  local function tray(node, o)
+    o = o or {}
+    return testing.scenario{ node = node, nodes = NODES, files = { [TOPO] = C29_CONF }, file = { node },
+      settings = o.settings, scontrol = o.scontrol or { stdout = LIVE }, nvidia_smi = o.nvidia_smi,
+      unit = o.unit }
+  end
+
+  it("a node slurmctld placed in b2: every node of the job writes the same list, asking slurmctld once",
+    function()
+    local bytes = {}
+    for _, node in ipairs { "gb05", "gb06", "gb09" } do
+      local s = tray(node)
+      local outcome, message, _, ctx = s:prolog{ job = 46, nodelist = "gb[05-06],gb09" }
+      assert.equal("ok", outcome, message)
+      assert.same({ "gb05", "gb06", "gb09" }, s:file_nodes())
+      assert.equal("b2", ctx.domain.name)
+      assert.matches("^slurmctld %(topology default; files: " .. TOPO:gsub("%p", "%%%0") .. "%)$",
+        ctx.domain.source)
+      assert.same({ { "/usr/bin/scontrol", "show", "topology" } }, s.host.runs_of("scontrol"))
+      local asked = table.concat(s:logs("info"), "\n")
+      assert.matches("asked slurmctld for topology default (scontrol show topology, ", asked, 1, true)
+      assert.matches(TOPO .. " places no unit for gb09; slurmctld_topology = \"off\" never asks", asked, 1,
+        true)
+      bytes[node] = s:file()
+    end
+    assert.equal(bytes.gb05, bytes.gb09)
+    assert.equal(bytes.gb06, bytes.gb09)
+  end)
+
+  it("a job the files place whole never asks slurmctld (the fast path stays as it was)", function()
+    local s = tray("gb05")
+    local outcome, message = s:prolog{ job = 47, nodelist = "gb[05-06]" }
+    assert.equal("ok", outcome, message)
+    assert.same({}, s.host.runs_of("scontrol"))
+  end)
+
+  it("no source places the tray: not-placed (exit 24) on it, naming what was asked; nothing changed",
+    function()
+    local s = tray("gb09", { scontrol = { stdout = "BlockName=b1 BlockIndex=0 Nodes=gb[01-04] BlockSize=4\n"
+      .. "BlockName=b2 BlockIndex=1 Nodes=gb[05-08] BlockSize=4\n" } })
+    local outcome, message = s:prolog{ job = 48, nodelist = "gb[05-06],gb09" }
+    assert.equal("not-placed", outcome)
+    assert.matches("node gb09 runs IMEX (its GPUs are on an NVLink fabric (GPU 0: fabric.state Completed",
+      message, 1, true)
+    assert.matches("but is in no IMEX domain of slurmctld (topology default; files: " .. TOPO .. "); "
+      .. "slurmctld asked: not placed, job 48 not started here without IMEX", message, 1, true)
+    assert.same({}, s.host.writes)
+    assert.same({}, s:unit_jobs())
+    -- slurmctld cannot be reached: named too
+    s = tray("gb09", { scontrol = { status = 1, stderr = "slurm_load_topo error: Unable to contact slurm "
+      .. "controller (connect failure)\n" } })
+    outcome, message = s:prolog{ job = 48, nodelist = "gb[05-06],gb09" }
+    assert.equal("not-placed", outcome)
+    assert.matches("slurmctld asked, no usable answer: scontrol show topology exited 1: slurm_load_topo "
+      .. "error: "
+      .. "Unable to contact slurm controller", message, 1, true)
+    -- slurmctld_topology = "off": not asked, and said
+    s = tray("gb09", { settings = { slurmctld_topology = "off" } })
+    outcome, message = s:prolog{ job = 48, nodelist = "gb[05-06],gb09" }
+    assert.equal("not-placed", outcome)
+    assert.matches('slurmctld not asked (slurmctld_topology = "off")', message, 1, true)
+    assert.same({}, s.host.runs_of("scontrol"))
+  end)
+
+  it("an unplaced node runs IMEX by its GPUs, else by its active unit; no NVLink is a skip", function()
+    -- nvidia-smi absent: the active unit decides
+    local s = tray("gb10", { nvidia_smi = testing.ABSENT })
+    local outcome, message = s:prolog{ job = 49, nodelist = "gb10" }
+    assert.equal("not-placed", outcome)
+    assert.matches("runs IMEX (nvidia-imex.service is active)", message, 1, true)
+    s = tray("gb10", { nvidia_smi = testing.ABSENT, unit = "inactive" })
+    outcome, message = s:prolog{ job = 49, nodelist = "gb10" }
+    assert.equal("skipped", outcome)
+    assert.matches("not an IMEX node (nvidia-imex.service is inactive and the fabric unknown)", message, 1,
+      true)
+    -- GPUs still registering count as on the fabric; all N/A (no NVSwitch) do not
+    s = tray("gb10", { nvidia_smi = testing.gpus({ { state = "In Progress", cluster_uuid = "N/A",
+      clique_id = "N/A" } }) })
+    assert.equal("not-placed", (s:prolog{ job = 49, nodelist = "gb10" }))
+    s = tray("gb10", { nvidia_smi = testing.FABRIC_NONE })
+    assert.equal("skipped", (s:prolog{ job = 49, nodelist = "gb10" }))
+  end)
+
+  it("health (every HealthCheckInterval) never asks slurmctld", function()
+    local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF },
+      file = { "gb09" },
+      scontrol = { stdout = LIVE } }
+    local outcome, message = s:health{}
+    assert.equal("ok", outcome, message)
+    assert.same({}, s.host.runs_of("scontrol"))
+  end)
+
+  it("status asks slurmctld for a node the files do not place, and shows its rack", function()
+    local s = testing.scenario{ node = "gb09", nodes = NODES, files = { [TOPO] = C29_CONF },
+      file = { "gb09" },
+      scontrol = { stdout = LIVE } }
+    local outcome, message, out = s:status{}
+    assert.equal("ok", outcome, message)
+    assert.matches("\ndomain       b2 gb[05-09] (from slurmctld (topology default; files: " .. TOPO .. "))\n",
+      out,
+      1, true)
+  end)
+end)
+
+describe("default policy: racks as leaf switches of a tree (C45)", function()
+  local TREE = "SwitchName=rack1 Nodes=gb[01-04]\nSwitchName=rack2 Nodes=gb[05-08]\nSwitchName=nb1 "
+    .. "Switches=rack[1-2]\n"
+
+  it("auto: a tree defines no NVLink domain, said in the log; the job is one domain", function()
+    local s = scenario("gb03", { topology = TREE })
+    local outcome, message, _, ctx = s:prolog{ job = 45, nodelist = "gb[03-06]" }
+    assert.equal("ok", outcome, message)
+    assert.equal("none", ctx.domain.kind)
+    assert.same({ "gb03", "gb04", "gb05", "gb06" }, s:file_nodes())
+    assert.matches(TOPO
+      .. " defines a tree topology (SwitchName= lines) and no block topology: a tree defines "
+      .. "no NVLink domain", s:logs("warning")[1], 1, true)
+  end)
+
+  it("domain_map = \"tree\": each leaf switch is a rack (the C29 split)", function()
+    for node, list in pairs { gb03 = { "gb03", "gb04" }, gb06 = { "gb05", "gb06" } } do
+      local s = scenario(node, { topology = TREE, settings = { domain_map = "tree" } })
+      local outcome, message, _, ctx = s:prolog{ job = 45, nodelist = "gb[03-06]" }
+      assert.equal("ok", outcome, message)
+      assert.same(list, s:file_nodes())
+      assert.equal("tree", ctx.domain.kind)
+      assert.equal(node == "gb03" and "rack1" or "rack2", ctx.domain.name)
+    end
+  end)
+end)
+
+describe("default policy: several topologies bound to partitions (C47)", function()
+  local YAML = [[
+- topology: eth
+  cluster_default: true
+  tree:
+    switches:
+      - switch: top
+        nodes: gb[01-12]
+- topology: gb200-racks
+  block:
+    blocks:
+      - block: nvl0
+        nodes: gb[01-04]
+      - block: nvl1
+        nodes: gb[05-08]
+- topology: gb300-racks
+  block:
+    blocks:
+      - block: nvl0
+        nodes: gb[09-12]
+]]
+  local CONF = "PartitionName=gb200 Nodes=gb[01-08] Topology=gb200-racks\nPartitionName=gb300 "
+    .. "Nodes=gb[09-12] "
+    .. "Topology=gb300-racks\n"
+
+  local function part(node, partition, yaml)
+    local s = testing.scenario{ node = node, nodes = NODES, file = { node },
+      files = { ["/etc/slurm/topology.yaml"] = yaml or YAML, ["/etc/slurm/slurm.conf"] = CONF } }
+    return s, { job = 47, nodelist = "gb[03-06]", env = { SLURM_JOB_PARTITION = partition,
+      SLURM_CONF = "/etc/slurm/slurm.conf" } }
+  end
+
+  it("job gb[03-06] in partition gb200: its topology's racks, every node at once", function()
+    for node, list in pairs { gb03 = { "gb03", "gb04" }, gb04 = { "gb03", "gb04" }, gb05 = { "gb05", "gb06" },
+      gb06 = { "gb05", "gb06" } } do
+      local s, job = part(node, "gb200")
+      local outcome, message, _, ctx = s:prolog(job)
+      assert.equal("ok", outcome, message)
+      assert.same(list, s:file_nodes())
+      assert.equal("gb200-racks", ctx.domain.topology)
+      assert.matches("(topology gb200-racks) from /etc/slurm/topology.yaml", table.concat(s:logs("info"),
+        "\n"),
+        1, true)
+    end
+  end)
+
+  it("gb300 nodes placed the other way by gb200-racks: a gb300 job is not bad input", function()
+    local yaml = YAML:gsub("nodes: gb%[09%-12%]", "nodes: gb[05-06]")
+    local s, job = part("gb05", "gb300", yaml)
+    job.nodelist = "gb[05-06]"
+    local outcome, message, _, ctx = s:prolog(job)
+    assert.equal("ok", outcome, message)
+    assert.equal("gb300-racks", ctx.domain.topology)
+    -- no binding and a tree default: the conflict is real, named, nothing changed
+    s, job = part("gb05", "other", yaml)
+    outcome, message = s:prolog(job)
+    assert.equal("bad-input", outcome)
+    assert.matches("node gb05 is in block nvl1 of topology gb200-racks (/etc/slurm/topology.yaml line 12) "
+      .. "and in "
+      .. "block nvl0 of topology gb300-racks (line 17); the job's topology (eth, a tree topology) does not "
+        .. "decide: "
+      .. "bind the job's partition to one (PartitionName=other ... Topology=NAME in slurm.conf)", message, 1,
+        true)
+    assert.same({}, s.host.writes)
   end)
 end)

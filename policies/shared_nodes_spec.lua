@@ -76,6 +76,43 @@ describe("shared_nodes policy", function()
     assert.equal("MAYBE", s:registrations()[1].shared)
   end)
 
+  it("Slurm 26.05: records both variables and what they mean, and a conflict names them (C49)", function()
+    local s = testing.scenario{ policy = P, file = { "n1", "n2" } }
+    local outcome, message = s:prolog{ job = 100, nodelist = "n[1-2]", oversubscribe = "OK",
+      env = { SLURM_JOB_EXCLUSIVE = "USER" } }
+    assert.equal("ok", outcome, message)
+    local e = s:registrations()[1]
+    assert.same({ "OK", "USER", "user" }, { e.shared, e.exclusive, e.asked })
+    assert.matches("job 100 asked for an exclusive node: user (SLURM_JOB_OVERSUBSCRIBE=OK, "
+      .. "SLURM_JOB_EXCLUSIVE=USER)", table.concat(s:logs("info"), "\n"), 1, true)
+    -- 26.05's NO with EXCLUSIVE=NO is a shared node, not a whole one (24.11's NO alone was)
+    local t = testing.scenario{ policy = P, file = { "n1", "n2" } }
+    assert.equal("ok", (t:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "NO",
+      env = { SLURM_JOB_EXCLUSIVE = "NO" } }))
+    assert.same({ "NO", "NO", "no" }, { t:registrations()[1].shared, t:registrations()[1].exclusive,
+      t:registrations()[1].asked })
+    local old = testing.scenario{ policy = P, file = { "n1", "n2" } }
+    assert.equal("ok", (old:prolog{ job = 102, nodelist = "n[1-2]", oversubscribe = "NO" }))
+    assert.same({ "NO", "node" }, { old:registrations()[1].shared, old:registrations()[1].asked })
+    assert.is_nil(old:registrations()[1].exclusive)
+    -- a later job that needs a restart: the conflict names what job 100 asked for
+    local c = testing.scenario{ policy = P, jobs = { { id = 100, nodes = "n[1-2]", shared = "OK",
+      exclusive = "USER" } },
+      files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
+    outcome, message = c:prolog{ job = 103, nodelist = "n[1-2]", oversubscribe = "OK",
+      env = { SLURM_JOB_EXCLUSIVE = "USER" } }
+    assert.equal("conflict", outcome)
+    assert.matches("job 100 (10.0.0.[1-2], shared OK, exclusive USER, registered", message, 1, true)
+  end)
+
+  it("an unknown SLURM_JOB_EXCLUSIVE is logged, not refused", function()
+    local s = testing.scenario{ policy = P }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "n[1-2]", oversubscribe = "NO",
+      env = { SLURM_JOB_EXCLUSIVE = "RACK" } }))
+    assert.matches("unknown SLURM_JOB_EXCLUSIVE=RACK", s:logs("warning")[1])
+    assert.equal("unknown", s:registrations()[1].asked)
+  end)
+
   it("the last job's epilog unregisters it and leaves IMEX running", function()
     local s = testing.scenario{ policy = P, jobs = { [100] = "n[1-2]" } }
     local outcome, message = s:epilog{ job = 100 }

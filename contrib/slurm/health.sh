@@ -12,18 +12,30 @@
 #     (the prefix "imexguard:", set here or by the prolog's setting drain_reason); a node drained
 #     for any other reason is left as it is.
 # The node's state and reason come from `scontrol show node` (lines "State=IDLE+DRAIN ..." and
-# "Reason=TEXT [user@time]" of Slurm 22.05 and later). Exits with imexguard's status.
+# "Reason=TEXT [user@time]" of Slurm 22.05 and later). Where slurmd hands over slurmctld's verdict
+# (SLURM_NODE_IS_HEALTHY: Slurm 26.05.2+ with SlurmctldParameters=health_check_report, the default
+# from 26.11): "yes" (not down, drained, failed or in maintenance) needs no scontrol call at all (a
+# healthy node changes nothing; an unhealthy one is drained with imexguard's line), "no" still asks
+# scontrol for the reason, to tell imexguard's own drains apart. Exits with imexguard's status.
 # Overrides for tests: IMEXGUARD (the binary), SCONTROL.
 imexguard=${IMEXGUARD:-/usr/local/sbin/imexguard}
 scontrol=${SCONTROL:-scontrol}
 node=${SLURMD_NODENAME:-$(hostname -s)}
 prefix="imexguard:"
+verdict=${SLURM_NODE_IS_HEALTHY:-}
 
 line=$("$imexguard" health)
 rc=$?
-show=$(timeout 10 "$scontrol" show node "$node" 2>/dev/null)
-state=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*State=\([^[:space:]]*\).*/\1/p' | head -n 1)
-current=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*Reason=//p' | head -n 1)
+state=
+current=
+if [ "$verdict" = yes ]; then
+	# slurmctld: neither drained nor down: nothing to resume, no reason to keep
+	[ "$rc" -eq 0 ] && exit 0
+else
+	show=$(timeout 10 "$scontrol" show node "$node" 2>/dev/null)
+	state=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*State=\([^[:space:]]*\).*/\1/p' | head -n 1)
+	current=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*Reason=//p' | head -n 1)
+fi
 ours=no
 case $current in "$prefix"*) ours=yes ;; esac
 

@@ -1,30 +1,41 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The domain map: which nodes share one IMEX domain (docs/design.md, step 2; field cases C29, C30).
--- One IMEX domain per NVLink domain or partition: NVIDIA's DRA driver and AWS write one node list
--- per clique / UltraServer, never one list across racks, and leave nodes without NVLink (CPU nodes)
--- out of every list. A job that spans racks therefore gets one node list per rack: on a node, the
--- job's nodes in THIS node's domain, in the job's hostlist order (the same bytes on each of them).
+--- The domain map: which nodes share one IMEX domain (docs/design.md, step 2a; field cases C29, C30,
+-- C45, C46, C47). One IMEX domain per NVLink domain or partition: NVIDIA's DRA driver and AWS write
+-- one node list per clique / UltraServer, never one list across racks, and leave nodes without
+-- NVLink (CPU nodes) out of every list. A job that spans racks therefore gets one node list per
+-- rack: on a node, the job's nodes in THIS node's domain, in the job's hostlist order (the same
+-- bytes on each of them).
 --
 -- Sources (setting domain_map; "auto" takes the first that defines domains, in this order):
 --   "topology"    Slurm's block topology, one block per NVL72 rack or partition: topology.yaml
---                 (Slurm 25.05+, its `block:` section) or topology.conf (`BlockName=b1
---                 Nodes=gb[01-18]` lines; `BlockSizes=` and the tree plugin's `SwitchName=` lines are
---                 ignored), found beside the slurm.conf that SLURM_CONF names (else beside the
---                 setting slurm_conf, /etc/slurm/slurm.conf),
---                 or the file of the setting topology_file. Slurm 22.05 has no block plugin:
---                 imexguard reads the file itself, Slurm need not load it.
+--                 (Slurm 25.05+: several topologies; every block topology's blocks, the job's
+--                 topology deciding where two place a node differently, imexguard.racks) or, when
+--                 there is no topology.yaml (Slurm reads topology.conf only then), topology.conf
+--                 (`BlockName=b1 Nodes=gb[01-18]` lines), found beside the slurm.conf that SLURM_CONF
+--                 names (else beside the setting slurm_conf, /etc/slurm/slurm.conf), or the file of
+--                 the setting topology_file; with the nodes slurmctld places at run time (Slurm
+--                 25.11+) when the files leave a node of the job unplaced (setting
+--                 slurmctld_topology). Slurm 22.05 has no block plugin: imexguard reads the file
+--                 itself, Slurm need not load it. A tree topology defines no NVLink domain: "auto"
+--                 says so (map.note) and goes on.
+--   "tree"        the leaf switches of Slurm's tree topology (topology.conf's `SwitchName=rack1
+--                 Nodes=...` lines, a `tree:` topology of topology.yaml): OCI's racks (never "auto").
 --   "address_map" the third column of the address map ("name address domain").
 --   "static"      the static list itself (the static policy only, policies/static_domain.lua; the
 --                 policy narrows the job to it: this module only says that source applies).
 --   "none"        the whole job is one domain (imexguard before domains; "auto" without a source).
--- Domains are named: the block name, or the address map's column value (a name of the form
--- <ClusterUUID>.<CliqueId> can be compared with the GPUs' fabric by the fabric check).
--- Pure Lua; files are read with host.read.
+-- Domains are named: the block or switch name (qualified "TOPOLOGY:BLOCK" where two topologies use
+-- one name), or the address map's column value (a name of the form <ClusterUUID>.<CliqueId> can be
+-- compared with the GPUs' fabric by the fabric check).
+-- Pure Lua; files are read with host.read, slurmctld asked with host.run (imexguard.topology.ask).
 -- Loaded when first used (imexguard.lazy): `status` on a site without a domain map needs neither.
 local lazy = require "imexguard.lazy"
 local hostlist = lazy "imexguard.hostlist"
 local addresses = lazy "imexguard.addresses"
-local trim = require("imexguard.text").trim
+local topology = lazy "imexguard.topology"
+local racks = lazy "imexguard.racks"
+local slurmconf = lazy "imexguard.slurmconf"
+local one_line = require("imexguard.text").one_line
 
 local M = {}
 
@@ -33,192 +44,44 @@ M.MAX_FILE = 1024 * 1024
 --- Where slurm.conf and its topology files are when SLURM_CONF is not set (Slurm's default).
 M.DEFAULT_DIR = "/etc/slurm"
 --- The values of the setting domain_map.
-M.SOURCES = { "auto", "none", "topology", "address_map", "static" }
+M.SOURCES = { "auto", "none", "topology", "tree", "address_map", "static" }
 
--- A parse error: nil and "FILE line N: why".
-local function bad(path, n, fmt, ...)
-  return nil, string.format("%s line %d: " .. fmt, path, n, ...)
-end
-
---- A map from a list of domains: every node in at most one domain.
--- @param kind string "topology" | "address_map"
+--- A map from a list of domains: every node in at most one domain (imexguard.racks.build).
+-- @param kind string "topology" | "tree" | "address_map"
 -- @param where string the file (for messages and the log)
 -- @param list list of {name = string, expr = hostlist, line = integer}
 -- @return map {kind, source = where, domains = {{name, nodes = {names}}...}, of = {[node] = name}},
 --   or nil, message naming the file and line (bad hostlist, a node in two domains, a name twice)
 function M.build(kind, where, list)
-  local map = { kind = kind, source = where, domains = {}, of = {} }
-  local line_of, by_name = {}, {}
-  for _, d in ipairs(list) do
-    local nodes, err = hostlist.expand(d.expr)
-    if not nodes then return bad(where, d.line, "domain %s: %s", d.name, tostring(err)) end
-    local dom = by_name[d.name]
-    if dom and kind ~= "address_map" then
-      return bad(where, d.line, "domain %s defined twice (also line %d)", d.name, dom.line)
-    end
-    if not dom then
-      dom = { name = d.name, nodes = {}, line = d.line }
-      by_name[d.name] = dom
-      map.domains[#map.domains + 1] = dom
-    end
-    for _, node in ipairs(nodes) do
-      local other = map.of[node]
-      if other and not (other == d.name and kind == "address_map") then
-        return bad(where, d.line, "node %s is in domain %s and in domain %s (line %d): a node is in one "
-          .. "IMEX domain", node, d.name, other, line_of[node])
-      end
-      if not other then
-        map.of[node], line_of[node] = d.name, d.line
-        dom.nodes[#dom.nodes + 1] = node
-      end
-    end
-  end
-  return map
+  return racks.build(kind, where, list)
 end
 
---- Parse Slurm's topology.conf (topology/block; slurm topology.conf(5)): `BlockName=NAME
--- Nodes=HOSTLIST` lines are the domains; `BlockSizes=` lines and the tree plugin's `SwitchName=`
--- lines are ignored; '#' comments, keys case-insensitive, a trailing '\' continues the line.
--- @param text string file contents
--- @param path string file name (for messages)
--- @return map (see M.build; domains empty when the file has no block), or nil, message naming the
---   file and line
+-- The block domains of parsed topologies as a job without a partition sees them (an empty map when
+-- no topology is a block one).
+local function blocks_of(topos, err, path)
+  if not topos then return nil, err end
+  local map, merr = racks.map(topos, "block", nil, path)
+  if map == nil then return nil, merr end
+  return map or { kind = "topology", source = path, domains = {}, of = {}, conflicts = {} }
+end
+
+--- Parse Slurm's topology.conf (imexguard.topology.parse_conf): its blocks as a map (the tree
+-- plugin's SwitchName= lines define none; see M.load for "tree").
+-- @return map (see M.build; domains empty without a block), or nil, message naming the file and line
 function M.parse_topology_conf(text, path)
-  local list, n, pending, first = {}, 0, nil, 1
-  for raw in (text .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
-    local line = raw:gsub("#.*$", "")
-    if pending then line = pending .. " " .. line else first = n end
-    pending = nil
-    if line:match("\\%s*$") then
-      pending = line:gsub("\\%s*$", "")
-    elseif trim(line) ~= "" then
-      local kv, lead = {}, nil
-      for tok in line:gmatch("%S+") do
-        local k, v = tok:match("^([%a_]+)=(.*)$")
-        if not k then return bad(path, first, "expected KEY=VALUE, got '%s'", tok) end
-        k = k:lower()
-        lead = lead or k
-        kv[k] = v
-      end
-      if lead == "blockname" then
-        if kv.blockname == "" then return bad(path, first, "BlockName is empty") end
-        if not kv.nodes or kv.nodes == "" then
-          return bad(path, first, "block %s has no Nodes=", kv.blockname)
-        end
-        list[#list + 1] = { name = kv.blockname, expr = kv.nodes, line = first }
-      elseif lead ~= "blocksizes" and lead ~= "switchname" then
-        return bad(path, first, "unparsable line (expected BlockName=, BlockSizes= or SwitchName=): '%s'",
-          trim(line))
-      end
-    end
-  end
-  if pending then return bad(path, first, "the last line ends with '\\'") end
-  return M.build("topology", path, list)
+  local topos, err = topology.parse_conf(text, path)
+  return blocks_of(topos, err, path)
 end
 
--- A YAML scalar with its quotes removed.
-local function unquote(v)
-  v = trim(v)
-  local q = v:match("^[\"'](.*)[\"']$")
-  return q or v
-end
-
--- Read one line of topology.yaml (line n) into the reader's state st = {topos = list of {name,
--- line, default, blocks}, topo = the topology being read, block_indent = the indentation of its
--- `block:` key while inside it, entry = the `- block:` entry being read}.
--- @return true, or nil, message naming the file and line
-local function yaml_line(st, raw, n, path)
-  local line = raw:gsub("^%s*#.*$", ""):gsub("%s+#.*$", "")
-  if trim(line) == "" or line:match("^%-%-%-") or line:match("^%.%.%.") then return true end
-  if line:find("\t", 1, true) then return bad(path, n, "tab in indentation") end
-  local indent = #line:match("^( *)")
-  local body = line:sub(indent + 1)
-  local dash = body:match("^%-%s+(.*)$")
-  if body == "-" then dash = "" end
-  local item = dash ~= nil
-  if item then body = dash end
-  local key, value = body:match("^([%w_%-]+):%s*(.*)$")
-  if not key and not item then return bad(path, n, "unparsable line: '%s'", trim(raw)) end
-  if st.block_indent and indent <= st.block_indent then st.block_indent, st.entry = nil, nil end
-  local topo = st.topo
-  if key == "topology" and item then
-    st.topo = { name = unquote(value), line = n }
-    st.topos[#st.topos + 1] = st.topo
-  elseif key == "cluster_default" and topo then
-    topo.default = unquote(value) == "true"
-  elseif key == "block" and not item and value == "" and topo then
-    st.block_indent, topo.blocks = indent, topo.blocks or {}
-  elseif st.block_indent and item and body:match("^{") then
-    -- `- {block: b1, nodes: ...}`: a flow mapping; never dropped in silence (the job would be
-    -- one domain across the racks)
-    return bad(path, n, "flow style ('%s') is not read; write 'block:' and 'nodes:' on lines of "
-      .. "their own", trim(body))
-  elseif st.block_indent and key == "blocks" and value:match("^%[") then
-    return bad(path, n, "flow style (blocks: [...]) is not read; write the blocks one per line")
-  elseif st.block_indent and key and (key == "block" or key == "nodes") then
-    if item then
-      st.entry = { line = n }
-      topo.blocks[#topo.blocks + 1] = st.entry
-    elseif not st.entry then
-      return bad(path, n, "'%s:' outside a '- block:' entry", key)
-    end
-    if key == "block" then st.entry.name = unquote(value) else st.entry.expr = unquote(value) end
-  end
-  return true
-end
-
--- The domains of the block topology of topology.yaml (the one with blocks, or the cluster_default
--- one of several), as M.build takes them.
--- @param topos list of topologies (yaml_line's st.topos)
--- @param path string file name
--- @return list of {name, expr, line} ({} when no topology is a block one), or nil, message naming
---   the file and line
-local function yaml_blocks(topos, path)
-  local with = {}
-  for _, t in ipairs(topos) do
-    if t.blocks then with[#with + 1] = t end
-  end
-  local use = with[1]
-  if #with > 1 then
-    use = nil
-    for _, t in ipairs(with) do
-      if t.default then use = t end
-    end
-    if not use then
-      return bad(path, with[2].line, "several block topologies (%s, %s) and none is cluster_default",
-        tostring(with[1].name), tostring(with[2].name))
-    end
-  end
-  local list = {}
-  for _, e in ipairs(use and use.blocks or {}) do
-    if not e.name or e.name == "" then return bad(path, e.line, "block entry without a name") end
-    if not e.expr or e.expr == "" then return bad(path, e.line, "block %s has no nodes:", e.name) end
-    list[#list + 1] = { name = e.name, expr = e.expr, line = e.line }
-  end
-  return list
-end
-
---- Parse the block part of Slurm 25.05's topology.yaml (slurm topology.yaml(5)): a list of
--- topologies (`- topology: NAME`, `cluster_default: true`), each with `tree:`, `block:` or `flat:`;
--- a block section has `block_sizes:` (ignored) and `blocks:`, a list of `- block: NAME` /
--- `nodes: HOSTLIST`. A small line reader (block style only; no YAML library): a line that is not
--- `key: value`, `key:`, `- key: value` or `- scalar` is unparsable. With several block topologies
--- the cluster_default one is used.
--- @param text string file contents
--- @param path string file name
--- @return map (see M.build; domains empty when no topology is a block one), or nil, message naming
---   the file and line
+--- Parse Slurm 25.05's topology.yaml (imexguard.topology.parse_yaml): the blocks of its block
+-- topologies as a map, as a job without a partition binding sees them (the cluster_default
+-- topology's placement wins; a node that two other topologies place differently is in
+-- map.conflicts).
+-- @return map (see M.build; domains empty without a block topology), or nil, message naming the file
+--   and line
 function M.parse_topology_yaml(text, path)
-  local st, n = { topos = {} }, 0
-  for raw in (text .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
-    local ok, err = yaml_line(st, raw, n, path)
-    if not ok then return nil, err end
-  end
-  local list, err = yaml_blocks(st.topos, path)
-  if not list then return nil, err end
-  return M.build("topology", path, list)
+  local topos, err = topology.parse_yaml(text, path)
+  return blocks_of(topos, err, path)
 end
 
 --- Parse a topology file by its name: *.yaml / *.yml as topology.yaml, else topology.conf.
@@ -242,7 +105,8 @@ function M.slurm_dir(ctx)
 end
 
 --- The topology files to look at, in order: the setting topology_file, else topology.yaml and then
--- topology.conf beside slurm.conf (Slurm 25.05 reads topology.yaml when it exists).
+-- topology.conf beside slurm.conf (Slurm 25.05+ reads topology.yaml when it exists, and then ignores
+-- topology.conf: so does imexguard).
 -- @return list of paths, boolean (true: named by the setting)
 function M.topology_paths(ctx)
   local s = ctx.settings
@@ -252,21 +116,59 @@ function M.topology_paths(ctx)
   return { dir .. "/topology.yaml", dir .. "/topology.conf" }, false
 end
 
---- The block topology, when a file defines blocks.
--- @return map, or false (no file, or none with a block), or nil, message (unreadable or unparsable)
-local function load_topology(ctx)
+--- Slurm's topologies from the first topology file that exists (M.topology_paths).
+-- @param ctx table policy context (host.read)
+-- @return list of topologies (imexguard.topology), path; or false (no file); or nil, message
+--   (unreadable or unparsable: the file and line)
+function M.read_topologies(ctx)
   local paths, named = M.topology_paths(ctx)
   for _, path in ipairs(paths) do
-    local text, err, code = ctx.host.read(path, M.MAX_FILE)
-    if text then
-      local map, perr = M.parse_topology(text, path)
-      if not map then return nil, perr end
-      if #map.domains > 0 then return map end
+    local body, err, code = ctx.host.read(path, M.MAX_FILE)
+    if body then
+      local topos, perr = topology.parse(body, path)
+      if not topos then return nil, perr end
+      return topos, path
     elseif code ~= "ENOENT" or named then
       return nil, string.format("topology file %s unreadable: %s", path, tostring(err))
     end
   end
   return false
+end
+
+--- The topology the job's partition binds (C47: `PartitionName=P ... Topology=NAME` in slurm.conf,
+-- Slurm 25.05+; SLURM_JOB_PARTITION names the job's partition, never its topology). Read only where
+-- it can decide something: several topologies and a partition in the environment.
+-- @param ctx table policy context (env.SLURM_JOB_PARTITION; slurm.conf through imexguard.slurmconf)
+-- @param topos list of topologies
+-- @return binding {partition, topology, file, line} or nil (none, or nothing to decide), or nil,
+--   message, "slurm-conf-unreadable" (slurm.conf or an Include could not be read)
+function M.partition_binding(ctx, topos)
+  local part = ctx.env and ctx.env.SLURM_JOB_PARTITION
+  if #topos < 2 or type(part) ~= "string" or part == "" then return nil end
+  local conf, err = slurmconf.load(ctx)
+  if not conf then
+    if err == nil then return nil end
+    return nil, string.format("the topology of partition %s: %s", part, err), "slurm-conf-unreadable"
+  end
+  local name, where = slurmconf.partition_topology(conf, part)
+  if not name then return nil end
+  return { partition = part, topology = name, file = where.file, line = where.line }
+end
+
+--- The domains of Slurm's topologies (kind "block": blocks; "tree": leaf switches), for the job's
+-- partition.
+-- @return map (imexguard.racks.map's), or false, note (no file, or no topology of that kind; note: a
+--   tree and no block, C45), or nil, message, code (unreadable, unparsable, a real conflict)
+local function load_topology(ctx, kind)
+  local topos, path = M.read_topologies(ctx)
+  if not topos then return topos, path end
+  local binding, berr, code = M.partition_binding(ctx, topos)
+  if berr then return nil, berr, code end
+  local map, err = racks.map(topos, kind, binding, path)
+  if map == nil then return nil, err end
+  if not map then return false, kind == "block" and racks.tree_note(topos, path) or nil end
+  map.partition = ctx.env and ctx.env.SLURM_JOB_PARTITION
+  return map
 end
 
 --- Parse the domain column of an address map ("name address domain"; imexguard.addresses).
@@ -293,13 +195,25 @@ local function load_address_map(ctx)
   return #map.domains > 0 and map or false
 end
 
+-- "tree": the leaf switches of the tree topology, else an error naming the files.
+local function load_tree(ctx)
+  local map, err, code = load_topology(ctx, "tree")
+  if map == nil then return nil, err, code end
+  if map then return map end
+  return nil, string.format("domain_map = \"tree\" but no tree topology (SwitchName= lines, a tree: "
+    .. "topology) in %s", table.concat((M.topology_paths(ctx)), " or "))
+end
+
 --- The domain map of this run (setting domain_map; see the top of this file).
--- @param ctx table policy context (settings.domain_map, topology_file, address_map; env.SLURM_CONF;
---   host.read)
+-- @param ctx table policy context (settings.domain_map, topology_file, address_map; env.SLURM_CONF,
+--   SLURM_JOB_PARTITION; host.read)
 -- @param opts table|nil {static = true: the static list is a source (the static policy)}
--- @return map {kind = "topology"|"address_map"|"static"|"none", source = file or text,
---   domains = list (nil for "static" and "none"), of = {[node] = domain name}}, or nil, message
---   (an unreadable or unparsable file, or a source that was asked for and defines no domain)
+-- @return map {kind = "topology"|"tree"|"address_map"|"static"|"none", source = file or text,
+--   domains = list (nil for "static" and "none"), of = {[node] = domain name}, note = a line to log
+--   (a tree and no block, C45) or nil; "topology" and "tree" also imexguard.racks' fields}, or nil,
+--   message, code (nil: bad input; "slurm-conf-unreadable") (an unreadable or unparsable file, a
+--   partition bound to a topology the file lacks, or a source that was asked for and defines no
+--   domain)
 function M.load(ctx, opts)
   local s = ctx.settings
   local want = s.domain_map or "auto"
@@ -311,13 +225,16 @@ function M.load(ctx, opts)
     end
     return { kind = "static", source = "the static node list" }
   end
+  if want == "tree" then return load_tree(ctx) end
+  local note
   if want == "auto" or want == "topology" then
-    local map, err = load_topology(ctx)
-    if map == nil then return nil, err end
+    local map, err, code = load_topology(ctx, "block")
+    if map == nil then return nil, err, code end
     if map then return map end
+    note = err
     if want == "topology" then
-      return nil, string.format("domain_map = \"topology\" but no block is defined in %s",
-        table.concat((M.topology_paths(ctx)), " or "))
+      return nil, one_line(string.format("domain_map = \"topology\" but no block is defined in %s%s",
+        table.concat((M.topology_paths(ctx)), " or "), note and ("; " .. note) or ""))
     end
   end
   local map, err = load_address_map(ctx)
@@ -327,8 +244,19 @@ function M.load(ctx, opts)
     return nil, string.format("domain_map = \"address_map\" but the address map %s has no domain column",
       tostring(s.address_map))
   end
-  if static then return { kind = "static", source = "the static node list" } end
-  return { kind = "none", source = "no domain map (the job is one IMEX domain)" }
+  if static then return { kind = "static", source = "the static node list", note = note } end
+  return { kind = "none", source = "no domain map (the job is one IMEX domain)", note = note }
+end
+
+--- The map with slurmctld's topology when the files leave a node of the job unplaced (C46;
+-- imexguard.racks.refresh: setting slurmctld_topology); other maps as they are.
+-- @param ctx table policy context
+-- @param map table from M.load
+-- @param names list the job's node names (this node's alone for status); node string this node
+-- @return map
+function M.refresh(ctx, map, names, node)
+  if map.kind ~= "topology" and map.kind ~= "tree" then return map end
+  return racks.refresh(ctx, map, names, node)
 end
 
 --- The domain of a node name: the name, else its short form (a host name "gb01.cluster" when the
@@ -339,14 +267,34 @@ function M.domain_of(map, node)
   return map.of[node] or map.of[(tostring(node):match("^[^.]+"))]
 end
 
+-- A node of the job that two block topologies place differently, neither the job's (C47).
+local function conflict_of(map, names, node)
+  if not map.conflicts or not next(map.conflicts) then return nil end
+  for _, n in ipairs(names) do
+    local c = map.conflicts[n] or map.conflicts[(n:match("^[^.]+"))]
+    if c then return c end
+  end
+  return map.conflicts[node]
+end
+
 --- Split the job by domain, as this node sees it.
 -- @param map table from M.load (with domains)
 -- @param names list the job's node names (hostlist order)
 -- @param node string this node's Slurm name
 -- @return split {name = this node's domain or nil, nodes = the job's nodes in it (job order),
 --   left_out = the job's nodes in no domain (job order), others = {{name, nodes}} the job's nodes in
---   the other domains (in order of first appearance)}
+--   the other domains (in order of first appearance), topology = the name of the topology of this
+--   node's domain or nil}, or nil, message (a node of the job that two block topologies place
+--   differently and the job's topology does not decide: C47's real conflict, named)
 function M.split(map, names, node)
+  local conflict = conflict_of(map, names, node)
+  if conflict then
+    local job = map.job_topology
+    return nil, one_line(string.format("%s; the job's topology (%s) does not decide: bind the job's "
+      .. "partition to one (PartitionName=%s ... Topology=NAME in slurm.conf)", conflict,
+      job and (job.name .. ", a " .. job.kind .. " topology") or "none: no binding, no cluster_default",
+      type(map.partition) == "string" and map.partition ~= "" and map.partition or "P"))
+  end
   local mine = M.domain_of(map, node)
   local sp = { name = mine, nodes = {}, left_out = {}, others = {} }
   local other = {}
@@ -365,22 +313,29 @@ function M.split(map, names, node)
       o[#o + 1] = n
     end
   end
+  for _, d in ipairs(map.domains or {}) do
+    if d.name == mine then sp.topology = d.topology end
+  end
   return sp
 end
 
 --- This node's IMEX domain as `status` shows it (one line; never fails: a map that cannot be read
--- is named in the line).
+-- is named in the line). slurmctld is asked as the prolog asks it (M.refresh) when the files do not
+-- place this node, unless opts.slurmctld is false (`health`, every HealthCheckInterval on every
+-- node: never the controller).
 -- @param ctx table policy context
 -- @param node string this node's Slurm name
+-- @param opts table|nil {slurmctld = false: the files alone}
 -- @return string line, table|nil {name, kind, source, nodes} (nil: no domain map)
-function M.node_line(ctx, node)
+function M.node_line(ctx, node, opts)
   if ctx.settings.domain_map == "static" then return "IMEX domain: the static node list (domain_map)" end
   local map, err = M.load(ctx)
   if not map then return "IMEX domain map: " .. tostring(err) end
-  if not map.domains then return "IMEX domain: " .. map.source end
+  if not map.domains then return "IMEX domain: " .. map.source .. (map.note and ("; " .. map.note) or "") end
+  if not (opts and opts.slurmctld == false) then map = M.refresh(ctx, map, { node }, node) end
   local name = M.domain_of(map, node)
   if not name then
-    return string.format("IMEX domain: node %s is in none of %s (not an IMEX node)", node, map.source),
+    return string.format("IMEX domain: node %s is in none of %s (no source places it)", node, map.source),
       { kind = map.kind, source = map.source }
   end
   for _, d in ipairs(map.domains) do
@@ -396,8 +351,10 @@ end
 -- @param node string this node's name
 -- @return string
 function M.describe(dom, node)
-  local r = { string.format("IMEX domain of node %s: %s from %s: %s", node, tostring(dom.name), dom.source,
-    hostlist.text_in_order(dom.nodes)) }
+  local topo = dom.topology and dom.topology ~= topology.CONF_NAME and (" (topology " .. dom.topology .. ")")
+    or ""
+  local r = { string.format("IMEX domain of node %s: %s%s from %s: %s", node, tostring(dom.name), topo,
+    dom.source, hostlist.text_in_order(dom.nodes)) }
   for _, o in ipairs(dom.others or {}) do
     r[#r + 1] = string.format("job's nodes in domain %s: %s (their own list)", o.name,
       hostlist.text_in_order(o.nodes))
@@ -407,6 +364,75 @@ function M.describe(dom, node)
       hostlist.text_in_order(dom.left_out))
   end
   return table.concat(r, "; ")
+end
+
+-- A finding from a message "FILE line N: why" (file and line taken apart) or a plain one.
+local function finding(level, msg, file, line)
+  local f, l, rest = tostring(msg):match("^(/%S-) line (%d+): (.*)$")
+  if f then return { level = level, file = f, line = tonumber(l), message = rest } end
+  return { level = level, file = file, line = line, message = tostring(msg) }
+end
+
+-- The findings of slurm.conf's partitions bound to a topology the file lacks.
+local function binding_findings(ctx, topos, path, out)
+  local conf = slurmconf.load(ctx)
+  if not conf then return end -- unreadable: the config test of slurm.conf names it
+  local names = {}
+  for _, t in ipairs(topos) do names[t.name] = true end
+  for _, p in ipairs(slurmconf.partitions(conf)) do
+    if p.topology and not names[p.topology] then
+      out[#out + 1] = finding("error", string.format("partition %s binds topology %s, which %s does not "
+        .. "define: its jobs end bad-input", p.name, p.topology, path), p.file, p.line)
+    end
+  end
+end
+
+--- What `imexguard -t` (config-test) says about the domain map (C45, C47): the topology file
+-- unreadable or unparsable, a tree and no block topology under "auto" (a tree defines no NVLink
+-- domain), no block or no tree where domain_map asks for one, a partition bound to a topology the
+-- file lacks, nodes that two block topologies place differently (jobs whose topology decides
+-- neither end bad-input on them). Reads the files only; never asks slurmctld.
+-- @param ctx table policy context (settings, env, host.read)
+-- @return list of findings {level = "error"|"warning", file = path or nil, line = integer or nil,
+--   message = string}
+function M.findings(ctx)
+  local out = {}
+  local want = ctx.settings.domain_map or "auto"
+  if want ~= "auto" and want ~= "topology" and want ~= "tree" then return out end
+  local topos, path = M.read_topologies(ctx)
+  if topos == nil then return { finding("error", path) } end
+  if not topos then
+    if want ~= "auto" then
+      out[1] = finding("error", string.format("domain_map = %q but no topology file: %s", want,
+        table.concat((M.topology_paths(ctx)), " or ")))
+    end
+    return out
+  end
+  binding_findings(ctx, topos, path, out)
+  local kind = want == "tree" and "tree" or "block"
+  local map, err = racks.map(topos, kind, nil, path)
+  if map == nil then
+    out[#out + 1] = finding("error", err)
+  elseif not map then
+    local note, line = racks.tree_note(topos, path)
+    if kind == "tree" or want == "topology" or not note then
+      out[#out + 1] = finding("error", string.format("domain_map = %q but %s defines no %s topology", want,
+        path, kind), path)
+    else
+      out[#out + 1] = finding("warning", note, path, line)
+    end
+  else
+    local n, first = 0, nil
+    for node, c in pairs(map.conflicts) do
+      n = n + 1
+      if not first or node < first[1] then first = { node, c } end
+    end
+    if first then
+      out[#out + 1] = finding("warning", string.format("%d node(s) placed differently by two block "
+        .. "topologies (%s): jobs there whose partition binds neither end bad-input", n, first[2]), path)
+    end
+  end
+  return out
 end
 
 return M

@@ -177,9 +177,10 @@ end
 
 --- status: this node's IMEX domain (imexguard.domains.node_line) as ctx.domain for the node's facts
 -- (report.domain_line): {name, kind, source, nodes}, {kind, source} when this node is in none,
--- {error = line} when the map cannot be read, nil without a domain map.
+-- {error = line} when the map cannot be read, nil without a domain map. slurmctld is asked for a
+-- node the files do not place under `status`, never under `health` (C46).
 function M:domain_fact(ctx) -- luacheck: no self
-  local line, dom = domains.node_line(ctx, base.node_name(ctx))
+  local line, dom = domains.node_line(ctx, base.node_name(ctx), { slurmctld = ctx.command ~= "health" })
   if dom then
     ctx.domain = dom
   elseif line:find("IMEX domain map: ", 1, true) == 1 then

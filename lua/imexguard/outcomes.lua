@@ -49,9 +49,11 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
-  -- 21 driver-mismatch, 23 unit-flapping, 24 not-placed: reserved for other outcomes
   { "refused", 22, "the policy refused the restart or rewrite the job needs, by a rule of its own (not a "
     .. "registered job: that is conflict); its message says why; nothing changed" },
+  { "not-placed", 24, "this node runs IMEX (GPUs in an NVLink partition, or the unit active) but no domain "
+    .. "source places it in a rack: not the topology file, not slurmctld (a node Slurm placed at run time), "
+    .. "not the address map; nothing changed, the job would run without IMEX here" },
 }
 
 --- Outcome name -> exit code.
@@ -106,7 +108,8 @@ function M.usage(indent, width)
     end
     items[#items + 1] = item .. (i < #M.list and "," or ";")
   end
-  items[#items + 1] = "a bad command line or an internal error exits " .. M.USAGE_EXIT .. "."
+  -- "exits N." stays on one line (\1: a space no line is broken at)
+  items[#items + 1] = "a bad command line or an internal error exits\1" .. M.USAGE_EXIT .. "."
   local lines, line = {}, indent
   for _, item in ipairs(items) do
     for word in item:gmatch("%S+") do
@@ -118,7 +121,7 @@ function M.usage(indent, width)
     end
   end
   lines[#lines + 1] = line
-  return table.concat(lines, "\n") .. "\n"
+  return (table.concat(lines, "\n"):gsub("\1", " ")) .. "\n"
 end
 
 return M

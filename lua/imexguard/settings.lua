@@ -44,15 +44,24 @@ M.schema = {
     doc = "path of the address map (\"name address [domain]\" per line, '#' comments), used when "
       .. "address_source = \"map\"; the optional third column is the node's IMEX domain (domain_map)" },
   { name = "domain_map", default = "auto", kind = "enum",
-    values = { "auto", "none", "topology", "address_map", "static" },
+    values = { "auto", "none", "topology", "tree", "address_map", "static" },
     doc = "where IMEX domains (one per NVLink rack or partition) are defined; a job gets one node list "
       .. "per domain, and its nodes in no domain are left out: \"topology\" (Slurm's block topology, "
-      .. "topology.yaml or topology.conf beside slurm.conf), \"address_map\" (its third column), "
-      .. "\"static\" (the static list, static policy only), \"none\" (the whole job is one domain), or "
-      .. "\"auto\" (the first of those that defines domains, else none)" },
+      .. "topology.yaml or topology.conf beside slurm.conf; with several topologies the job's partition's "
+      .. "decides), \"tree\" (each leaf switch of Slurm's tree topology is one rack), \"address_map\" (its "
+      .. "third column), \"static\" (the static list, static policy only), \"none\" (the whole job is one "
+      .. "domain), or \"auto\" (the first of topology, address_map, static that defines domains, else none; "
+      .. "a tree is never taken for racks, and said so)" },
   { name = "topology_file", default = nil, kind = "path", optional = true,
     doc = "path of Slurm's topology.conf or topology.yaml (*.yaml) with the blocks (default: beside the "
       .. "slurm.conf that SLURM_CONF names, else in /etc/slurm)" },
+  -- Slurm advises prologs not to call slurmctld: asked only where the files cannot answer
+  { name = "slurmctld_topology", default = "auto", kind = "enum", values = { "auto", "always", "off" },
+    doc = "ask slurmctld for the topology as it is now (one `scontrol show topology [NAME]` per run, "
+      .. "within 5 s), for nodes Slurm 25.11+ places in blocks or switches at run time (scontrol update "
+      .. "NodeName=... Topology=, slurmd --conf \"Topology=...\"), which no file lists: \"auto\" (only when "
+      .. "the topology file places no domain for a node of the job), \"always\" (every run: nodes moved at "
+      .. "run time from the block the file gives them), \"off\" (never: the files alone)" },
   { name = "membership", default = "list", kind = "enum", values = { "list", "slots" },
     doc = "how a job's nodes become the daemon's domain: \"list\" (the node list is the job's nodes: a "
       .. "new list restarts the daemon) or \"slots\" (the node list names every node of the IMEX domain "
@@ -137,7 +146,8 @@ M.schema = {
   { name = "drain_reason", default = false, kind = "boolean",
     doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",
-    doc = "scontrol, used only for drain_reason: a path, or a list of strings used as the argv prefix" },
+    doc = "scontrol, used for drain_reason and slurmctld_topology: a path, or a list of strings used as "
+      .. "the argv prefix" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },

@@ -154,6 +154,58 @@ function M.get(conf, key)
   return value, where
 end
 
+--- The partitions of slurm.conf with the topology each binds (Slurm 25.05+: `PartitionName=P ...
+-- Topology=NAME`, a topology of topology.yaml; field case C47). A `PartitionName=DEFAULT` line sets
+-- the value for the partition lines after it (slurm.conf(5)); a partition's own line wins; a
+-- partition defined twice: the last line counts.
+-- @tparam table conf from `read`
+-- @treturn table list of `{name = string, topology = string or nil, file = path, line = integer}`
+--   (file order; `line` is the partition's line, or the DEFAULT line's where its Topology= comes from)
+function M.partitions(conf)
+  local out, by_name, default, cur = {}, {}, nil, nil
+  for _, p in ipairs(conf.pairs) do
+    local key = p.key:lower()
+    if key == "partitionname" then
+      if p.value:upper() == "DEFAULT" then
+        cur = { default = true, file = p.file, line = p.line }
+        default = cur
+      else
+        cur = { name = p.value, file = p.file, line = p.line, from = default }
+        if by_name[p.value] then
+          out[by_name[p.value]] = cur
+        else
+          out[#out + 1], by_name[p.value] = cur, #out + 1
+        end
+      end
+    elseif cur and p.file == cur.file and p.line == cur.line then
+      if key == "topology" then cur.topology = p.value ~= "" and p.value or false end
+    else
+      cur = nil
+    end
+  end
+  for i, p in ipairs(out) do
+    local d = p.from
+    if p.topology == nil and d and d.topology then
+      out[i] = { name = p.name, topology = d.topology, file = d.file, line = d.line }
+    else
+      out[i] = { name = p.name, topology = p.topology or nil, file = p.file, line = p.line }
+    end
+  end
+  return out
+end
+
+--- The topology a partition binds (see `partitions`).
+-- @tparam table conf from `read`
+-- @tparam string name the partition (SLURM_JOB_PARTITION)
+-- @treturn string|nil the topology's name (nil: the partition binds none, or is not in slurm.conf)
+-- @treturn table|nil where: `{file = path, line = integer}`
+function M.partition_topology(conf, name)
+  for _, p in ipairs(M.partitions(conf)) do
+    if p.name == name and p.topology then return p.topology, { file = p.file, line = p.line } end
+  end
+  return nil
+end
+
 --- Find and read this node's slurm.conf (`locate`, then `read`).
 -- @tparam table ctx the run's context
 -- @treturn[1] table conf (`read`'s), with `source` (`locate`'s)

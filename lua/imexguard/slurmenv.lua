@@ -6,7 +6,9 @@
 -- (`ctx.env`). Sources: Slurm's prolog/epilog documentation (slurm.conf(5), "Prolog and Epilog
 -- Guide") and the captured 22.05 prolog environment in tests/fixtures/slurm/prolog-env-22.05.txt,
 -- which has `SLURM_NODELIST` and `SLURM_JOBID` but no `SLURM_JOB_NODELIST`; later releases add
--- `SLURM_JOB_NODELIST` and `SLURM_JOB_OVERSUBSCRIBE`.
+-- `SLURM_JOB_NODELIST` and `SLURM_JOB_OVERSUBSCRIBE`, and 26.05 `SLURM_JOB_EXCLUSIVE`
+-- (tests/fixtures/slurm/prolog-env-24.11.txt, prolog-env-26.05.txt; every value by partition and
+-- sbatch option: tests/slurm24/env_spec.lua, field case C49).
 -- @module imexguard.slurmenv
 local trim = require("imexguard.text").trim
 
@@ -78,11 +80,47 @@ function M.slurm_conf(env)
   return value(env, "SLURM_CONF")
 end
 
+--- What each value of `SLURM_JOB_OVERSUBSCRIBE` says about the job's nodes (C49): Slurm 26.05 sets
+-- only NO, YES and OK (CPUs not shared / shared / the partition lets the job share them) and says
+-- the node's exclusivity in `SLURM_JOB_EXCLUSIVE`; before 26.05 this variable alone carried it: NO
+-- a whole node, USER, MCS and TOPO a node exclusive to the user, the MCS label, the topology segment.
+-- value -> the exclusivity it meant before 26.05 ("no": others' jobs may share the node).
+M.OVERSUBSCRIBE = { NO = "node", YES = "no", OK = "no", USER = "user", MCS = "mcs", TOPO = "topo" }
+--- Slurm 26.05's `SLURM_JOB_EXCLUSIVE` (`--exclusive[=user|mcs|topo]`, the partition's Exclusive= or
+-- OverSubscribe=EXCLUSIVE): value -> the exclusivity ("no": others' jobs may share the node).
+M.EXCLUSIVE = { NO = "no", NODE = "node", USER = "user", MCS = "mcs", TOPO = "topo" }
+
+--- What the job asked for about sharing its nodes (C49), from `SLURM_JOB_EXCLUSIVE` when it is set
+-- (Slurm 26.05+), else from `SLURM_JOB_OVERSUBSCRIBE` (its meaning before 26.05, where NO is a
+-- whole node; on 26.05 NO only means CPUs not oversubscribed).
+-- @tparam table env the environment (name -> string)
+-- @treturn table `{oversubscribe = value or nil, exclusive_var = SLURM_JOB_EXCLUSIVE's value or nil,
+--   exclusive = "node" | "user" | "mcs" | "topo" | "no" (others' jobs may share the node) | nil (not
+--   said: neither variable, Slurm 22.05), unknown = {"VAR=value", ...} (values no release sets; the
+--   exclusivity is then nil when it came from that variable)}`
+-- @raise when env is not a table
+function M.sharing(env)
+  check_env(env, "sharing")
+  local over, excl = value(env, "SLURM_JOB_OVERSUBSCRIBE"), value(env, "SLURM_JOB_EXCLUSIVE")
+  local r = { oversubscribe = over, exclusive_var = excl, unknown = {} }
+  if over and not M.OVERSUBSCRIBE[over] then
+    r.unknown[#r.unknown + 1] = "SLURM_JOB_OVERSUBSCRIBE=" .. over
+  end
+  if excl and not M.EXCLUSIVE[excl] then r.unknown[#r.unknown + 1] = "SLURM_JOB_EXCLUSIVE=" .. excl end
+  if excl then
+    r.exclusive = M.EXCLUSIVE[excl]
+  elseif over then
+    r.exclusive = M.OVERSUBSCRIBE[over]
+  end
+  return r
+end
+
 --- The job's identity from the environment.
 -- Values are the environment's strings (whitespace-trimmed), nil when unset or blank.
 -- @tparam table env the environment (name -> string)
 -- @treturn table `{id = SLURM_JOB_ID or SLURM_JOBID, nodename = SLURMD_NODENAME,
---   user = SLURM_JOB_USER, uid = SLURM_JOB_UID, oversubscribe = SLURM_JOB_OVERSUBSCRIBE,
+--   user = SLURM_JOB_USER, uid = SLURM_JOB_UID, partition = SLURM_JOB_PARTITION,
+--   oversubscribe = SLURM_JOB_OVERSUBSCRIBE, exclusive = SLURM_JOB_EXCLUSIVE (26.05+),
 --   nodelist = expression or nil, nodelist_source = variable name or nil}`
 -- @raise when env is not a table
 function M.job(env)
@@ -93,7 +131,9 @@ function M.job(env)
     nodename = value(env, "SLURMD_NODENAME"),
     user = value(env, "SLURM_JOB_USER"),
     uid = value(env, "SLURM_JOB_UID"),
+    partition = value(env, "SLURM_JOB_PARTITION"),
     oversubscribe = value(env, "SLURM_JOB_OVERSUBSCRIBE"),
+    exclusive = value(env, "SLURM_JOB_EXCLUSIVE"),
     nodelist = nodelist,
     nodelist_source = nodelist and source or nil,
   }

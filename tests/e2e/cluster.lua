@@ -151,10 +151,23 @@ end
 -- directories of an earlier spec removed), each node with SETTINGS (Lua source lines) besides
 -- simdomain's; not started.
 -- @tparam {string,...} settings extra settings
+-- @tparam[opt=4] integer nodes how many (n5 for a dynamic node a spec registers itself)
 -- @treturn table the domain (contrib/simdomain.lua)
-function M.domain(settings)
+function M.domain(settings, nodes)
   os.execute("rm -rf " .. simdomain.quote(M.simroot) .. "/n[0-9]*")
-  return simdomain.new { nodes = 4, root = M.simroot, settings = settings }
+  return simdomain.new { nodes = nodes or 4, root = M.simroot, settings = settings }
+end
+
+--- The node list on node N as node names (the simulated domain's addresses mapped back), sorted.
+-- @tparam table d the domain
+-- @treturn {string,...}
+function M.list_of(d, n)
+  local by = {}
+  for name, a in pairs(d.addr) do by[a] = name end
+  local t = {}
+  for _, a in ipairs(M.lines(d:nodes_file(n))) do t[#t + 1] = by[a] or a end
+  table.sort(t)
+  return t
 end
 
 --- The scontrol setting that finds this cluster (slurmd 22.05 passes no SLURM_CONF to the prolog;

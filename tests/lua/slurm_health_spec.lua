@@ -30,10 +30,12 @@ local function fake_scontrol(dir, state, reason)
   return path
 end
 
---- Run health.sh on node gb03; returns its exit status and the scontrol calls (list of argv).
-local function health_sh(dir, ig, sc)
-  local rc = tonumber(H.sh(string.format("env -i PATH=/usr/bin:/bin SLURMD_NODENAME=gb03 "
-    .. "IMEXGUARD=%s SCONTROL=%s sh contrib/slurm/health.sh 2>/dev/null; echo $?", q(ig), q(sc))))
+--- Run health.sh on node gb03 (slurmctld's verdict SLURM_NODE_IS_HEALTHY = verdict when given);
+-- returns its exit status and the scontrol calls (list of argv).
+local function health_sh(dir, ig, sc, verdict)
+  local rc = tonumber(H.sh(string.format("env -i PATH=/usr/bin:/bin SLURMD_NODENAME=gb03 %s"
+    .. "IMEXGUARD=%s SCONTROL=%s sh contrib/slurm/health.sh 2>/dev/null; echo $?",
+    verdict and ("SLURM_NODE_IS_HEALTHY=" .. verdict .. " ") or "", q(ig), q(sc))))
   local calls, cur = {}, {}
   for l in ((H.read(dir .. "/calls")) or ""):gmatch("[^\n]*\n") do
     l = l:sub(1, -2)
@@ -100,6 +102,41 @@ describe("contrib/slurm/health.sh", function()
   it("unhealthy, drained for another reason: keeps that reason", function()
     local rc, calls = health_sh(dir, fake_imexguard(dir, 9, "imexguard: domain-unhealthy: x"),
       fake_scontrol(dir, "IDLE+DRAIN", "maintenance: DIMM swap"))
+    assert.equal(9, rc)
+    assert.same({ "show node gb03" }, calls)
+  end)
+end)
+
+describe("contrib/slurm/health.sh with slurmctld's verdict (Slurm 26.05 health_check_report)", function()
+  local dir
+  before_each(function() dir = H.tmpdir() end)
+  after_each(function() H.rmdir(dir) end)
+
+  it("yes and healthy: no scontrol call at all", function()
+    local rc, calls = health_sh(dir, fake_imexguard(dir, 0), fake_scontrol(dir, "IDLE"), "yes")
+    assert.equal(0, rc)
+    assert.same({}, calls)
+  end)
+
+  it("yes and unhealthy: drained with imexguard's line, without asking for the node first", function()
+    local line = "imexguard: domain-unhealthy: this node gb03 is not healthy"
+    local rc, calls = health_sh(dir, fake_imexguard(dir, 9, line), fake_scontrol(dir, "IDLE"), "yes")
+    assert.equal(9, rc)
+    assert.same({ "update NodeName=gb03 State=DRAIN Reason=" .. line }, calls)
+  end)
+
+  it("no: the reason is still read, to resume only imexguard's own drains", function()
+    local rc, calls = health_sh(dir, fake_imexguard(dir, 0),
+      fake_scontrol(dir, "IDLE+DRAIN", "imexguard: domain-unhealthy: before"), "no")
+    assert.equal(0, rc)
+    assert.same({ "show node gb03", "update NodeName=gb03 State=RESUME" }, calls)
+    os.remove(dir .. "/calls")
+    rc, calls = health_sh(dir, fake_imexguard(dir, 0), fake_scontrol(dir, "IDLE+DRAIN", "maintenance"), "no")
+    assert.equal(0, rc)
+    assert.same({ "show node gb03" }, calls)
+    os.remove(dir .. "/calls")
+    rc, calls = health_sh(dir, fake_imexguard(dir, 9, "imexguard: domain-unhealthy: x"),
+      fake_scontrol(dir, "DOWN+DRAIN", "Not responding"), "no")
     assert.equal(9, rc)
     assert.same({ "show node gb03" }, calls)
   end)

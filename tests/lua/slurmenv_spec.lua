@@ -41,7 +41,7 @@ describe("slurmenv with the 22.05 prolog environment", function()
 
   it("reads the job", function()
     assert.same({
-      id = "1", nodename = "n2", user = "root", uid = "0", oversubscribe = nil,
+      id = "1", nodename = "n2", user = "root", uid = "0", oversubscribe = nil, partition = "p",
       nodelist = "n[1-3]", nodelist_source = "SLURM_NODELIST",
     }, slurmenv.job(env))
   end)
@@ -51,6 +51,59 @@ describe("slurmenv with the 22.05 prolog environment", function()
       { SLURM_JOB_ID = false, SLURM_JOBID = "77", SLURM_JOB_OVERSUBSCRIBE = "NO" }))
     assert.equal("77", job.id)
     assert.equal("NO", job.oversubscribe)
+  end)
+end)
+
+describe("slurmenv: the job's exclusivity in the prolog of 24.11 and 26.05 (C49)", function()
+  local env24 = load_env("tests/fixtures/slurm/prolog-env-24.11.txt")
+  local env26 = load_env("tests/fixtures/slurm/prolog-env-26.05.txt")
+
+  it("reads both variables of the real prologs (a job in an OverSubscribe=EXCLUSIVE partition)", function()
+    local job = slurmenv.job(env26)
+    assert.equal("NO", job.oversubscribe)
+    assert.equal("NODE", job.exclusive)
+    assert.equal("p", job.partition)
+    assert.same({ oversubscribe = "NO", exclusive_var = "NODE", exclusive = "node", unknown = {} },
+      slurmenv.sharing(env26))
+    job = slurmenv.job(env24)
+    assert.equal("NO", job.oversubscribe)
+    assert.is_nil(job.exclusive)
+    assert.same({ oversubscribe = "NO", exclusive = "node", unknown = {} }, slurmenv.sharing(env24))
+  end)
+
+  -- Every pair tests/slurm24/env_spec.lua saw (SLURM_JOB_OVERSUBSCRIBE SLURM_JOB_EXCLUSIVE, "-": unset)
+  -- and what the job asked for.
+  local SEEN = {
+    ["24.11"] = { ["OK -"] = "no", ["NO -"] = "node", ["USER -"] = "user", ["MCS -"] = "mcs",
+      ["TOPO -"] = "topo", ["YES -"] = "no" },
+    ["26.05"] = { ["NO NO"] = "no", ["NO NODE"] = "node", ["NO USER"] = "user", ["NO MCS"] = "mcs",
+      ["NO TOPO"] = "topo", ["YES NO"] = "no", ["OK NO"] = "no", ["OK USER"] = "user", ["OK MCS"] = "mcs",
+      ["OK TOPO"] = "topo" },
+  }
+  for release, pairs_seen in pairs(SEEN) do
+    it("every value Slurm " .. release .. " sets is known, and what it means", function()
+      for pair, want in pairs(pairs_seen) do
+        local o, e = pair:match("^(%S+) (%S+)$")
+        local base = release == "26.05" and env26 or env24
+        local sh = slurmenv.sharing(copy(base, { SLURM_JOB_OVERSUBSCRIBE = o,
+          SLURM_JOB_EXCLUSIVE = e ~= "-" and e or false }))
+        assert.same({}, sh.unknown, pair)
+        assert.equal(want, sh.exclusive, release .. " " .. pair)
+      end
+    end)
+  end
+
+  it("26.05's NO is not a whole node: SLURM_JOB_EXCLUSIVE decides when it is set", function()
+    assert.equal("no", slurmenv.sharing({ SLURM_JOB_OVERSUBSCRIBE = "NO",
+      SLURM_JOB_EXCLUSIVE = "NO" }).exclusive)
+    assert.equal("node", slurmenv.sharing({ SLURM_JOB_OVERSUBSCRIBE = "NO" }).exclusive)
+  end)
+
+  it("neither set (22.05): nothing said; a value no release sets is named", function()
+    assert.same({ unknown = {} }, slurmenv.sharing({}))
+    local sh = slurmenv.sharing({ SLURM_JOB_OVERSUBSCRIBE = "MAYBE", SLURM_JOB_EXCLUSIVE = "RACK" })
+    assert.same({ "SLURM_JOB_OVERSUBSCRIBE=MAYBE", "SLURM_JOB_EXCLUSIVE=RACK" }, sh.unknown)
+    assert.is_nil(sh.exclusive)
   end)
 end)
 

@@ -136,3 +136,75 @@ describe("simulated NVLink racks: one IMEX domain per rack", function()
     end
   end)
 end)
+
+describe("simulated NVLink racks: a tray placed at run time (C46, slurmctld's topology)", function()
+  local d, demo
+
+  -- The demo's stand-in for slurmctld (contrib/demo/scontrol): its state directory knows the
+  -- cluster's nodes and the racks' topology.conf; `scontrol update NodeName=X Topology=default:B`
+  -- places a node at run time as Slurm 25.11+ does.
+  local function scontrol_setting(dir)
+    return string.format("scontrol = { \"/usr/bin/env\", %q, %q }", "IMEXGUARD_DEMO_DIR=" .. dir,
+      os.getenv("PWD") .. "/contrib/demo/scontrol")
+  end
+
+  local function scontrol(args)
+    local ok = os.execute("IMEXGUARD_DEMO_DIR=" .. simdomain.quote(demo) .. " contrib/demo/scontrol " .. args)
+    return ok == true
+  end
+
+  before_each(function()
+    demo = os.tmpname()
+    os.remove(demo)
+    assert(os.execute("mkdir -p " .. simdomain.quote(demo .. "/slurm")))
+  end)
+
+  after_each(function()
+    if d then d:destroy() end
+    d = nil
+    os.execute("rm -rf " .. simdomain.quote(demo))
+  end)
+
+  -- Racks {2, 3} whose topology.conf leaves n5 out (a tray that joins rack 2 at run time), started.
+  local function elastic()
+    d = racks({ 2, 3 }, { scontrol_setting(demo) })
+    simdomain.write_file(d.root .. "/topology.conf",
+      "BlockName=rack1 Nodes=n[1-2]\nBlockName=rack2 Nodes=n[3-4]\n")
+    simdomain.write_file(demo .. "/env", "DEMO_NODES='n1 n2 n3 n4 n5'\nDEMO_TOPOLOGY_CONF='" .. d.root
+      .. "/topology.conf'\n")
+    return d
+  end
+
+  it("placed with scontrol update: every prolog of the job at once writes rack 2 with n5", function()
+    elastic()
+    assert.is_true(scontrol("update NodeName=n5 Topology=default:rack2"))
+    local job = { "n3", "n4", "n5" }
+    local res = d:prologs { job = 46, nodelist = "n[3-5]", names = job }
+    for _, n in ipairs(job) do
+      assert.are.equal("ok", res[n].outcome, res[n].output)
+      assert.are.equal(bytes(d, job), d:nodes_file(n))
+      assert.matches("asked slurmctld for topology default (scontrol show topology, ", res[n].output, 1, true)
+      assert.matches("IMEX domain of node " .. n .. ": rack2 from slurmctld", res[n].output, 1, true)
+      local hosts, status = ctl_hosts(d, n)
+      assert.are.equal("UP", status)
+      assert.same({ d.addr.n3, d.addr.n4, d.addr.n5 }, hosts)
+    end
+  end)
+
+  it("not placed anywhere: n5 ends not-placed (24), nothing changed there; n3 and n4 run rack 2", function()
+    elastic()
+    local job = { "n3", "n4", "n5" }
+    local res = d:prologs { job = 47, nodelist = "n[3-5]", names = job }
+    assert.are.equal("not-placed", res.n5.outcome, res.n5.output)
+    assert.are.equal(24, res.n5.status)
+    assert.matches("node n5 runs IMEX (" .. d:unit("n5") .. " is active) but is in no IMEX domain",
+      res.n5.output,
+      1, true)
+    assert.are.equal(bytes(d, { "n5" }), d:nodes_file("n5"))
+    for _, n in ipairs { "n3", "n4" } do
+      assert.are.equal("ok", res[n].outcome, res[n].output)
+      assert.are.equal(bytes(d, { "n3", "n4" }), d:nodes_file(n))
+      assert.matches("left out (in no IMEX domain, not waited for): n5", res[n].output, 1, true)
+    end
+  end)
+end)

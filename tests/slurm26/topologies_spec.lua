@@ -6,6 +6,10 @@
 -- `scontrol reconfigure`, the tier's topology.conf left where it is: topology.yaml wins. What
 -- `scontrol show topology [NAME]` prints is kept verbatim as fixtures
 -- (tests/fixtures/slurm/show-topology-26.05-yaml-*.txt); IMEXGUARD_UPDATE_FIXTURES=1 writes them.
+-- imexguard (domain_map = "auto") gives each job the racks of its partition's topology, reading the
+-- binding from slurm.conf (the conf-cache on the configless n3 and n4); in the partition p, which
+-- binds none (the default is the tree), the two block topologies place every node differently: a
+-- real conflict, bad input named on every node.
 local cluster = require "tests.e2e.cluster"
 local simdomain = require "simdomain"
 
@@ -58,8 +62,8 @@ describe("Slurm 26.05 topology.yaml with a tree default and two block topologies
       ["slurm.conf"] = function(text) return text .. PARTITIONS end,
     }
     assert(ok, err)
-    -- every node's daemon runs its own list; imexguard reads no topology here
-    d = cluster.domain { "health_timeout = 8", 'domain_map = "none"' }
+    -- every node's daemon runs its own list; imexguard reads topology.yaml and the partitions (C47)
+    d = cluster.domain { "health_timeout = 8", 'domain_map = "auto"' }
     for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
@@ -108,6 +112,53 @@ describe("Slurm 26.05 topology.yaml with a tree default and two block topologies
       assert.are.equal(part, env.SLURM_JOB_PARTITION)
       for k in pairs(env) do assert.is_nil(k:match("TOPO"), k) end
     end
+  end)
+
+  -- Every node's prolog outcomes and list (node names, sorted) for job ID.
+  local function lists(id)
+    local t = {}
+    for _, n in ipairs(cluster.nodes) do
+      t[n] = table.concat(cluster.outcomes(n, id), ",") .. " " .. table.concat(cluster.list_of(d, n), ",")
+    end
+    return t
+  end
+
+  it("imexguard: a job in pa gets gb200's racks, in pb gb300's, every prolog at once", function()
+    local id = cluster.sbatch("-p pa -N4", "true")
+    assert.are.equal("COMPLETED", cluster.wait_job(id), cluster.job_output(id) .. cluster.log_of("n3"))
+    assert.are.same({ n1 = "ok n1,n2", n2 = "ok n1,n2", n3 = "ok n3,n4", n4 = "ok n3,n4" }, lists(id))
+    assert.matches("IMEX domain of node n3: rack2 (topology gb200) from " .. cluster.root
+      .. "/spool/n3/conf-cache/topology.yaml", cluster.log_of("n3"), 1, true)
+    id = cluster.sbatch("-p pb -N4", "true")
+    assert.are.equal("COMPLETED", cluster.wait_job(id), cluster.job_output(id) .. cluster.log_of("n3"))
+    assert.are.same({ n1 = "ok n1,n3", n2 = "ok n2,n4", n3 = "ok n1,n3", n4 = "ok n2,n4" }, lists(id))
+  end)
+
+  it("imexguard: a job in p (no binding, a tree default) meets the real conflict: bad-input named", function()
+    local before = {}
+    for _, n in ipairs(cluster.nodes) do before[n] = d:nodes_file(n) end
+    local id = cluster.sbatch("-p p -N4", "true")
+    cluster.wait_job(id)
+    local ended = simdomain.wait_until(function()
+      for _, n in ipairs(cluster.nodes) do
+        if not cluster.outcomes(n, id)[1] then return false end
+      end
+      return true
+    end, 30, 0.2)
+    local logs = cluster.log_of("n1")
+    local idle = cluster.reset()
+    assert.truthy(ended, logs)
+    for _, n in ipairs(cluster.nodes) do
+      assert.are.same({ "bad-input" }, cluster.outcomes(n, id), cluster.log_of(n))
+      assert.are.equal(before[n], d:nodes_file(n))
+    end
+    assert.matches("outcome=bad-input: node n1: IMEX domain map: node n1 is in block rack1 of topology "
+      .. "gb200 ("
+      .. cluster.root .. "/topology.yaml line 17) and in block rackA of topology gb300 (line 26); the job's "
+      .. "topology (fabric, a tree topology) does not decide: bind the job's partition to one "
+        .. "(PartitionName=p "
+      .. "... Topology=NAME in slurm.conf); nothing changed", logs, 1, true)
+    assert.is_true(idle, "the cluster is idle again")
   end)
 
   it("scontrol update naming one topology takes the node out of the others", function()

@@ -43,50 +43,104 @@ local nodelist = lazy "imexguard.nodelist"
 local addresses = lazy "imexguard.addresses"
 local domains = lazy "imexguard.domains"
 local lastgood = lazy "imexguard.lastgood"
+local fabric = lazy "imexguard.fabric"
 
 local fail, node_name = base.fail, base.node_name
 
 local M = {}
 
---- Step 2a: the job's IMEX domain on this node (imexguard.domains; C29, C30): the job's nodes in
--- this node's domain, in the job's hostlist order. The split is logged once (info): the source, this
--- node's domain, the job's nodes in other domains (their own list there) and those left out (in no
--- domain: not IMEX nodes, never waited for). Sets ctx.domain (and returns it).
+-- Whether this node runs IMEX although no source places it (C46): GPUs in an NVLink partition
+-- (imexguard.fabric: a GPU with a non-zero ClusterUUID, or still registering), else, when the
+-- fabric cannot be read or fabric_check is "off", the unit active.
+-- @param info table|nil from applies (unit: its properties)
+-- @return boolean, string why (one clause)
+local function imex_node(ctx, info)
+  if ctx.settings.fabric_check ~= "off" then
+    local timeout = math.min(fabric.CALL_TIMEOUT, math.max(ctx.host.remaining() - fabric.MARGIN, 0.05))
+    local v = fabric.read(ctx, timeout)
+    if v.kind ~= "unknown" then
+      for _, g in ipairs(v.gpus or {}) do
+        local uuid = g.cluster_uuid
+        if not g.na and (fabric.STATES[g.state] == "pending" or (uuid and uuid ~= fabric.ZERO_UUID)) then
+          return true, string.format("its GPUs are on an NVLink fabric (%s)", fabric.describe(g))
+        end
+      end
+      return false, v.message
+    end
+  end
+  local props = info and info.unit
+  if props and props.active_state == "active" then
+    return true, string.format("%s is active", ctx.settings.unit)
+  end
+  return false, string.format("%s is %s and the fabric unknown", ctx.settings.unit,
+    tostring(props and props.active_state))
+end
+
+-- This node is in no domain of the map: not-placed when it runs IMEX (C46: a tray that no file
+-- lists must not run its job without IMEX), else skipped (C30: a CPU node). Logged (warning).
+local function unplaced(ctx, map, names, sp, info)
+  local node = node_name(ctx)
+  local is_imex, why = imex_node(ctx, info)
+  local asked = map.slurmctld and ("; " .. map.slurmctld) or ""
+  local msg
+  if is_imex then
+    msg = string.format("node %s runs IMEX (%s) but is in no IMEX domain of %s%s: not placed, job %s not "
+      .. "started here without IMEX; place it (topology file, scontrol update NodeName=%s Topology=..., "
+      .. "the address map's column) or take it out of service", node, why, map.source, asked,
+      base.job_id(ctx), node)
+    ctx.host.log("warning", one_line(msg))
+    return nil, "not-placed", one_line(msg)
+  end
+  msg = string.format("node %s is in no IMEX domain of %s: not an IMEX node (%s), job %s skipped (the job's "
+    .. "nodes in domains: %d)", node, map.source, why, base.job_id(ctx), #names - #sp.left_out)
+  ctx.host.log("warning", one_line(msg))
+  return nil, "skipped", one_line(msg)
+end
+
+--- Step 2a: the job's IMEX domain on this node (imexguard.domains; C29, C30, C45, C46, C47): the job's
+-- nodes in this node's domain, in the job's hostlist order. The map comes from the files (the job's
+-- partition choosing among several topologies), with slurmctld's run-time placement when the files
+-- leave a node of the job unplaced (domains.refresh). The split is logged once (info): the source,
+-- this node's domain, the job's nodes in other domains (their own list there) and those left out (in
+-- no domain: not IMEX nodes, never waited for); a tree that defines no domain is said (warning). Sets
+-- ctx.domain (and returns it).
 -- @param ctx table policy context
 -- @param names list the job's node names (hostlist order)
 -- @param opts table|nil {static = true: the static list is a source (the static policy)}
--- @return domain {name = domain name (nil: no map, or the static list), kind = "topology" |
+-- @param info table|nil from applies: whether this node runs IMEX when no source places it
+-- @return domain {name = domain name (nil: no map, or the static list), kind = "topology" | "tree" |
 --   "address_map" | "static" | "none", source = the file or what stands in for it, nodes = the job's
 --   nodes in it (hostlist order), members = every node of the domain in the map's order (nil: no map,
 --   or the static list), left_out = the job's nodes in no domain, others = {{name, nodes}},
+--   topology = the Slurm topology of this node's domain (several in topology.yaml) or nil,
 --   fallback = one line when the map's file is broken and the last map that parsed stands in
 --   (imexguard.lastgood), else nil}; a map that parsed is also ctx.domain_map (a prolog that succeeds
---   records it: imexguard.lastgood.save); or nil, "bad-input" (the map cannot be read or parsed, and the
---   last map that parsed cannot stand in: file and line) | "skipped" (this node is in no domain),
---   message
-function M.domain(ctx, names, opts)
+--   records it: imexguard.lastgood.save); or nil, "bad-input" (the map cannot be read or parsed, and
+--   the last map that parsed cannot stand in: file and line; a real conflict of two topologies) |
+--   "slurm-conf-unreadable" | "skipped" (this node is in no domain and runs no IMEX) | "not-placed"
+--   (this node runs IMEX and no source places it), message
+function M.domain(ctx, names, opts, info)
   local node = node_name(ctx)
-  local map, err = domains.load(ctx, opts)
+  local map, err, code = domains.load(ctx, opts)
   -- issue 32 item 1: a cluster-wide file that broke after it worked: the last map that parsed, for
   -- the nodes it places as the file does (imexguard.lastgood); else the file's error
-  if not map then
+  if not map and code == nil then
     map, err = lastgood.fallback(ctx, err, names, node, opts)
-  elseif map.domains and #map.domains > 0 then
+  elseif map and map.domains and #map.domains > 0 then
     rawset(ctx, "domain_map", map)
   end
-  if not map then return fail("bad-input", "node %s: IMEX domain map: %s; nothing changed", node,
+  if not map then return fail(code or "bad-input", "node %s: IMEX domain map: %s; nothing changed", node,
     tostring(err)) end
+  if map.note then ctx.host.log("warning", one_line(map.note)) end
   local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {},
     fallback = map.fallback }
   if map.domains then
-    local sp = domains.split(map, names, node)
-    if not sp.name then
-      local msg = string.format("node %s is in no IMEX domain of %s: not an IMEX node of job %s, skipped "
-        .. "(the job's nodes in domains: %d)", node, map.source, base.job_id(ctx), #names - #sp.left_out)
-      ctx.host.log("warning", one_line(msg))
-      return nil, "skipped", one_line(msg)
-    end
+    map = domains.refresh(ctx, map, names, node)
+    local sp, serr = domains.split(map, names, node)
+    if not sp then return fail("bad-input", "node %s: IMEX domain map: %s; nothing changed", node, serr) end
+    if not sp.name then return unplaced(ctx, map, names, sp, info) end
     dom.name, dom.nodes, dom.left_out, dom.others = sp.name, sp.nodes, sp.left_out, sp.others
+    dom.kind, dom.source, dom.topology = map.kind, map.source, sp.topology
     for _, d in ipairs(map.domains) do
       if d.name == sp.name then dom.members = d.nodes end -- the domain's own order (membership by slots)
     end
@@ -125,7 +179,7 @@ end
 --   the settings (DNS, or the address map). A site policy passes its own through the lookup hook.
 --   static = true: the static list is a domain source (the static policy narrows want itself).
 -- @return want (the header's fields, domain included), or nil, "bad-input"|"deadline-exceeded"|
---   "skipped", message naming the bad input
+--   "skipped"|"not-placed"|"slurm-conf-unreadable", message naming the bad input
 function M.desired(ctx, info, opts)
   local lookup = opts and opts.lookup
   local expr, source, warning = slurmenv.nodelist(ctx.env or {})
@@ -136,7 +190,7 @@ function M.desired(ctx, info, opts)
     return fail("bad-input", "bad hostlist %s=%q: %s", tostring(source), expr, tostring(herr))
   end
   if #names == 0 then return fail("bad-input", "hostlist %s=%q is empty", tostring(source), expr) end
-  local dom, o, m = M.domain(ctx, names, opts)
+  local dom, o, m = M.domain(ctx, names, opts, info)
   if not dom then return nil, o, m end
   names = dom.nodes
   if #names == 0 then

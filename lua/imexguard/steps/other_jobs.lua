@@ -106,7 +106,8 @@ function M.conflict_message(ctx, assessment, entries, why)
   local parts = {}
   for i, e in ipairs(entries) do
     parts[i] = string.format("%s (%s, %sregistered %s ago)", e.id, registry.entry_hosts(e),
-      e.shared and ("shared " .. tostring(e.shared) .. ", ") or "",
+      (e.shared and ("shared " .. tostring(e.shared) .. ", ") or "")
+        .. (e.exclusive and ("exclusive " .. tostring(e.exclusive) .. ", ") or ""),
       registry.age_text((now_us - (e.registered_us or now_us)) / 1e6))
   end
   local what = assessment.action ~= "none" and (assessment.action .. " " .. unit) or ""

@@ -72,7 +72,6 @@ describe("config-test reads every file a prolog reads", function()
       { "a node in two blocks", "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[2-4]\n", 2,
         "node n2 is in domain b2 and in domain b1" },
       { "a misspelt key", "BlockName=b1 Nodes=n[1-2]\nBlokName=b2 Nodes=n[3-4]\n", 2, "unparsable line" },
-      { "a misspelt Nodes", "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Node=n[3-4]\n", 2, "has no Nodes=" },
     }
     for _, c in ipairs(cases) do
       it(c[1] .. ": exit 2 (bad-input), FILE:LINE named", function()
@@ -86,6 +85,17 @@ describe("config-test reads every file a prolog reads", function()
         assert.equal("imexguard: bad-input: " .. where, last_line(r.stdout):sub(1, #where + 22))
       end)
     end
+
+    it("a misspelt Nodes (a block without nodes to imexguard's reader, a file Slurm refuses): an error on "
+      .. "its line", function()
+      local d, conf = site{ files = {
+        ["topology.conf"] = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Node=n[3-4]\n" } }
+      local r = test(conf)
+      assert.equal(2, r.code, r.stdout)
+      assert.matches(d .. "/topology.conf:2: error: key Node is not one of Slurm's topology.conf keys",
+        r.stdout, 1, true)
+      assert.matches("this line has no Nodes=, so its unit would have no nodes", r.stdout, 1, true)
+    end)
 
     it("a missing topology_file: exit 2 naming it", function()
       local d, conf = site{ extra = 'topology_file = "/nonexistent/topology.conf"\n' }

@@ -40,11 +40,16 @@ function M.unknown_topology_keys(host, path)
   local out, n = {}, 0
   for raw in ((text or "") .. "\n"):gmatch("([^\n]*)\n") do
     n = n + 1
-    for key in raw:gsub("#.*$", ""):gmatch("([%a_]+)=") do
+    local line = raw:gsub("#.*$", "")
+    local has_nodes = line:lower():find("nodes=", 1, true) ~= nil
+    for key in line:gmatch("([%a_]+)=") do
       if not TOPOLOGY_KEYS[key:lower()] then
-        out[#out + 1] = { level = "warning", file = path, line = n,
+        -- Slurm's parser refuses a key it does not know; imexguard's reads such a unit as one without
+        -- nodes (which Slurm 25.11 allows), so a line without Nodes= is an error: its nodes are lost
+        out[#out + 1] = { level = has_nodes and "warning" or "error", file = path, line = n,
           message = string.format("key %s is not one of Slurm's topology.conf keys (BlockName, Nodes, "
-            .. "BlockSizes, SwitchName, Switches, LinkSpeed)", key) }
+            .. "BlockSizes, SwitchName, Switches, LinkSpeed)%s", key,
+            has_nodes and "" or "; this line has no Nodes=, so its unit would have no nodes") }
       end
     end
   end

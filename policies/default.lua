@@ -78,6 +78,7 @@ local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local fabric = lazy "imexguard.fabric"
 local inspect = lazy "imexguard.inspect"
+local lastgood = lazy "imexguard.lastgood"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -190,8 +191,11 @@ function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
--- jobs? The may_restart hook, else steps.may_restart.
--- @return true, or false, message
+-- jobs? The may_restart hook, else steps.may_restart. A refusal that returns the registered jobs
+-- that block (a non-empty list, as steps.may_restart does) is `conflict` (the prolog waits
+-- conflict_wait for a late epilog, C24); any other refusal is the policy's own rule: `refused`
+-- (exit 22), its message as the cause, no registry hint (issue 32 item 6).
+-- @return true, or false, message, list of the blocking registry entries (or nil)
 function Policy:may_restart(ctx, st, assessment)
   local f = self.hooks.may_restart or other_jobs.may_restart
   return f(ctx, st, assessment)
@@ -406,8 +410,10 @@ function Policy:locked_prolog(ctx, info, want)
     return settled(self:keep(ctx, st, want, a, extra, info))
   end
   if not changed and a.action == "none" then return self:keep(ctx, st, want, a, extra, info) end
-  local allowed, why = self:may_restart(ctx, st, a)
+  local allowed, why, blocking = self:may_restart(ctx, st, a)
   if not allowed then
+    -- a refusal that names no registered job is the policy's own rule (issue 32 item 6)
+    if not other_jobs.blocked(blocking) then return "refused", other_jobs.refused_message(ctx, a, why) end
     -- the conflict names why the daemon is stale too ("same nodes, another order", C21)
     if a.action ~= "none" then why = why .. "; " .. a.action .. " needed: " .. a.reason end
     return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
@@ -439,7 +445,12 @@ function Policy:run_prolog(ctx)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
-    if not retry then return o, self:channel_note(info, msg) end
+    if not retry then
+      -- issue 32 item 1: the domain map this prolog used, for when the file breaks
+      local map = rawget(ctx, "domain_map")
+      if map and outcomes.exit_code(o, ctx.settings) == 0 then lastgood.save(ctx, map) end
+      return o, self:channel_note(info, msg)
+    end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)

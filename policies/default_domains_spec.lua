@@ -256,6 +256,89 @@ describe("default policy: nodes of the job in no IMEX domain (C30)", function()
   end)
 end)
 
+-- issue 32 item 1: the domain map's file is shared by the whole cluster; one typo there must not
+-- drain every node at its next job (imexguard.lastgood).
+describe("a cluster-wide file that breaks after it worked (issue 32 item 1)", function()
+  local RECORD = testing.STATE:gsub("[^/]+$", "") .. "domain-map.last"
+  -- b2's line broken: an unclosed bracket
+  local BROKEN = "# C29: two racks\nBlockName=b1 Nodes=gb[01-04]\nBlockName=b2 Nodes=gb[05-08\nBlockSizes=4\n"
+
+  -- gb03 after a job on b1 (the map recorded), the file then broken
+  local function after_good(topo_after)
+    local s = scenario("gb03", { file = { "gb03", "gb04" } })
+    local outcome, message = s:prolog{ job = 100, nodelist = "gb[03-04]" }
+    assert.equal("ok", outcome, message)
+    assert.matches("\nkind topology\nsource " .. TOPO .. "\ndomain b1 gb01 gb02 gb03 gb04\ndomain b2 gb05",
+      s:writes(RECORD)[1], 1, true)
+    assert.equal("ok", (s:epilog{ job = 100, nodelist = "gb[03-04]" }))
+    s.host.set_file(TOPO, topo_after or BROKEN)
+    return s
+  end
+
+  it("a prolog that succeeds records the map once (again only when it changes); plan records nothing",
+    function()
+      local s = after_good(C29_CONF)
+      assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[03-04]" }))
+      assert.equal(1, #s:writes(RECORD)) -- the same map: not written again
+      local p = scenario("gb03", { file = { "gb03", "gb04" } })
+      p:plan{ job = 100, nodelist = "gb[03-04]" }
+      assert.same({}, p:writes(RECORD))
+    end)
+
+  it("broken after it worked: the record stands in for the job's nodes it places as the file does; loud",
+    function()
+      local s = after_good()
+      local outcome, message, _, ctx = s:prolog{ job = 101, nodelist = "gb[01-04]" }
+      assert.equal("ok", outcome, message)
+      assert.same({ "gb01", "gb02", "gb03", "gb04" }, s:file_nodes())
+      assert.matches("using the last domain map that parsed", ctx.domain.fallback, 1, true)
+      local errs = table.concat(s:logs("err"), "\n")
+      assert.matches(TOPO .. " line 3: domain b2: invalid hostlist 'gb[05-08': unclosed '['", errs, 1, true)
+      assert.matches("for job nodes gb[01-04], which it places as the file does", errs, 1, true)
+    end)
+
+  it("a job node of the broken line only: taken from the record (gb05 in b2)", function()
+    local s = after_good()
+    local node5 = scenario("gb05", { file = { "gb05" } })
+    node5.host.set_file(RECORD, s:writes(RECORD)[1])
+    node5.host.set_file(TOPO, BROKEN)
+    local outcome, message = node5:prolog{ job = 102, nodelist = "gb[04-06]" }
+    assert.equal("ok", outcome, message)
+    assert.same({ "gb05", "gb06" }, node5:file_nodes())
+  end)
+
+  it("a node the file moved to another block: the file's error, bad-input, nothing written", function()
+    -- gb04 now in b2 (a deliberate edit), and a typo in another line
+    local moved = "BlockName=b1 Nodes=gb[01-03]\nBlockName=b2 Nodes=gb[04-08]\nBlockName=b3 Nodes=gb[09-1\n"
+    local s = after_good(moved)
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb[03-04]" }
+    assert.equal("bad-input", outcome)
+    assert.matches("cannot stand in: node gb04 is in domain b1 there and in b2 in the file", message, 1, true)
+    assert.same({}, s:writes()) -- the node list untouched (job 100's was current)
+    assert.equal(0, s:restarts())
+  end)
+
+  it("this node not in the record, or no record at all: the file's error", function()
+    local s = scenario("gb09", { file = { "gb09" }, topology = BROKEN })
+    local outcome, message = s:prolog{ job = 101, nodelist = "gb09" }
+    assert.equal("bad-input", outcome)
+    assert.matches("line 3: domain b2: invalid hostlist", message, 1, true)
+    local g = after_good()
+    local other = scenario("gb09", { file = { "gb09" }, topology = BROKEN })
+    other.host.set_file(RECORD, g:writes(RECORD)[1])
+    outcome, message = other:prolog{ job = 101, nodelist = "gb09" }
+    assert.equal("bad-input", outcome)
+    assert.matches("this node gb09 is in none of its domains", message, 1, true)
+  end)
+
+  it("status names the broken file and that prologs here use the record", function()
+    local s = after_good()
+    local _, message = s:status{}
+    assert.matches("IMEX domain map broken: prologs here use the last map that parsed (" .. RECORD
+      .. "): this node in domain b1", message, 1, true)
+  end)
+end)
+
 describe("default policy: racks placed at run time, not in the file (C46)", function()
   -- slurmctld's topology after `scontrol update NodeName=gb09 Topology=default:b2` (Slurm 25.11+)
   local LIVE = "BlockName=b1 BlockIndex=0 Nodes=gb[01-04] BlockSize=4\n"

@@ -88,6 +88,24 @@ describe("default policy: unit lifecycle faults (C26, C27)", function()
       end
     end)
 
+    it("issue 32 item 8: a stopped unit's report says what its Result means and shows no table the ctl's "
+      .. "placeholder answer cannot support", function()
+      local placeholder = H.fixture("ctl/down-unconfigured.json")
+      for _, c in ipairs({ { "inactive", "success", "stopped cleanly" }, { "failed", "exit-code",
+        "exited with a non-zero code" }, { "failed", "core-dump", "dumped core" } }) do
+        local s = testing.scenario{ policy = P, file = { "n1", "n2" },
+          unit = { state = c[1], result = c[2] }, host = { port_owner = "none", ctl = { placeholder } } }
+        local outcome, message, report = s:status{}
+        assert.equal("service-failed", outcome, c[2])
+        assert.matches("(Result=" .. c[2] .. ": ", message, 1, true)
+        assert.matches(c[3], message, 1, true)
+        assert.matches("no IMEX daemon of it answers", message, 1, true)
+        assert.not_matches("0.0.0.0", report, 1, true) -- no placeholder row, no "extra 0.0.0.0"
+        assert.not_matches("\nID ", report, 1, true)
+        assert.not_matches("extra", message, 1, true)
+      end
+    end)
+
     it("judged on the node list file (registered jobs' lists differ), speaks of this node's node list "
       .. "file, not the job's node list", function()
       local degraded = { mesh = { nodes = { { host = "10.0.0.1" }, { host = "10.0.0.2" },

@@ -55,7 +55,8 @@ return default.extend{
     if assessment.action == "restart" then
       local others = registry.others(st, base.job_id(ctx))
       if #others > 0 then
-        return false, other_jobs.conflict_message(ctx, assessment, others, "the running daemon (shared node)")
+        local why = "the running daemon (shared node)"
+        return false, other_jobs.conflict_message(ctx, assessment, others, why), others
       end
     end
     return other_jobs.may_restart(ctx, st, assessment)

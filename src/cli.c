@@ -48,6 +48,7 @@ static void usage(FILE *f)
 		"                      SLURM_JOB_NODELIST): try a plan without a job\n"
 		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 		"                      development; also IMEXGUARD_LUA_DIR)\n"
+		"  --strict            config-test: a warning fails too (exit non-zero)\n"
 		"  --json              machine-readable output (%s)\n"
 		"  -q, --quiet         one line (status: the same on every healthy node, for\n"
 		"                      pdsh ... | dshbak -c)\n"
@@ -118,7 +119,8 @@ enum {
 	OPT_JSON,
 	OPT_TIMING,
 	OPT_JOB,
-	OPT_NODELIST
+	OPT_NODELIST,
+	OPT_STRICT
 };
 
 /* The command whose short option is c (`-t`: config-test), or NULL. */
@@ -178,6 +180,9 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		return -1;
 	case OPT_JSON:
 		o->json = 1;
+		return -1;
+	case OPT_STRICT:
+		o->strict = 1;
 		return -1;
 	case OPT_TIMING:
 		o->timing = 1;
@@ -245,6 +250,8 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
+	if (o->strict && strcmp(o->command, "config-test") != 0)
+		return usage_error("--strict is for config-test (-t) only");
 	if ((o->job || o->nodelist) && strcmp(o->command, "plan") != 0)
 		return usage_error("%s is for plan only (a real run takes the job from Slurm's "
 				   "environment)",
@@ -273,6 +280,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"job", required_argument, NULL, OPT_JOB},
 	    {"nodelist", required_argument, NULL, OPT_NODELIST},
 	    {"json", no_argument, NULL, OPT_JSON},
+	    {"strict", no_argument, NULL, OPT_STRICT},
 	    {"timing", no_argument, NULL, OPT_TIMING},
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"verbose", no_argument, NULL, 'v'},

@@ -21,6 +21,7 @@ struct ig_opts {
 	const char *job;	  /* plan --job N: the job id (SLURM_JOB_ID), or NULL */
 	const char *nodelist;	  /* plan --nodelist LIST: the job's hostlist, or NULL */
 	int json;		  /* --json */
+	int strict;		  /* --strict: config-test's warnings fail too */
 	int timing;		  /* --timing */
 	int verbosity;		  /* -q: -1, none: 0, -v: 1 (each -v one more) */
 };

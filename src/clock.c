@@ -181,6 +181,47 @@ static int l_wallclock(lua_State *L)
 	return 1;
 }
 
+/* host.localtime([seconds]) -> table: the local civil time of `seconds` since the Unix epoch
+ * (default: now, the wall clock) in this process's time zone: the TZ environment variable, else
+ * /etc/localtime (tzset(3), localtime_r(3); TZ is read again at each call).  Fields: year (e.g.
+ * 2026), month (1-12), day (1-31), hour (0-23), min (0-59), sec (0-60), wday (1-7, 1 = Sunday, as
+ * Lua's os.date), yday (1-366), isdst (boolean), utc_offset (seconds east of UTC, tm_gmtoff) and
+ * zone (the abbreviation, e.g. "CET").  The sandbox has no `os` (no os.date): a policy with a rule
+ * of local hours reads them here.  Errors: nil, msg, "EOVERFLOW" for a time localtime_r cannot
+ * represent; a NaN or infinite `seconds` raises. */
+static int l_localtime(lua_State *L)
+{
+	double t = luaL_optnumber(L, 1, ig_wallclock());
+	luaL_argcheck(L, isfinite(t), 1, "seconds must be finite");
+	struct tm tm;
+	/* beyond about 30 million years a year no longer fits tm_year: refused before the cast */
+	if (!(t > -1e15 && t < 1e15))
+		return ig_push_error(L, "EOVERFLOW", "localtime %.6g: not a representable time", t);
+	time_t tt = (time_t)floor(t);
+	tzset();
+	if (localtime_r(&tt, &tm) == NULL)
+		return ig_push_error(L, "EOVERFLOW", "localtime %.6g: not a representable time", t);
+	static const struct {
+		const char *name;
+		int off;
+	} ints[] = {{"year", 1900}, {"month", 1}, {"day", 0},  {"hour", 0},
+		    {"min", 0},	    {"sec", 0},	  {"wday", 1}, {"yday", 1}};
+	const int values[] = {tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour,
+			      tm.tm_min,  tm.tm_sec, tm.tm_wday, tm.tm_yday};
+	lua_createtable(L, 0, 11);
+	for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+		lua_pushinteger(L, (lua_Integer)values[i] + ints[i].off);
+		lua_setfield(L, -2, ints[i].name);
+	}
+	lua_pushboolean(L, tm.tm_isdst > 0);
+	lua_setfield(L, -2, "isdst");
+	lua_pushinteger(L, (lua_Integer)tm.tm_gmtoff);
+	lua_setfield(L, -2, "utc_offset");
+	lua_pushstring(L, tm.tm_zone ? tm.tm_zone : "");
+	lua_setfield(L, -2, "zone");
+	return 1;
+}
+
 /* host.remaining() -> number: seconds left of the run's budget, math.huge when none is set. */
 static int l_remaining(lua_State *L)
 {
@@ -214,11 +255,16 @@ static int l_set_deadline(lua_State *L)
 	return 1;
 }
 
-/* Add now, wallclock, remaining, sleep, set_deadline to the table on top of the stack. */
+/* Add now, wallclock, localtime, remaining, sleep, set_deadline to the table on top of the
+ * stack. */
 void ig_register_clock(lua_State *L)
 {
-	static const luaL_Reg fns[] = {
-	    {"now", l_now},	{"wallclock", l_wallclock},	  {"remaining", l_remaining},
-	    {"sleep", l_sleep}, {"set_deadline", l_set_deadline}, {NULL, NULL}};
+	static const luaL_Reg fns[] = {{"now", l_now},
+				       {"wallclock", l_wallclock},
+				       {"localtime", l_localtime},
+				       {"remaining", l_remaining},
+				       {"sleep", l_sleep},
+				       {"set_deadline", l_set_deadline},
+				       {NULL, NULL}};
 	luaL_setfuncs(L, fns, 0);
 }

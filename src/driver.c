@@ -126,6 +126,8 @@ void ig_driver_open(struct ig_run *r)
 	lua_setfield(L, -2, "config_explicit");
 	lua_pushboolean(L, o->json);
 	lua_setfield(L, -2, "json");
+	lua_pushboolean(L, o->strict);
+	lua_setfield(L, -2, "strict");
 	lua_pushinteger(L, o->verbosity);
 	lua_setfield(L, -2, "verbosity");
 	lua_createtable(L, o->nsets, 0);

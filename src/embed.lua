@@ -132,10 +132,11 @@ local function facts()
   for _, c in ipairs(commands.list) do
     assert(c.short == nil or c.short:match("^%a$"),
       "commands.lua: short of " .. c.name .. " is not one letter")
-    out[#out + 1] = string.format("\t{%s, %s, %s, %d},", cstring(c.name), c.arg and cstring(c.arg) or "NULL",
-      c.short and "'" .. c.short .. "'" or "0", c.reason_line and 1 or 0)
+    out[#out + 1] = string.format("\t{%s, %s, %s, %d, %d},", cstring(c.name),
+      c.arg and cstring(c.arg) or "NULL", c.short and "'" .. c.short .. "'" or "0", c.reason_line and 1 or 0,
+      c.interactive and 1 or 0)
   end
-  out[#out + 1] = "\t{NULL, NULL, 0, 0},\n};"
+  out[#out + 1] = "\t{NULL, NULL, 0, 0, 0},\n};"
   out[#out + 1] = string_def("const char ig_command_names[]", table.concat(commands.names(), ", "))
   out[#out + 1] = string_def("const char ig_json_commands[]", table.concat(commands.names("json"), ", "))
   out[#out + 1] = string_def("const char ig_verbosity_commands[]",

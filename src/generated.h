@@ -15,13 +15,16 @@
 
 /* A command the command line accepts: its name, the name of its one argument as the usage text
  * shows it ("POLICY") or NULL when it takes none, the short option that runs it ('t' for
- * `imexguard -t`) or 0, and reason_line: 1 when a non-zero exit always prints one line
- * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing). */
+ * `imexguard -t`) or 0, reason_line: 1 when a non-zero exit always prints one line
+ * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing), and
+ * interactive: 1 when a person runs it and reads its result on stdout, so its final line goes to
+ * the journal only (on stderr when the journal does not take it: main.c, ig_log_journal_first). */
 struct ig_command {
 	const char *name;
 	const char *arg;
 	char short_opt;
 	int reason_line;
+	int interactive;
 };
 /* The commands, in the order --help lists them; the table ends with a NULL name. */
 extern const struct ig_command ig_commands[];

@@ -130,6 +130,12 @@ int ig_level_of(const char *name);
  * the given extra "KEY=value" fields (NULL-terminated array, may be NULL). */
 void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Log one event as ig_log does, but to the journal only: the stderr line is written only when the
+ * journal is off (IMEXGUARD_NO_JOURNAL=1, the setting log_journal) or did not take the entry (no
+ * journald). For the final line of a command whose result a person reads on stdout (commands.lua's
+ * interactive), so that the result is printed once. */
+void ig_log_journal_first(enum ig_level level, const char *const *fields, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Turn journald output on or off (default on); stderr lines at or above `min_level` only. */
 void ig_log_setup(int journal, enum ig_level min_level);
 /* Prepare, outside any handler, the journald entry of a run ended by a signal or the watchdog:

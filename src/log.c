@@ -8,7 +8,9 @@
  * concurrent prologs do not interleave; CR and LF inside the message become spaces.  journald is
  * off when the environment has IMEXGUARD_NO_JOURNAL=1 (read at each event) or after
  * ig_log_setup(0, ...).  A journald failure (no socket, e.g. in a container) is ignored: the stderr
- * line is the record of last resort.
+ * line is the record of last resort.  ig_log_journal_first (the final line of a command a person
+ * runs, whose result is on stdout) writes the stderr line only when the journal did not take the
+ * entry, so that the result is printed once.
  *
  * For the end of a run by a signal or by the watchdog (watchdog.c), where only async-signal-safe
  * calls are allowed, ig_journal_prepare builds the entry ahead of time as one datagram of
@@ -128,12 +130,46 @@ static void write_stderr(const char *buf, size_t len)
 	}
 }
 
-/* Emit one event: message (any length), nfields journald fields "KEY=value". */
+/* Send one event to journald; 0 when sent, -1 when the journal is off or did not take it. */
+static int send_journal(enum ig_level level, const char *message, const char *const *fields,
+			size_t nfields)
+{
+	if (!journal_enabled())
+		return -1;
+	struct iovec *iov = calloc(nfields + 3, sizeof *iov);
+	char *msg = malloc(strlen(message) + sizeof "MESSAGE=");
+	char prio[16];
+	int rc = -1;
+	if (!iov || !msg)
+		goto out;
+	sprintf(msg, "MESSAGE=%s", message);
+	snprintf(prio, sizeof prio, "PRIORITY=%d", (int)level);
+	iov[0] = (struct iovec){.iov_base = msg, .iov_len = strlen(msg)};
+	iov[1] = (struct iovec){.iov_base = prio, .iov_len = strlen(prio)};
+	iov[2] = (struct iovec){.iov_base = (char *)"SYSLOG_IDENTIFIER=imexguard",
+				.iov_len = strlen("SYSLOG_IDENTIFIER=imexguard")};
+	for (size_t i = 0; i < nfields; i++)
+		iov[3 + i] =
+		    (struct iovec){.iov_base = (char *)fields[i], .iov_len = strlen(fields[i])};
+	rc = sd_journal_sendv(iov, (int)(nfields + 3)) < 0 ? -1 : 0;
+out:
+	free(iov);
+	free(msg);
+	return rc;
+}
+
+/* Emit one event: message (any length), nfields journald fields "KEY=value".  journal_first: the
+ * stderr line only when the journal did not take the entry (ig_log_journal_first). */
 static void emit(enum ig_level level, const char *message, const char *const *fields,
-		 size_t nfields)
+		 size_t nfields, int journal_first)
 {
 	if (level < IG_ERR || level > IG_DEBUG)
 		level = IG_ERR;
+	/* sd_journal_sendv fails silently (returns 0) when journald's socket does not exist: a
+	 * missing socket is looked for first, so that the line is then written on stderr */
+	if (journal_first && access(JOURNAL_SOCKET, W_OK) == 0 &&
+	    send_journal(level, message, fields, nfields) == 0)
+		return;
 	const char *lname = ig_level_name(level);
 	if (level <= g_min_level) {
 		size_t mlen = strlen(message);
@@ -147,26 +183,9 @@ static void emit(enum ig_level level, const char *message, const char *const *fi
 			free(line);
 		}
 	}
-	if (!journal_enabled())
-		return;
-	struct iovec *iov = calloc(nfields + 3, sizeof *iov);
-	char *msg = malloc(strlen(message) + sizeof "MESSAGE=");
-	char prio[16];
-	if (!iov || !msg)
-		goto out;
-	sprintf(msg, "MESSAGE=%s", message);
-	snprintf(prio, sizeof prio, "PRIORITY=%d", (int)level);
-	iov[0] = (struct iovec){.iov_base = msg, .iov_len = strlen(msg)};
-	iov[1] = (struct iovec){.iov_base = prio, .iov_len = strlen(prio)};
-	iov[2] = (struct iovec){.iov_base = (char *)"SYSLOG_IDENTIFIER=imexguard",
-				.iov_len = strlen("SYSLOG_IDENTIFIER=imexguard")};
-	for (size_t i = 0; i < nfields; i++)
-		iov[3 + i] =
-		    (struct iovec){.iov_base = (char *)fields[i], .iov_len = strlen(fields[i])};
-	(void)sd_journal_sendv(iov, (int)(nfields + 3)); /* failures ignored (see top) */
-out:
-	free(iov);
-	free(msg);
+	if (!journal_first)
+		(void)send_journal(level, message, fields,
+				   nfields); /* failures ignored (see top) */
 }
 
 /* Append one native-protocol field "KEY=value" (a complete field string) to buf at *off; 0, or
@@ -239,6 +258,20 @@ void ig_journal_send_prepared(const char *buf, size_t len)
 	/* failures ignored (see top): the stderr line remains */
 }
 
+/* Format and emit one event (ig_log, ig_log_journal_first). */
+static void vlog(enum ig_level level, const char *const *fields, int journal_first, const char *fmt,
+		 va_list ap)
+{
+	char *message = NULL;
+	if (vasprintf(&message, fmt, ap) < 0)
+		return;
+	size_t nfields = 0;
+	while (fields && fields[nfields])
+		nfields++;
+	emit(level, message, fields, nfields, journal_first);
+	free(message);
+}
+
 /* Log one event (see imexguard.h).  level: IG_ERR..IG_DEBUG; fields: NULL-terminated array of
  * complete journald fields "KEY=value" (C callers name them IMEXGUARD_<KEY>), may be NULL;
  * fmt: printf format of the message. */
@@ -246,16 +279,18 @@ void ig_log(enum ig_level level, const char *const *fields, const char *fmt, ...
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *message = NULL;
-	int n = vasprintf(&message, fmt, ap);
+	vlog(level, fields, 0, fmt, ap);
 	va_end(ap);
-	if (n < 0)
-		return;
-	size_t nfields = 0;
-	while (fields && fields[nfields])
-		nfields++;
-	emit(level, message, fields, nfields);
-	free(message);
+}
+
+/* Log one event to the journal only, or on stderr when the journal is off or did not take it
+ * (see imexguard.h). */
+void ig_log_journal_first(enum ig_level level, const char *const *fields, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(level, fields, 1, fmt, ap);
+	va_end(ap);
 }
 
 /* host.log(level, message [, fields]) -> nothing.
@@ -302,7 +337,7 @@ static int l_log(lua_State *L)
 		}
 		fields[nfields] = NULL;
 	}
-	emit((enum ig_level)level, message, fields, nfields);
+	emit((enum ig_level)level, message, fields, nfields, 0);
 	return 0;
 }
 

@@ -10,7 +10,9 @@
  *
  *     imexguard: <notice|err>: <command> job=<id> outcome=<name>: <message>
  *
- * (also a journald entry with IMEXGUARD_OUTCOME, IMEXGUARD_JOB_ID, IMEXGUARD_COMMAND) and exits
+ * (a journald entry with IMEXGUARD_OUTCOME, IMEXGUARD_JOB_ID, IMEXGUARD_COMMAND, and the line on
+ * stderr; for an interactive command, whose result is on stdout, on stderr only when the journal
+ * does not take the entry) and exits
  * with the outcome's code (lua/imexguard/outcomes.lua, generated into C at build time).
  * Slurm drains a node on any non-zero prolog exit (slurm.conf(5) Prolog), so a command line that
  * cannot run exits ig_usage_exit (1), never 0: a prolog that did not run must not pass silently.
@@ -37,23 +39,25 @@
 
 /* ---- the end of a run ----------------------------------------------------------------------- */
 
-/* Whether the command prints one reason line on stdout for a non-zero exit (commands.lua's
- * reason_line: health, config-test). */
-static int wants_reason_line(const char *command)
+/* The command's entry of the generated table (commands.lua), or NULL. */
+static const struct ig_command *command_of(const char *command)
 {
 	for (const struct ig_command *c = ig_commands; c->name; c++)
 		if (strcmp(c->name, command) == 0)
-			return c->reason_line;
-	return 0;
+			return c;
+	return NULL;
 }
 
-/* The one line "imexguard: OUTCOME: cause" on stdout of a command with a reason line (health,
- * config-test) that ends non-zero without having printed it (a settings or policy error, the
- * deadline, the Lua library): what Slurm's HealthCheckProgram wrapper and NHC take as the reason.
+/* The one line "imexguard: OUTCOME: cause" on stdout of a run that printed nothing: for a command
+ * with a reason line (health, config-test) that ends non-zero (a settings or policy error, the
+ * deadline, the Lua library), what Slurm's HealthCheckProgram wrapper and NHC take as the reason;
+ * for an interactive command (commands.lua's interactive: status, plan...) whatever the code, since
+ * its final log line goes to the journal only and its result must be printed once, on stdout.
  * msg is one line already. */
 static void reason_line(struct ig_run *r, const char *outcome, int code, const char *msg)
 {
-	if (code == 0 || r->printed || !wants_reason_line(r->o->command))
+	const struct ig_command *c = command_of(r->o->command);
+	if (r->printed || c == NULL || !((c->reason_line && code != 0) || c->interactive))
 		return;
 	printf("imexguard: %s: %.200s\n", outcome, msg);
 	fflush(stdout);
@@ -70,8 +74,12 @@ static int finish(struct ig_run *r, const char *outcome, int code, const char *m
 	const char *const fields[] = {f_outcome, f_job, f_command, NULL};
 	ig_one_line(msg, sizeof msg, message ? message : "");
 	reason_line(r, outcome, code, msg);
-	ig_log(code == 0 ? IG_NOTICE : IG_ERR, fields, "%s job=%s outcome=%s%s%s", r->o->command,
-	       r->job, outcome, msg[0] ? ": " : "", msg);
+	const struct ig_command *c = command_of(r->o->command);
+	/* an interactive command printed its result on stdout: the final line to the journal only
+	 */
+	(c && c->interactive ? ig_log_journal_first : ig_log)(
+	    code == 0 ? IG_NOTICE : IG_ERR, fields, "%s job=%s outcome=%s%s%s", r->o->command,
+	    r->job, outcome, msg[0] ? ": " : "", msg);
 	return code;
 }
 

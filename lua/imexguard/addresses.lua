@@ -61,7 +61,9 @@ function M.load_map(host, path)
   end
   local text, err = host.read(path, M.MAX_MAP)
   if not text then return nil, string.format("address map %s unreadable: %s", path, tostring(err)) end
-  return (M.parse_map(text, path))
+  local map, perr = M.parse_map(text, path)
+  if not map then return nil, perr end
+  return map
 end
 
 --- The distinct IPv4 literals of a resolver answer, in answer order.

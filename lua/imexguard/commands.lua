@@ -21,16 +21,21 @@ local M = {}
 -- reason_line: true when a non-zero exit always prints one line 'imexguard: OUTCOME: cause' on
 --   stdout (src/main.c prints it when the run printed nothing: a settings or policy error, the
 --   deadline), what a health check or a configuration test reads;
+-- interactive: true when a person runs it and reads its result on stdout (a report, or the reason
+--   line): its final log line goes to the journal only, so the result is printed once (on stderr
+--   only when the journal does not take it: off, or no journald). The commands Slurm runs (prolog,
+--   epilog, and health through health.sh or NHC) keep the line on stderr: slurmd may log it;
 -- help: what it does, one or more sentences (the usage text wraps them).
 M.list = {
   { name = "prolog", entry = "required", metrics = true,
     help = "make this node's IMEX domain match the job (Slurm Prolog)" },
   { name = "epilog", entry = "required", metrics = true,
     help = "the job ended (Slurm Epilog)" },
-  { name = "status", json = true, verbosity = true, entry = "optional", metrics = true, reason_line = true,
+  { name = "status", interactive = true, json = true, verbosity = true, entry = "optional", metrics = true,
+    reason_line = true,
     help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
       .. "domain, with a diagnosis per unhealthy node" },
-  { name = "plan", json = true, entry = "optional", dry_run = true,
+  { name = "plan", interactive = true, json = true, entry = "optional", dry_run = true,
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
   -- `check_cmd_status -t 10`
@@ -39,20 +44,23 @@ M.list = {
       .. "healthy or not applicable, else one line 'imexguard: OUTCOME: cause' on stdout" },
   -- the job registry by hand (docs/design.md "The state file and the job registry"): what an
   -- admin needs when an epilog never ran (slurmd crashed) and a registration blocks the next job
-  { name = "registrations", json = true, verbosity = true, entry = "optional", dry_run = true,
+  { name = "registrations", interactive = true, json = true, verbosity = true, entry = "optional",
+    dry_run = true,
     help = "list the jobs registered on this node (the job registry): job, hosts, since when" },
-  { name = "forget", arg = "JOBID", entry = "optional", reason_line = true,
+  { name = "forget", interactive = true, arg = "JOBID", entry = "optional", reason_line = true,
     help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
-  { name = "check", arg = "POLICY", json = true,
+  { name = "check", interactive = true, arg = "POLICY", json = true,
     help = "compile a policy in the sandbox, run standard scenarios" },
   -- the names and letters of sshd -t / nginx -t (test the configuration) and sshd -T / nginx -T
   -- (show the effective one); `show-config` as `scontrol show config`
-  { name = "config-test", short = "t", dry_run = true, reason_line = true,
-    help = "test the settings (imexguard.conf, --set) and that the policy loads, changing nothing: exit 0 "
-      .. "and one line 'FILE: ok ...' on stdout, else one line 'imexguard: OUTCOME: cause' (settings-error "
-      .. "names the file, line and key)" },
-  { name = "show-config", short = "T", json = true,
+  { name = "config-test", interactive = true, short = "t", dry_run = true, reason_line = true,
+    help = "test the settings (imexguard.conf, --set), that the policy loads, and every file a prolog "
+      .. "reads (slurm.conf and its Includes, the topology files, the address map, config.cfg, the ctl), "
+      .. "changing nothing: one line per finding, 'FILE:LINE: error|warning|info: ...', then 'FILE: ok ...' "
+      .. "(exit 0), or 'imexguard: OUTCOME: cause' for the first error (--strict: also for the first "
+      .. "warning); settings-error names the file, line and key" },
+  { name = "show-config", interactive = true, short = "T", json = true,
     help = "print every setting, its value and where it came from (default, FILE:LINE, --set, "
       .. "--deadline, --policy), as a settings file" },
   { name = "version",

@@ -92,10 +92,18 @@ local function settings_text(run)
   return false, err
 end
 
--- "PATH:LINE" of the key in the settings file's text, or PATH when the key is not found as written.
-local function where(text, path, key)
-  local line = key and S.locate(text, key)
-  return line and (path .. ':' .. line) or path
+-- "PATH:LINE" of the key in the settings file's text: the line whose value counts, the last that
+-- assigns it (S.lines_of); with `others`, " (also line N: the last counts)" names the lines before
+-- it. PATH alone when the key is not found as written.
+local function where(text, path, key, others)
+  local lines = key and S.lines_of(text, key) or {}
+  if #lines == 0 then return path end
+  local also = ''
+  if others and #lines > 1 then
+    also = string.format(' (also line%s %s: the last counts)', #lines > 2 and 's' or '',
+      table.concat(lines, ', ', 1, #lines - 1))
+  end
+  return path .. ':' .. lines[#lines] .. also
 end
 
 --- Validated settings from the file text (nil: defaults) and the --set overrides, and where each
@@ -114,12 +122,12 @@ function D.load_settings(text, path, sets)
     -- a bad value in the file is the file's fault, whatever --set says
     local ok; ok, err = S.validate(raw)
     if not ok then return nil, 'settings file ' .. where(text, path, S.key_of(err)) .. ': ' .. err end
-    for k in pairs(raw) do sources[k] = where(text, path, k) end
+    for k in pairs(raw) do sources[k] = where(text, path, k, true) end
   end
   raw, err = S.apply_overrides(raw, sets)
   if not raw then return nil, err end
   for _, item in ipairs(sets or {}) do
-    local key = tostring(item):match('^%s*([%w_]+)%s*=')
+    local key = tostring(item):match('^%s*([%w_]+)%s*=') or tostring(item):match('^%s*(policy_settings)%.')
     if key then sources[key] = '--set' end
   end
   local t; t, err = S.validate(raw)
@@ -151,7 +159,7 @@ function D.settings(run)
   if budget and not run.deadline_arg then
     t.deadline = math.min(t.deadline, budget)
   end
-  run.settings, run.sources = t, sources
+  run.settings, run.sources, run.settings_text = t, sources, text or nil
   local host = require('imexguard.host')
   run.started = host.now and host.now() -- monotonic seconds, for the metrics' run duration
   return { deadline = t.deadline, bus = t.bus, log_level = t.log_level, log_journal = t.log_journal,
@@ -351,6 +359,26 @@ local function entry_point(run, policy, path)
   return fn
 end
 
+--- The policy's own settings (imexguard.policysettings, issue 32 item 7): run.settings.policy_settings
+-- checked against what the policy declares (P.settings) and filled with its defaults. A wrong value
+-- or an unknown name is the settings file's fault (settings-error naming the file and line, or
+-- --set); a wrong declaration is the policy's (policy-error).
+-- @param run table the run (settings, sources, settings_text, config)
+-- @param policy table the loaded policy
+-- @param path string|nil the policy's path (nil: the built-in one)
+-- @return true, or nil, outcome, message
+function D.policy_settings(run, policy, path)
+  local ok, outcome, err = require('imexguard.policysettings').apply(policy, run.settings)
+  if ok then return true end
+  if outcome == 'policy-error' then
+    return nil, outcome, one_line(string.format('policy %s: %s', path or D.DEFAULT_POLICY, err))
+  end
+  local src = run.sources and run.sources.policy_settings
+  local where_ = src == '--set' and '--set' or ('settings file ' .. where(run.settings_text, run.config,
+    'policy_settings'))
+  return nil, outcome, one_line(where_ .. ': ' .. err)
+end
+
 --- Call 2 (a command with an entry point, imexguard.commands): the host table, the policy, its
 -- entry point and ctx.
 -- @param run table the run (after settings)
@@ -366,6 +394,8 @@ function D.prepare(run)
   local path = run.policy or run.settings.policy
   local policy, err = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', err) end
+  local psok, po, pm = D.policy_settings(run, policy, path)
+  if not psok then return ends(run, po, pm) end
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
   local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
@@ -387,18 +417,30 @@ end
 -- ---- config-test and show-config (the host runs them: no entry point) ----------------------
 
 --- `config-test` (after D.settings passed): the policy loads with its entry points (with the
--- dry-run recorders as imexguard.host: nothing changes). Ends ok with one line on stdout,
--- "FILE: ok; policy P loads (entry points)" (imexguard.showconfig.test_line), or policy-error
--- (main.c prints its reason line).
+-- dry-run recorders as imexguard.host: nothing changes), then every check of imexguard.configtest
+-- reads what a prolog will read (slurm.conf, the maps, config.cfg...) and names each fault with its
+-- file and line. Prints the findings and then the verdict: "FILE: ok; policy P loads (entry
+-- points)" (imexguard.showconfig.test_line) with the warnings counted, or "imexguard: OUTCOME: ..."
+-- for the first error (with run.strict, `--strict`, for the first warning too); policy-error when
+-- the policy does not load (main.c prints its reason line).
 -- @param run table the run
 -- @return table the end
 function D.config_test(run)
-  run.c.preload('imexguard.host', (D.host(require('imexguard.host'), true)))
+  local host = D.host(require('imexguard.host'), true)
+  run.c.preload('imexguard.host', host)
   local path = run.policy or run.settings.policy
   local policy, entries = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', entries) end
+  local psok, po, pm = D.policy_settings(run, policy, path)
+  if not psok then return ends(run, po, pm) end
   local line = require('imexguard.showconfig').test_line(run, path or D.DEFAULT_POLICY, policy, entries)
-  return ends(run, 'ok', line, line .. '\n')
+  local ctx = { command = run.command, host = host, dry_run = true, job = {}, policy = policy,
+    settings = S.readonly(run.settings, 'ctx.settings', S.by_name), env = S.readonly(run.env, 'ctx.env'),
+    config_file = { path = run.config, text = run.settings_text, sources = run.sources,
+      absent = run.config_absent } }
+  local configtest = require('imexguard.configtest')
+  local outcome, message, out = configtest.report(configtest.run(ctx), line, run.strict)
+  return ends(run, outcome, message, out)
 end
 
 --- `show-config` (after D.settings): every setting, its value and where it came from, as a
@@ -406,6 +448,20 @@ end
 -- @param run table the run
 -- @return table the end
 function D.show_config(run)
+  local ctx = { host = require('imexguard.host'), env = run.env,
+    settings = S.readonly(run.settings, 'ctx.settings', S.by_name) }
+  run.effective = require('imexguard.showconfig').effective(ctx)
+  -- the policy's own settings (P.settings) with their defaults, as a run gets them
+  run.c.preload('imexguard.host', (D.host(require('imexguard.host'), true)))
+  local path = run.policy or run.settings.policy
+  local ok, policy, perr = pcall(load_policy, run, path)
+  if ok and policy then
+    run.policy_schema = require('imexguard.policysettings').schema_of(policy)
+    local psok, po, pm = D.policy_settings(run, policy, path)
+    if not psok then return ends(run, po, pm) end
+  else
+    run.policy_unloaded = one_line(tostring(ok and perr or policy))
+  end
   local message, out = require('imexguard.showconfig').settings_report(run)
   return ends(run, 'ok', message, out)
 end
@@ -559,8 +615,11 @@ function D.check_begin(run)
   local path = run.check_path
   local chunk, err, text = policy_chunk(run, path)
   if not chunk then return ends(run, 'policy-error', err) end
-  local entries; entries, err = D.check(run_chunk(chunk, path, text))
+  local p = run_chunk(chunk, path, text)
+  local entries; entries, err = D.check(p)
   if not entries then return ends(run, 'policy-error', string.format('policy %s: %s', path, err)) end
+  local psok, po, pm = D.policy_settings(run, p, path)
+  if not psok then return ends(run, po, pm) end
   run.check = { sc = sc, chunk = chunk, entries = entries, names = sc.names(), i = 0, results = {} }
   return { output = not run.json and string.format('policy %s: entry points %s\n', path, entries) or nil }
 end

@@ -32,6 +32,9 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
+local restart = lazy "imexguard.steps.restart"
+local lostjobs = lazy "imexguard.lostjobs"
+local starting = lazy "imexguard.starting"
 local slots = lazy "imexguard.steps.slots"
 local slotnames = lazy "imexguard.slots"
 
@@ -98,17 +101,17 @@ end
 -- registered job has the same one (the job's nodes), false when no job is registered (the node is
 -- idle: judged on what it owns), nil when the state file cannot be read or the jobs' lists differ
 -- (then the node list file decides, as before).
--- @return list of addresses | false | nil
+-- @return list of addresses | false | nil, and the registered entries
 local function registered_list(ctx)
   local st = state.load(ctx.host, ctx.settings)
   if not st then return nil end
   local jobs = registry.jobs(st)
-  if #jobs == 0 then return false end
+  if #jobs == 0 then return false, jobs end
   for _, e in ipairs(jobs) do
-    if e.nodes ~= jobs[1].nodes then return nil end
+    if e.nodes ~= jobs[1].nodes then return nil, jobs end
   end
   local list = nodelist.parse(jobs[1].nodes or "")
-  return list and #list > 0 and list or nil
+  return list and #list > 0 and list or nil, jobs
 end
 
 --- Membership by slots: this node's slot, the one the name map gives this node's address
@@ -181,7 +184,9 @@ function M:domain_fact(ctx) -- luacheck: no self
   if dom then
     ctx.domain = dom
   elseif line:find("IMEX domain map: ", 1, true) == 1 then
-    ctx.domain = { error = line }
+    -- issue 32 item 1: a broken map whose last good record a prolog here would use, said loudly
+    local note = require("imexguard.lastgood").status_note(ctx, base.node_name(ctx))
+    ctx.domain = { error = note and (line .. "; " .. note) or line, fallback = note }
   end
 end
 
@@ -224,7 +229,7 @@ local function gather(self, ctx)
     g.job_slots = registered_slots(ctx)
     g.jobs_list = g.job_slots and nil or g.job_slots
   else
-    g.jobs_list = registered_list(ctx)
+    g.jobs_list, g.jobs = registered_list(ctx)
   end
   g.names[g.self] = g.names[g.self] or base.node_name(ctx)
   return g
@@ -272,18 +277,42 @@ local function judge_mesh(ctx, g)
   if g.job_slots then return judge_slot_jobs(ctx, g) end
   local info, idle = g.info, g.jobs_list == false
   local judged = g.jobs_list or g.expected
-  local v = verdict.judge(g.answer, { addrs = judged, self = g.self,
-    node_list = g.by_file and g.expected or false }, { own_only = idle,
-    list_name = g.jobs_list and "the registered job's node list"
-      or (g.by_file and "this node's node list file" or "the daemon's own list") })
+  local want = { addrs = judged, self = g.self, node_list = g.by_file and g.expected or false,
+    names = g.names, cfg = info and info.cfg, config_path = info and info.config }
+  local function judge_on(own_only, answer)
+    return verdict.judge(answer or g.answer, want, { own_only = own_only,
+      list_name = g.jobs_list and "the registered job's node list"
+        or (g.by_file and "this node's node list file" or "the daemon's own list") })
+  end
+  local v, lost = judge_on(idle), nil
+  -- issue 32 item 4: a registration whose epilog never ran here, its other nodes moved on
+  if not v.healthy and g.jobs_list and v.verdict ~= "stale-mismatch" then
+    lost = lostjobs.recognise(ctx, g.answer.mesh, judged, g.self, g.jobs or {}, g.names)
+    if lost and lost.dropped then idle, v = true, judge_on(true) end
+  end
   if v.healthy and idle then
-    return v, "ok", string.format("node %s: no job registered, judged on what it owns: %s",
-      base.node_name(ctx), tostring(v.summary))
+    return v, "ok", string.format("node %s: %s, judged on what it owns: %s", base.node_name(ctx),
+      lost and lost.note or "no job registered", tostring(v.summary))
   elseif v.healthy then
     return v, "ok", string.format("domain %s, %d nodes healthy", tostring(g.answer.mesh.status), #judged)
   end
-  return v, health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
-    config_path = info and info.config }, v)
+  -- issue 32 item 5: a daemon started seconds ago is starting, not faulty (health waits for it)
+  local wait = ctx.command == "health" and function()
+    local last
+    local o, m = health.wait(ctx, want, g.answer, function(answer)
+      local v2 = judge_on(idle, answer)
+      if v2 then last = v2 end
+      return v2
+    end)
+    return o, m, last
+  end
+  -- (peers that moved on to another list are no start: lostjobs above)
+  local so, sm = nil, nil
+  if not lost then so, sm = starting.judge(ctx, info and info.unit, v, wait or nil) end
+  if so then return v, so, sm end
+  local outcome, msg = health.blame(ctx, want, v)
+  if lost then msg = text.one_line(lost.note .. "; " .. msg) end -- Slurm could not say (item 4)
+  return v, outcome, msg
 end
 
 --- Judge: the outcome and message of `status` from what gather read, and what render needs beyond
@@ -293,6 +322,10 @@ end
 --   (config.cfg's, report.config_findings)
 local function judge(self, ctx, g)
   if not g.answer then return { outcome = g.applied, message = g.why } end
+  -- issue 32 item 8: a unit that is not running has no daemon whose answer a table could show (the
+  -- ctl's placeholder row, a node-map diff against it): its state and systemd's Result are the answer
+  local uo, um, stopped = self:unit_verdict(ctx, g.info)
+  if stopped and not g.idle_stopped then return { outcome = uo, message = um } end
   if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
     return { outcome = outcome, message = msg }
@@ -304,11 +337,12 @@ local function judge(self, ctx, g)
     msg = string.format("%s; node list %s: names that do not resolve: %s", msg, info.nodes_file,
       table.concat(g.unresolved, ", "))
   end
-  local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
   local findings = report.config_findings(info, g.lint or g.expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   self:domain_fact(ctx)
+  local dom = rawget(ctx, "domain")
+  if dom and dom.fallback then msg = msg .. "; IMEX domain map broken: " .. dom.fallback end
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end
@@ -347,9 +381,11 @@ function M:run_status(ctx)
 end
 
 --- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
--- active and the command port is its process; otherwise `status` is never "ok".
+-- active and the command port is its process; otherwise `status` is never "ok". A unit that is not
+-- running is named with systemd's Result and what it means (steps.restart's RESULT_MEANING: "success"
+-- is a clean stop, no crash), and its ctl answer is nobody's (issue 32 item 8).
 -- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
---   the process on the command port
+--   the process on the command port, and true when the unit is not running (no daemon of it answers)
 function M:unit_verdict(ctx, info)
   if not info then return nil end
   local props = ctx.host.unit(ctx.settings.unit) or info.unit
@@ -363,8 +399,11 @@ function M:unit_verdict(ctx, info)
   local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
     or "the unit is not running"
-  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
+  local result = tostring(props.result)
+  local meaning = restart.RESULT_MEANING[result]
+  return "service-failed", string.format("node %s: %s is %s (Result=%s%s): %s; no IMEX daemon of it answers, "
+    .. "so there is no domain to show", base.node_name(ctx), u, tostring(a), result,
+    meaning and (": " .. meaning) or "", what), true
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -477,10 +516,16 @@ function M:run_plan(ctx)
   local a, o
   a, o, m = self:assess_daemon(ctx, info, want, st, { changed = changed, wait = false, write_pending = true })
   if not a then return o, m end
-  local allowed, why = true, nil
-  if changed or a.action ~= "none" then allowed, why = self:may_restart(ctx, st, a) end
+  local allowed, why, blocking = true, nil, nil
+  if changed or a.action ~= "none" then allowed, why, blocking = self:may_restart(ctx, st, a) end
+  -- a refusal that names no registered job is the policy's own (issue 32 item 6)
+  local refusal = require("imexguard.steps.other_jobs").blocked(blocking) and "conflict" or "refused"
+  if not allowed and refusal == "refused" then
+    why = require("imexguard.steps.other_jobs").refused_message(ctx, a, why)
+  end
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
+    refusal = refusal,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
     findings = report.config_findings(info, want.ips or want.addrs),
     config_fault = #want.addrs > 1 and report.config_fault_found(info, want.ips or want.addrs),
@@ -490,7 +535,7 @@ function M:run_plan(ctx)
     local out = self:channel_report(ctx, info, report.plan(f))
     return po, text.one_line(pm .. "; " .. report.plan_message(f)), out
   end
-  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or "conflict"
+  local outcome = allowed and (f.config_fault and "config-fault" or "ok") or refusal
   local msg = report.plan_message(f)
   if allowed and f.verdict and f.verdict.stale_mismatch then
     outcome, msg = plan_converge(self, ctx, f, outcome, msg)

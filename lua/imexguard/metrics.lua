@@ -38,6 +38,9 @@ local HELP = {
     "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
     "gpu, state, status, partition" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
+  imexguard_domain_map_fallback = { "gauge",
+    "1 when the last run of the command found the IMEX domain map's file broken and the last map that parsed "
+      .. "stood in (the log and status name the file's error), else 0.", "command" },
   imexguard_membership = { "gauge",
     "1 for the membership mode in force at the last run (setting membership), 0 for the other.",
     "mode" },
@@ -47,7 +50,8 @@ local HELP = {
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
   "imexguard_nudges_total", "imexguard_slot_map_writes_total", "imexguard_membership",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
-  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
+  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
+  "imexguard_domain_map_fallback" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
 M.HELP = HELP
 --- The family names in the file's order.
@@ -137,6 +141,17 @@ local function membership_samples(samples, run, key)
   end
 end
 
+-- The GPUs' fabric registration of a run (run.gpus) as samples, replacing the earlier run's.
+local function fabric_samples(samples, gpus, key)
+  for k in pairs(samples) do
+    if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
+  end
+  for _, g in ipairs(gpus) do
+    samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
+      partition = g.partition })] = 1
+  end
+end
+
 --- Update the samples for one finished run. Every series a query may name is present, 0 when
 -- nothing happened (Prometheus' naming practices: a series that appears only once something
 -- happens makes rate() and absent() lie): the run counts of every command that records metrics
@@ -147,10 +162,11 @@ end
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
---   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
---   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
---   optional: imexguard's version, host.version), map_writes (integer, optional: the name map's
---   writes in place, membership by slots), membership (string, optional: the setting)}`
+--   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
+--   version (string, optional: imexguard's version, host.version), map_writes (integer, optional:
+--   the name map's writes in place, membership by slots), membership (string, optional: the
+--   setting), domain_map_fallback (boolean: the last domain map that parsed stood in,
+--   imexguard.lastgood)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -187,6 +203,7 @@ function M.update(samples, run)
     samples[key("imexguard_last_outcome", { command = run.command, outcome = o })] = 0
   end
   samples[key("imexguard_last_outcome", { command = run.command, outcome = run.outcome })] = 1
+  samples[key("imexguard_domain_map_fallback", cmd)] = run.domain_map_fallback and 1 or 0
   if run.nodes then
     for k in pairs(samples) do
       if k:find("^imexguard_domain_node_status{") then samples[k] = nil end
@@ -201,15 +218,7 @@ function M.update(samples, run)
       samples[key("imexguard_domain_node_status", labels)] = 1
     end
   end
-  if run.gpus then
-    for k in pairs(samples) do
-      if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
-    end
-    for _, g in ipairs(run.gpus) do
-      samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
-        partition = g.partition })] = 1
-    end
-  end
+  if run.gpus then fabric_samples(samples, run.gpus, key) end
   return samples
 end
 

@@ -49,6 +49,8 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
+  { "refused", 22, "the policy refused the restart or rewrite the job needs, by a rule of its own (not a "
+    .. "registered job: that is conflict); its message says why; nothing changed" },
   { "not-placed", 24, "this node runs IMEX (GPUs in an NVLink partition, or the unit active) but no domain "
     .. "source places it in a rack: not the topology file, not slurmctld (a node Slurm placed at run time), "
     .. "not the address map; nothing changed, the job would run without IMEX here" },

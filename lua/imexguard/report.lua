@@ -135,7 +135,7 @@ local function plan_json(f)
   local seen = f.verdict
   local regs = {}
   for i, e in ipairs(registry.jobs(f.st)) do regs[i] = M.registration_json(e) end
-  local outcome = not f.allowed and "conflict" or (f.config_fault and "config-fault" or "ok")
+  local outcome = not f.allowed and (f.refusal or "conflict") or (f.config_fault and "config-fault" or "ok")
   return json.encode(json.report("plan"):set("ok", f.allowed and not f.config_fault)
     :set("outcome", outcome):set("message", M.plan_message(f))
     :set("job", f.job):set("node", f.node):set("source", want.source):set("hostlist", want.expr)
@@ -187,7 +187,7 @@ local function plan_text(f)
     or ("restart: no, " .. a.reason)
   local jobs = registry.jobs(f.st)
   r[#r + 1] = #jobs == 0 and "registered jobs: none" or ("registered jobs: " .. registry.ids(jobs))
-  if not f.allowed then r[#r + 1] = "conflict: " .. f.why end
+  if not f.allowed then r[#r + 1] = (f.refusal or "conflict") .. ": " .. f.why end
   if f.verdict then
     r[#r + 1] = string.format("domain now: %s (%s)", tostring(f.verdict.status),
       f.verdict.healthy and "healthy" or "not healthy")
@@ -199,7 +199,8 @@ end
 -- @param f table the plan's facts: ctx, job (id string), node (this node's name), info (applies),
 --   want (desired list), st (state file), old (current list bytes, or nil), old_err (why the current
 --   list is unreadable, or nil), changed (boolean), assessment (steps.assess_daemon), allowed
---   (boolean), why (conflict message when not allowed), verdict (verdict.judge of the ctl's answer,
+--   (boolean), why (conflict message when not allowed), refusal ("conflict", or "refused" for a
+--   policy's own rule: issue 32 item 6), verdict (verdict.judge of the ctl's answer,
 --   or nil),
 --   findings (config_findings), config_fault (config_fault_found and a job of several nodes)
 -- @return string report, JSON when f.ctx.json (newline-terminated)

@@ -81,6 +81,8 @@ function M.save_metrics(run, host, outcome, code)
     map_writes = run.map_writes or 0, membership = membership(run.settings),
     nodes = mesh_nodes(ctx and rawget(ctx, 'mesh_seen')),
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
+    domain_map_fallback = ctx and type(rawget(ctx, 'domain')) == 'table'
+      and rawget(ctx, 'domain').fallback ~= nil or false,
     version = host.version })
 end
 

@@ -168,6 +168,11 @@ M.schema = {
     doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
       .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 14, drains "
       .. "the node) or \"warn\" (exit 0, logged at level err)" },
+  { name = "policy_settings", default = nil, kind = "table", optional = true,
+    doc = "the site policy's own settings, a table { NAME = value, ... } of the settings the policy "
+      .. "declares in its `settings` list (docs/policy-api.md \"Policy settings\"); checked against that "
+      .. "list when the policy loads (unknown names and wrong values are settings errors), read as "
+      .. "ctx.settings.policy_settings.NAME; --set policy_settings.NAME=VALUE" },
 }
 
 --- name -> schema entry.
@@ -199,11 +204,9 @@ local function check(e, v)
     return nil, string.format("setting '%s' must be %s, got %s", e.name, want, describe(v))
   end
   if e.kind == "number" then
-    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge or (e.min and v < e.min) then
-      return bad(e.min and string.format("a number >= %g (%s)", e.min, e.unit)
-        or "a number > 0 (" .. (e.unit or "seconds") .. ")")
-    end
-    return v
+    return M.check_number(e, v, bad)
+  elseif e.kind == "table" then
+    return M.check_table(e, v, bad)
   elseif e.kind == "string" then
     if type(v) ~= "string" or v == "" then
       return bad("a non-empty string")
@@ -253,6 +256,57 @@ local function check(e, v)
   error("settings schema: unknown kind " .. tostring(e.kind))
 end
 
+--- A value of kind "number": above 0, or within the entry's min and max where it has them (a
+-- policy's hour: min 0, max 23). Returns it, or bad's error naming the range and the unit.
+function M.check_number(e, v, bad)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge or (e.min == nil and v <= 0)
+    or (e.min and v < e.min) or (e.max and v > e.max) then
+    local unit = e.unit or "seconds"
+    if e.min and e.max then return bad(string.format("a number from %g to %g (%s)", e.min, e.max, unit)) end
+    return bad(e.min and string.format("a number >= %g (%s)", e.min, unit) or "a number > 0 (" .. unit .. ")")
+  end
+  return v
+end
+
+--- A value of kind "table" (policy_settings): string keys that are names, each value a string, a
+-- number, a boolean or a list of those (the policy's own schema checks them further,
+-- imexguard.policysettings). Returns a copy, or bad's error.
+function M.check_table(_, v, bad)
+  if type(v) ~= "table" then return bad("a table { NAME = value, ... }") end
+  local copy = {}
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:match("^[%a_][%w_]*$") then
+      return bad("a table whose keys are names (got key " .. describe(k) .. ")")
+    end
+    if type(x) == "table" then
+      local list = {}
+      for i, y in pairs(x) do
+        if math.type(i) ~= "integer" or i < 1 or i > #x or (type(y) ~= "string" and type(y) ~= "number"
+          and type(y) ~= "boolean") then
+          return bad(string.format("a table whose values are strings, numbers, booleans or lists of them (%s "
+            .. "is not)", k))
+        end
+        list[i] = y
+      end
+      x = list
+    elseif type(x) ~= "string" and type(x) ~= "number" and type(x) ~= "boolean" then
+      return bad(string.format("a table whose values are strings, numbers, booleans or lists of them (%s is "
+        .. "%s)", k, type(x)))
+    end
+    copy[k] = x
+  end
+  return copy
+end
+
+--- Check one value against a schema entry (an entry of M.schema, or of a policy's declared
+-- settings: imexguard.policysettings).
+-- @param e table {name, kind, values, min, max, unit}
+-- @param v any the value
+-- @return the (copied) value, or nil, error naming the key ("setting 'NAME' must be ...")
+function M.check_value(e, v)
+  return check(e, v)
+end
+
 --- The defaults, as a fresh table (unset optional settings are absent).
 -- @return table
 function M.defaults()
@@ -280,7 +334,7 @@ function M.load(text, chunkname)
   })
   local fn, err = load(text, chunkname or "=settings", "t", env)
   if not fn then
-    return nil, err
+    return nil, M.eof_line(err, text)
   end
   local ok, ret = pcall(fn)
   if not ok then
@@ -300,16 +354,36 @@ function M.load(text, chunkname)
   return ret
 end
 
---- The line of a settings file's text that sets `key`: the first line where the key is assigned
--- (`key = ...` at the start of a line, or `key = ...` after `{`, `,` or `;` in a returned table).
--- A settings file holds values only (M.load), so the first assignment is the one that counts
--- unless the file assigns a key twice (then the last one counts; this names the first).
+--- A syntax error that Lua reports "near <eof>" on the line after the last one (a file that ends
+-- with a newline has its end of file on an empty line of its own: `unit = ` on line 2 of a two-line
+-- file is "line 3: unexpected symbol near <eof>"): named on the last line that holds anything, where
+-- the admin must look. Any other error is returned as it is.
+-- @param err string load's error ("NAME:LINE: message")
+-- @param text string the file's contents
+-- @return string the error
+function M.eof_line(err, text)
+  local head, n, rest = tostring(err):match("^(.-):(%d+):( .*near <eof>.*)$")
+  if not head or type(text) ~= "string" then return err end
+  local last, i = nil, 0
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+    i = i + 1
+    if line:find("%S") then last = i end
+  end
+  if last and last < tonumber(n) then return string.format("%s:%d:%s", head, last, rest) end
+  return err
+end
+
+--- Every line of a settings file's text that assigns `key` (`key = ...` at the start of a line, or
+-- `key = ...` after `{`, `,` or `;` in a returned table), in file order. A settings file holds
+-- values only (M.load), so when a key is assigned more than once the LAST assignment counts (Lua
+-- assigns in order; in a table constructor, too, the last field of a key wins).
 -- @param text string the file's contents
 -- @param key string a setting's name
--- @return integer line number (1-based), or nil when the key is not found as written
-function M.locate(text, key)
+-- @return list of line numbers (1-based; empty when the key is not found as written)
+function M.lines_of(text, key)
+  local out = {}
   if type(text) ~= "string" or type(key) ~= "string" or not key:match("^[%a_][%w_]*$") then
-    return nil
+    return out
   end
   local n = 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
@@ -317,10 +391,33 @@ function M.locate(text, key)
     local code = line:gsub("%-%-.*$", "")
     if code:match("^%s*" .. key .. "%s*=[^=]") or code:match("[{,;]%s*" .. key .. "%s*=[^=]")
       or code:match("^%s*" .. key .. "%s*=%s*$") then
-      return n
+      out[#out + 1] = n
     end
   end
-  return nil
+  return out
+end
+
+--- The first line of a settings file's text that assigns `key` (M.lines_of), e.g. the line of a
+-- key an error names; the line whose value counts is the last one (M.lines_of).
+-- @param text string the file's contents
+-- @param key string a setting's name
+-- @return integer line number (1-based), or nil when the key is not found as written
+function M.locate(text, key)
+  return M.lines_of(text, key)[1]
+end
+
+--- The settings a file assigns more than once: the last assignment counts (M.lines_of), which is
+-- seldom what an admin who appended a line meant; `config-test` names each one, `show-config`
+-- gives the last line as the source.
+-- @param text string the file's contents
+-- @return list of {key = name, lines = {line numbers}} in the schema's order
+function M.repeats(text)
+  local out = {}
+  for _, e in ipairs(M.schema) do
+    local lines = M.lines_of(text, e.name)
+    if #lines > 1 then out[#out + 1] = { key = e.name, lines = lines } end
+  end
+  return out
 end
 
 --- The key a validate() or apply_overrides() error names ("setting 'x' must be...",
@@ -396,6 +493,13 @@ local function parse_value(e, s)
   return s
 end
 
+--- A value given as text (--set) read by a schema entry's kind (parse_value; an empty text unsets an
+-- optional entry: M.UNSET).
+-- @return value, or nil, error
+function M.parse_text(e, s)
+  return parse_value(e, s)
+end
+
 --- Apply "key=value" overrides (from `--set`) to a raw settings table.
 -- Values are parsed by the key's kind: numbers, booleans (true/false/yes/no/on/off/1/0),
 -- ctl as whitespace-separated words (one word: a path), strings as is; an empty value unsets an
@@ -409,6 +513,14 @@ function M.apply_overrides(t, list)
     out[k] = v
   end
   for _, item in ipairs(list or {}) do
+    local sub, subvalue = tostring(item):match("^%s*policy_settings%.([%a_][%w_]*)%s*=(.*)$")
+    if sub then -- a policy's own setting: text, read by the kind the policy declares
+      local ps = {}
+      for k, x in pairs(type(out.policy_settings) == "table" and out.policy_settings or {}) do ps[k] = x end
+      ps[sub] = subvalue
+      out.policy_settings = ps
+      goto next_item
+    end
     local key, value = tostring(item):match("^%s*([%w_]+)%s*=(.*)$")
     if not key then
       return nil, string.format("--set expects KEY=VALUE, got '%s'", tostring(item))
@@ -425,6 +537,7 @@ function M.apply_overrides(t, list)
       v = nil
     end
     out[key] = v
+    ::next_item::
   end
   return out
 end

@@ -268,33 +268,34 @@ end
 local function judge_local(v, mesh, expected, self_host, order, maps, note, stale, own_only)
   local head = string.format("domain %s", tostring(mesh.status))
   local self = mesh.by_host[self_host]
-  local function fault(fmt, ...)
-    v.local_fault, v.verdict = true, "local-fault"
+  local function fault(kind, fmt, ...)
+    v.local_fault, v.verdict, v.local_kind = true, "local-fault", kind
     v.summary = string.format("%s: this node %s " .. fmt, head, self_host, ...) .. note
     return true
   end
-  if not self then return fault("is not in the domain") end
+  if not self then return fault("absent", "is not in the domain") end
   if order and (order.kind == "reordered" or #order.duplicates > 0) then
-    return fault("runs a node map that is not the node list's: %s", order.summary)
+    return fault("map", "runs a node map that is not the node list's: %s", order.summary)
   end
   if #(mesh.duplicates or {}) > 0 then
     local d = mesh.duplicates[1]
-    return fault("runs a node map holding host %s under %d ids", d.host, #d.ids)
+    return fault("map", "runs a node map holding host %s under %d ids", d.host, #d.ids)
   end
   -- this node's own view differs from its map (a NODE_MAP_MISMATCH link alone is two-sided: with
   -- this node's map equal to the node list, the peer at its other end is the odd one)
   for _, m in ipairs(maps) do
     if m.id == self.id then
       for _, f in ipairs(m.findings) do
-        if f.kind ~= "mismatch" then return fault("has id %d, %s", self.id, m.text) end
+        if f.kind ~= "mismatch" then return fault("map", "has id %d, %s", self.id, m.text) end
       end
     end
   end
-  if self.status ~= "READY" then return fault("is %s, not READY", self.status) end
+  if self.status ~= "READY" then return fault("not-ready", "is %s, not READY", self.status) end
   local peers, broken = peers_of(mesh, expected, self)
   -- cut off by stale node-map mismatches only (C32): both ends run the list, a restart clears it
   if not stale and not own_only and cut_off(peers, broken) then
-    return fault("is cut off from %d of %d peers that are connected to each other", #broken, #peers)
+    return fault("cut-off", "is cut off from %d of %d peers that are connected to each other", #broken,
+      #peers)
   end
   return false
 end
@@ -599,7 +600,7 @@ end
 --   `list_name`: what `expected` is, in messages (default "the job's node list"; status and
 --   health, which run without a job, name the node list file or the daemon's own list)
 -- @treturn table verdict `{verdict = "healthy"|"local-fault"|"config-fault"|"stale-mismatch"|"peer-fault"|
---   "unhealthy",
+--   "unhealthy", local_kind = "absent"|"map"|"not-ready"|"cut-off" (a local fault's kind, else nil),
 --   healthy = boolean, status = domain status, local_fault = boolean, mismatch = boolean,
 --   missing = {host...} (expected order), extra = {host...} (id order),
 --   faulty = { {host =, reason =}... }, self_id = this node's id in the answer or nil,

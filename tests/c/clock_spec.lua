@@ -62,3 +62,66 @@ describe("host clock", function()
     assert.matches("^%d+%.%d+%.%d+", host.version)
   end)
 end)
+
+describe("host.localtime (issue 32 item 7: the local time a policy has without os.date)", function()
+  local dir
+  setup(function() dir = H.tmpdir() end)
+  teardown(function() H.rmdir(dir) end)
+
+  -- host.localtime(t) in a process whose TZ is `tz` (POSIX zone strings: no tzdata needed), as
+  -- "year month day hour min sec wday yday isdst utc_offset zone".
+  local function localtime(tz, t)
+    local cmd = H.lua_cmd(dir, "localtime", [[
+      local h = require "imexguard.host"
+      local t = h.localtime(tonumber(arg[1]))
+      print(t.year, t.month, t.day, t.hour, t.min, t.sec, t.wday, t.yday, t.isdst, t.utc_offset, t.zone)
+    ]], tostring(t))
+    return (H.sh("TZ=" .. tz .. " " .. cmd):gsub("\t", " "))
+  end
+
+  it("honours TZ: the same instant in UTC, at UTC+5 and in summer time (isdst)", function()
+    local t = 1767225600 -- 2026-01-01T00:00:00Z, a Thursday
+    assert.equal("2026 1 1 0 0 0 5 1 false 0 UTC", localtime("UTC0", t))
+    assert.equal("2026 1 1 5 0 0 5 1 false 18000 XYZ", localtime("XYZ-5", t))
+    assert.equal("2025 12 31 19 0 0 4 365 false -18000 EST", localtime("EST5EDT,M3.2.0,M11.1.0", t))
+    -- 2026-07-01T12:00:00Z in central Europe: 14:00, summer time
+    assert.equal("2026 7 1 14 0 0 4 182 true 7200 CEST", localtime("CET-1CEST,M3.5.0,M10.5.0/3", 1782907200))
+  end)
+
+  it("defaults to now; refuses what it cannot represent", function()
+    local t = host.localtime()
+    assert.is_true(math.abs(t.year - tonumber(os.date("%Y"))) <= 1)
+    local v, msg, code = host.localtime(1e300)
+    assert.is_nil(v)
+    assert.equal("EOVERFLOW", code)
+    assert.matches("not a representable time", msg)
+    assert.has_error(function() host.localtime(0 / 0) end)
+    assert.has_error(function() host.localtime(math.huge) end)
+  end)
+
+  it("the test kit's fake localtime agrees with the primitive (fixed zones, 2000 instants)", function()
+    local clock = require "imexguard.testing.clock"
+    local cmd = H.lua_cmd(dir, "many", [[
+      local h = require "imexguard.host"
+      local seed = tonumber(arg[1])
+      for i = 1, 2000 do
+        local t = (seed * i * 7919) % 9000000000 - 2000000000
+        local x = h.localtime(t)
+        print(t, x.year, x.month, x.day, x.hour, x.min, x.sec, x.wday, x.yday)
+      end
+    ]], "12345")
+    for tz, off in pairs({ ["UTC0"] = 0, ["XYZ-5"] = 18000, ["ABC+9:30"] = -34200 }) do
+      local out = H.sh("TZ=" .. tz .. " " .. cmd)
+      local n = 0
+      for line in out:gmatch("[^\n]+") do
+        local f = {}
+        for w in line:gmatch("%S+") do f[#f + 1] = tonumber(w) end
+        local k = clock.localtime(f[1], off, "Z")
+        assert.same({ f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9] },
+          { k.year, k.month, k.day, k.hour, k.min, k.sec, k.wday, k.yday }, tz .. " at " .. f[1])
+        n = n + 1
+      end
+      assert.equal(2000, n)
+    end
+  end)
+end)

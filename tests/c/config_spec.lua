@@ -26,16 +26,25 @@ describe("imexguard configuration commands", function()
   local POLICY = "local P = {}\nfunction P.prolog() print('POLICY RAN') return 'ok', 'ran' end\n"
     .. "P.epilog = P.prolog\nreturn P\n"
 
+  -- A node whose files config-test finds clean: slurm.conf with the flags and timeouts it wants, a
+  -- config.cfg, a ctl that exists, a state_dir, and no systemd to ask (the machine's is not touched).
+  local clean
   setup(function()
     H.imexguard_bin()
     dir = H.tmpdir()
     H.write(dir .. "/empty.conf", "")
+    H.write(dir .. "/slurm.conf",
+      "PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=180\nBatchStartTimeout=180\n")
+    H.write(dir .. "/config.cfg", "SERVER_PORT=50000\nIMEX_CMD_PORT=50005\n")
+    assert(os.execute("mkdir -p " .. dir .. "/state"))
+    clean = 'slurm_conf = "' .. dir .. '/slurm.conf"\nimex_config = "' .. dir .. '/config.cfg"\n'
+      .. 'ctl = "/bin/true"\nstate_dir = "' .. dir .. '/state"\nbus = "unix:path=' .. dir .. '/no-bus"\n'
   end)
   teardown(function() H.rmdir(dir) end)
 
   describe("config-test and -t", function()
-    it("exits 0 with one line 'FILE: ok' naming the policy that loads", function()
-      local conf = file('unit = "x.service"\n', "conf")
+    it("exits 0, its last line 'FILE: ok' naming the policy that loads, after what it read", function()
+      local conf = file('unit = "x.service"\n' .. clean, "conf")
       local p = file(POLICY)
       for _, args in ipairs({ { "config-test" }, { "-t" } }) do
         local a = { "--config", conf, "--policy", p }
@@ -43,8 +52,11 @@ describe("imexguard configuration commands", function()
         local r = run(dir, a)
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
-        assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, plan, "
-          .. "health, registrations, forget\n", r.stdout)
+        local last = "\n" .. conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, "
+          .. "plan, health, registrations, forget\n"
+        assert.equal(last, r.stdout:sub(-#last))
+        assert.not_matches("warning", r.stdout) -- a clean node: what was read, no warning
+        assert.matches(dir .. "/slurm.conf: info: slurm.conf read (setting slurm_conf)", r.stdout, 1, true)
         assert.equal("config-test", final(r).command)
         assert.not_matches("POLICY RAN", r.stderr) -- loaded, no entry point run
       end
@@ -124,7 +136,8 @@ describe("imexguard configuration commands", function()
       local obj = cjson.decode(r.stdout)
       -- docs/json.md: schema first, then command and ok, keys in one order in every run
       assert.matches('^{"schema":1,"command":"show%-config","ok":true,"config":', r.stdout)
-      assert.matches('{"name":"deadline","value":90,"source":"default"}', r.stdout, 1, true)
+      assert.matches('{"name":"deadline","value":90,"source":"default","effective":null,"why":null}',
+        r.stdout, 1, true)
       assert.equal(conf, obj.config)
       local by = {}
       for _, s in ipairs(obj.settings) do by[s.name] = s end
@@ -134,11 +147,13 @@ describe("imexguard configuration commands", function()
       assert.equal("default", by.deadline.source)
     end)
 
-    it("a bad file is settings-error with nothing on stdout but the final line on stderr", function()
+    it("a bad file is settings-error, said once on stdout (the journal off: also the final line on stderr)",
+      function()
       local conf = file('colour = "blue"\n', "conf")
       local r = run(dir, { "--config", conf, "-T" })
       assert.equal(18, r.code)
-      assert.equal("", r.stdout)
+      assert.equal("imexguard: settings-error: settings file " .. conf .. ":1: unknown setting 'colour'\n",
+        r.stdout)
       assert.equal("settings file " .. conf .. ":1: unknown setting 'colour'", final(r).message)
     end)
   end)

@@ -145,11 +145,42 @@ describe("the journal (a private systemd-journald)", function()
     assert.matches('SLURM_JOB_ID="12x" is not a Slurm job id', got[1].MESSAGE[1], 1, true)
   end)
 
-  it("check of a shipped policy: one entry at notice, job id '-'", function()
+  -- The one entry of a run of a command a person runs (commands.lua's interactive): its result is
+  -- on stdout, its final line in the journal and NOT on stderr (issue 32 item 9: printed once).
+  local function interactive_entry(r, got, command, outcome, priority)
+    assert.equal(1, #got, "entries of the run: " .. cjson.encode(got))
+    assert.not_matches("outcome=", r.stderr, 1, true)
+    assert.matches("^" .. command:gsub("%-", "%%-") .. " job=%- outcome=" .. outcome:gsub("%-", "%%-"),
+      got[1].MESSAGE[1])
+    assert.same({ priority }, got[1].PRIORITY)
+    assert.same({ command }, got[1].IMEXGUARD_COMMAND)
+    assert.not_equal("", r.stdout)
+    return got[1]
+  end
+
+  it("check of a shipped policy: its report on stdout, one entry at notice, job id '-'", function()
     local r, got = run({ "--config", conf, "check", "policies/shared_nodes.lua" })
     assert.equal(0, r.code)
-    final_entry(r, got, "check", "ok", "-", "5")
+    interactive_entry(r, got, "check", "ok", "5")
   end)
+
+  it("item 9: status -q, -T and -t print their result once (stdout); the final line is the journal's",
+    function()
+      local nobus = "bus=unix:path=" .. dir .. "/no-bus"
+      local r, got = run({ "--config", conf, "--set", nobus, "--set", "ctl=" .. dir .. "/no-ctl", "status",
+        "-q" })
+      assert.not_equal(0, r.code)
+      interactive_entry(r, got, "status", r.stdout:match("^([%w-]+):"), "3")
+      assert.equal(1, select(2, r.stdout:gsub("\n", "")), r.stdout) -- one line, for pdsh | dshbak
+      r, got = run({ "--config", conf, "-T" })
+      assert.equal(0, r.code)
+      interactive_entry(r, got, "show-config", "ok", "5")
+      r, got = run({ "--config", conf, "--set", nobus, "-t" })
+      interactive_entry(r, got, "config-test", r.code == 0 and "ok" or "[%w-]+", r.code == 0 and "5" or "3")
+      -- the journal off: the stderr line is the record of last resort
+      r = H.run_imexguard({ "--config", conf, "-T" }, { dir = dir })
+      assert.equal("show-config", H.final(r).command)
+    end)
 
   it("a job id with newlines forges neither a second entry nor a field", function()
     local forged = "101\nIMEXGUARD_OUTCOME=ok\nPRIORITY=6\nMESSAGE=forged"

@@ -547,9 +547,34 @@ describe("testing: commands scripted by argv (C40)", function()
     end)
 end)
 
+describe("testing: the wall clock and the local time (issue 32 item 7)", function()
+  it("wallclock starts at WALL0 or the option wallclock, follows the monotonic clock, can be set", function()
+    local h = testing.host{}
+    assert.equal(testing.WALL0, h.wallclock())
+    h = testing.host{ wallclock = 1767225600 }
+    assert.equal(1767225600, h.wallclock())
+    h.sleep(30)
+    assert.equal(1767225630, h.wallclock())
+    local mono = h.now()
+    h.set_wallclock(1767261600)
+    assert.equal(1767261600, h.wallclock())
+    assert.equal(mono, h.now()) -- a clock step: the monotonic clock does not move
+  end)
+
+  it("localtime: the wall clock's local time in the zone of the options utc_offset and zone", function()
+    local h = testing.host{ wallclock = 1767225600 + 9 * 3600 + 30 * 60, utc_offset = 3600, zone = "CET" }
+    local t = h.localtime()
+    assert.same({ 2026, 1, 1, 10, 30, 0, 5, 1, false, 3600, "CET" }, { t.year, t.month, t.day, t.hour, t.min,
+      t.sec, t.wday, t.yday, t.isdst, t.utc_offset, t.zone })
+    t = testing.host{}.localtime(0)
+    assert.same({ 1970, 1, 1, 0, 5, "UTC" }, { t.year, t.month, t.day, t.hour, t.wday, t.zone })
+    assert.has_error(function() h.localtime(0 / 0) end)
+  end)
+end)
+
 describe("testing: one module per primitive group, one public API", function()
   local GROUPS = {
-    ["testing.clock"] = { "now", "wallclock", "remaining", "sleep", "set_deadline" },
+    ["testing.clock"] = { "now", "wallclock", "localtime", "remaining", "sleep", "set_deadline" },
     ["testing.files"] = { "read", "stat", "write_atomic", "remove_temps", "mkdir", "dir_exists",
       "mknod_char" },
     ["testing.lock"] = { "lock", "lock_holder" },

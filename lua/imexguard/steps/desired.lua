@@ -42,6 +42,7 @@ local hostlist = lazy "imexguard.hostlist"
 local nodelist = lazy "imexguard.nodelist"
 local addresses = lazy "imexguard.addresses"
 local domains = lazy "imexguard.domains"
+local lastgood = lazy "imexguard.lastgood"
 local fabric = lazy "imexguard.fabric"
 
 local fail, node_name = base.fail, base.node_name
@@ -111,17 +112,28 @@ end
 --   "address_map" | "static" | "none", source = the file or what stands in for it, nodes = the job's
 --   nodes in it (hostlist order), members = every node of the domain in the map's order (nil: no map,
 --   or the static list), left_out = the job's nodes in no domain, others = {{name, nodes}},
---   topology = the Slurm topology of this node's domain (several in topology.yaml) or nil},
---   or nil, "bad-input" (the map cannot be read or parsed: file and line; a real conflict of two
---   topologies) | "slurm-conf-unreadable" | "skipped" (this node is in no domain and runs no IMEX) |
---   "not-placed" (this node runs IMEX and no source places it), message
+--   topology = the Slurm topology of this node's domain (several in topology.yaml) or nil,
+--   fallback = one line when the map's file is broken and the last map that parsed stands in
+--   (imexguard.lastgood), else nil}; a map that parsed is also ctx.domain_map (a prolog that succeeds
+--   records it: imexguard.lastgood.save); or nil, "bad-input" (the map cannot be read or parsed, and
+--   the last map that parsed cannot stand in: file and line; a real conflict of two topologies) |
+--   "slurm-conf-unreadable" | "skipped" (this node is in no domain and runs no IMEX) | "not-placed"
+--   (this node runs IMEX and no source places it), message
 function M.domain(ctx, names, opts, info)
-  local map, err, code = domains.load(ctx, opts)
-  if not map then return fail(code or "bad-input", "node %s: IMEX domain map: %s; nothing changed",
-    node_name(ctx), tostring(err)) end
-  if map.note then ctx.host.log("warning", one_line(map.note)) end
   local node = node_name(ctx)
-  local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {} }
+  local map, err, code = domains.load(ctx, opts)
+  -- issue 32 item 1: a cluster-wide file that broke after it worked: the last map that parsed, for
+  -- the nodes it places as the file does (imexguard.lastgood); else the file's error
+  if not map and code == nil then
+    map, err = lastgood.fallback(ctx, err, names, node, opts)
+  elseif map and map.domains and #map.domains > 0 then
+    rawset(ctx, "domain_map", map)
+  end
+  if not map then return fail(code or "bad-input", "node %s: IMEX domain map: %s; nothing changed", node,
+    tostring(err)) end
+  if map.note then ctx.host.log("warning", one_line(map.note)) end
+  local dom = { kind = map.kind, source = map.source, nodes = names, left_out = {}, others = {},
+    fallback = map.fallback }
   if map.domains then
     map = domains.refresh(ctx, map, names, node)
     local sp, serr = domains.split(map, names, node)

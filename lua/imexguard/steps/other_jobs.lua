@@ -68,6 +68,30 @@ local function job_hosts(ctx, bytes)
   return names and hostlist.ranged(names) or registry.entry_hosts({ nodes = bytes })
 end
 
+--- Whether a refusal of may_restart names registered jobs that block (its third value, a non-empty
+-- list of registry entries): then it is a `conflict`; otherwise the refusal is a policy's own rule,
+-- `refused` (issue 32 item 6).
+-- @param blocking any may_restart's third value
+-- @return boolean
+function M.blocked(blocking)
+  return type(blocking) == "table" and #blocking > 0
+end
+
+--- The message of a refusal by a policy's own rule (outcome `refused`): what this job needed and
+-- the policy's reason, nothing about the registry (no registered job is the cause).
+-- @param ctx table policy context
+-- @param assessment table from assess_daemon (action, changed, reason)
+-- @param why string|nil the policy's message
+-- @return string one line
+function M.refused_message(ctx, assessment, why)
+  local unit = ctx.settings.unit
+  local what = assessment.action ~= "none" and (assessment.action .. " " .. unit) or ""
+  if assessment.changed then what = "rewrite the node list" .. (what ~= "" and (" and " .. what) or "") end
+  return one_line(string.format("node %s: the policy refused to %s for job %s%s: %s; nothing written or "
+    .. "restarted", node_name(ctx), what ~= "" and what or "change IMEX", job_id(ctx),
+    assessment.reason and (" (" .. assessment.reason .. ")") or "", tostring(why or "no reason given")))
+end
+
 --- The conflict message, cause first: which jobs block (their hosts compressed as Slurm writes
 -- them, how long ago they registered), then what this job would do, then how an admin clears a
 -- stale registration (`imexguard forget JOBID`).

@@ -111,6 +111,22 @@ M.RESULT_HINTS = {
   ["resources"] = "systemd could not set up the unit (resources); see journalctl -u %s",
 }
 
+--- What systemd's Result of a unit that is not running says (systemd.service(5), "Result"): why
+-- it stopped, for `status` of a stopped unit (issue 32 item 8). "success" is no failure.
+M.RESULT_MEANING = {
+  ["success"] = "stopped cleanly: by systemctl stop, a policy or a clean exit of the daemon; not a crash",
+  ["exit-code"] = "the daemon exited with a non-zero code",
+  ["signal"] = "the daemon was killed by a signal",
+  ["core-dump"] = "the daemon dumped core",
+  ["timeout"] = "a start or stop took longer than the unit's timeout",
+  ["watchdog"] = "the daemon's watchdog expired",
+  ["start-limit-hit"] = "started more than StartLimitBurst times within StartLimitIntervalSec; systemctl "
+    .. "reset-failed clears it",
+  ["resources"] = "systemd could not set up the unit's resources",
+  ["oom-kill"] = "the kernel's OOM killer ended the daemon",
+  ["exec-condition"] = "an ExecCondition= of the unit said not to run",
+}
+
 --- The unit's Result after a failed job, named with its recovery.
 -- @param ctx table policy context
 -- @return string result (systemd's Result property, "unknown" when the query fails), string text

@@ -217,6 +217,9 @@ function Scenario:run(command, a)
   local over = {}
   for k, v in pairs(self.settings) do over[k] = v end
   for k, v in pairs(a.settings or {}) do over[k] = v end
+  -- the policy's own settings (P.settings), checked and with their defaults, as the binary gives them
+  local ps = require "imexguard.policysettings"
+  over.policy_settings = assert(ps.validate(assert(ps.schema_of(self.policy)), over.policy_settings))
   local ctx = self.kit.ctx{ host = self.host, env = self:env(a), settings = over, command = command,
     json = a.json, dry_run = (commands.by_name[command] or {}).dry_run == true }
   local f = self.policy[command]

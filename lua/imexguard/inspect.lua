@@ -227,6 +227,10 @@ local function judge(self, ctx, g)
   if not g.answer then return { outcome = g.applied, message = g.why } end
   if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
+    -- a unit that is not running says why first (C50: a failed one with its daemon's last error line)
+    local uo, um
+    if outcome ~= "ok" then uo, um = self:unit_verdict(ctx, g.info) end
+    if uo then outcome, msg = uo, text.one_line(um .. "; " .. msg) end
     return { outcome = outcome, message = msg }
   end
   local info = g.info
@@ -279,7 +283,8 @@ function M:run_status(ctx)
 end
 
 --- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
--- active and the command port is its process; otherwise `status` is never "ok".
+-- active and the command port is its process; otherwise `status` is never "ok". A failed unit is
+-- named with its daemon's last error line (C50, imexguard.daemonlog).
 -- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
 --   the process on the command port
 function M:unit_verdict(ctx, info)
@@ -295,8 +300,10 @@ function M:unit_verdict(ctx, info)
   local what = a == "failed" and string.format("the unit failed (see journalctl -u %s)", u)
     or (a == "inactive" and "the unit is stopped (a job's prolog starts it; or systemctl start " .. u .. ")")
     or "the unit is not running"
-  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it answers",
-    base.node_name(ctx), u, tostring(a), tostring(props.result), what)
+  -- C50: a failed unit quotes its daemon's last error line (and who holds the IMEX session)
+  local said = a == "failed" and require("imexguard.daemonlog").explain(ctx, nil, props, info.cfg) or ""
+  return "service-failed", string.format("node %s: %s is %s (result %s): %s, so no IMEX daemon of it "
+    .. "answers%s", base.node_name(ctx), u, tostring(a), tostring(props.result), what, said)
 end
 
 -- ---------------------------------------------------------------------------------------------

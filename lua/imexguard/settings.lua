@@ -148,6 +148,14 @@ M.schema = {
     doc = "when this node is READY and connected but every peer shows UNAVAILABLE (their command port "
       .. "cannot be reached: a configuration fault): \"fail\" (outcome config-fault, exit 14, drains "
       .. "the node) or \"warn\" (exit 0, logged at level err)" },
+  { name = "proc_if_inet6", default = "/proc/net/if_inet6", kind = "path",
+    doc = "the kernel's IPv6 address table; when it is absent the host has no IPv6, and where config.cfg "
+      .. "leaves IMEX_CMD_BIND_INTERFACE_IP empty nvidia-imex-ctl is given -i ADDRESS PORT (with only -c "
+      .. "it would dial [::] and fail)" },
+  { name = "imex_session_file", default = nil, kind = "path", optional = true,
+    doc = "a file that the daemon holding this node's one IMEX session keeps open, to name that process "
+      .. "when a start fails with NV_ERR_IN_USE (unset: /dev/nvidia-caps/nvidia-capN, N from "
+      .. "/proc/driver/nvidia/capabilities/fabric-imex-mgmt, the fabric-imex-mgmt capability device)" },
 }
 
 --- name -> schema entry.

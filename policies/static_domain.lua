@@ -31,6 +31,7 @@ local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name
 local daemonlog = require("imexguard.lazy")("imexguard.daemonlog") -- only for a failed unit
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
+local cmdtarget = require "imexguard.cmdtarget"
 local verdict = require "imexguard.verdict"
 local default = require "policies.default"
 
@@ -189,7 +190,8 @@ function P.epilog(ctx)
     steps.node_name(ctx))
 end
 
---- Plan: the prolog's checks without waiting, and one ctl answer; changes nothing.
+--- Plan: the prolog's checks without waiting, and one ctl answer, with config.cfg's warning of C44;
+-- changes nothing.
 -- @tparam table ctx the run's context
 -- @treturn string outcome (`ok`, or the failing check's outcome)
 -- @treturn string one-line message
@@ -203,6 +205,10 @@ function P.plan(ctx)
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
     #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(now),
     v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
+  -- C44: a command service on every interface of a host without IPv6 (the prolog asks with -i)
+  for _, f in ipairs(cmdtarget.findings(ctx, info.cfg, info.config)) do
+    msg = msg .. "; config warning: " .. f.message
+  end
   return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
 end
 

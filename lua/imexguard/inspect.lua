@@ -32,6 +32,7 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
+local cmdtarget = lazy "imexguard.cmdtarget"
 
 --- The methods (self: the policy).
 local M = {}
@@ -249,11 +250,22 @@ local function judge(self, ctx, g)
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end
 
+--- config.cfg's warnings that `plan` and `status` show (cmdtarget.findings: C44, a command service
+-- on every interface of a host without IPv6, which a ctl given only -c cannot reach).
+-- @param info table|nil steps.applies' result (cfg, config)
+-- @return list of one-line strings
+local function config_warnings(ctx, info)
+  local out = {}
+  if not info or type(info.cfg) ~= "table" then return out end
+  for i, f in ipairs(cmdtarget.findings(ctx, info.cfg, info.config)) do out[i] = f.message end
+  return out
+end
+
 -- The options of a status report that every path shares: facts (status only: health needs none),
--- verbosity, the exit code.
-local function status_opts(self, ctx, outcome)
+-- verbosity, the exit code, config.cfg's warnings.
+local function status_opts(self, ctx, outcome, info)
   return { facts = ctx.command == "status" and self:node_facts(ctx) or nil, verbosity = ctx.verbosity,
-    exit_code = outcomes.exit_code(outcome, ctx.settings) }
+    exit_code = outcomes.exit_code(outcome, ctx.settings), warnings = config_warnings(ctx, info) }
 end
 
 --- Render: the report of `status` (imexguard.report: the node's facts, then the mesh's table, or
@@ -261,7 +273,7 @@ end
 -- (P:status_report).
 -- @return string the report
 local function render(self, ctx, g, r)
-  local opts = status_opts(self, ctx, r.outcome)
+  local opts = status_opts(self, ctx, r.outcome, g.info)
   if not r.verdict then
     return self:status_report(ctx, report.status_plain(r.outcome, r.message, ctx.json, opts))
   end
@@ -421,7 +433,7 @@ function M:run_plan(ctx)
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
-    findings = report.config_findings(info, want.addrs),
+    findings = report.config_findings(info, want.addrs), warnings = config_warnings(ctx, info),
     config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
   local pok, po, pm = self:check_port_owner(ctx, info, a.unit)
   if not pok then

@@ -18,17 +18,18 @@ M.AF_TEXT = "Address family not supported by protocol"
 -- config.cfg names no BIND_INTERFACE_IP: IPv4 loopback, which every interface's listener takes.
 M.LOOPBACK = "127.0.0.1"
 
--- Per host (weak keys): whether it has IPv6, read once per run.
+-- Per run (weak keys: the run's settings table, which every view of its ctx shares): whether the
+-- host has IPv6, read once.
 local ipv6_of = setmetatable({}, { __mode = "k" })
 
 --- Does this host have IPv6? The file of the setting proc_if_inet6 (default /proc/net/if_inet6,
 -- the kernel's IPv6 address table, proc(5)) exists exactly when the kernel has IPv6 (a kernel
--- booted with ipv6.disable=1, or built without it, has none). Read once per host (per run).
+-- booted with ipv6.disable=1, or built without it, has none). Read once per run.
 -- @param ctx table policy context (host.stat, settings.proc_if_inet6)
 -- @return true, false (no IPv6), or nil (unknown: the stat failed otherwise, or no setting)
 function M.has_ipv6(ctx)
-  local h = ctx.host
-  local known = ipv6_of[h]
+  local h, key = ctx.host, ctx.settings
+  local known = ipv6_of[key]
   if known ~= nil then
     if known == "unknown" then return nil end
     return known
@@ -39,7 +40,7 @@ function M.has_ipv6(ctx)
     local st, _, code = h.stat(path)
     if st then v = true elseif code == "ENOENT" then v = false end
   end
-  if v == nil then ipv6_of[h] = "unknown" else ipv6_of[h] = v end
+  if v == nil then ipv6_of[key] = "unknown" else ipv6_of[key] = v end
   return v
 end
 

@@ -165,7 +165,7 @@ end
 -- fabric-imex-mgmt capability; or nil, why.
 local function capability_device(ctx)
   local data, err = ctx.host.read(M.CAPABILITY, 4096)
-  if not data then return nil, M.CAPABILITY .. ": " .. tostring(err) end
+  if not data then return nil, tostring(err) end -- the message names the file
   local minor = data:match("DeviceFileMinor:%s*(%d+)")
   if not minor then return nil, M.CAPABILITY .. " names no DeviceFileMinor" end
   return M.CAPABILITY_DIR .. minor

@@ -19,13 +19,13 @@ local IN_USE = "[Dec 01 2026 10:00:01.123] [ERROR] [tid 77] Failed to allocate I
   .. "NV_ERR_IN_USE"
 local CAP, DEV = "/proc/driver/nvidia/capabilities/fabric-imex-mgmt", "/dev/nvidia-caps/nvidia-cap5"
 
--- The ctl of an IPv4-only host: given -c (an empty IMEX_CMD_BIND_INTERFACE_IP) it dials [::] and
--- fails as the real one does; given -i it reaches the daemon, whose domain is UP.
+-- The ctl of an IPv4-only host: given -c alone (an empty IMEX_CMD_BIND_INTERFACE_IP) it dials [::]
+-- and fails as the real one does; given -i it reaches the daemon, whose domain is UP.
 local function v4_only_ctl(_, argv)
   for _, a in ipairs(argv) do
-    if a == "-c" then return testing.NO_IPV6 end
+    if a == "-i" then return testing.up({ "10.0.0.1", "10.0.0.2" }) end
   end
-  return testing.up({ "10.0.0.1", "10.0.0.2" })
+  return testing.NO_IPV6
 end
 
 -- The ctl's argv of every call (its target and query).
@@ -45,7 +45,7 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     assert.is_true(h.now() - t0 < 1, "not after a wait")
     local calls = ctl_calls(h)
     assert.is_true(#calls >= 1)
-    for _, c in ipairs(calls) do assert.equal("-i 127.0.0.1 50005 -N -j", c) end
+    for _, c in ipairs(calls) do assert.equal("-c " .. CONFIG .. " -i 127.0.0.1 50005 -N -j", c) end
   end)
 
   it("with BIND_INTERFACE_IP set, the daemon is asked there; a restart's health wait too", function()
@@ -56,7 +56,7 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     local o, m = run(h)
     assert.equal("ok", o, m)
     assert.equal(1, #h.jobs)
-    for _, c in ipairs(ctl_calls(h)) do assert.equal("-i 10.0.0.1 50005 -N -j", c) end
+    for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 10.0.0.1 50005 -N -j", c) end
   end)
 
   it("a host with IPv6 keeps -c; the file is read once per run", function()
@@ -92,6 +92,32 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     assert.equal(0, outcomes.exit_code(o, testing.ctx{ settings = { on_config_fault = "warn" } }.settings))
   end)
 
+  it("the same when -N prints the placeholder of an unreachable daemon: -q, asked once, says why",
+    function()
+    local placeholder = { mesh = { status = "DOWN",
+      nodes = { { host = "0.0.0.0", status = "UNAVAILABLE" } } } }
+    local h = testing.host{ ctl = function(_, argv)
+      return argv[#argv] == "-q" and testing.NO_IPV6 or placeholder
+    end }
+    local t0 = h.now()
+    local o, m = run(h)
+    assert.equal("config-fault", o, m)
+    assert.is_true(h.now() - t0 < 2, "at the first poll")
+    assert.same({ "-c " .. CONFIG .. " -N -j", "-c " .. CONFIG .. " -q" }, ctl_calls(h))
+    assert.matches("nvidia-imex-ctl -q: local IMEX daemon unreachable (exit 1, 'Query Status returned error "
+      .. "code: 14 - failed to connect to all addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Address "
+      .. "family not supported by protocol')", m, 1, true)
+    -- a daemon that is only down: -q says so, and the wait goes on (blamed on this node at its end)
+    h = testing.host{ ctl = function(_, argv)
+      return argv[#argv] == "-q" and testing.UNREACHABLE or placeholder
+    end }
+    o, m = run(h)
+    assert.equal("domain-unhealthy", o, m)
+    local q = 0
+    for _, c in ipairs(ctl_calls(h)) do if c:match("%-q$") then q = q + 1 end end
+    assert.equal(1, q)
+  end)
+
   it("plan flags it (text and --json config_warnings), changing nothing", function()
     local h = testing.host{ files = NO_V6, ctl = v4_only_ctl }
     local o, m, report = run(h, { command = "plan", dry_run = true })
@@ -122,14 +148,14 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     assert.equal(1, #cjson.decode(js).config_warnings)
     o, m = run(h, { command = "health" })
     assert.equal("ok", o, m)
-    for _, c in ipairs(ctl_calls(h)) do assert.equal("-i 127.0.0.1 50005 -N -j", c) end
+    for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 127.0.0.1 50005 -N -j", c) end
   end)
 
   it("the static policy asks with -i too, and its plan names the warning", function()
     local h = testing.host{ files = NO_V6, ctl = v4_only_ctl }
     local o, m = static.prolog(testing.ctx{ host = h })
     assert.equal("ok", o, m)
-    for _, c in ipairs(ctl_calls(h)) do assert.equal("-i 127.0.0.1 50005 -N -j", c) end
+    for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 127.0.0.1 50005 -N -j", c) end
     h = testing.host{ files = NO_V6, ctl = v4_only_ctl }
     o, m = static.plan(testing.ctx{ host = h, command = "plan" })
     assert.equal("ok", o, m)

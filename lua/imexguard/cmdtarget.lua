@@ -73,14 +73,17 @@ end
 -- @param config string its path
 -- @param ipv6 boolean|nil whether the host has IPv6 (M.has_ipv6; nil: unknown, taken as yes)
 -- @return list of strings: {"-u", SOCKET} for a command service on a unix socket only (C37:
---   whether `-c` alone makes the ctl use the socket is not known); {"-i", ADDRESS, PORT} when the
---   service listens on every interface and the host has no IPv6 (C44); else {"-c", config} (where
---   it works the ctl reads its target from the config, as an admin's ctl does)
+--   whether `-c` alone makes the ctl use the socket is not known); {"-c", config, "-i", ADDRESS,
+--   PORT} when the service listens on every interface and the host has no IPv6 (C44: `-i` names
+--   the address; the ctl reads a config whether or not `-c` is given, its default path otherwise,
+--   so the daemon's own is named: the node list of `-N` in the simulator's model, and whatever
+--   else the real ctl takes from it [guess]); else {"-c", config} (where it works the ctl reads its
+--   target from the config, as an admin's ctl does)
 function M.args(cfg, config, ipv6)
   local svc = type(cfg) == "table" and imexcfg.command_service(cfg)
   if svc and svc.socket and not svc.port then return { "-u", svc.socket } end
   local port = ipv6 == false and M.all_interfaces_port(cfg)
-  if port then return { "-i", M.address(cfg), tostring(port) } end
+  if port then return { "-c", config, "-i", M.address(cfg), tostring(port) } end
   return { "-c", config }
 end
 

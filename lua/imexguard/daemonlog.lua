@@ -175,8 +175,8 @@ end
 local function holder_text(ctx, p)
   local cg = ctx.host.read("/proc/" .. tostring(p.pid) .. "/cgroup", 4096)
   local path = cg and cg:match("^[^\n]*:([^:\n]*)")
-  return string.format("pid %d (%s%s)", p.pid, text.excerpt(p.cmdline ~= "" and p.cmdline or p.comm or "?"),
-    path and ("; cgroup " .. text.excerpt(path)) or "")
+  return string.format("pid %d (%s%s)", p.pid, text.ends(p.cmdline ~= "" and p.cmdline or p.comm or "?", 160),
+    path and ("; cgroup " .. text.ends(path, 120)) or "")
 end
 
 --- Who holds this node's one IMEX session: the processes that keep the session's file open (the

@@ -374,12 +374,34 @@ local function command_off_verdict(answer, want)
 end
 
 -- The verdict of an answer that shows the ctl dialing an address family this kernel lacks (C44:
--- error 14 "Address family not supported by protocol", cmdtarget.af_unsupported): no poll can ever
--- succeed, so it is a configuration fault at the first poll (at_once); nil otherwise.
+-- error 14 "Address family not supported by protocol", cmdtarget.af_unsupported; the answer of -N, or
+-- of M.query_error's -q when -N printed the placeholder document): no poll can ever succeed, so it is
+-- a configuration fault at the first poll (at_once); nil otherwise.
 local function address_family_verdict(answer)
   if not cmdtarget.af_unsupported(answer) then return nil end
   return { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {}, summary = answer.err,
     config_fault = { peers = {}, command_off = true, address_family = true, at_once = true } }
+end
+
+--- Why the ctl cannot reach the local daemon, asked with `-q` (C44): an unreachable daemon's `-N`
+-- answer may be the placeholder document (only host 0.0.0.0, DOWN), which says nothing, while `-q`
+-- prints the ctl's error. Asked only where config.cfg's command service listens on every interface
+-- (the case where a ctl given -c dials [::]).
+-- @param ctx table policy context
+-- @param want table {cfg, config_path}
+-- @return table|nil {kind =, err =} of ctl.parse_query's failure, or nil (not asked, the ctl could
+--   not run, or it answered a state)
+function M.query_error(ctx, want)
+  if not cmdtarget.all_interfaces_port(want.cfg) then return nil end
+  local s, h = ctx.settings, ctx.host
+  local argv = cmdtarget.args(want.cfg, want.config_path or s.imex_config, cmdtarget.ipv6_for(ctx, want.cfg))
+  argv[#argv + 1] = "-q"
+  local res = h.run(settings_schema.command_argv(s.ctl, argv),
+    { timeout = math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)), max_output = 65536 })
+  if not res then return nil end
+  local state, err, kind = ctl.parse_query((res.stdout or "") .. (res.stderr or ""), res.status)
+  if state then return nil end
+  return { kind = kind, err = one_line(err) }
 end
 
 local Poller = {}
@@ -408,7 +430,14 @@ function Poller:poll()
   self.polls = self.polls + 1
   local v = self.judge(answer, want)
   local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
-  v = address_family_verdict(answer) or command_off_verdict(answer, want) or v
+  local af = address_family_verdict(answer)
+  if not af and answer.mesh and not self.queried and no_local_daemon(answer) then
+    -- C44: the placeholder says nothing; -q says why, once per wait
+    self.queried = true
+    local q = M.query_error(ctx, want)
+    af = q and address_family_verdict(q)
+  end
+  v = af or command_off_verdict(answer, want) or v
   if v then self.last_v = v else self.last_err = answer.err end
   return { answer = answer, verdict = v, seen = seen, asked = asked, n = self.polls }
 end

@@ -19,15 +19,16 @@ describe("cmdtarget.args: the ctl's target", function()
     assert.same({ "-c", "/c" }, cmdtarget.args(nil, "/c", false))
   end)
 
-  it("C44: -i 127.0.0.1 PORT on a host without IPv6 when the command service binds every interface; "
-    .. "BIND_INTERFACE_IP when config.cfg sets it; the configured port", function()
-    assert.same({ "-i", "127.0.0.1", "50005" }, cmdtarget.args(DEFAULT, "/c", false))
+  it("C44: -c CONFIG -i 127.0.0.1 PORT on a host without IPv6 when the command service binds every "
+    .. "interface; BIND_INTERFACE_IP when config.cfg sets it; the configured port", function()
+    assert.same({ "-c", "/c", "-i", "127.0.0.1", "50005" }, cmdtarget.args(DEFAULT, "/c", false))
     -- the key absent is NVIDIA's default (empty) too
-    assert.same({ "-i", "127.0.0.1", "50005" }, cmdtarget.args(cfg({ "SERVER_PORT=50000" }), "/c", false))
-    assert.same({ "-i", "10.0.0.7", "50105" }, cmdtarget.args(cfg({ "IMEX_CMD_PORT=50105",
+    assert.same({ "-c", "/c", "-i", "127.0.0.1", "50005" },
+      cmdtarget.args(cfg({ "SERVER_PORT=50000" }), "/c", false))
+    assert.same({ "-c", "/c", "-i", "10.0.0.7", "50105" }, cmdtarget.args(cfg({ "IMEX_CMD_PORT=50105",
       "BIND_INTERFACE_IP=10.0.0.7", "IMEX_CMD_BIND_INTERFACE_IP=" }), "/c", false))
     -- a BIND_INTERFACE_IP that is no IPv4 address is not dialed
-    assert.same({ "-i", "127.0.0.1", "50005" },
+    assert.same({ "-c", "/c", "-i", "127.0.0.1", "50005" },
       cmdtarget.args(cfg({ "BIND_INTERFACE_IP=gb01" }), "/c", false))
   end)
 
@@ -43,7 +44,7 @@ describe("cmdtarget.args: the ctl's target", function()
     assert.same({ "-u", "/run/imex/cmd.sock" }, cmdtarget.args(sock, "/c", true))
     -- a TCP port too: the port, as above
     local both = cfg({ "IMEX_CMD_UNIX_DOMAIN_PATH=/run/imex/cmd.sock", "IMEX_CMD_PORT=50005" })
-    assert.same({ "-i", "127.0.0.1", "50005" }, cmdtarget.args(both, "/c", false))
+    assert.same({ "-c", "/c", "-i", "127.0.0.1", "50005" }, cmdtarget.args(both, "/c", false))
   end)
 end)
 

@@ -79,8 +79,8 @@ describe("imexguard under systemd: what the daemon's host gives", function()
     assert.is_true(took < 10, string.format("the prologs took %.1f s: they waited for a 'dead' daemon", took))
     local st = inspect(d, "n1", "status")
     assert.equal(0, st.status, st.output)
-    assert.matches("config warning: " .. d:dir("n1") .. "/config.cfg: IMEX_CMD_BIND_INTERFACE_IP is empty and "
-      .. "this host has no IPv6", st.output, 1, true)
+    assert.matches("config warning: " .. d:dir("n1") .. "/config.cfg: IMEX_CMD_BIND_INTERFACE_IP is empty "
+      .. "and this host has no IPv6", st.output, 1, true)
     assert.matches("IMEX domain UP", st.output, 1, true)
     local hl = inspect(d, "n2", "health")
     assert.equal(0, hl.status, hl.output)
@@ -98,8 +98,8 @@ describe("imexguard under systemd: what the daemon's host gives", function()
       assert.equal("config-fault", r.outcome, r.output)
       local m = final(r)
       assert.matches("ipv6:%5B::%5D:50005: Address family not supported by protocol')", m, 1, true)
-      assert.matches("IMEX_CMD_BIND_INTERFACE_IP is empty (all interfaces), so nvidia-imex-ctl dials [::]", m, 1,
-        true)
+      assert.matches("IMEX_CMD_BIND_INTERFACE_IP is empty (all interfaces), so nvidia-imex-ctl dials [::]",
+        m, 1, true)
       assert.equal(1, d:starts(name))
     end
     assert.is_true(took < 10, string.format("the prologs took %.1f s, not the first poll", took))
@@ -158,7 +158,8 @@ describe("imexguard under systemd: what the daemon's host gives", function()
     d = simdomain.new { nodes = 1, extra_cfg = simdomain.FAST_RECONNECT, settings = { "health_timeout = 3" } }
     d:write_node_list("n1", d.names)
     -- an older error in the log is not this start's
-    simdomain.write_file(d:dir("n1") .. "/imex.log", "[2026-01-01 00:00:00.000] [ERROR] [tid 1] an old error\n")
+    simdomain.write_file(d:dir("n1") .. "/imex.log",
+      "[2026-01-01 00:00:00.000] [ERROR] [tid 1] an old error\n")
     d:configure("n1", { IMEXSIM_EXIT_AT_START = 3 })
     assert(d:systemctl("enable", d:unit("n1")))
     local r = d:prologs({ job = 52, nodelist = "n1" }).n1

@@ -239,6 +239,21 @@ describe("C50: one IMEX session per driver; every service-failed quotes the daem
     assert.matches("'" .. IN_USE .. "'", m, 1, true)
   end)
 
+  it("a unit that stays activating past start_timeout is quoted with what its daemon said since its start",
+    function()
+    local started = testing.WALL0 * 1e6 - 10e6
+    local inv = "0123456789abcdef0123456789abcdef"
+    local h = testing.host{ unit = { active_state = "activating", exec_main_start_us = started,
+      invocation_id = inv },
+      files = { [LOG] = { data = "[ERROR] before this start\n", mtime_us = started - 1 } },
+      journal = { { message = "[ERROR] [tid 5] Waiting for the fabric manager", realtime_us = started + 1,
+        fields = { _SYSTEMD_UNIT = testing.UNIT, _SYSTEMD_INVOCATION_ID = inv } } } }
+    local o, m = run(h)
+    assert.equal("service-failed", o, m)
+    assert.matches("still activating after 30 s (wait-timeout); the daemon's last error line (journal of "
+      .. "nvidia-imex.service): '[ERROR] [tid 5] Waiting for the fabric manager'", m, 1, true)
+  end)
+
   it("status and health of a failed unit quote its daemon's last error line", function()
     local inv = "0123456789abcdef0123456789abcdef"
     local h = testing.host{ unit = { active_state = "failed", result = "exit-code", main_pid = 0,

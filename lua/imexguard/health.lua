@@ -155,11 +155,12 @@ end
 
 --- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
 -- Then the ctl can never reach the local daemon: an "unreachable" answer is a configuration fault.
--- @param want table {cfg = parsed config.cfg or nil, config_path, addrs}
+-- @param want table {cfg = parsed config.cfg or nil, config_path, addrs, ips (the addresses where
+--   addrs holds slot names: membership by slots)}
 -- @return boolean
 local function command_service_off(want)
   if type(want.cfg) ~= "table" or #(want.addrs or {}) < 2 then return false end
-  for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.addrs)) do
+  for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.ips or want.addrs)) do
     if f.level == "error" and f.key == "IMEX_CMD_ENABLED" and not f.repeated then return true end
   end
   return false

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * file.c: bounded read (whole, or a growing file's end), lstat, atomic replace, a same-size write in
- * place, character device nodes.
+ * file.c: bounded read (whole, or a growing file's end), lstat, atomic replace, a same-size
+ * write in place, character device nodes.
  *
  * Atomic replace (field case C03 of docs/design.md: a daemon that starts while a script truncates
  * and refills nodes_config.cfg reads an empty or partial list).  write_atomic never modifies the

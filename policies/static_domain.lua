@@ -14,7 +14,8 @@
 --      host names (C35: driver 570.158.01+), resolved as the job's nodes are (address_source); a
 --      name that does not resolve is named (a warning, and in the bad-input);
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
---      this node's daemon is down and imexguard will not start it;
+--      this node's daemon is down and imexguard will not start it (a failed unit: with its daemon's
+--      last error line, and who holds the IMEX session for NV_ERR_IN_USE, C50);
 --   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
 --      own over the JOB'S nodes only (this node READY, every other job node present, READY and
 --      connected from here); nodes of the rack outside the job do not hold the job up (they are
@@ -34,8 +35,10 @@ local text = require "imexguard.text"
 local health = require "imexguard.health"
 local nodelist = require "imexguard.nodelist"
 local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name the nodes (a log line)
+local daemonlog = require("imexguard.lazy")("imexguard.daemonlog") -- only for a failed unit
 local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
+local cmdtarget = require "imexguard.cmdtarget"
 local verdict = require "imexguard.verdict"
 local default = require "policies.default"
 local lazy = require "imexguard.lazy"
@@ -87,15 +90,17 @@ local function all_in_list(ctx, info, want, in_domain, node, count, bad)
 end
 
 -- Step 4: the unit's properties once it settled; with wait, the unit must be active (this policy
--- never starts it).
+-- never starts it); a failed one is named with its daemon's last error line (C50). cfg: config.cfg.
 -- @return props, or nil, outcome, message
-local function unit_up(ctx, wait, node)
+local function unit_up(ctx, wait, node, cfg)
   local props, o, m = steps.settle_unit(ctx, wait)
   if not props then return nil, o, m end
   local a = props.active_state
   if wait and a ~= "active" and a ~= "reloading" then
+    -- C50: a failed unit quotes its daemon's last error line (and who holds the IMEX session)
+    local said = a == "failed" and daemonlog.explain(ctx, nil, props, cfg) or ""
     return fail("domain-unhealthy", "node %s: %s is %s (result %s); the static domain is started at boot, "
-      .. "this policy never starts it", node, ctx.settings.unit, tostring(a), tostring(props.result))
+      .. "this policy never starts it%s", node, ctx.settings.unit, tostring(a), tostring(props.result), said)
   end
   return props
 end
@@ -174,7 +179,7 @@ local function verify(ctx, wait)
   local inside, props
   inside, o, m = all_in_list(ctx, info, want, in_domain, node, #static, bad)
   if not inside then return nil, o, m end
-  props, o, m = unit_up(ctx, wait, node)
+  props, o, m = unit_up(ctx, wait, node, info.cfg)
   if not props then return nil, o, m end
   if slots_room.enabled(ctx) then want.per_job, want.static_names = true, static end -- readiness per job
   return info, want, props
@@ -289,7 +294,8 @@ function P.epilog(ctx)
     steps.node_name(ctx))
 end
 
---- Plan: the prolog's checks without waiting, and one ctl answer; changes nothing.
+--- Plan: the prolog's checks without waiting, and one ctl answer, with config.cfg's warning of C44;
+-- changes nothing.
 -- @tparam table ctx the run's context
 -- @treturn string outcome (`ok`, or the failing check's outcome)
 -- @treturn string one-line message
@@ -303,6 +309,10 @@ function P.plan(ctx)
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
     #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(now),
     v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
+  -- C44: a command service on every interface of a host without IPv6 (the prolog asks with -i)
+  for _, f in ipairs(cmdtarget.findings(ctx, info.cfg, info.config)) do
+    msg = msg .. "; config warning: " .. f.message
+  end
   return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
 end
 

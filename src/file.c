@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * file.c: bounded read, lstat, atomic replace, a same-size write in place, character device nodes.
+ * file.c: bounded read (whole, or a growing file's end), lstat, atomic replace, a same-size
+ * write in place, character device nodes.
  *
  * Atomic replace (field case C03 of docs/design.md: a daemon that starts while a script truncates
  * and refills nodes_config.cfg reads an empty or partial list).  write_atomic never modifies the
@@ -151,6 +152,70 @@ static int l_read(lua_State *L)
 	lua_pushlstring(L, buf, len);
 	free(buf);
 	return 1;
+}
+
+/* host.read_tail(path, max_bytes [, from]) -> string, size, start, or nil, msg, code.
+ * The end of a regular file that grows (a log: LOG_FILE_NAME of config.cfg, C50): the bytes from
+ * `start` to its end, where start = max(from, size - max_bytes), or max(0, size - max_bytes) when
+ * the file is now shorter than `from` (it was truncated or replaced since).  path: string (symlinks
+ * followed); max_bytes: integer 0..64 MiB; from: integer >= 0, a size seen earlier (default 0):
+ * only what was appended since.  size: the file's size when read (bytes).  One pread(2) loop of at
+ * most max_bytes; a file that grows meanwhile is read up to the size fstat gave.  code: "EISDIR",
+ * "EINVAL" (not a regular file), or open(2)/read(2)'s errno name ("ENOENT", "EACCES"...). */
+static int l_read_tail(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	lua_Integer max = luaL_checkinteger(L, 2);
+	lua_Integer from = luaL_optinteger(L, 3, 0);
+	luaL_argcheck(L, max >= 0 && max <= 64 * 1024 * 1024, 2, "max_bytes must be 0..67108864");
+	luaL_argcheck(L, from >= 0, 3, "from must be a byte offset >= 0");
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		int e = errno;
+		return ig_push_error(L, ig_code(-e), "read %s: %s", path, strerror(e));
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return ig_push_error(L, ig_code(-e), "read %s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		if (S_ISDIR(st.st_mode))
+			return ig_push_error(L, "EISDIR", "read %s: a directory", path);
+		return ig_push_error(L, "EINVAL", "read %s: not a regular file", path);
+	}
+	lua_Integer size = (lua_Integer)st.st_size;
+	lua_Integer start = size - max > 0 ? size - max : 0;
+	if (from <= size && from > start)
+		start = from;
+	size_t want = (size_t)(size - start), got = 0;
+	char *buf = malloc(want + 1);
+	if (!buf) {
+		close(fd);
+		return ig_push_error(L, "ENOMEM", "read %s: out of memory", path);
+	}
+	while (got < want) {
+		ssize_t r = pread(fd, buf + got, want - got, (off_t)(start + (lua_Integer)got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(buf);
+			close(fd);
+			return ig_push_error(L, ig_code(-e), "read %s: %s", path, strerror(e));
+		}
+		if (r == 0)
+			break; /* truncated meanwhile */
+		got += (size_t)r;
+	}
+	close(fd);
+	lua_pushlstring(L, buf, got);
+	free(buf);
+	lua_pushinteger(L, size);
+	lua_pushinteger(L, start);
+	return 3;
 }
 
 /* ---- stat ----------------------------------------------------------------------------------- */
@@ -672,6 +737,7 @@ static int l_remove_temps(lua_State *L)
 void ig_register_file(lua_State *L)
 {
 	static const luaL_Reg fns[] = {{"read", l_read},
+				       {"read_tail", l_read_tail},
 				       {"stat", l_stat},
 				       {"write_atomic", l_write_atomic},
 				       {"write_in_place", l_write_in_place},

@@ -72,6 +72,7 @@ int luaopen_imexguard_host(lua_State *L)
 	ig_register_net(L);
 	ig_register_proc(L);
 	ig_register_xml(L);
+	ig_register_journal(L);
 	time_primitives(L);
 	lua_pushliteral(L, IG_VERSION);
 	lua_setfield(L, -2, "version");

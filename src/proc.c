@@ -2,7 +2,7 @@
 /*
  * proc.c: who owns a TCP port or a unix socket, from the kernel's socket tables and /proc
  * (sock_diag(7), proc(5)).  socket_owner (below) does the same for a unix socket's path, from
- * /proc/net/unix.
+ * /proc/net/unix; file_holders names the processes that have a file open (/proc/PID/fd).
  *
  * The Lua primitive port_owner (docs/policy-api.md, section "Processes"): the process listening
  * on a TCP port, found the way ss(8) does it on Linux, in two steps.
@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -43,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -630,13 +632,175 @@ static int l_socket_owner(lua_State *L)
 	return 1;
 }
 
-/* ig_register_proc: see imexguard.h; adds port_owner and socket_owner to the table on top of the
- * stack. */
+/* ---- file_holders ------------------------------------------------------------------------ */
+
+#define HOLDERS_MAX 16 /* processes named by one file_holders call */
+
+/* The file a holder has open: its device and inode; for a character device its device number
+ * (any node of that device counts: a container's own /dev node of the same device). */
+struct held_file {
+	int chr;
+	dev_t rdev, dev;
+	ino_t ino;
+	const char
+	    *base; /* the last component of the file's real path: a descriptor is stat'ed only
+		      when its link text ends with it (or, for a device, is under /dev/) */
+};
+
+/* Whether descriptor `name` of the directory /proc/PID/fd (dfd) is the file: its link text is
+ * looked at first (sockets, pipes and anonymous inodes are skipped; only a path with the same last
+ * component, or for a character device any /dev/ path), then fstatat follows the link
+ * (proc(5)) and compares the device and inode.  Looking at the text first keeps a descriptor on a
+ * hung network file system from being stat'ed at all. */
+static int fd_is(int dfd, const char *name, const struct held_file *f)
+{
+	char target[4096];
+	struct stat st;
+	ssize_t n = readlinkat(dfd, name, target, sizeof target - 1);
+	const char *slash;
+
+	if (n <= 0 || target[0] != '/')
+		return 0;
+	target[n] = '\0';
+	slash = strrchr(target, '/');
+	if (strcmp(slash + 1, f->base) != 0 && !(f->chr && strncmp(target, "/dev/", 5) == 0))
+		return 0;
+	if (fstatat(dfd, name, &st, 0) < 0)
+		return 0;
+	if (f->chr)
+		return S_ISCHR(st.st_mode) && st.st_rdev == f->rdev;
+	return st.st_dev == f->dev && st.st_ino == f->ino;
+}
+
+/* Whether process `pid` has the file open; *fds counts the descriptors read. */
+static int pid_has_open(long pid, const struct held_file *f, long *fds)
+{
+	char dir[64];
+	struct dirent *de;
+	DIR *d;
+	int found = 0;
+
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while (!found && *fds < PROC_MAX_FDS && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		++*fds;
+		found = fd_is(dirfd(d), de->d_name, f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* Push the holders of f, before `end`, as a list of {pid, comm, cmdline} (at most HOLDERS_MAX, in
+ * /proc's order).  Returns 1 (pushed), or 0 with *why set: -ETIMEDOUT (end passed), -E2BIG (a limit
+ * reached) or negative errno (nothing pushed). */
+static int push_holders(lua_State *L, const struct held_file *f, double end, int *why, long *pids)
+{
+	long fds = 0;
+	lua_Integer n = 0;
+	struct dirent *de;
+	DIR *d = opendir("/proc");
+
+	*pids = 0;
+	if (!d) {
+		*why = -errno;
+		return 0;
+	}
+	lua_newtable(L);
+	while (n < HOLDERS_MAX && (de = readdir(d))) {
+		struct owner o;
+		long pid;
+
+		if (!isdigit((unsigned char)de->d_name[0]))
+			continue;
+		if (ig_now() >= end || ++*pids > PROC_MAX_PIDS || fds >= PROC_MAX_FDS) {
+			*why = ig_now() >= end ? -ETIMEDOUT : -E2BIG;
+			closedir(d);
+			lua_pop(L, 1);
+			return 0;
+		}
+		pid = strtol(de->d_name, NULL, 10);
+		if (!pid_has_open(pid, f, &fds))
+			continue;
+		memset(&o, 0, sizeof o);
+		name_pid(&o, pid);
+		lua_createtable(L, 0, 3);
+		ig_set_integer(L, "pid", pid);
+		ig_set_string(L, "comm", o.comm);
+		ig_set_string(L, "cmdline", o.cmdline);
+		lua_seti(L, -2, ++n);
+	}
+	closedir(d);
+	return 1;
+}
+
+/*
+ * host.file_holders(path [, timeout]) -> list of {pid, comm, cmdline} | nil, msg, code
+ *   path: a file (symlinks followed); timeout: seconds (default 5), bounded by the run's budget.
+ *   The processes of this PID namespace with a descriptor open on that file (proc(5),
+ *   /proc/PID/fd): the same device and inode, or for a character device the same device number
+ *   (a container's own node of the device counts).  Used for who holds a node's IMEX session
+ *   (C50): a daemon holding it keeps the fabric-imex-mgmt capability device open [guess], the
+ *   simulator's daemon its session file.  At most 16, in the order /proc lists them; {} when no
+ *   visible process has it open (another PID namespace, or another user's process when not
+ *   root).  comm and cmdline as port_owner's.
+ *   Errors (the message names the path): stat(2)'s errno code ("ENOENT"...), "limit" (65536
+ *   processes or 1048576 descriptors), "timeout"/"deadline", or the errno code of reading /proc.
+ */
+static int l_file_holders(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
+	struct held_file f;
+	struct stat st;
+	int by_deadline = 0, why = 0;
+	long pids = 0;
+	double bound;
+	char real[PATH_MAX];
+	const char *slash;
+
+	luaL_argcheck(L, *path != '\0', 1, "path must not be empty");
+	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
+	if (stat(path, &st) < 0) {
+		int e = errno;
+		return ig_push_error(L, ig_code(-e), "file holders of %s: %s", path, strerror(e));
+	}
+	memset(&f, 0, sizeof f);
+	f.chr = S_ISCHR(st.st_mode);
+	f.rdev = st.st_rdev;
+	f.dev = st.st_dev;
+	f.ino = st.st_ino;
+	if (!realpath(path, real))
+		snprintf(real, sizeof real, "%s", path);
+	slash = strrchr(real, '/');
+	f.base = slash ? slash + 1 : real;
+	bound = ig_bound(timeout, &by_deadline);
+	if (push_holders(L, &f, ig_now() + bound, &why, &pids))
+		return 1;
+	if (why == -ETIMEDOUT)
+		return ig_push_error(
+		    L, by_deadline ? "deadline" : "timeout",
+		    "file holders of %s: not found within %.3g s (after %ld processes)", path,
+		    bound, pids);
+	if (why == -E2BIG)
+		return ig_push_error(L, "limit",
+				     "file holders of %s: limit of %d processes or %d descriptors",
+				     path, PROC_MAX_PIDS, PROC_MAX_FDS);
+	return ig_push_error(L, ig_code(why), "file holders of %s: reading /proc: %s", path,
+			     strerror(-why));
+}
+
+/* ig_register_proc: see imexguard.h; adds port_owner, socket_owner and file_holders to the table on
+ * top of the stack. */
 void ig_register_proc(lua_State *L)
 {
 	static const luaL_Reg fns[] = {
 	    {"port_owner", l_port_owner},
 	    {"socket_owner", l_socket_owner},
+	    {"file_holders", l_file_holders},
 	    {NULL, NULL},
 	};
 	luaL_setfuncs(L, fns, 0);

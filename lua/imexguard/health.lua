@@ -5,6 +5,7 @@
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local imexcfg = require "imexguard.imexcfg"
+local cmdtarget = require "imexguard.cmdtarget"
 local one_line = require("imexguard.text").one_line
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
@@ -30,21 +31,20 @@ M.CONFIG_FAULT_OUTCOME = "config-fault"
 -- is what remains, with the remedy, on every node of the pair.
 M.STALE_MISMATCH_OUTCOME = "stuck-mismatch"
 
---- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings, or `nvidia-imex-ctl -u SOCKET -N -j`
--- when the daemon's command service listens on a unix socket only (C37: imexcfg.command_service;
--- NVIDIA documents `-u` for the socket, and whether `-c CONFIG` alone makes the ctl use it is not
--- known, so it is not relied on; with a TCP port too, `-c` as before).
+--- argv of `nvidia-imex-ctl -c CONFIG -N -j` from the settings, or with the target of
+-- imexguard.cmdtarget.args instead of `-c CONFIG`: `-u SOCKET` when the daemon's command service
+-- listens on a unix socket only (C37), `-i ADDRESS PORT` on a host without IPv6 whose config.cfg
+-- leaves IMEX_CMD_BIND_INTERFACE_IP empty (C44: `-c` alone would dial [::]).
 -- @param settings table (ctl: string or list of strings; imex_config)
 -- @param config string|nil the daemon's config.cfg (steps.daemon_config: from the unit's
 --   ExecStart, C28); default settings.imex_config
 -- @param cfg table|nil that config, parsed (imexcfg.parse); nil: `-c`
+-- @param ipv6 boolean|nil whether the host has IPv6 (cmdtarget.ipv6_for; nil: unknown, as yes)
 -- @return list of strings
-function M.ctl_argv(settings, config, cfg)
-  local svc = cfg and imexcfg.command_service(cfg)
-  if svc and svc.socket and not svc.port then
-    return settings_schema.command_argv(settings.ctl, { "-u", svc.socket, "-N", "-j" })
-  end
-  return settings_schema.command_argv(settings.ctl, { "-c", config or settings.imex_config, "-N", "-j" })
+function M.ctl_argv(settings, config, cfg, ipv6)
+  local argv = cmdtarget.args(cfg, config or settings.imex_config, ipv6)
+  argv[#argv + 1], argv[#argv + 2] = "-N", "-j"
+  return settings_schema.command_argv(settings.ctl, argv)
 end
 
 --- Run the ctl once and parse its answer.
@@ -59,7 +59,7 @@ end
 function M.probe(ctx, timeout, config, cfg)
   local s = ctx.settings
   timeout = timeout or s.ctl_timeout
-  local argv = M.ctl_argv(s, config, cfg)
+  local argv = M.ctl_argv(s, config, cfg, cmdtarget.ipv6_for(ctx, cfg))
   local res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
   if not res then
     if code == "timeout" then
@@ -316,9 +316,10 @@ function M.blame(ctx, want, v, waited)
       and ("the ctl cannot reach this node's daemon (" .. tostring(v.summary) .. ")")
       or string.format("READY and connected to %d peers that show UNAVAILABLE (node status travels over the "
         .. "command port, IMEX_CMD_PORT)", #(cf.peers or {}))
+    local causes = cf.address_family and { "here: " .. cmdtarget.af_cause(want.cfg, want.config_path) }
+      or M.config_fault_causes(want.cfg, want.config_path, want.addrs)
     local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
-      .. "fault: %s; likely causes: %s (domain %s)", me, after, seen,
-      table.concat(M.config_fault_causes(want.cfg, want.config_path, want.ips or want.addrs), "; "),
+      .. "fault: %s; likely causes: %s (domain %s)", me, after, seen, table.concat(causes, "; "),
       tostring(v.status)))
     -- loud also when on_config_fault = "warn" makes the outcome exit 0
     ctx.host.log("err", msg)
@@ -373,6 +374,37 @@ local function command_off_verdict(answer, want)
     config_fault = { peers = {}, command_off = true } }
 end
 
+-- The verdict of an answer that shows the ctl dialing an address family this kernel lacks (C44:
+-- error 14 "Address family not supported by protocol", cmdtarget.af_unsupported; the answer of -N, or
+-- of M.query_error's -q when -N printed the placeholder document): no poll can ever succeed, so it is
+-- a configuration fault at the first poll (at_once); nil otherwise.
+local function address_family_verdict(answer)
+  if not cmdtarget.af_unsupported(answer) then return nil end
+  return { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {}, summary = answer.err,
+    config_fault = { peers = {}, command_off = true, address_family = true, at_once = true } }
+end
+
+--- Why the ctl cannot reach the local daemon, asked with `-q` (C44): an unreachable daemon's `-N`
+-- answer may be the placeholder document (only host 0.0.0.0, DOWN), which says nothing, while `-q`
+-- prints the ctl's error. Asked only where config.cfg's command service listens on every interface
+-- (the case where a ctl given -c dials [::]).
+-- @param ctx table policy context
+-- @param want table {cfg, config_path}
+-- @return table|nil {kind =, err =} of ctl.parse_query's failure, or nil (not asked, the ctl could
+--   not run, or it answered a state)
+function M.query_error(ctx, want)
+  if not cmdtarget.all_interfaces_port(want.cfg) then return nil end
+  local s, h = ctx.settings, ctx.host
+  local argv = cmdtarget.args(want.cfg, want.config_path or s.imex_config, cmdtarget.ipv6_for(ctx, want.cfg))
+  argv[#argv + 1] = "-q"
+  local res = h.run(settings_schema.command_argv(s.ctl, argv),
+    { timeout = math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05)), max_output = 65536 })
+  if not res then return nil end
+  local state, err, kind = ctl.parse_query((res.stdout or "") .. (res.stderr or ""), res.status)
+  if state then return nil end
+  return { kind = kind, err = one_line(err) }
+end
+
 local Poller = {}
 Poller.__index = Poller
 
@@ -399,7 +431,14 @@ function Poller:poll()
   self.polls = self.polls + 1
   local v = self.judge(answer, want)
   local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
-  v = command_off_verdict(answer, want) or v
+  local af = address_family_verdict(answer)
+  if not af and answer.mesh and not self.queried and no_local_daemon(answer) then
+    -- C44: the placeholder says nothing; -q says why, once per wait
+    self.queried = true
+    local q = M.query_error(ctx, want)
+    af = q and address_family_verdict(q)
+  end
+  v = af or command_off_verdict(answer, want) or v
   if v then self.last_v = v else self.last_err = answer.err end
   return { answer = answer, verdict = v, seen = seen, asked = asked, n = self.polls }
 end
@@ -490,6 +529,7 @@ local function config_fault_watcher(ctx, want)
   return {
     observe = function(poll, now)
       local v = poll.verdict
+      if v and v.config_fault and v.config_fault.at_once then return true end
       history[poll.n] = v or false
       local key = v and v.verdict == "config-fault" and v.config_fault and peers_key(v.config_fault)
       if key ~= peers then since, peers = key and now, key end
@@ -528,7 +568,8 @@ end
 -- passes, or a configuration fault is established (`config_fault_established` over
 -- want.config_fault_polls, default CONFIG_FAULT_POLLS, consecutive polls spanning at least that
 -- many poll_intervals less one: C22; with IMEX_CMD_ENABLED=0 in want.cfg and a job of several
--- nodes, an answer "local daemon unreachable" counts as that signature), or a stale node-map
+-- nodes, an answer "local daemon unreachable" counts as that signature; an answer whose error says
+-- the ctl dialed an address family the kernel lacks, C44, is one at the first poll), or a stale node-map
 -- mismatch (verdict "stale-mismatch", C32) is seen naming the same peers over as many polls spanning
 -- the setting stale_mismatch_after: it ends in STALE_MISMATCH_OUTCOME (blame); with want.stale_wait
 -- (this node already did its part: P:wait_converged after its one restart) it waits the whole wait

@@ -27,6 +27,9 @@ local DEFAULTS = {
 -- The repeated keys of each parsed config (weak keys: a config's record goes with it): cfg ->
 -- list of {key, lines = {line numbers}, values = {value per line}, same = boolean}.
 local REPEATS = setmetatable({}, { __mode = "k" })
+-- The line number where each key of a parsed config is first set (weak keys, as REPEATS): cfg ->
+-- {[key] = line}.
+local FIRST_LINES = setmetatable({}, { __mode = "k" })
 
 --- Parse the text of a config.cfg.
 -- Lines are `KEY=VALUE`; whitespace around the key and around the value is trimmed (a CR of a
@@ -77,7 +80,19 @@ function M.parse(text)
     if #r.lines > 1 then repeats[#repeats + 1] = r end
   end
   REPEATS[cfg] = repeats
+  local first = {}
+  for _, r in ipairs(order) do first[r.key] = r.lines[1] end
+  FIRST_LINES[cfg] = first
   return cfg
+end
+
+--- The line where a parsed config first sets a key (for findings with file:line).
+-- @tparam table cfg result of `parse` (another table: none)
+-- @tparam string key
+-- @treturn integer|nil the 1-based line number, nil when the key is not set there
+function M.line_of(cfg, key)
+  local first = FIRST_LINES[cfg]
+  return first and first[key] or nil
 end
 
 --- The keys a parsed config sets more than once (C34), in the order of their first line.

@@ -35,6 +35,7 @@ local domains = lazy "imexguard.domains"
 local restart = lazy "imexguard.steps.restart"
 local lostjobs = lazy "imexguard.lostjobs"
 local starting = lazy "imexguard.starting"
+local cmdtarget = lazy "imexguard.cmdtarget"
 local slots = lazy "imexguard.steps.slots"
 local slotnames = lazy "imexguard.slots"
 
@@ -328,6 +329,8 @@ local function judge(self, ctx, g)
   if stopped and not g.idle_stopped then return { outcome = uo, message = um } end
   if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
+    -- a unit that is not running says why first (C50: a failed one with its daemon's last error line)
+    if uo and outcome ~= "ok" then outcome, msg = uo, text.one_line(um .. "; " .. msg) end
     return { outcome = outcome, message = msg }
   end
   local info = g.info
@@ -347,11 +350,22 @@ local function judge(self, ctx, g)
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end
 
+--- config.cfg's warnings that `plan` and `status` show (cmdtarget.findings: C44, a command service
+-- on every interface of a host without IPv6, which a ctl given only -c cannot reach).
+-- @param info table|nil steps.applies' result (cfg, config)
+-- @return list of one-line strings
+local function config_warnings(ctx, info)
+  local out = {}
+  if not info or type(info.cfg) ~= "table" then return out end
+  for i, f in ipairs(cmdtarget.findings(ctx, info.cfg, info.config)) do out[i] = f.message end
+  return out
+end
+
 -- The options of a status report that every path shares: facts (status only: health needs none),
--- verbosity, the exit code.
-local function status_opts(self, ctx, outcome)
+-- verbosity, the exit code, config.cfg's warnings.
+local function status_opts(self, ctx, outcome, info)
   return { facts = ctx.command == "status" and self:node_facts(ctx) or nil, verbosity = ctx.verbosity,
-    exit_code = outcomes.exit_code(outcome, ctx.settings) }
+    exit_code = outcomes.exit_code(outcome, ctx.settings), warnings = config_warnings(ctx, info) }
 end
 
 --- Render: the report of `status` (imexguard.report: the node's facts, then the mesh's table, or
@@ -359,7 +373,7 @@ end
 -- (P:status_report).
 -- @return string the report
 local function render(self, ctx, g, r)
-  local opts = status_opts(self, ctx, r.outcome)
+  local opts = status_opts(self, ctx, r.outcome, g.info)
   if not r.verdict then
     return self:status_report(ctx, report.status_plain(r.outcome, r.message, ctx.json, opts))
   end
@@ -383,7 +397,8 @@ end
 --- Status of the unit behind the ctl's answer (C27): an answer is the unit's only when the unit is
 -- active and the command port is its process; otherwise `status` is never "ok". A unit that is not
 -- running is named with systemd's Result and what it means (steps.restart's RESULT_MEANING: "success"
--- is a clean stop, no crash), and its ctl answer is nobody's (issue 32 item 8).
+-- is a clean stop, no crash), and its ctl answer is nobody's (issue 32 item 8); a failed unit with its
+-- daemon's last error line (C50, imexguard.daemonlog).
 -- @return nil (the unit is fine or unknown), or "service-failed", message naming the unit's state or
 --   the process on the command port, and true when the unit is not running (no daemon of it answers)
 function M:unit_verdict(ctx, info)
@@ -401,9 +416,11 @@ function M:unit_verdict(ctx, info)
     or "the unit is not running"
   local result = tostring(props.result)
   local meaning = restart.RESULT_MEANING[result]
+  -- C50: a failed unit quotes its daemon's last error line (and who holds the IMEX session)
+  local said = a == "failed" and require("imexguard.daemonlog").explain(ctx, nil, props, info.cfg) or ""
   return "service-failed", string.format("node %s: %s is %s (Result=%s%s): %s; no IMEX daemon of it answers, "
-    .. "so there is no domain to show", base.node_name(ctx), u, tostring(a), result,
-    meaning and (": " .. meaning) or "", what), true
+    .. "so there is no domain to show%s", base.node_name(ctx), u, tostring(a), result,
+    meaning and (": " .. meaning) or "", what, said), true
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -527,7 +544,7 @@ function M:run_plan(ctx)
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
     refusal = refusal,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
-    findings = report.config_findings(info, want.ips or want.addrs),
+    findings = report.config_findings(info, want.ips or want.addrs), warnings = config_warnings(ctx, info),
     config_fault = #want.addrs > 1 and report.config_fault_found(info, want.ips or want.addrs),
     membership = want.slots and slots.plan_facts(ctx, st, want, a) or nil }
   local pok, po, pm = self:check_port_owner(ctx, info, a.unit)

@@ -21,7 +21,8 @@ M.list = {
     .. "waiting conflict_wait for its epilog), or the job registry is unreadable" },
   { "unit-unknown", 6, "systemd did not answer; nothing was restarted on a guess" },
   { "service-failed", 7, "systemd could not start the unit (the job result and the unit's Result are named, "
-    .. "with the recovery), or another process answers on the command port (its pid and command line are "
+    .. "with the recovery and the daemon's own last error line; for NV_ERR_IN_USE the process holding the "
+    .. "node's IMEX session), or another process answers on the command port (its pid and command line are "
     .. "named), or status found the unit not active" },
   { "ctl-unusable", 8, "nvidia-imex-ctl hung or answered something unparsable" },
   { "domain-unhealthy", 9, "this node's daemon did not become healthy in time" },
@@ -33,7 +34,8 @@ M.list = {
     .. "nvidia-caps-imex-channels line in /proc/devices, an existing channel0 with another major); never a "
     .. "mknod with a guessed major" },
   { "config-fault", 14, "this node is READY and connected but every peer shows UNAVAILABLE: the command "
-    .. "port cannot be reached (a configuration fault, not a peer fault; the likely causes are named)" },
+    .. "port cannot be reached (a configuration fault, not a peer fault; the likely causes are named); or "
+    .. "the ctl dials an address family this kernel lacks (IMEX_CMD_BIND_INTERFACE_IP, at the first poll)" },
   { "config-mismatch", 15, "a setting names another config or node list than the one the unit's daemon "
     .. "reads (both paths named); nothing changed" },
   { "fabric-fault", 16, "a GPU of this node is not registered with the NVLink fabric (a failed status, "

@@ -147,6 +147,7 @@ local function plan_json(f)
     :set("order", a.order)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
+    :set("config_warnings", json.array(f.warnings))
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
     :set("imex_domain", M.domain_json(want.domain)):set("membership", plan_membership_json(f.membership)))
 end
@@ -183,6 +184,7 @@ local function plan_text(f)
   r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config),
     tostring(f.info.config_source))
   for _, line in ipairs(f.findings or {}) do r[#r + 1] = "config fault: " .. line end
+  for _, line in ipairs(f.warnings or {}) do r[#r + 1] = "config warning: " .. line end
   r[#r + 1] = a.action ~= "none" and string.format("%s: yes, %s", a.action, a.reason)
     or ("restart: no, " .. a.reason)
   local jobs = registry.jobs(f.st)
@@ -202,7 +204,8 @@ end
 --   (boolean), why (conflict message when not allowed), refusal ("conflict", or "refused" for a
 --   policy's own rule: issue 32 item 6), verdict (verdict.judge of the ctl's answer,
 --   or nil),
---   findings (config_findings), config_fault (config_fault_found and a job of several nodes)
+--   findings (config_findings), config_fault (config_fault_found and a job of several nodes),
+--   warnings (config.cfg's warnings, lines: cmdtarget.findings, C44)
 -- @return string report, JSON when f.ctx.json (newline-terminated)
 function M.plan(f)
   if f.ctx.json then return plan_json(f) end
@@ -419,7 +422,7 @@ local function mesh_keys(o, mesh, v, opts, rows)
   o:set("status", mesh and mesh.status):set("timestamp", mesh and json.ctl_time(mesh.timestamp))
     :set("self", opts.self):set("self_id", v and v.self_id):set("verdict", v and v.verdict)
     :set("node_list", opts.node_list):set("config", opts.config)
-    :set("config_findings", json.array(opts.findings))
+    :set("config_findings", json.array(opts.findings)):set("config_warnings", json.array(opts.warnings))
     :set("order", order and json.object():set("kind", order.kind):set("summary", order.summary) or nil)
     :set("nodes", json.array(rows))
   return o
@@ -430,17 +433,19 @@ end
 -- @param outcome string
 -- @param message string one line
 -- @param json_out boolean
--- @param opts table|nil {facts = M.status' facts, exit_code = integer, verbosity = -1|0|1}
+-- @param opts table|nil {facts = M.status' facts, exit_code = integer, verbosity = -1|0|1, warnings =
+--   config.cfg's warnings (lines)}
 -- @return string report (newline-terminated)
 function M.status_plain(outcome, message, json_out, opts)
   opts = opts or {}
   if json_out then
     local o = status_head({ facts = opts.facts, outcome = outcome, message = message,
       exit_code = opts.exit_code })
-    return json.encode(mesh_keys(o, nil, nil, {}, {}))
+    return json.encode(mesh_keys(o, nil, nil, { warnings = opts.warnings }, {}))
   end
   if (opts.verbosity or 0) < 0 then return M.quiet_line(outcome, message, nil, opts.facts) end
   local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
+  for _, w in ipairs(opts.warnings or {}) do out[#out + 1] = "config warning: " .. w end
   out[#out + 1] = outcome .. ": " .. message
   return table.concat(out, "\n") .. "\n"
 end
@@ -599,7 +604,8 @@ end
 -- @param v table|nil verdict (verdict.judge; nil: the node-map findings are computed here)
 -- @param opts table {self = address, names = {[addr] = slurm name}, json = boolean, outcome, message,
 --   exit_code = integer, verbosity = -1 (one line, M.quiet_line) | 0 | 1 (every link), findings = list
---   of config.cfg findings (lines), config = config path, node_list = path of the ordered list the
+--   of config.cfg findings (lines), warnings = its warnings (lines: cmdtarget.findings), config =
+--   config path, node_list = path of the ordered list the
 --   map was compared with, facts = {node, now (Unix seconds), unit_name, unit = host.unit's
 --   properties or {error}, last = {prolog, epilog = state.load_last's records or {error}}, jobs =
 --   registry entries or nil with jobs_error, lock = {path, holder = host.lock_holder's or nil,
@@ -636,6 +642,7 @@ function M.status(mesh, v, opts)
   out[#out + 1] = self_line(v, opts)
   if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
   for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
+  for _, w in ipairs(opts.warnings or {}) do out[#out + 1] = "config warning: " .. w end
   if opts.message then out[#out + 1] = tostring(opts.outcome) .. ": " .. opts.message end
   return table.concat(out, "\n") .. "\n"
 end

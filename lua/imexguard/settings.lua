@@ -173,6 +173,14 @@ M.schema = {
       .. "declares in its `settings` list (docs/policy-api.md \"Policy settings\"); checked against that "
       .. "list when the policy loads (unknown names and wrong values are settings errors), read as "
       .. "ctx.settings.policy_settings.NAME; --set policy_settings.NAME=VALUE" },
+  { name = "proc_if_inet6", default = "/proc/net/if_inet6", kind = "path",
+    doc = "the kernel's IPv6 address table; when it is absent the host has no IPv6, and where config.cfg "
+      .. "leaves IMEX_CMD_BIND_INTERFACE_IP empty nvidia-imex-ctl is given -i ADDRESS PORT (with only -c "
+      .. "it would dial [::] and fail)" },
+  { name = "imex_session_file", default = nil, kind = "path", optional = true,
+    doc = "a file that the daemon holding this node's one IMEX session keeps open, to name that process "
+      .. "when a start fails with NV_ERR_IN_USE (unset: /dev/nvidia-caps/nvidia-capN, N from "
+      .. "/proc/driver/nvidia/capabilities/fabric-imex-mgmt, the fabric-imex-mgmt capability device)" },
 }
 
 --- name -> schema entry.

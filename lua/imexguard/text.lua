@@ -70,4 +70,22 @@ function M.excerpt(v)
   return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
 end
 
+--- A long value for a one-line message with both its ends kept: made one line (runs of white space
+-- become one space, both ends trimmed), and when longer than `max` bytes cut in the middle, where
+-- " ... " marks the cut. For a command's error output, whose cause is often at its end (the ctl's
+-- "... ipv6:%5B::%5D:50005: Address family not supported by protocol", C44) and whose start says
+-- what failed. Control characters are written as `excerpt` writes them.
+-- @param v any value (tostring is applied)
+-- @param max integer|nil longest result in bytes, at least 20 (default 240)
+-- @return string
+function M.ends(v, max)
+  max = math.max(20, max or 240)
+  local t = M.trim((tostring(v):gsub("%s+", " ")))
+  if #t > max then
+    local head = (max - 5) // 3
+    t = t:sub(1, head) .. " ... " .. t:sub(-(max - 5 - head))
+  end
+  return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
+end
+
 return M

@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
--- Files (src/file.c) through the Lua binding: read cap, stat, atomic replace (field case C03
--- of docs/design.md, "Field cases"), the same-size write in place ("Membership by slots"), mknod.
+-- Files (src/file.c) through the Lua binding: read cap, a growing file's end (C50), stat, atomic
+-- replace (field case C03 of docs/design.md, "Field cases"), the same-size write in place
+-- ("Membership by slots"), mknod.
 local H = require "helpers"
 local host = H.host()
 
@@ -79,6 +80,43 @@ describe("host.read and host.stat", function()
     assert.is_nil(s)
     assert.equal("ENOENT", code)
     assert.matches(dir .. "/none", msg, 1, true)
+  end)
+end)
+
+describe("host.read_tail (C50: what a daemon appended to its log)", function()
+  local dir
+  before_each(function() dir = H.tmpdir() end)
+  after_each(function() H.rmdir(dir) end)
+
+  it("the last max_bytes bytes, the size and where they start; from a size seen earlier only what was "
+    .. "appended since", function()
+    H.write(dir .. "/log", "one\ntwo\nthree\n")
+    assert.same({ "three\n", 14, 8 }, { host.read_tail(dir .. "/log", 6) })
+    assert.same({ "one\ntwo\nthree\n", 14, 0 }, { host.read_tail(dir .. "/log", 100) })
+    assert.same({ "", 14, 14 }, { host.read_tail(dir .. "/log", 0) })
+    -- appended after a size of 8 was seen: only that, even with room for more
+    assert.same({ "three\n", 14, 8 }, { host.read_tail(dir .. "/log", 100, 8) })
+    -- from beyond the end: the file was truncated or replaced since; its end as without from
+    assert.same({ "two\nthree\n", 14, 4 }, { host.read_tail(dir .. "/log", 10, 99) })
+    -- from within the file but before the last max_bytes: the cap wins
+    assert.same({ "ree\n", 14, 10 }, { host.read_tail(dir .. "/log", 4, 2) })
+    -- symlinks are followed
+    assert.is_true(os.execute("ln -s log " .. H.q(dir .. "/link")))
+    assert.equal("three\n", (host.read_tail(dir .. "/link", 6)))
+  end)
+
+  it("names missing files, directories and non-regular files; misuse raises", function()
+    local s, msg, code = host.read_tail(dir .. "/missing", 10)
+    assert.is_nil(s)
+    assert.equal("ENOENT", code)
+    assert.matches(dir .. "/missing", msg, 1, true)
+    assert.equal("EISDIR", select(3, host.read_tail(dir, 10)))
+    assert.is_true(os.execute("mkfifo " .. H.q(dir .. "/fifo")))
+    assert.equal("EINVAL", select(3, host.read_tail(dir .. "/fifo", 10))) -- does not block
+    assert.error(function() host.read_tail(dir .. "/log") end)
+    assert.error(function() host.read_tail(dir .. "/log", -1) end)
+    assert.error(function() host.read_tail(dir .. "/log", 64 * 1024 * 1024 + 1) end)
+    assert.error(function() host.read_tail(dir .. "/log", 10, -1) end)
   end)
 end)
 

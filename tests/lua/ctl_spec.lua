@@ -103,6 +103,18 @@ describe("ctl with errors.txt", function()
     fails("unreachable", ctl.parse_query(cases[1].out, 0))
   end)
 
+  it("C44: keeps the end of the ctl's message, where its cause is", function()
+    for _, parse in ipairs({ ctl.parse_query, ctl.parse_mesh }) do
+      local _, msg = parse(cases[1].out, cases[1].status)
+      assert.matches("ipv6:%5B::%5D:50005: Address family not supported by protocol')", msg, 1, true)
+      -- a longer answer is cut in its middle
+      local _, long = parse("Query Status returned error code: 14 - " .. string.rep("z", 400)
+        .. " the cause\n", 1)
+      assert.matches("Query Status returned error code: 14 %- z+ %.%.%. z+ the cause'%)$", long)
+      assert.is_true(#long < ctl.EXCERPT_MAX + 80)
+    end
+  end)
+
   it("reads 'Failed to read node configuration file' as unconfigured, by text or by exit 255", function()
     for _, st in ipairs({ 255, 0, 1 }) do
       fails("unconfigured", ctl.parse_query(cases[2].out, st))

@@ -138,7 +138,8 @@ local SHAPES = {
     .. "membership:{mode:string,slot_hosts:null,in_force:null,error:null},"
     .. "status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
-    .. "order:{kind:string,summary:string},nodes:[{id:integer,host:string,name:string,self:boolean,"
+    .. "config_warnings:[],order:{kind:string,summary:string},nodes:[{id:integer,host:string,name:string,"
+    .. "self:boolean,"
     .. "status:string,version:string,connected:integer,links:integer,down:[],map:string,"
     .. "diagnosis:string}],channel:string}",
   registrations = "{schema:integer,command:string,ok:boolean,outcome:string,exit_code:integer,"
@@ -148,7 +149,8 @@ local SHAPES = {
     .. "source:string,hostlist:string,hosts:string,nodes:[{name:string,address:string,self:boolean}],"
     .. "nodes_file:string,changed:boolean,removed:[],added:[],unreadable:null,unit_state:string,"
     .. "action:string,reason:string,domain_status:string,healthy:boolean,order:string,"
-    .. "config:string,config_source:string,config_findings:[],config_fault:boolean,conflict:null,"
+    .. "config:string,config_source:string,config_findings:[],config_fault:boolean,config_warnings:[],"
+    .. "conflict:null,"
     .. "registrations:[],imex_domain:null,membership:{mode:string,slot_hosts:null,slots:null,signal:null},"
     .. "channel:string,"
     .. "fabric:{state:string,message:string,partition:string}}",
@@ -193,7 +195,7 @@ describe("the --json reports of the built-in policy (their shapes, pinned)", fun
     local top = { "schema", "command", "ok", "outcome", "exit_code", "message", "time", "node", "unit",
       "last_prolog", "last_epilog", "registrations", "registrations_error", "lock", "domain", "fabric",
       "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list", "config",
-      "config_findings", "order", "nodes", "channel" }
+      "config_findings", "config_warnings", "order", "nodes", "channel" }
     assert.same(top, j.keys)
     assert.same(top, read(report("status")).keys)
   end)

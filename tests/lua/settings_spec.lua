@@ -25,11 +25,13 @@ describe("imexguard.settings", function()
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
         scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
         conflict_wait = 5, memory_limit = 256, on_config_fault = "fail",
+        proc_if_inet6 = "/proc/net/if_inet6",
       }, t)
       assert.is_nil(t.metrics_dir)
       assert.is_nil(t.nodes_file)
       assert.is_nil(t.address_map)
       assert.is_nil(t.policy)
+      assert.is_nil(t.imex_session_file)
       assert.same(t, S.defaults())
     end)
 

@@ -575,12 +575,14 @@ end)
 describe("testing: one module per primitive group, one public API", function()
   local GROUPS = {
     ["testing.clock"] = { "now", "wallclock", "localtime", "remaining", "sleep", "set_deadline" },
-    ["testing.files"] = { "read", "stat", "write_atomic", "remove_temps", "mkdir", "dir_exists",
+    ["testing.files"] = { "read", "read_tail", "stat", "write_atomic", "remove_temps", "mkdir", "dir_exists",
       "mknod_char" },
     ["testing.lock"] = { "lock", "lock_holder" },
     ["testing.unit"] = { "unit", "unit_job", "unit_reset_failed", "unit_kill" },
     ["testing.run"] = { "run" },
-    ["testing.net"] = { "log", "hostname", "euid", "local_addresses", "resolve" },
+    ["testing.net"] = { "log", "hostname", "euid", "local_addresses", "resolve", "port_owner", "socket_owner",
+      "file_holders" },
+    ["testing.journal"] = { "journal_read" },
   }
 
   for name, prims in pairs(GROUPS) do

@@ -48,3 +48,22 @@ describe("text.excerpt", function()
       text.excerpt(string.rep("x", text.EXCERPT_MAX - 1) .. "\n\n\n"))
   end)
 end)
+
+describe("text.ends", function()
+  it("keeps a value whole up to max bytes, one line, runs of white space as one space", function()
+    assert.equal("a b c", text.ends("  a\n\tb   c \n"))
+    assert.equal(string.rep("x", 240), text.ends(string.rep("x", 240)))
+    assert.equal("a\\001b", text.ends("a\1b"))
+  end)
+
+  it("cuts a longer value in the middle, keeping its start and its end (C44: the cause is at the end)",
+    function()
+    local line = "Query Status returned error code: 14 - failed to connect to all addresses; last error: "
+      .. "UNKNOWN: ipv6:%5B::%5D:50005: Address family not supported by protocol"
+    local cut = text.ends(line, 100)
+    assert.equal(100, #cut)
+    assert.matches("^Query Status returned error cod %.%.%. ", cut) -- a third: the start
+    assert.matches(" %.%.%. .*Address family not supported by protocol$", cut)
+    assert.equal(20, #text.ends(string.rep("y", 50), 3)) -- at least 20
+  end)
+end)

@@ -13,6 +13,7 @@ local lazy = require "imexguard.lazy"
 local imexcfg = lazy "imexguard.imexcfg"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
+local daemonlog = lazy "imexguard.daemonlog"
 
 local fail, by_code, node_name = base.fail, base.by_code, base.node_name
 
@@ -140,14 +141,17 @@ function M.unit_result(ctx)
   return result, text
 end
 
---- Run one start/restart job; a failed job names the unit's Result. After start-limit-hit, with
+--- Run one start/restart job; a failed job names the unit's Result and quotes what the daemon said
+-- (C50: its last error line since `mark`, and who holds the IMEX session for NV_ERR_IN_USE;
+-- imexguard.daemonlog). After start-limit-hit, with
 -- reset_failed_retry (default true), one reset-failed and one more job "start" (never "restart":
 -- a daemon that became current meanwhile is left alone), within the run's deadline; not when this
 -- run has already reset the unit (at most one reset-failed and one retry per run, C26).
 -- @param verb string "start" or "restart"
 -- @param reset_done boolean|nil true: this run already reset-failed the unit before the job
+-- @param mark table|nil daemonlog.mark's, taken before the job (nil: nothing is quoted)
 -- @return true, or nil, outcome, message
-function M.unit_start_job(ctx, verb, reset_done)
+function M.unit_start_job(ctx, verb, reset_done, mark)
   local s, host = ctx.settings, ctx.host
   local res, err, code = host.unit_job(s.unit, verb, s.start_timeout)
   if res == "done" then return true end
@@ -165,13 +169,25 @@ function M.unit_start_job(ctx, verb, reset_done)
       if res2 == "done" then return true end
       local result2, text2 = M.unit_result(ctx)
       return fail(by_code(code2, "service-failed"), "node %s: systemd start of %s after reset-failed "
-        .. "(reset_failed_retry) failed too: %s (%s); %s", node_name(ctx), s.unit, tostring(code2 or res2),
-        tostring(err2), result2 == "unknown" and text or text2)
+        .. "(reset_failed_retry) failed too: %s (%s); %s%s", node_name(ctx), s.unit, tostring(code2 or res2),
+        tostring(err2), result2 == "unknown" and text or text2, M.daemon_said(ctx, mark, code2))
     end
     text = text .. "; reset-failed failed: " .. tostring(rerr)
   end
-  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s%s",
-    node_name(ctx), verb, s.unit, tostring(code or res), text, base.root_hint(host, code, err))
+  return fail(by_code(code, "service-failed"), "node %s: systemd %s of %s failed (%s): %s%s%s",
+    node_name(ctx), verb, s.unit, tostring(code or res), text, base.root_hint(host, code, err),
+    M.daemon_said(ctx, mark, code))
+end
+
+--- What the daemon said after a failed start (imexguard.daemonlog.explain since `mark`), "" when
+-- there is no mark, nothing was found, or the run's deadline ended the job (nothing more is read).
+-- @param ctx table policy context
+-- @param mark table|nil daemonlog.mark's
+-- @param code string|nil the failed job's code
+-- @return string "; the daemon's last error line (...): '...'..." or ""
+function M.daemon_said(ctx, mark, code)
+  if not mark or code == "deadline" then return "" end
+  return daemonlog.explain(ctx, mark, ctx.host.unit(ctx.settings.unit))
 end
 
 --- Step 7: (re)start the unit and record what it runs (state.record_start): the new invocation ID
@@ -181,7 +197,8 @@ end
 -- stays until the prolog ends (step 9b): a run killed during the health wait is an interrupted
 -- prolog too. A failed unit is reset-failed before its start only with
 -- reset_failed_retry (it clears the start-limit counter, so it is the site's call). A start is
--- refused when another process holds the command port (M.check_port_owner).
+-- refused when another process holds the command port (M.check_port_owner). A failed start quotes
+-- the daemon's own last error line (C50, imexguard.daemonlog: a mark is taken before the job).
 -- @param want table the desired list (bytes, config_path)
 -- @param a table the assessment (assess_daemon: action "start" or "restart", reset_failed)
 -- @param st table state (updated in place and saved)
@@ -202,14 +219,15 @@ function M.restart(ctx, want, a, st, info)
   end
   local verb = a.action == "restart" and "restart" or "start"
   local cfg_text = host.read(want.config_path or s.imex_config, base.MAX_FILE)
-  local jok, jo, jm = M.unit_start_job(ctx, verb, reset_done)
+  local mark = daemonlog.mark(ctx, info and info.cfg or want.cfg)
+  local jok, jo, jm = M.unit_start_job(ctx, verb, reset_done, mark)
   if not jok then return nil, jo, jm end
   local props = host.unit(s.unit)
   if props and props.active_state ~= "active" and props.active_state ~= "activating"
     and props.active_state ~= "reloading" then
     local _, text = M.unit_result(ctx)
-    return fail("service-failed", "node %s: %s is %s right after %s: %s", node_name(ctx), s.unit,
-      tostring(props.active_state), verb, text)
+    return fail("service-failed", "node %s: %s is %s right after %s: %s%s", node_name(ctx), s.unit,
+      tostring(props.active_state), verb, text, daemonlog.explain(ctx, mark, props))
   end
   local id = base.job_id(ctx)
   state.record_start(st, { nodes = want.bytes, config = cfg_text or nil, job = id,

@@ -12,6 +12,8 @@ local lazy = require "imexguard.lazy"
 local progress = lazy "imexguard.progress"
 local health = lazy "imexguard.health"
 local verdict = lazy "imexguard.verdict"
+local cmdtarget = lazy "imexguard.cmdtarget"
+local daemonlog = lazy "imexguard.daemonlog"
 
 local fail, node_name = base.fail, base.node_name
 
@@ -32,8 +34,9 @@ function M.settle_unit(ctx, wait)
     if not wait or (a ~= "activating" and a ~= "deactivating") then return props end
     told:tick(a)
     if host.now() - start >= s.start_timeout then
-      return fail("service-failed", "node %s: %s still %s after %g s (wait-timeout)", node_name(ctx),
-        s.unit, a, s.start_timeout)
+      -- C50: what the daemon said meanwhile (its last error line since its start)
+      return fail("service-failed", "node %s: %s still %s after %g s (wait-timeout)%s", node_name(ctx),
+        s.unit, a, s.start_timeout, daemonlog.explain(ctx, nil, props))
     end
     local ok = host.sleep(math.min(s.poll_interval, s.start_timeout - (host.now() - start)))
     if not ok then
@@ -142,7 +145,7 @@ Probe.__index = Probe
 --   command that cannot run)
 function M.start_probe(ctx, config, cfg)
   local s = ctx.settings
-  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config, cfg),
+  local proc, err, code = ctx.host.spawn(health.ctl_argv(s, config, cfg, cmdtarget.ipv6_for(ctx, cfg)),
     { timeout = s.ctl_timeout, max_output = health.MAX_OUTPUT })
   return setmetatable({ ctx = ctx, config = config, cfg = cfg, proc = proc, err = err, code = code }, Probe)
 end

@@ -12,6 +12,10 @@ M.STATE = "/run/imexguard/state.json"
 --- The kernel's boot ID file (setting boot_id_file) and the fake host's boot ID in it.
 M.BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 M.BOOT_ID = "0b2c6f1e-5d7a-4c3e-9f10-6a8b2d4e1c01"
+--- The kernel's IPv6 address table (setting proc_if_inet6): the fake host has IPv6 unless a spec
+-- removes it (files = {[testing.IF_INET6] = false}: a host without IPv6, C44).
+M.IF_INET6 = "/proc/net/if_inet6"
+M.IF_INET6_TEXT = "00000000000000000000000000000001 01 80 10 80       lo\n"
 --- Wall-clock time (seconds since the epoch) at the fake host's start.
 M.WALL0 = 1700000000
 

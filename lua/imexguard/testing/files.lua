@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The fake host's files (src/file.c's primitives): read, stat, write_atomic, write_in_place,
--- remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with scripted failures and
--- missing directories.
+--- The fake host's files (src/file.c's primitives): read, read_tail, stat, write_atomic,
+-- write_in_place, remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with
+-- scripted failures and missing directories.
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -25,6 +25,7 @@ function M.install(h, w, opts)
   w.put(base.CONFIG, base.CONFIG_TEXT, old)
   w.put(base.NODES, "10.0.0.1\n10.0.0.2\n", old)
   w.put(base.BOOT_ID_FILE, base.BOOT_ID .. "\n", old)
+  w.put(base.IF_INET6, base.IF_INET6_TEXT, old)
   for path, v in pairs(opts.files or {}) do
     if v == false then files[path] = nil
     elseif type(v) == "table" then w.put(path, v.data, v.mtime_us or old)
@@ -56,9 +57,10 @@ function M.install(h, w, opts)
   M.install_dirs(h, w)
 end
 
---- Add the reading file primitives to a fake host: read, stat, and the helpers file, set_file.
--- @param h table the fake host (gets read, stat, file, set_file)
--- @param w table the host's shared world (needs files, rec, failing, put)
+--- Add the reading file primitives to a fake host: read, read_tail, stat, and the helpers file,
+-- set_file.
+-- @param h table the fake host (gets read, read_tail, stat, file, set_file)
+-- @param w table the host's shared world (gets append; needs files, rec, failing, put)
 function M.install_read(h, w)
   local files = w.files
   function h.read(path, max_bytes)
@@ -79,8 +81,24 @@ function M.install_read(h, w)
     return { type = e.type or "file", size = #e.data, mode = e.mode or tonumber("644", 8), uid = 0, gid = 0,
       ino = e.ino, dev = 1, mtime_us = e.mtime_us, rdev_major = e.rdev_major, rdev_minor = e.rdev_minor }
   end
+  function h.read_tail(path, max_bytes, from)
+    w.rec("read_tail", path, max_bytes, from)
+    local f = w.failing(path, "read")
+    if f then return nil, path .. ": " .. f, f end
+    local e = files[path]
+    if not e then return nil, "read " .. path .. ": No such file or directory", "ENOENT" end
+    local size = #e.data
+    local start = math.max(0, size - max_bytes)
+    if from and from <= size and from > start then start = from end
+    return e.data:sub(start + 1), size, start
+  end
   function h.file(path) return files[path] and files[path].data end
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
+  --- Append to a file (creating it), as a daemon writes its log.
+  function w.append(path, data)
+    local e = files[path]
+    w.put(path, (e and e.data or "") .. data)
+  end
 end
 
 --- Add host.write_in_place to a fake host (see M.install_write).

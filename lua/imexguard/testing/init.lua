@@ -11,7 +11,8 @@
 -- Options of testing.host (all optional; the defaults are a healthy 2-node job n[1-2] on n1):
 --   files            {[path] = string | {data = string, mtime_us = number} | false (absent)}, merged
 --                    over the defaults (config.cfg and nodes_config.cfg listing 10.0.0.1, 10.0.0.2,
---                    /proc/sys/kernel/random/boot_id holding testing.BOOT_ID)
+--                    /proc/sys/kernel/random/boot_id holding testing.BOOT_ID, /proc/net/if_inet6:
+--                    the host has IPv6; testing.IF_INET6 = false for one without)
 --   fail             {[path] = {read =, write =, stat =, mkdir =, lock = code}}: that operation fails
 --                    with the errno name (e.g. write = "ENOSPC": the old file stays intact, and the
 --                    message says so as src/file.c's does; lock = "ENOSPC" on state_dir/lock: the
@@ -28,8 +29,10 @@
 --                    duration = seconds (0.5), unit_result = the unit's Result after a job that did
 --                    not end "done" (default "exit-code"; e.g. "start-limit-hit"), active_state =
 --                    the unit's state right after a "done" start/restart (default "active"; e.g.
---                    "failed": the daemon died at once), invocation_id = the new InvocationID},
---                    or a list of those consumed per job (then every job ends "done")
+--                    "failed": the daemon died at once), invocation_id = the new InvocationID,
+--                    journal = entries its daemon logs, appends = {[path] = text} it writes (C50;
+--                    see journal below)}, or a list of those consumed per job (then every job ends
+--                    "done")
 --   ctl              what nvidia-imex-ctl answers (its basename, or any argv with `-N`, whatever
 --                    wrapper the setting ctl names): "auto" (default: UP with the hosts the daemon
 --                    was started with when the unit is active, else the "unreachable" answer), a
@@ -63,6 +66,12 @@
 --   deadline         seconds of budget (default 120); clock = monotonic start (default 1000)
 --   xml_parse        function(text, name, limits) answering host.xml_parse; default: the real
 --                    primitive (a pure function; under busted it needs the built C module)
+--   journal          the journal host.journal_read reads (imexguard.testing.journal): a list of
+--                    entries {message, priority, fields = {FIELD = value}}, a code, or a function;
+--                    default empty. A job of `restart` with `journal = {entries}` adds them as its
+--                    daemon's (C50), and with `appends = {[path] = text}` appends to those files
+--   file_holders     {[path] = list of {pid, comm, cmdline} | code}: host.file_holders (who keeps a
+--                    file open: the IMEX session's holder, C50); default nobody
 --
 -- Recorded for assertions: h.calls (every primitive call in order: {name, args...}), h.writes
 -- ({path =, data =}), h.jobs ({unit =, verb =, result =}), h.runs (argv lists of the commands run,
@@ -85,7 +94,8 @@
 -- the folder lua/imexguard/testing/, apart from the modules that run on a node. The fake host is
 -- built from one module per primitive group, as src/ is split by file: imexguard.testing.clock
 -- (clock.c), .files (file.c), .lock (lock.c), .unit (unit.c), .run (run.c: the ctl), .net (log.c,
--- net.c), .xml (xml.c: the real primitive); the scenarios are in imexguard.testing.scenario and
+-- net.c, proc.c's file_holders), .xml (xml.c: the real primitive), .journal (journal.c); the
+-- scenarios are in imexguard.testing.scenario and
 -- the constants and settings in imexguard.testing.base. Require only this module: its API is the
 -- kit's. (The standard scenarios of `imexguard check`, built on it, are imexguard.testing.check.)
 local base = require "imexguard.testing.base"
@@ -96,14 +106,15 @@ local unit = require "imexguard.testing.unit"
 local run = require "imexguard.testing.run"
 local net = require "imexguard.testing.net"
 local xml = require "imexguard.testing.xml"
+local journal = require "imexguard.testing.journal"
 local scenario = require "imexguard.testing.scenario"
 
 local M = {}
 
 M.UNIT, M.CONFIG, M.NODES, M.STATE, M.WALL0 = base.UNIT, base.CONFIG, base.NODES, base.STATE, base.WALL0
-M.BOOT_ID, M.BOOT_ID_FILE = base.BOOT_ID, base.BOOT_ID_FILE
+M.BOOT_ID, M.BOOT_ID_FILE, M.IF_INET6 = base.BOOT_ID, base.BOOT_ID_FILE, base.IF_INET6
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
-M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.HANG
+M.UNREACHABLE, M.UNCONFIGURED, M.HANG, M.NO_IPV6 = run.UNREACHABLE, run.UNCONFIGURED, run.HANG, run.NO_IPV6
 M.render_mesh, M.up, M.restarted_peer = run.render_mesh, run.up, run.restarted_peer
 M.gpus, M.FABRIC_NONE, M.ABSENT = run.gpus, run.FABRIC_NONE, run.ABSENT
 M.CLUSTER_UUID, M.CLIQUE_ID = run.CLUSTER_UUID, run.CLIQUE_ID
@@ -131,6 +142,7 @@ function M.host(opts)
   lock.install(h, w, opts)
   net.install(h, w, opts)
   xml.install(h, w, opts)
+  journal.install(h, w, opts)
   function h.count(name)
     local n = 0
     for _, c in ipairs(h.calls) do if c[1] == name then n = n + 1 end end

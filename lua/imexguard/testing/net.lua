@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The fake host's log and network primitives (src/log.c, src/net.c): log (recorded), hostname,
--- local_addresses, resolve (a scripted resolver), port_owner (who listens on a TCP port) and
--- socket_owner (on a unix socket).
+-- local_addresses, resolve (a scripted resolver), port_owner (who listens on a TCP port),
+-- socket_owner (on a unix socket) and file_holders (who has a file open, src/proc.c).
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -22,7 +22,9 @@ end
 --   docs/design.md) | function(port, timeout, address, pid) | "none" (nothing listens); default:
 --   the unit's main process while it is active, else nothing; each call is recorded as
 --   {"port_owner", port, timeout, address, pid}, the pid being the caller's hint); socket_owner the
---   same for a unix socket (option socket_owner, recorded as {"socket_owner", path, timeout, pid})
+--   same for a unix socket (option socket_owner, recorded as {"socket_owner", path, timeout, pid});
+--   file_holders = {[path] = list of {pid, comm, cmdline} | code}: who has that file open (default:
+--   nobody, ENOENT for a path that is not among the host's files)
 function M.install(h, w, opts)
   local resolve = default_resolve()
   for k, v in pairs(opts.resolve or {}) do resolve[k] = v end
@@ -66,6 +68,20 @@ function M.install(h, w, opts)
   function h.socket_owner(path, timeout, pid)
     w.rec("socket_owner", path, timeout, pid)
     return owner("socket_owner", path, timeout, pid)
+  end
+  function h.file_holders(path, timeout)
+    w.rec("file_holders", path, timeout)
+    local o = (opts.file_holders or {})[path]
+    if type(o) == "string" then return nil, "file holders of " .. path .. ": " .. o, o end
+    if type(o) == "table" then
+      local list = {}
+      for i, p in ipairs(o) do list[i] = base.copy(p) end
+      return list
+    end
+    if not (w.files and w.files[path]) then
+      return nil, "file holders of " .. path .. ": No such file or directory", "ENOENT"
+    end
+    return {}
   end
 end
 

@@ -3,7 +3,7 @@
 -- docs/design.md): the ctl (`nvidia-imex-ctl`, or any argv with its query `-N`), `nvidia-smi` and
 -- `scontrol` each have their own script and a default; the option `commands` scripts these or any
 -- other program; a command nobody scripted raises an error naming it. Also the ctl answers the kit
--- names (UNREACHABLE, UNCONFIGURED, HANG), render_mesh, which prints a described mesh as
+-- names (UNREACHABLE, NO_IPV6, UNCONFIGURED, HANG), render_mesh, which prints a described mesh as
 -- `nvidia-imex-ctl -N -j` does, and the nvidia-smi answers (gpus, FABRIC_*). Test infrastructure of
 -- imexguard.testing.
 local cjson = require "cjson"
@@ -13,8 +13,14 @@ local M = {}
 -- The query of the fabric check (imexguard.fabric), the one the default nvidia-smi answers.
 local FABRIC_QUERY = require("imexguard.fabric").QUERY[1]
 
---- Ctl answer of an unreachable local daemon (tests/fixtures/ctl/errors.txt, exit 1).
+--- Ctl answer of an unreachable local daemon (exit 1): nothing listens where the ctl dials, [::]:50005
+-- on a host with IPv6 (the form of tests/fixtures/ctl/errors.txt with the errno of a refused
+-- connection, as the simulator's ctl prints it).
 M.UNREACHABLE = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to all "
+  .. "addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Connection refused\n" }
+--- Ctl answer on a host without IPv6 when the ctl dials [::] (C44: IMEX_CMD_BIND_INTERFACE_IP empty
+-- and only `-c` given; tests/fixtures/ctl/errors.txt, exit 1): the daemon itself may be fine.
+M.NO_IPV6 = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to all "
   .. "addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Address family not supported by protocol\n" }
 --- Ctl answer when the node configuration file cannot be read (exit 255).
 M.UNCONFIGURED = { status = 255, stdout = "Failed to read node configuration file\n" }

@@ -92,6 +92,24 @@ local function started(w, r)
   end
 end
 
+--- What the daemon of a start/restart job says (C50): the job gets a new invocation ID (systemd
+-- gives every start one, a failed one too), its script's `journal` entries go to the journal as
+-- the unit's (_SYSTEMD_UNIT, _SYSTEMD_INVOCATION_ID; imexguard.testing.journal) and its `appends`
+-- ({[path] = text}) to those files (LOG_FILE_NAME).
+-- @param w table world (unit, new_invocation, journal_add, append)
+-- @param name string the unit
+-- @param r table the scripted job
+local function said(w, name, r)
+  if not (r.journal or r.appends) then return end
+  w.unit.invocation_id = r.invocation_id or w.new_invocation()
+  for _, e in ipairs(r.journal or {}) do
+    local c = base.copy(e)
+    c.fields = c.fields or { _SYSTEMD_UNIT = name, _SYSTEMD_INVOCATION_ID = w.unit.invocation_id }
+    if w.journal_add then w.journal_add(c) end
+  end
+  for path, text in pairs(r.appends or {}) do w.append(path, text) end
+end
+
 --- Add unit_job to a fake host: each job consumes one entry of opts.restart (a table, or a list of
 -- them), and records itself in h.jobs.
 -- @param h table the fake host (gets unit_job; needs jobs)
@@ -123,8 +141,10 @@ function M.install_jobs(h, w, opts)
       job.result = "deadline"
       return nil, verb .. " " .. name .. ": the run's deadline passed", "deadline"
     end
+    if verb ~= "stop" then said(w, name, r) end
     if result ~= "done" then
       unit.active_state, unit.sub_state, unit.result = "failed", "failed", r.unit_result or "exit-code"
+      unit.main_pid = 0
       return nil, string.format("job %s %s finished with result %s", verb, name, result), result
     end
     local starts = verb == "restart" or (verb == "start" and unit.active_state ~= "active")

@@ -15,7 +15,11 @@
 --      name that does not resolve is named (a warning, and in the bad-input);
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it;
---   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
+--   5. this node's GPUs on the NVLink fabric, as the built-in policy checks them (its
+--      P:check_fabric, waiting while a GPU registers: C31, C41-C43): a fault of this node's GPUs,
+--      or NVML that cannot start, ends the prolog before the health wait; a degraded fabric is
+--      named in the final line;
+--   6. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
 --      own over the JOB'S nodes only (this node READY, every other job node present, READY and
 --      connected from here); nodes of the rack outside the job do not hold the job up (they are
 --      named).
@@ -172,7 +176,12 @@ end
 function P.prolog(ctx)
   local info, want, m = verify(ctx, true)
   if not info then return want, m end
+  local r, fo, fm = default.check_fabric(default, ctx, want, true)
+  if not r then return fo, fm end
   local outcome, msg = health.wait(ctx, want, nil, judge)
+  if r.state == "unknown" or r.state == "degraded" or (r.polls or 0) > 1 then
+    msg = msg .. "; fabric: " .. r.message
+  end
   return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
 end
 
@@ -185,7 +194,8 @@ function P.epilog(ctx)
     steps.node_name(ctx))
 end
 
---- Plan: the prolog's checks without waiting, and one ctl answer; changes nothing.
+--- Plan: the prolog's checks without waiting, one ctl answer and one read of the fabric (the
+-- built-in policy's fabric_verdict: a fault of this node's GPUs replaces ok); changes nothing.
 -- @tparam table ctx the run's context
 -- @treturn string outcome (`ok`, or the failing check's outcome)
 -- @treturn string one-line message
@@ -199,7 +209,9 @@ function P.plan(ctx)
   local msg = string.format("static domain: would verify only (job's %d nodes in %s; %s %s; domain now %s%s)",
     #want.addrs, info.nodes_file, ctx.settings.unit, tostring(props.active_state), tostring(now),
     v and (v.healthy and ", job's nodes healthy" or ", job's nodes not healthy") or "")
-  return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
+  local outcome
+  outcome, msg = default.fabric_verdict(default, ctx, want, "ok", text.one_line(msg))
+  return outcome, msg, default.fabric_report(default, ctx, msg .. "\n")
 end
 
 P.status = default.status

@@ -35,8 +35,8 @@ local HELP = {
     "1 for the status of each IMEX node as the last run that asked nvidia-imex-ctl saw it, 0 for its "
       .. "other statuses (id, host, status).", "id, host, status" },
   imexguard_fabric_gpu = { "gauge",
-    "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
-    "gpu, state, status, partition" },
+    "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition, "
+      .. "health: its fabric Health Summary).", "gpu, state, status, partition, health" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
@@ -134,7 +134,7 @@ end
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
---   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
+--   {gpu, state, status, partition, health}: the fabric the run read, imexguard.fabric)}`
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
 --   optional: imexguard's version, host.version)}`
 -- @treturn table samples
@@ -191,7 +191,7 @@ function M.update(samples, run)
     end
     for _, g in ipairs(run.gpus) do
       samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
-        partition = g.partition })] = 1
+        partition = g.partition, health = g.health or "N/A" })] = 1
     end
   end
   return samples

@@ -353,14 +353,20 @@ local function domain_json(d)
     :set("error", d.error)
 end
 
---- This node's fabric registration as a JSON object (docs/json.md): {state, message, partition}.
+--- This node's fabric as a JSON object (docs/json.md): {state, message, partition, degraded = array
+-- of {gpu, field, value} (the Health fields that degrade the fabric, C42; [] when none)}.
 -- @param f table|string|nil ctx.fabric
 -- @return json object, or nil
 function M.fabric_json(f)
   if f == nil then return nil end
   if type(f) ~= "table" then return json.object():set("state", tostring(f)) end
+  local degraded = {}
+  for _, d in ipairs(type(f.degraded) == "table" and f.degraded or {}) do
+    degraded[#degraded + 1] = json.object():set("gpu", d.gpu):set("field", d.field):set("value", d.value)
+  end
   return json.object():set("state", f.state):set("message", f.message)
     :set("partition", type(f.partition) == "table" and f.partition.id or nil)
+    :set("degraded", json.array(degraded))
 end
 
 -- The head of the status JSON: schema, command, ok, outcome, exit_code, message, time and the

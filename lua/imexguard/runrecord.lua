@@ -41,15 +41,16 @@ local function mesh_nodes(seen)
   return nodes
 end
 
--- The GPUs' fabric registration the run read (ctx.fabric, set by imexguard.fabric.check) as
--- metrics labels, or nil.
+-- The GPUs' fabric the run read (ctx.fabric, set by imexguard.fabric.check) as metrics labels
+-- (the Health Summary as `health`, "N/A" without one), or nil.
 local function fabric_gpus(fab)
   if type(fab) ~= 'table' or type(fab.gpus) ~= 'table' then return nil end
   local gpus = {}
   for _, g in ipairs(fab.gpus) do
     local part = g.cluster_uuid and (g.cluster_uuid .. '.' .. tostring(g.clique_id)) or 'N/A'
+    local summary = type(g.health) == 'table' and g.health.summary or nil
     gpus[#gpus + 1] = { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
-      status = tostring(g.status or 'N/A'), partition = part }
+      status = tostring(g.status or 'N/A'), partition = part, health = tostring(summary or 'N/A') }
   end
   return gpus
 end

@@ -134,7 +134,7 @@ local SHAPES = {
     .. "last_prolog:{outcome:string,exit_code:integer,job:string,time:string,duration:number,message:string,"
     .. "error:null},last_epilog:null,registrations:[{id:string,hosts:string,nodes:[string],registered:string,"
     .. "invocation_id:string}],registrations_error:null,lock:{path:string,held:boolean,pid:null,owner:null,"
-    .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string},"
+    .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string,degraded:[]},"
     .. "status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
     .. "order:{kind:string,summary:string},nodes:[{id:integer,host:string,name:string,self:boolean,"
@@ -149,7 +149,7 @@ local SHAPES = {
     .. "action:string,reason:string,domain_status:string,healthy:boolean,order:string,"
     .. "config:string,config_source:string,config_findings:[],config_fault:boolean,conflict:null,"
     .. "registrations:[],imex_domain:null,channel:string,"
-    .. "fabric:{state:string,message:string,partition:string}}",
+    .. "fabric:{state:string,message:string,partition:string,degraded:[]}}",
 }
 
 describe("the --json reports of the built-in policy (their shapes, pinned)", function()

@@ -22,31 +22,37 @@
 -- /proc/driver/nvidia/version (NVIDIA's kernel module).
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
-local smi = require "imexguard.smi"
-local judge = require "imexguard.fabricjudge"
+-- Loaded when first used (imexguard.lazy): nothing of them with fabric_check = "off".
+local lazy = require "imexguard.lazy"
+local smi = lazy "imexguard.smi"
+local judge = lazy "imexguard.fabricjudge"
 local one_line = require("imexguard.text").one_line
 local trim = require("imexguard.text").trim
 local excerpt = require("imexguard.text").excerpt
 
 local M = {}
 
---- nvidia-smi's arguments after the program (imexguard.smi.QUERY: the whole document as XML).
-M.QUERY = smi.QUERY
 --- Seconds one nvidia-smi call may take at most (within the run's budget): it answers in about a
 -- second on a 4-GPU tray; one that takes longer is hung (a GPU fallen off the bus, a driver stuck).
 M.CALL_TIMEOUT = 10
---- Largest nvidia-smi output kept (bytes): the parser's limit (an 8-GPU HGX board prints 360 KB).
-M.MAX_OUTPUT = smi.LIMITS.max_bytes
 --- Seconds kept back from the run's budget so that a wait that times out still ends in a named outcome.
 M.MARGIN = 0.5
 --- Largest /proc/driver/nvidia/version read (bytes).
 local VERSION_FILE_MAX = 4096
 
---- The argv of the query from the settings (nvidia_smi: a path or a list used as the argv prefix).
+--- The argv of the query from the settings (nvidia_smi: a path or a list used as the argv prefix,
+-- then imexguard.smi.QUERY: `-q -x`, the whole document as XML).
 -- @param settings table validated settings
 -- @return list of strings
 function M.argv(settings)
-  return settings_schema.command_argv(settings.nvidia_smi, M.QUERY)
+  return settings_schema.command_argv(settings.nvidia_smi, smi.QUERY)
+end
+
+--- Largest nvidia-smi output kept (bytes): the parser's limit, imexguard.smi.LIMITS.max_bytes (an
+-- 8-GPU HGX board prints 360 KB).
+-- @return integer
+function M.max_output()
+  return smi.LIMITS.max_bytes
 end
 
 local Early = {}
@@ -68,7 +74,7 @@ function M.start(ctx)
   local h, s = ctx.host, ctx.settings
   if s.fabric_check == "off" or type(h.spawn) ~= "function" then return nil end
   local timeout = math.min(M.CALL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05))
-  local proc, err, code = h.spawn(M.argv(s), { timeout = timeout, max_output = M.MAX_OUTPUT })
+  local proc, err, code = h.spawn(M.argv(s), { timeout = timeout, max_output = M.max_output() })
   local q = setmetatable({ proc = proc, err = err, code = code, timeout = timeout }, Early)
   ctx.fabric_early = q
   return q
@@ -132,7 +138,7 @@ function M.read(ctx, timeout)
     q.used, timeout = true, q.timeout
     if q.proc then res, err, code = q.proc:wait() else err, code = q.err, q.code end
   else
-    res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
+    res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.max_output() })
   end
   local function unknown(fmt, ...)
     return { kind = "unknown", code = code, message = one_line(argv[1] .. " " .. string.format(fmt, ...)) }
@@ -153,7 +159,7 @@ function M.read(ctx, timeout)
     return unknown("exited %s: %s", tostring(res.status or ("on signal " .. tostring(res.signal))),
       excerpt(first))
   end
-  if res.truncated then return unknown("printed more than %d bytes", M.MAX_OUTPUT) end
+  if res.truncated then return unknown("printed more than %d bytes", M.max_output()) end
   local gpus, perr = answer_gpus(ctx, out, xml)
   if not gpus then return unknown("answered something unparsable: %s", perr) end
   return judge.judge(gpus)

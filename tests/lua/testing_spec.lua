@@ -444,7 +444,7 @@ describe("testing: commands scripted by argv (C40)", function()
   local smi = require "imexguard.smi"
   local fabricjudge = require "imexguard.fabricjudge"
   local host = require "imexguard.host"
-  local SMI = { "/usr/bin/nvidia-smi", fabric.QUERY[1], fabric.QUERY[2] }
+  local SMI = { "/usr/bin/nvidia-smi", smi.QUERY[1], smi.QUERY[2] }
   -- the checked GPUs of an answer of `nvidia-smi -q -x`
   local function gpus_of(out) return smi.fabric_gpus(assert(smi.parse(host, out))) end
 
@@ -476,7 +476,7 @@ describe("testing: commands scripted by argv (C40)", function()
   it("wrappers: the ctl by its -N, nvidia-smi by its -q -x or --query-gpu=", function()
     local h = testing.host{ ctl = { "c" }, nvidia_smi = { "s", "t" } }
     assert.equal("c", h.run({ "/opt/sim/ctl", "--node", "1", "-N", "-j" }, { timeout = 5 }).stdout)
-    assert.equal("s", h.run({ "/opt/wrap", "gpu", fabric.QUERY[1], fabric.QUERY[2] }, { timeout = 5 }).stdout)
+    assert.equal("s", h.run({ "/opt/wrap", "gpu", smi.QUERY[1], smi.QUERY[2] }, { timeout = 5 }).stdout)
     assert.equal("t", h.run({ "/opt/wrap", "gpu", "--query-gpu=index" }, { timeout = 5 }).stdout)
   end)
 

@@ -85,7 +85,7 @@ end
 -- @param ctx table policy context
 -- @return version string, or nil, why (one line naming the file)
 function M.kernel_version(ctx)
-  local path = ctx.settings.driver_version_file or "/proc/driver/nvidia/version"
+  local path = ctx.settings.driver_version_file
   local t, err = ctx.host.read(path, VERSION_FILE_MAX)
   if not t then return nil, string.format("%s: %s", path, tostring(err)) end
   local v = smi.kernel_version(t)
@@ -96,7 +96,7 @@ end
 -- The verdict when NVML cannot start because the driver's kernel module and library differ (C43).
 local function mismatch(ctx, nvml)
   local kernel, why = M.kernel_version(ctx)
-  local path = ctx.settings.driver_version_file or "/proc/driver/nvidia/version"
+  local path = ctx.settings.driver_version_file
   return { kind = "driver-mismatch", kernel_version = kernel, library_version = nvml.library_version,
     message = one_line(string.format("NVML cannot start: %s: kernel module %s, NVML library %s (the "
       .. "driver was updated without a reboot: CUDA cannot start on this node either; reboot it, or reload "

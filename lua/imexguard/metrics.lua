@@ -38,9 +38,14 @@ local HELP = {
     "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition, "
       .. "health: its fabric Health Summary).", "gpu, state, status, partition, health" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
+  imexguard_membership = { "gauge",
+    "1 for the membership mode in force at the last run (setting membership), 0 for the other.",
+    "mode" },
+  imexguard_slot_map_writes_total = { "counter",
+    "Writes in place of the name map of membership = \"slots\" (a job's slots switched in or out).", "" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
-  "imexguard_nudges_total",
+  "imexguard_nudges_total", "imexguard_slot_map_writes_total", "imexguard_membership",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
@@ -124,6 +129,14 @@ local function family(name)
   return name:gsub("_sum$", ""):gsub("_count$", "")
 end
 
+-- The membership mode in force (run.membership) as a state set: 1 for it, 0 for the other.
+local function membership_samples(samples, run, key)
+  if not run.membership then return end
+  for _, mode in ipairs({ "list", "slots" }) do
+    samples[key("imexguard_membership", { mode = mode })] = mode == run.membership and 1 or 0
+  end
+end
+
 --- Update the samples for one finished run. Every series a query may name is present, 0 when
 -- nothing happened (Prometheus' naming practices: a series that appears only once something
 -- happens makes rate() and absent() lie): the run counts of every command that records metrics
@@ -136,7 +149,8 @@ end
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
 --   {gpu, state, status, partition, health}: the fabric the run read, imexguard.fabric)}`
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
---   optional: imexguard's version, host.version)}`
+--   optional: imexguard's version, host.version), map_writes (integer, optional: the name map's
+--   writes in place, membership by slots), membership (string, optional: the setting)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -159,6 +173,8 @@ function M.update(samples, run)
   add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
   add("imexguard_restarts_total", {}, run.restarts or 0)
   add("imexguard_nudges_total", {}, run.nudges or 0)
+  add("imexguard_slot_map_writes_total", {}, run.map_writes or 0)
+  membership_samples(samples, run, key)
   add("imexguard_run_duration_seconds_sum", cmd, run.duration)
   add("imexguard_run_duration_seconds_count", cmd, 1)
   samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended

@@ -108,12 +108,28 @@ function M.domain_lines(dom, r)
   end
 end
 
+-- plan's membership (docs/json.md): {mode, slot_hosts, slots = [{slot, node, now, after}], signal};
+-- list mode {mode = "list"} with nulls.
+local function plan_membership_json(m)
+  if not m then
+    return json.object():set("mode", "list"):set("slot_hosts", nil):set("slots", nil):set("signal", nil)
+  end
+  local list = {}
+  for i, x in ipairs(m.slots) do
+    list[i] = json.object():set("slot", x.slot):set("node", x.node):set("now", x.now):set("after", x.after)
+  end
+  return json.object():set("mode", "slots"):set("slot_hosts", m.path):set("slots", json.array(list))
+    :set("signal", m.signal)
+end
+
 --- The plan as JSON (one object, newline-terminated; docs/json.md, "plan").
 local function plan_json(f)
   local want, a = f.want, f.assessment
   local nodes = {}
   for i, addr in ipairs(want.addrs) do
-    nodes[i] = json.object():set("name", want.list[i]):set("address", addr):set("self", addr == want.self)
+    -- membership by slots: addrs are the job's slots, ips their addresses
+    nodes[i] = json.object():set("name", want.list[i]):set("address", (want.ips or want.addrs)[i])
+      :set("self", addr == want.self)
   end
   local removed, added = M.diff(f.old, want.bytes)
   local seen = f.verdict
@@ -132,7 +148,7 @@ local function plan_json(f)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
-    :set("imex_domain", M.domain_json(want.domain)))
+    :set("imex_domain", M.domain_json(want.domain)):set("membership", plan_membership_json(f.membership)))
 end
 
 --- The node list part of the text plan: the desired list, then what happens to the file.
@@ -161,6 +177,7 @@ local function plan_text(f)
   local s, a = f.ctx.settings, f.assessment
   local r = { string.format("plan for job %s on node %s (nothing is changed)", f.job, f.node) }
   plan_list_lines(f, r)
+  if f.membership then require("imexguard.steps.slots").plan_lines(f.membership, r) end
   r[#r + 1] = string.format("unit %s: %s/%s", s.unit, tostring(a.unit.active_state),
     tostring(a.unit.sub_state))
   r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config),
@@ -301,6 +318,9 @@ function M.facts_lines(facts, verbose)
     { "domain", M.domain_line(facts.domain) },
     { "fabric", M.fabric_line(facts.fabric) },
   }
+  if facts.membership then
+    rows[#rows + 1] = { "membership", require("imexguard.steps.slots").fact_line(facts.membership) }
+  end
   if verbose and facts.state_path then rows[#rows + 1] = { "state file", facts.state_path } end
   local out = {}
   for i, r in ipairs(rows) do out[i] = string.format("%-12s %s", r[1], r[2]) end
@@ -308,6 +328,13 @@ function M.facts_lines(facts, verbose)
 end
 
 -- ---- JSON of the facts ------------------------------------------------------------------------
+
+-- Membership (status): {mode, slot_hosts, in_force} (null without facts; docs/json.md).
+local function membership_json(m)
+  if type(m) ~= "table" then return nil end
+  return json.object():set("mode", m.mode):set("slot_hosts", m.path)
+    :set("in_force", m.in_force and json.array(m.in_force) or nil):set("error", m.error)
+end
 
 local function unit_json(facts)
   local u = facts.unit or {}
@@ -388,6 +415,7 @@ local function status_head(opts)
     :set("registrations_error", facts.jobs_error)
     :set("lock", opts.facts and lock_json(facts) or nil)
     :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
+    :set("membership", membership_json(facts.membership))
 end
 
 -- The mesh keys of the status JSON (null without a mesh).

@@ -193,6 +193,7 @@ function M:write_node_files(name, opts)
   if opts.fabric then
     settings[#settings + 1] = string.format("nvidia_smi = { %q, \"--state\", %q, \"--proc-version\", %q }",
       abspath(self.src_dir()) .. "/imexsim/nvidia-smi", dir .. "/gpus", self:driver_version_file(name))
+    settings[#settings + 1] = string.format("driver_version_file = %q", self:driver_version_file(name))
   else
     settings[#settings + 1] = 'fabric_check = "off"' -- simulated nodes have no GPUs
   end
@@ -286,8 +287,10 @@ end
 
 --- The GPU lines of a node of one kind, for M:set_gpus (contrib/imexsim/nvidia-smi's format).
 -- @tparam string kind "rack" (a tray of an NVLink rack: registered in partition UUID.CLIQUE),
---   "hgx" (NVLink inside the node only: Completed, Success, CliqueId 0, a zero ClusterUUID, C41) or
---   "none" (no NVSwitch: every field N/A)
+--   "hgx" (NVLink inside the node only: Completed, Success, CliqueId 0, a zero ClusterUUID, C41),
+--   "hgx-starting" (an HGX board whose GPUs are Not Started: Fabric Manager not running or in
+--   partition mode, C41; its platformInfo names no rack slot, no partition_assigned) or "none" (no
+--   NVSwitch: every field N/A)
 -- @tparam[opt] integer n GPUs (4)
 -- @tparam[opt] string uuid the ClusterUUID of "rack" (M.CLUSTER_UUID)
 -- @tparam[opt] integer clique the CliqueId of "rack" (32766)
@@ -296,10 +299,15 @@ function M.gpu_lines(kind, n, uuid, clique)
   local fields = ({
     rack = string.format("Completed, Success, %s, %d", uuid or M.CLUSTER_UUID, clique or 32766),
     hgx = "Completed, Success, 00000000-0000-0000-0000-000000000000, 0",
+    ["hgx-starting"] = "Not Started, N/A, N/A, N/A",
     none = "N/A, N/A, N/A, N/A" })[kind]
   assert(fields, "gpu_lines: unknown kind " .. tostring(kind))
   local lines = {}
   for i = 0, (n or 4) - 1 do lines[#lines + 1] = i .. ", " .. fields end
+  if kind == "hgx-starting" then
+    lines[#lines + 1] = "platform chassis_serial_number=, slot_number=N/A, tray_index=N/A"
+    lines[#lines + 1] = "health * partition_assigned=-"
+  end
   return lines
 end
 --- The ClusterUUID of M.gpu_lines("rack").

@@ -218,16 +218,18 @@ function Policy:restart(ctx, want, assessment, st, info)
   return restart.restart(ctx, want, assessment, st, info)
 end
 
---- Fabric: the GPUs' NVLink fabric registration (imexguard.fabric.check, C31): every GPU Completed
--- with status Success, a non-zero ClusterUUID, all in one partition, and that partition the one the
--- domain map names when want.domain's name is a fabric identity (fabric.matches). GPUs that report
--- N/A have no multi-node NVLink (nothing checked, said once in the log). Sets ctx.fabric.
+--- Fabric: the GPUs' NVLink fabric (imexguard.fabric.check, C31, C41-C43): every GPU Completed with
+-- status Success, a non-zero ClusterUUID, all in one partition, its Health block not unhealthy, and
+-- that partition the one the domain map names when want.domain's name is a fabric identity
+-- (fabric.matches). GPUs that report N/A, or all registered with a zero ClusterUUID (HGX boards), have
+-- no multi-node NVLink (nothing checked, said once in the log). NVML that cannot start on a
+-- driver/library version mismatch is driver-mismatch. Sets ctx.fabric.
 -- @param want table|nil the desired list (want.domain: this node's domain from the domain map,
 --   {name =, nodes =, source =}, or nil; else ctx.domain when set)
 -- @param wait boolean wait up to fabric_timeout while a GPU is registering (the prolog); false: one read
 --   (status, health, plan)
--- @return result (fabric.check's), or nil, outcome ("fabric-fault", "fabric-unknown",
---   "deadline-exceeded"), message
+-- @return result (fabric.check's), or nil, outcome ("fabric-fault", "driver-mismatch",
+--   "fabric-unknown", "deadline-exceeded"), message
 function Policy:check_fabric(ctx, want, wait) -- luacheck: no self
   return fabric.check(ctx, { wait = wait, domain = (want and want.domain) or rawget(ctx, "domain") })
 end
@@ -242,7 +244,9 @@ function Policy:wait_healthy(ctx, want, assessment)
   if not r then return fo, fm end
   local outcome, msg = health.wait(ctx, want, assessment.answer)
   if want.slots then outcome, msg = slots.after_wait(ctx, want, outcome, msg) end -- the SIGUSR1 floor
-  if r.state == "unknown" or (r.polls or 0) > 1 then msg = msg .. "; fabric: " .. r.message end
+  if r.state == "unknown" or r.state == "degraded" or (r.polls or 0) > 1 then
+    msg = msg .. "; fabric: " .. r.message
+  end
   return outcome, text.one_line(msg)
 end
 

@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
--- The default policy and the GPUs' NVLink fabric (field case C31 of docs/design.md), on the kit's
--- scenarios: the prolog's health step, health, status and plan. nvidia-smi is scripted by argv
--- (C40): the default world's GPUs are registered in one partition.
+-- The default policy and the GPUs' NVLink fabric (field cases C31, C41, C42, C43 of
+-- docs/design.md), on the kit's scenarios: the prolog's health step, health, status and plan.
+-- nvidia-smi is scripted by argv (C40): the default world's GPUs are registered in one partition,
+-- their fabric healthy (the kit's `-q -x` document, imexguard.testing.gpus).
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local cjson = require "cjson"
@@ -244,5 +245,144 @@ describe("default policy: the NVLink fabric (C31)", function()
     local t = cjson.decode(out)
     assert.equal("healthy", t.fabric.state)
     assert.equal(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, t.fabric.partition)
+  end)
+end)
+
+describe("default policy: single-node NVSwitch nodes beside the racks (C41)", function()
+  local ZERO = "00000000-0000-0000-0000-000000000000"
+
+  it("an HGX board (every GPU Completed, Success, zero ClusterUUID): ok, no fabric check, said once; "
+    .. "health and status ok with the fabric line", function()
+      local s = scenario{ nvidia_smi = testing.FABRIC_HGX }
+      local o, m = s:prolog{ nodelist = "n[1-2]" }
+      assert.equal("ok", o, m)
+      assert.equal(1, logged(s, "info", "no multi-node NVLink: all 8 GPUs registered with a zero "
+        .. "ClusterUUID"))
+      assert.equal(0, logged(s, "warning", "NVLink"))
+      assert.same({ "101" }, s:registered())
+      assert.equal("ok", (s:health{}))
+      local so, _, out = s:status{}
+      assert.equal("ok", so)
+      assert.matches("\nfabric +none: no multi%-node NVLink", out)
+      local po, _, plan = s:plan{ nodelist = "n[1-2]" }
+      assert.equal("ok", po)
+      assert.matches("\nfabric: none: no multi%-node NVLink", plan)
+    end)
+
+  it("a zero ClusterUUID beside non-zero ones stays fabric-fault, naming the GPU", function()
+    local s = scenario{ nvidia_smi = tray(3, { cluster_uuid = ZERO, clique_id = 0 }) }
+    local o, m = s:prolog{ nodelist = "n[1-2]" }
+    assert.equal("fabric-fault", o)
+    assert.matches("GPU 3:", m, 1, true)
+    assert.matches("zero ClusterUUID beside GPUs 0-2", m, 1, true)
+    assert.equal("fabric-fault", (s:health{}))
+  end)
+
+  it("GPUs Not Started on a board whose platformInfo names no rack slot: not waited for, ok", function()
+    local list = {}
+    for i = 1, 8 do
+      list[i] = { state = "Not Started", status = "N/A", cluster_uuid = "N/A", clique_id = "N/A",
+        platform = { chassis_serial_number = "", slot_number = "N/A", tray_index = "N/A" },
+        health = { partition_assigned = false } }
+    end
+    local s = scenario{ nvidia_smi = testing.gpus(list) }
+    local t0 = s.host.now()
+    local o, m = s:prolog{ nodelist = "n[1-2]" }
+    assert.equal("ok", o, m)
+    assert.is_true(s.host.now() - t0 < 1)
+    assert.equal(1, #s.host.runs_of("nvidia-smi"))
+    assert.equal(1, logged(s, "info", "not waited for: GPU 0 Not Started"))
+  end)
+end)
+
+describe("default policy: the fabric's own health (C42)", function()
+  for _, c in ipairs({
+    { { summary = "Unhealthy", route_unhealthy = "True" }, "Summary Unhealthy, Route Unhealthy True" },
+    { { incorrect_configuration = "Insufficient NVLinks" }, "Incorrect Configuration Insufficient NVLinks" },
+  }) do
+    it("GPU 1 " .. c[2] .. " while registered: fabric-fault naming the GPU and the field; health, status, "
+      .. "plan the same", function()
+        local s = scenario{ nvidia_smi = tray(1, { health = c[1] }),
+          mesh = { unhealthy = { n2 = "UNAVAILABLE" } } }
+        local o, m = s:prolog{ nodelist = "n[1-2]" }
+        assert.equal("fabric-fault", o)
+        assert.equal(16, outcomes.exit_code(o))
+        assert.matches("GPU 1: fabric health " .. c[2], m, 1, true)
+        assert.matches("this node is at fault, not its peers", m, 1, true)
+        assert.is_nil(m:find("10.0.0.2 (n2)", 1, true))
+        assert.same({}, s:registered())
+        local ho, hm = s:health{}
+        assert.equal("fabric-fault", ho)
+        assert.matches("GPU 1: fabric health", hm, 1, true)
+        local so, _, out = s:status{}
+        assert.equal("fabric-fault", so)
+        assert.matches("\nfabric +fault: GPU 1: fabric health", out)
+        assert.equal("fabric-fault", (s:plan{ nodelist = "n[1-2]" }))
+      end)
+  end
+
+  it("Limited Capacity, Degraded bandwidth, a recovery in progress: ok, named in the final line, health, "
+    .. "status and plan; status --json lists them", function()
+      local s = scenario{ nvidia_smi = testing.gpus({ {}, { health = { bandwidth = "Degraded" } },
+        { health = { summary = "Limited Capacity", route_recovery_in_progress = "True" } }, {} }) }
+      local o, m = s:prolog{ nodelist = "n[1-2]" }
+      assert.equal("ok", o)
+      assert.matches("fabric: 4 GPUs registered with the NVLink fabric, partition " .. testing.CLUSTER_UUID
+        .. "." .. testing.CLIQUE_ID .. "; degraded: GPU 1 Bandwidth Degraded, GPU 2 Summary Limited "
+        .. "Capacity, GPU 2 Route Recovery in progress True (jobs run, slower)", m, 1, true)
+      assert.same({ "101" }, s:registered())
+      local ho, hm = s:health{}
+      assert.equal("ok", ho)
+      assert.matches("degraded: GPU 1 Bandwidth Degraded", hm, 1, true)
+      local so, sm, out = s:status{}
+      assert.equal("ok", so)
+      assert.matches("degraded: GPU 1 Bandwidth Degraded", sm, 1, true)
+      assert.matches("\nfabric +degraded: ", out)
+      local _, _, plan = s:plan{ nodelist = "n[1-2]" }
+      assert.matches("\nfabric: degraded: ", plan)
+      local t = cjson.decode((select(3, s:status{ json = true })))
+      assert.equal("degraded", t.fabric.state)
+      assert.same({ gpu = 1, field = "bandwidth", value = "Degraded" }, t.fabric.degraded[1])
+      assert.equal(3, #t.fabric.degraded)
+    end)
+
+  it("a healthy fabric: status --json has an empty degraded list", function()
+    local t = cjson.decode((select(3, scenario{}:status{ json = true })))
+    assert.equal("healthy", t.fabric.state)
+    assert.same({}, t.fabric.degraded)
+  end)
+end)
+
+describe("default policy: NVML cannot start (C43)", function()
+  local VERSION = "/proc/driver/nvidia/version"
+  local MODULE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+    .. "(dvs-builder@U16-I3-B03-4-3)  Thu Oct 23 10:00:00 UTC 2025\n"
+
+  for _, unknown in ipairs({ "skip", "fail" }) do
+    it("driver/library version mismatch with on_fabric_unknown = " .. unknown .. ": driver-mismatch (21) "
+      .. "naming both versions; the job is not registered; health, status, plan the same", function()
+        local s = scenario{ nvidia_smi = testing.NVML_MISMATCH, files = { [VERSION] = MODULE },
+          settings = { on_fabric_unknown = unknown } }
+        local o, m = s:prolog{ nodelist = "n[1-2]" }
+        assert.equal("driver-mismatch", o)
+        assert.equal(21, outcomes.exit_code(o))
+        assert.matches("kernel module 580.95.05 (" .. VERSION .. "), NVML library 580.105", m, 1, true)
+        assert.same({}, s:registered())
+        for _, cmd in ipairs({ "health", "status" }) do
+          local co, cm = s[cmd](s, {})
+          assert.equal("driver-mismatch", co, cmd)
+          assert.matches("NVML library 580.105", cm, 1, true)
+        end
+        local _, _, out = s:status{}
+        assert.matches("\nfabric +driver%-mismatch: NVML cannot start", out)
+        assert.equal("driver-mismatch", (s:plan{ nodelist = "n[1-2]" }))
+      end)
+  end
+
+  it("after a change too: the job is unregistered again", function()
+    local s = scenario{ nvidia_smi = testing.NVML_MISMATCH, files = { [VERSION] = MODULE } }
+    local o = s:prolog{ nodelist = "n[1,3]" }
+    assert.equal("driver-mismatch", o)
+    assert.same({}, s:registered())
   end)
 end)

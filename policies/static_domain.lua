@@ -16,7 +16,11 @@
 --   4. the unit is active (activating: wait, bounded by start_timeout), else domain-unhealthy:
 --      this node's daemon is down and imexguard will not start it (a failed unit: with its daemon's
 --      last error line, and who holds the IMEX session for NV_ERR_IN_USE, C50);
---   5. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
+--   5. this node's GPUs on the NVLink fabric, as the built-in policy checks them (its
+--      P:check_fabric, waiting while a GPU registers: C31, C41-C43): a fault of this node's GPUs,
+--      or NVML that cannot start, ends the prolog before the health wait; a degraded fabric is
+--      named in the final line;
+--   6. the job's nodes are healthy: the default's health wait (health.wait), with a judge of its
 --      own over the JOB'S nodes only (this node READY, every other job node present, READY and
 --      connected from here); nodes of the rack outside the job do not hold the job up (they are
 --      named).
@@ -259,6 +263,10 @@ end
 function P.prolog(ctx)
   local info, want, props = verify(ctx, true)
   if not info then return want, props end
+  local r, fo, fm = default.check_fabric(default, ctx, want, true)
+  if not r then return fo, fm end
+  local fabric_note = (r.state == "unknown" or r.state == "degraded" or (r.polls or 0) > 1)
+    and ("; fabric: " .. r.message) or ""
   if slots_room.enabled(ctx) then
     local guard, o, gm = steps.lock(ctx)
     if not guard then return o, gm end
@@ -269,11 +277,11 @@ function P.prolog(ctx)
     if require("imexguard.outcomes").exit_code(outcome, ctx.settings) ~= 0 then
       switch_map(ctx, nil, props, nil, info) -- the job's slots out again
     end
-    return outcome, text.one_line(msg .. "; static domain with slots: the job's nodes switched into the name "
-      .. "map, nothing rewritten or restarted")
+    return outcome, text.one_line(msg .. fabric_note .. "; static domain with slots: the job's nodes "
+      .. "switched into the name map, nothing rewritten or restarted")
   end
   local outcome, msg = health.wait(ctx, want, nil, judge)
-  return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
+  return outcome, text.one_line(msg .. fabric_note .. "; static domain: nothing rewritten or restarted")
 end
 
 --- The epilog: nothing to do on a static domain.
@@ -294,8 +302,9 @@ function P.epilog(ctx)
     steps.node_name(ctx))
 end
 
---- Plan: the prolog's checks without waiting, and one ctl answer, with config.cfg's warning of C44;
--- changes nothing.
+--- Plan: the prolog's checks without waiting, one ctl answer with config.cfg's warning of C44, and
+-- one read of the fabric (the built-in policy's fabric_verdict: a fault of this node's GPUs replaces
+-- ok); changes nothing.
 -- @tparam table ctx the run's context
 -- @treturn string outcome (`ok`, or the failing check's outcome)
 -- @treturn string one-line message
@@ -313,7 +322,9 @@ function P.plan(ctx)
   for _, f in ipairs(cmdtarget.findings(ctx, info.cfg, info.config)) do
     msg = msg .. "; config warning: " .. f.message
   end
-  return "ok", text.one_line(msg), text.one_line(msg) .. "\n"
+  local outcome
+  outcome, msg = default.fabric_verdict(default, ctx, want, "ok", text.one_line(msg))
+  return outcome, msg, default.fabric_report(default, ctx, msg .. "\n")
 end
 
 P.status = default.status

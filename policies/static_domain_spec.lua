@@ -62,7 +62,8 @@ describe("static_domain policy", function()
     local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
     assert.equal("ok", outcome)
     assert.matches("outside the job: 10.0.0.4", message)
-    assert.equal(1, s.host.count("run"))
+    assert.equal(1, #s.host.runs_of("nvidia-imex-ctl"))
+    assert.equal(1, #s.host.runs_of("nvidia-smi"))
     assert.equal(0, s.host.count("sleep"))
     assert.is_true(s.host.now() - t0 < 1)
   end)
@@ -242,5 +243,64 @@ describe("static_domain policy: host names in the static list (C35)", function()
     outcome, message = s:status{}
     assert.equal("ok", outcome) -- the daemon resolved it and shows it healthy; imexguard could not
     assert.matches("names that do not resolve: rack7%-slot03", message)
+  end)
+end)
+
+describe("static_domain policy: the GPUs' NVLink fabric (C31, C41-C43), as the built-in policy", function()
+  local ZERO = "00000000-0000-0000-0000-000000000000"
+  local VERSION = "/proc/driver/nvidia/version"
+  local MODULE = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  "
+    .. "(dvs-builder@U16-I3-B03-4-3)  Thu Oct 23 10:00:00 UTC 2025\n"
+
+  it("a GPU unhealthy on the fabric: fabric-fault naming it, before the health wait; nothing changed",
+    function()
+      local s = testing.scenario{ policy = P, file = RACK,
+        nvidia_smi = testing.gpus({ {}, { health = { summary = "Unhealthy", route_unhealthy = "True" } } }) }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("fabric-fault", outcome)
+      assert.matches("GPU 1: fabric health Summary Unhealthy, Route Unhealthy True", message, 1, true)
+      assert.equal(0, #s.host.runs_of("nvidia-imex-ctl"))
+      untouched(s)
+      local o, m, report = s:plan{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("fabric-fault", o)
+      assert.matches("GPU 1", m, 1, true)
+      assert.matches("\nfabric: fault: GPU 1", report)
+    end)
+
+  it("an HGX board (every GPU registered, zero ClusterUUID): ok, no fabric check, said once", function()
+    local s = testing.scenario{ policy = P, file = RACK, nvidia_smi = testing.FABRIC_HGX }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome, message)
+    local said = 0
+    for _, l in ipairs(s:logs("info")) do
+      if l:find("no multi-node NVLink", 1, true) then said = said + 1 end
+    end
+    assert.equal(1, said)
+    local zero = {}
+    for i = 1, 4 do zero[i] = { cluster_uuid = ZERO, clique_id = 0 } end
+    zero[3] = {}
+    s = testing.scenario{ policy = P, file = RACK, nvidia_smi = testing.gpus(zero) }
+    assert.equal("fabric-fault", (s:prolog{ job = 102, nodelist = "n[1-2]" }))
+  end)
+
+  it("a degraded fabric: ok, the degradation in the final line", function()
+    local s = testing.scenario{ policy = P, file = RACK,
+      nvidia_smi = testing.gpus({ {}, {}, { health = { bandwidth = "Degraded" } }, {} }) }
+    local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+    assert.equal("ok", outcome)
+    assert.matches("degraded: GPU 2 Bandwidth Degraded", message, 1, true)
+  end)
+
+  it("NVML cannot start (driver/library version mismatch): driver-mismatch (21), both versions", function()
+    for _, unknown in ipairs({ "skip", "fail" }) do
+      local s = testing.scenario{ policy = P, file = RACK, nvidia_smi = testing.NVML_MISMATCH,
+        files = { [VERSION] = MODULE }, settings = { on_fabric_unknown = unknown } }
+      local outcome, message = s:prolog{ job = 101, nodelist = "n[1-2]" }
+      assert.equal("driver-mismatch", outcome)
+      assert.equal(21, outcomes.exit_code(outcome))
+      assert.matches("kernel module 580.95.05", message, 1, true)
+      assert.matches("NVML library 580.105", message, 1, true)
+      untouched(s)
+    end
   end)
 end)

@@ -17,6 +17,10 @@
  *  - Limits: the input's size (max_bytes), the nesting depth (max_depth) and the count of
  *    elements (max_elements), checked as elements open; past one the parser is stopped
  *    (XML_StopParser) and the call returns nil, msg, "limit".
+ *  - Elements named in the option skip are left out of the tree with everything inside them
+ *    (still parsed, counted and checked): a reader that needs a few fields of a large document
+ *    (nvidia-smi's <supported_clocks> are two thirds of an HGX board's elements) does not pay
+ *    for tables it never reads.
  *  - The tree is built on the Lua stack as elements open and close (the open elements are the
  *    top of the stack), its tables allocated by the Lua state (the sandbox's memory limit
  *    counts them).  The parser and the text buffer belong to a userdata whose __close and __gc
@@ -47,7 +51,9 @@ struct xml_parse {
 	const char *name;  /* the input, for messages */
 	lua_Integer max_depth, max_elements;
 	lua_Integer depth, elements;
-	char *buf; /* character data of the innermost open element, not yet stored */
+	int skip_idx;	      /* stack index of the skip set (name -> true), 0: none */
+	lua_Integer skipping; /* > 0: the depth of the skipped element we are inside */
+	char *buf;	      /* character data of the innermost open element, not yet stored */
 	size_t buf_len, buf_cap;
 	const char *code; /* set when a handler stopped the parse */
 	char msg[512];
@@ -120,6 +126,16 @@ static void flush_text(struct xml_parse *x)
 	x->buf_len = 0;
 }
 
+/* Is an element named tag in the skip set (a table name -> true, below the tree on the stack)? */
+static int is_skipped(struct xml_parse *x, const XML_Char *tag)
+{
+	if (x->skip_idx == 0)
+		return 0;
+	int skipped = lua_getfield(x->L, x->skip_idx, tag) != LUA_TNIL;
+	lua_pop(x->L, 1);
+	return skipped;
+}
+
 static void XMLCALL on_start(void *ud, const XML_Char *tag, const XML_Char **atts)
 {
 	struct xml_parse *x = ud;
@@ -133,6 +149,15 @@ static void XMLCALL on_start(void *ud, const XML_Char *tag, const XML_Char **att
 	}
 	if (x->elements >= x->max_elements) {
 		stop(x, "limit", "more than %lld elements", (long long)x->max_elements);
+		return;
+	}
+	x->elements++;
+	if (x->skipping > 0 || is_skipped(x, tag)) {
+		if (x->skipping == 0) {
+			flush_text(x);
+			x->skipping = x->depth + 1;
+		}
+		x->depth++;
 		return;
 	}
 	flush_text(x);
@@ -149,7 +174,6 @@ static void XMLCALL on_start(void *ud, const XML_Char *tag, const XML_Char **att
 	lua_pushliteral(L, "");
 	lua_setfield(L, -2, "text");
 	x->depth++;
-	x->elements++;
 }
 
 static void XMLCALL on_end(void *ud, const XML_Char *tag)
@@ -161,6 +185,13 @@ static void XMLCALL on_end(void *ud, const XML_Char *tag)
 	(void)tag; /* expat has checked that it matches the start tag */
 	if (x->code)
 		return;
+	if (x->skipping > 0) {
+		if (x->depth == x->skipping)
+			x->skipping = 0;
+		x->depth--;
+		x->buf_len = 0; /* character data inside a skipped element */
+		return;
+	}
 	flush_text(x);
 	lua_getfield(L, -1, "text");
 	const char *s = lua_tolstring(L, -1, &len);
@@ -184,7 +215,7 @@ static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
 {
 	struct xml_parse *x = ud;
 
-	if (x->code || x->depth == 0 || len <= 0)
+	if (x->code || x->depth == 0 || len <= 0 || x->skipping > 0)
 		return;
 	if ((size_t)len > x->buf_cap - x->buf_len) {
 		size_t cap = x->buf_cap ? x->buf_cap * 2 : 256;
@@ -236,7 +267,9 @@ static lua_Integer opt_limit(lua_State *L, const char *key, lua_Integer def, lua
  *  name: string, what the text is ("nvidia-smi -q -x"), the start of every message;
  *  limits: table, optional: max_bytes (integer, the most bytes of text, default 8 MiB),
  *    max_depth (integer, the most nested elements, default 32), max_elements (integer, default
- *    200000).
+ *    200000), skip (list of element names: such elements, wherever they are, are left out of the
+ *    tree with everything inside them; they are still parsed, and count for max_depth and
+ *    max_elements).
  * The result is the document element as a table: tag (string, the element's name), attr (table:
  * attribute name -> value, {} when none), text (string: the element's own character data, entities
  * and CDATA resolved, with the white space at both ends removed; "" when none, so `<a></a>` and
@@ -245,7 +278,8 @@ static lua_Integer opt_limit(lua_State *L, const char *key, lua_Integer def, lua
  * dropped.
  * Errors: "EFBIG" (text longer than max_bytes), "xml" (not well-formed, ends before the document
  * does, or declares an entity: the message gives expat's reason, line and column), "limit"
- * (deeper or more elements than allowed), "ENOMEM".  Misuse (not a string, a bad limit) raises.
+ * (deeper or more elements than allowed), "ENOMEM".  Misuse (not a string, a bad limit, a skip
+ * that is not a list of strings) raises.
  * libexpat: https://libexpat.github.io/doc/api/ */
 static int l_xml_parse(lua_State *L)
 {
@@ -260,7 +294,7 @@ static int l_xml_parse(lua_State *L)
 	if (len > (size_t)max_bytes)
 		return ig_push_error(L, "EFBIG", "%s: larger than %lld bytes (%zu)", name,
 				     (long long)max_bytes, len);
-	lua_settop(L, 2);
+	lua_settop(L, 3); /* text, name, limits or nil */
 
 	struct xml_parse *x = lua_newuserdatauv(L, sizeof *x, 0);
 	memset(x, 0, sizeof *x);
@@ -270,6 +304,28 @@ static int l_xml_parse(lua_State *L)
 	x->name = name;
 	x->max_depth = max_depth;
 	x->max_elements = max_elements;
+	if (!lua_isnil(L, 3)) {
+		/* limits.skip: a list of element names, made a set below the tree */
+		if (lua_getfield(L, 3, "skip") == LUA_TNIL) {
+			lua_pop(L, 1);
+		} else {
+			if (!lua_istable(L, -1))
+				luaL_error(L,
+					   "bad argument #3 to 'xml_parse' (skip must be a list of "
+					   "element names)");
+			lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+			lua_createtable(L, 0, n > 64 ? 64 : (int)n);
+			for (lua_Integer i = 1; i <= n; i++) {
+				if (lua_rawgeti(L, -2, i) != LUA_TSTRING)
+					luaL_error(L,
+						   "bad argument #3 to 'xml_parse' (skip must be a "
+						   "list of element names)");
+				lua_pushboolean(L, 1);
+				lua_rawset(L, -3);
+			}
+			x->skip_idx = lua_gettop(L);
+		}
+	}
 	x->parser = XML_ParserCreate(NULL);
 	if (!x->parser)
 		return ig_push_error(L, "ENOMEM", "%s: cannot create an XML parser", name);

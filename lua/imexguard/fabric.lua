@@ -1,240 +1,58 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The GPUs' NVLink fabric registration (field case C31 of docs/design.md): read it with
--- `nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,fabric.cliqueId
--- --format=csv,noheader` (NVML's nvmlDeviceGetGpuFabricInfoV, one line per GPU), judge it, and wait
--- (bounded, paced as the health wait) while a GPU is still registering.
+--- The fabric check, step 8a of the built-in policy (field cases C31, C41, C42, C43 of
+-- docs/design.md): run `nvidia-smi -q -x` once (started early: M.start), read it
+-- (imexguard.smi: the XML through host.xml_parse), judge this node's GPUs
+-- (imexguard.fabricjudge), wait (bounded, paced as the health wait) while a GPU is still
+-- registering, and end in an outcome: fabric-fault, driver-mismatch (NVML cannot start),
+-- fabric-unknown (nvidia-smi absent, hung or unparsable, with on_fabric_unknown = "fail"), or a
+-- result for status, plan and the metrics (ctx.fabric). Also the domain map's partition names
+-- (M.matches).
 --
--- Facts (NVIDIA NVML documentation; nvidia-smi -q section "Fabric"; seen on GB200 NVL72 in Azure's
--- azhpc-images PR #506, the NVIDIA DRA driver, gpud): a GPU's fabric.state is "Not Started",
--- "In Progress" or "Completed"; fabric.status is separate and only meaningful once Completed, where it
--- can carry a failure ("Insufficient Resources", "Unknown Error"...). A GPU without NVSwitch reports
--- N/A in every field (no multi-node NVLink: nothing to check). Two GPUs share memory over NVLink iff
--- both completed with status Success and their (ClusterUUID, CliqueId) pair, the NVLink partition,
--- is the same; a zero ClusterUUID means no multi-node NVLink. IMEX daemons can be READY and
--- CONNECTED while a GPU is not registered: jobs then fail inside CUDA (cuMemCreate/import).
+-- The setting nvidia_smi is an argv prefix (a site may wrap nvidia-smi: `timeout`, a container's
+-- exec); imexguard appends `-q -x`. A site command that prints the CSV of the query earlier
+-- versions ran (`--query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,
+-- fabric.cliqueId --format=csv,noheader`) whatever its arguments is still read: registration
+-- only, without the Health block (C42) and platformInfo (C41's "not waited for").
+--
+-- Facts: IMEX daemons can be READY and CONNECTED while a GPU is not registered with the fabric:
+-- jobs then fail inside CUDA (cuMemCreate/import). After a driver package update without a reboot,
+-- nvidia-smi prints "Failed to initialize NVML: Driver/library version mismatch" and "NVML library
+-- version: 580.105" and exits 18 (seen: public CI logs, e.g. mozilla/translations issue 1167); CUDA
+-- cannot start there either. The loaded kernel module's version is the first line of
+-- /proc/driver/nvidia/version (NVIDIA's kernel module).
 local settings_schema = require "imexguard.settings"
 local pace = require "imexguard.pace"
+-- Loaded when first used (imexguard.lazy): nothing of them with fabric_check = "off".
+local lazy = require "imexguard.lazy"
+local smi = lazy "imexguard.smi"
+local judge = lazy "imexguard.fabricjudge"
 local one_line = require("imexguard.text").one_line
 local trim = require("imexguard.text").trim
 local excerpt = require("imexguard.text").excerpt
 
 local M = {}
 
---- The query of nvidia-smi (its arguments after the program).
-M.QUERY = { "--query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,fabric.cliqueId",
-  "--format=csv,noheader" }
 --- Seconds one nvidia-smi call may take at most (within the run's budget): it answers in about a
 -- second on a 4-GPU tray; one that takes longer is hung (a GPU fallen off the bus, a driver stuck).
 M.CALL_TIMEOUT = 10
---- Largest nvidia-smi output kept (bytes): 5 short fields per GPU.
-M.MAX_OUTPUT = 64 * 1024
 --- Seconds kept back from the run's budget so that a wait that times out still ends in a named outcome.
 M.MARGIN = 0.5
---- The ClusterUUID of a GPU outside any multi-node NVLink domain.
-M.ZERO_UUID = "00000000-0000-0000-0000-000000000000"
---- The registration states (fabric.state) a GPU passes through; N/A (or "Not Supported") is none.
-M.STATES = { ["Not Started"] = "pending", ["In Progress"] = "pending", ["Completed"] = "done" }
+--- Largest /proc/driver/nvidia/version read (bytes).
+local VERSION_FILE_MAX = 4096
 
-local UUID = "^%x%x%x%x%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%-%x%x%x%x%x%x%x%x%x%x%x%x$"
--- the tokens nvidia-smi prints for a field without a value (bare in CSV, bracketed in some versions)
-local NA = { ["N/A"] = true, ["[N/A]"] = true, ["Not Supported"] = true, ["[Not Supported]"] = true }
-
---- The argv of the query from the settings (nvidia_smi: a path or a list used as the argv prefix).
+--- The argv of the query from the settings (nvidia_smi: a path or a list used as the argv prefix,
+-- then imexguard.smi.QUERY: `-q -x`, the whole document as XML).
 -- @param settings table validated settings
 -- @return list of strings
 function M.argv(settings)
-  return settings_schema.command_argv(settings.nvidia_smi, M.QUERY)
+  return settings_schema.command_argv(settings.nvidia_smi, smi.QUERY)
 end
 
---- Parse the CSV answer of the query (pure).
--- @param text string nvidia-smi's stdout (one line per GPU: index, state, status, ClusterUUID,
---   CliqueId, separated by commas; blanks around fields and blank lines are ignored; CRLF taken)
--- @return list of GPUs in the order printed, each {index = integer, state = string|nil,
---   status = string|nil, cluster_uuid = lowercase string|nil, clique_id = integer|nil, na = boolean
---   (the state is N/A: no fabric on this GPU)}; a field that is N/A is nil. Or nil, message naming
---   the line and the field (no line, a line without 5 fields, an index that is not a number or
---   repeats, an unknown state, a ClusterUUID that is not a UUID, a CliqueId that is not a number)
-function M.parse(text)
-  if type(text) ~= "string" then return nil, "no output" end
-  local gpus, seen, n = {}, {}, 0
-  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
-    line = trim(line)
-    if line ~= "" then
-      local f = {}
-      for field in (line .. ","):gmatch("([^,]*),") do f[#f + 1] = trim(field) end
-      if #f ~= 5 then
-        return nil, string.format("line %d: %d fields instead of 5 (index, state, status, ClusterUUID, "
-          .. "CliqueId): %s", n, #f, excerpt(line))
-      end
-      local index = f[1]:match("^%d+$") and math.tointeger(tonumber(f[1]))
-      if not index then
-        return nil, string.format("line %d: GPU index %s is not a number", n, excerpt(f[1]))
-      end
-      if seen[index] then return nil, string.format("line %d: GPU %d listed twice", n, index) end
-      seen[index] = true
-      local g = { index = index, na = NA[f[2]] == true }
-      if not g.na then
-        if not M.STATES[f[2]] then
-          return nil, string.format("line %d: GPU %d: unknown fabric.state %s", n, index, excerpt(f[2]))
-        end
-        g.state = f[2]
-      end
-      if not NA[f[3]] then
-        if f[3] == "" then return nil, string.format("line %d: GPU %d: empty fabric.status", n, index) end
-        g.status = f[3]
-      end
-      if not NA[f[4]] then
-        if not f[4]:match(UUID) then
-          return nil, string.format("line %d: GPU %d: fabric.clusterUuid %s is not a UUID", n, index,
-            excerpt(f[4]))
-        end
-        g.cluster_uuid = f[4]:lower()
-      end
-      if not NA[f[5]] then
-        g.clique_id = f[5]:match("^%d+$") and math.tointeger(tonumber(f[5]))
-        if not g.clique_id then
-          return nil, string.format("line %d: GPU %d: fabric.cliqueId %s is not a number", n, index,
-            excerpt(f[5]))
-        end
-      end
-      gpus[#gpus + 1] = g
-    end
-  end
-  if #gpus == 0 then return nil, "no GPU line" end
-  return gpus
-end
-
---- Parse the Fabric sections of `nvidia-smi -q` (pure): per GPU ("GPU 00000009:01:00.0" headers, in
--- order, numbered from 0), its Fabric block's State, Status, CliqueId and ClusterUUID. Used to read
--- field reports (tests/fixtures/nvidia-smi/); the checks run the CSV query.
--- @param text string
--- @return list of GPUs as M.parse's, or nil, message
-function M.parse_q(text)
-  if type(text) ~= "string" then return nil, "no output" end
-  local csv, cur, in_fabric, indent = {}, nil, false, nil
-  local function flush()
-    if cur then
-      csv[#csv + 1] = table.concat({ tostring(#csv), cur.State or "N/A", cur.Status or "N/A",
-        cur.ClusterUUID or "N/A", cur.CliqueId or "N/A" }, ", ")
-    end
-  end
-  for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-    line = line:gsub("\r$", "")
-    local lead = #line:match("^(%s*)")
-    if line:match("^GPU %x+:%x+:%x+%.%x") then
-      flush()
-      cur, in_fabric = {}, false
-    elseif cur and trim(line) == "Fabric" then
-      in_fabric, indent = true, lead
-    elseif in_fabric and trim(line) ~= "" then
-      if lead <= indent then
-        in_fabric = false
-      else
-        local k, v = line:match("^%s*(%S[^:]-)%s*:%s*(.-)%s*$")
-        local wanted = k == "State" or k == "Status" or k == "CliqueId" or k == "ClusterUUID"
-        if wanted and cur[k] == nil then
-          cur[k] = v
-        end
-      end
-    end
-  end
-  flush()
-  if #csv == 0 then return nil, "no GPU section" end
-  return M.parse(table.concat(csv, "\n"))
-end
-
---- A GPU's fields for a message: "GPU 1: fabric.state Completed, fabric.status Insufficient
--- Resources, ClusterUUID ..., CliqueId ...".
--- @param g table a GPU of parse
--- @return string
-function M.describe(g)
-  return string.format("GPU %d: fabric.state %s, fabric.status %s, ClusterUUID %s, CliqueId %s", g.index,
-    g.na and "N/A" or tostring(g.state), g.status or "N/A", g.cluster_uuid or "N/A",
-    g.clique_id and tostring(g.clique_id) or "N/A")
-end
-
---- The partition identity of a registered GPU: {cluster_uuid, clique_id, id = "<uuid>.<cliqueid>"}.
-local function partition_of(g)
-  return { cluster_uuid = g.cluster_uuid, clique_id = g.clique_id,
-    id = g.cluster_uuid .. "." .. tostring(g.clique_id) }
-end
-
--- "GPUs 0-2" / "GPU 3" / "GPUs 0, 2".
-local function gpu_list(indices)
-  table.sort(indices)
-  if #indices == 1 then return "GPU " .. indices[1] end
-  local run = true
-  for i = 2, #indices do run = run and indices[i] == indices[i - 1] + 1 end
-  if run then return string.format("GPUs %d-%d", indices[1], indices[#indices]) end
-  return "GPUs " .. table.concat(indices, ", ")
-end
-
---- Judge the parsed GPUs of this node (pure).
--- @param gpus list from parse
--- @return verdict {kind = "healthy" | "pending" | "fault" | "none", message = one line, partition =
---   {cluster_uuid, clique_id, id} (healthy), gpu = index of the GPU at fault (fault), pending = list of
---   indices still registering (pending), gpus = the input}. Healthy: every GPU Completed with status
---   Success, a non-zero ClusterUUID and a CliqueId, all in one partition. Fault (this node is at
---   fault): a Completed GPU whose status is not Success, a zero or missing ClusterUUID, a missing
---   CliqueId, a GPU with N/A beside registered ones, GPUs in different partitions. Pending: no fault,
---   and some GPU "Not Started" or "In Progress". None: every GPU N/A (no multi-node NVLink).
-function M.judge(gpus)
-  local v = { gpus = gpus }
-  local na, pending = 0, {}
-  for _, g in ipairs(gpus) do if g.na then na = na + 1 end end
-  if na == #gpus then
-    v.kind, v.message = "none", string.format("no multi-node NVLink: fabric.state N/A on all %d GPUs", #gpus)
-    return v
-  end
-  local function fault(g, why)
-    v.kind, v.gpu = "fault", g.index
-    v.message = one_line(string.format("%s (%s)", M.describe(g), why))
-    return v
-  end
-  for _, g in ipairs(gpus) do
-    if g.na then
-      return fault(g, "no fabric registration while other GPUs of this node have one")
-    elseif M.STATES[g.state] == "pending" then
-      pending[#pending + 1] = g.index
-    elseif g.status ~= "Success" then
-      return fault(g, "registration with the NVLink fabric failed")
-    elseif not g.cluster_uuid or g.cluster_uuid == M.ZERO_UUID then
-      return fault(g, "zero ClusterUUID: not in a multi-node NVLink domain")
-    elseif not g.clique_id then
-      return fault(g, "no CliqueId")
-    end
-  end
-  if #pending > 0 then
-    local states = {}
-    for _, g in ipairs(gpus) do
-      if M.STATES[g.state] == "pending" then states[#states + 1] = "GPU " .. g.index .. " " .. g.state end
-    end
-    v.kind, v.pending = "pending", pending
-    v.message = "fabric registration not finished: " .. table.concat(states, ", ")
-    return v
-  end
-  -- one partition: the GPUs outside the largest group (the first printed on a tie) are named
-  local groups, order = {}, {}
-  for _, g in ipairs(gpus) do
-    local id = partition_of(g).id
-    if not groups[id] then groups[id] = {}; order[#order + 1] = id end
-    table.insert(groups[id], g)
-  end
-  if #order > 1 then
-    table.sort(order, function(a, b)
-      if #groups[a] ~= #groups[b] then return #groups[a] > #groups[b] end
-      return groups[a][1].index < groups[b][1].index
-    end)
-    local main, odd = order[1], groups[order[2]][1]
-    local main_ix = {}
-    for _, g in ipairs(groups[main]) do main_ix[#main_ix + 1] = g.index end
-    return fault(odd, string.format("in another NVLink partition than %s (ClusterUUID.CliqueId %s): the "
-      .. "GPUs of one node cannot share memory", gpu_list(main_ix), main))
-  end
-  v.kind, v.partition = "healthy", partition_of(gpus[1])
-  v.message = string.format("%d GPUs registered with the NVLink fabric, partition %s", #gpus, v.partition.id)
-  return v
+--- Largest nvidia-smi output kept (bytes): the parser's limit, imexguard.smi.LIMITS.max_bytes (an
+-- 8-GPU HGX board prints 360 KB).
+-- @return integer
+function M.max_output()
+  return smi.LIMITS.max_bytes
 end
 
 local Early = {}
@@ -256,18 +74,62 @@ function M.start(ctx)
   local h, s = ctx.host, ctx.settings
   if s.fabric_check == "off" or type(h.spawn) ~= "function" then return nil end
   local timeout = math.min(M.CALL_TIMEOUT, math.max(h.remaining() - M.MARGIN, 0.05))
-  local proc, err, code = h.spawn(M.argv(s), { timeout = timeout, max_output = M.MAX_OUTPUT })
+  local proc, err, code = h.spawn(M.argv(s), { timeout = timeout, max_output = M.max_output() })
   local q = setmetatable({ proc = proc, err = err, code = code, timeout = timeout }, Early)
   ctx.fabric_early = q
   return q
 end
 
---- Run the query once (or wait for the early one, M.start, when it was not used yet) and judge its
+--- The loaded kernel module's version (C43): the NVRM line of the setting driver_version_file
+-- (default /proc/driver/nvidia/version), read with host.read.
+-- @param ctx table policy context
+-- @return version string, or nil, why (one line naming the file)
+function M.kernel_version(ctx)
+  local path = ctx.settings.driver_version_file
+  local t, err = ctx.host.read(path, VERSION_FILE_MAX)
+  if not t then return nil, string.format("%s: %s", path, tostring(err)) end
+  local v = smi.kernel_version(t)
+  if not v then return nil, path .. " has no NVRM version line" end
+  return v
+end
+
+-- The verdict when NVML cannot start because the driver's kernel module and library differ (C43).
+local function mismatch(ctx, nvml)
+  local kernel, why = M.kernel_version(ctx)
+  local path = ctx.settings.driver_version_file
+  return { kind = "driver-mismatch", kernel_version = kernel, library_version = nvml.library_version,
+    message = one_line(string.format("NVML cannot start: %s: kernel module %s, NVML library %s (the "
+      .. "driver was updated without a reboot: CUDA cannot start on this node either; reboot it, or reload "
+      .. "the nvidia kernel modules)", nvml.reason, kernel and (kernel .. " (" .. path .. ")")
+      or ("version unknown (" .. why .. ")"), nvml.library_version or "version not printed")) }
+end
+
+-- The GPUs of nvidia-smi's standard output: the XML document (smi.parse, smi.fabric_gpus), or the
+-- CSV of the earlier query (a site command that prints it: smi.parse_csv).
+-- @return list of checked GPUs, or nil, message
+local function answer_gpus(ctx, out, xml)
+  if xml or out:find("<?xml", 1, true) then
+    local r, err = smi.parse(ctx.host, out)
+    if not r then return nil, err end
+    return smi.fabric_gpus(r)
+  end
+  local gpus, err = smi.parse_csv(out)
+  if not gpus then
+    return nil, "neither the XML of nvidia-smi -q -x nor the CSV of its fabric query: " .. err
+  end
+  ctx.host.log("debug", "nvidia-smi answered the CSV of the fabric query (a site command): registration "
+    .. "only, no Health block")
+  return gpus
+end
+
+--- Run nvidia-smi once (or wait for the early one, M.start, when it was not used yet) and judge its
 -- answer.
 -- @param ctx table policy context (ctx.host.run, ctx.settings.nvidia_smi, ctx.fabric_early)
 -- @param timeout number seconds for the call
--- @return verdict (judge's), or {kind = "unknown", message = one line (absent, hung, a failed exit,
---   unparsable), code = the run's error code or nil}
+-- @return verdict (imexguard.fabricjudge.judge's), or {kind = "driver-mismatch", message = one line
+--   naming both versions, kernel_version, library_version} (NVML cannot start: C43), or
+--   {kind = "unknown", message = one line (absent, hung, NVML failing for another reason, a failed
+--   exit, too long, unparsable), code = the run's error code or nil}
 function M.read(ctx, timeout)
   local argv = M.argv(ctx.settings)
   local res, err, code
@@ -276,30 +138,31 @@ function M.read(ctx, timeout)
     q.used, timeout = true, q.timeout
     if q.proc then res, err, code = q.proc:wait() else err, code = q.err, q.code end
   else
-    res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.MAX_OUTPUT })
+    res, err, code = ctx.host.run(argv, { timeout = timeout, max_output = M.max_output() })
+  end
+  local function unknown(fmt, ...)
+    return { kind = "unknown", code = code, message = one_line(argv[1] .. " " .. string.format(fmt, ...)) }
   end
   if not res then
-    local why
-    if code == "timeout" then
-      why = string.format("hung: no answer within %g s", timeout)
-    elseif code == "deadline" then
-      why = "the run's deadline passed"
-    else
-      why = string.format("cannot run: %s (%s)", tostring(err), tostring(code))
-    end
-    return { kind = "unknown", code = code, message = one_line(argv[1] .. " " .. why) }
+    if code == "timeout" then return unknown("hung: no answer within %g s", timeout) end
+    if code == "deadline" then return unknown("the run's deadline passed") end
+    return unknown("cannot run: %s (%s)", tostring(err), tostring(code))
   end
+  local out = res.stdout or ""
+  local xml = out:find("<nvidia_smi_log", 1, true) ~= nil
+  -- NVML's failure (exit 18 on a mismatch) is a few lines, never beside the document
+  local nvml = not (xml and res.status == 0) and smi.nvml_failure(out .. "\n" .. (res.stderr or ""))
+  if nvml and nvml.reason:lower():find("version mismatch", 1, true) then return mismatch(ctx, nvml) end
+  if nvml then return unknown("exited %s: NVML cannot start: %s", tostring(res.status), nvml.reason) end
   if res.status ~= 0 then
-    local first = trim((res.stdout or "") .. "\n" .. (res.stderr or "")):match("^[^\n]*")
-    return { kind = "unknown", message = one_line(string.format("%s exited %s: %s", argv[1],
-      tostring(res.status or ("on signal " .. tostring(res.signal))), excerpt(first))) }
+    local first = trim(out .. "\n" .. (res.stderr or "")):match("^[^\n]*")
+    return unknown("exited %s: %s", tostring(res.status or ("on signal " .. tostring(res.signal))),
+      excerpt(first))
   end
-  local gpus, perr = M.parse(res.stdout)
-  if not gpus then
-    return { kind = "unknown", message = one_line(string.format("%s answered something unparsable: %s",
-      argv[1], perr)) }
-  end
-  return M.judge(gpus)
+  if res.truncated then return unknown("printed more than %d bytes", M.max_output()) end
+  local gpus, perr = answer_gpus(ctx, out, xml)
+  if not gpus then return unknown("answered something unparsable: %s", perr) end
+  return judge.judge(gpus)
 end
 
 --- Parse a domain name that names an NVLink partition by its fabric identity:
@@ -309,7 +172,7 @@ end
 function M.parse_identity(name)
   if type(name) ~= "string" then return nil end
   local uuid, clique = name:match("^%s*(%x+%-%x+%-%x+%-%x+%-%x+)[.:](%d+)%s*$")
-  if not uuid or not uuid:match(UUID) then return nil end
+  if not uuid or not uuid:match(smi.UUID_PATTERN) then return nil end
   local id = math.tointeger(tonumber(clique))
   if not id then return nil end
   uuid = uuid:lower()
@@ -369,6 +232,10 @@ local function check_result(ctx, opts, node, v, r, waited, cut)
     return nil, "fabric-fault", one_line(string.format("node %s: %s; this node is at fault, not its peers",
       node, v.message))
   end
+  if v.kind == "driver-mismatch" then
+    return nil, "driver-mismatch", one_line(string.format("node %s: %s; this node is at fault, not its peers",
+      node, v.message))
+  end
   if v.kind == "unknown" then
     if v.code == "deadline" then
       return nil, "deadline-exceeded", one_line(string.format("node %s: fabric check: %s", node, v.message))
@@ -388,10 +255,11 @@ local function check_result(ctx, opts, node, v, r, waited, cut)
       .. "%g s); this node is at fault, not its peers", node, v.message, waited, s.fabric_timeout))
   end
   if v.kind == "none" then
-    h.log("info", "node " .. node .. ": " .. v.message .. ": no fabric check")
+    h.log(v.warn and "warning" or "info", "node " .. node .. ": " .. v.message .. ": no fabric check")
   end
+  local registered = v.kind == "healthy" or v.kind == "degraded"
   local name = opts.domain and opts.domain.name
-  if name ~= nil and (v.kind == "healthy" or v.kind == "none") then
+  if name ~= nil and (registered or v.kind == "none") then
     local ok, why = M.matches(v.partition, name)
     if ok == false then
       r.state = "fault"
@@ -399,24 +267,30 @@ local function check_result(ctx, opts, node, v, r, waited, cut)
         node, why))
     end
   end
-  if v.kind == "healthy" and waited > 0 and r.polls > 1 then
+  if registered and waited > 0 and r.polls > 1 then
     r.message = string.format("%s (after waiting %.1f s)", v.message, waited)
   end
   return r
 end
 
---- The fabric check of a command: read the registration, wait while a GPU is registering (with
--- opts.wait: up to the setting fabric_timeout, bounded by the run's budget, polled at the health
--- wait's pace, imexguard.pace over poll_interval), judge, and compare with the domain map's name.
+--- The fabric check of a command: read nvidia-smi, wait while a GPU is registering on a node that
+-- may have multi-node NVLink (with opts.wait: up to the setting fabric_timeout, bounded by the run's
+-- budget, polled at the health wait's pace, imexguard.pace over poll_interval), judge
+-- (imexguard.fabricjudge), and compare with the domain map's name. A node without multi-node NVLink
+-- (state "none": every GPU N/A, or registered with a zero ClusterUUID, C41) is not checked further,
+-- said once in the log (at warning when its platformInfo places it in a rack).
 -- Sets ctx.fabric = the result (for status, plan and the metrics).
 -- @param ctx table policy context (settings fabric_check, nvidia_smi, fabric_timeout,
 --   on_fabric_unknown, poll_interval)
 -- @param opts table|nil {wait = boolean (default false: one read), domain = {name = ...} | nil (this
 --   node's domain from the domain map: its name is compared with matches)}
--- @return result {state = "off" | "none" | "healthy" | "pending" | "unknown", message = one line,
---   partition = identity or nil, polls = number of reads}, or nil, outcome ("fabric-fault",
---   "fabric-unknown" with on_fabric_unknown = "fail", "deadline-exceeded"), message (one line,
---   naming this node, the GPU and its fields)
+-- @return result {state = "off" | "none" | "healthy" | "degraded" | "pending" | "unknown", message =
+--   one line, partition = identity or nil, polls = number of reads, gpus = the checked GPUs or nil,
+--   degraded = list of {gpu, field, label, value} or nil}, or nil, outcome ("fabric-fault",
+--   "driver-mismatch" whatever on_fabric_unknown says, "fabric-unknown" with on_fabric_unknown =
+--   "fail", "deadline-exceeded"), message (one line, naming this node, the GPU and its fields, or
+--   both driver versions). ctx.fabric is set on every path (state "fault" or "driver-mismatch" on
+--   those outcomes).
 function M.check(ctx, opts)
   opts = opts or {}
   local h, s = ctx.host, ctx.settings
@@ -430,7 +304,7 @@ function M.check(ctx, opts)
   local v, polls, cut = read_settled(ctx, start, window)
   local waited = h.now() - start
   local r = { state = v.kind, message = v.message, partition = v.partition, polls = polls, gpus = v.gpus,
-    gpu = v.gpu }
+    gpu = v.gpu, degraded = v.degraded }
   ctx.fabric = r
   return check_result(ctx, opts, node, v, r, waited, cut)
 end

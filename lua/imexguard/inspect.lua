@@ -450,16 +450,19 @@ function M:channel_report(ctx, info, out) -- luacheck: no self
 end
 
 --- status, health and plan: the fabric read once (P:check_fabric without waiting) joined to an outcome
--- that exits 0: a fault of this node's GPUs (or fabric-unknown with on_fabric_unknown = "fail")
--- replaces it; GPUs still registering are named in the message, not a fault (the prolog waits for
--- them); an outcome that is already non-zero stays, the fabric is not read.
+-- that exits 0: a fault of this node's GPUs, driver-mismatch (or fabric-unknown with
+-- on_fabric_unknown = "fail") replaces it; GPUs still registering and a degraded fabric are named in
+-- the message, not a fault (the prolog waits for the first, jobs run on the second); an outcome that
+-- is already non-zero stays, the fabric is not read.
 -- @param want table|nil (want.domain, see P:check_fabric)
 -- @return outcome, message (one line)
 function M:fabric_verdict(ctx, want, outcome, msg)
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
   local r, fo, fm = self:check_fabric(ctx, want, false)
   if not r then return fo, text.one_line(fm .. "; " .. msg) end
-  if r.state == "pending" or r.state == "unknown" then msg = msg .. "; fabric: " .. r.message end
+  if r.state == "pending" or r.state == "unknown" or r.state == "degraded" then
+    msg = msg .. "; fabric: " .. r.message
+  end
   return outcome, text.one_line(msg)
 end
 

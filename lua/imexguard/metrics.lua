@@ -35,8 +35,8 @@ local HELP = {
     "1 for the status of each IMEX node as the last run that asked nvidia-imex-ctl saw it, 0 for its "
       .. "other statuses (id, host, status).", "id, host, status" },
   imexguard_fabric_gpu = { "gauge",
-    "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
-    "gpu, state, status, partition" },
+    "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition, "
+      .. "health: its fabric Health Summary).", "gpu, state, status, partition, health" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
   imexguard_domain_map_fallback = { "gauge",
     "1 when the last run of the command found the IMEX domain map's file broken and the last map that parsed "
@@ -148,7 +148,7 @@ local function fabric_samples(samples, gpus, key)
   end
   for _, g in ipairs(gpus) do
     samples[key("imexguard_fabric_gpu", { gpu = g.gpu, state = g.state, status = g.status,
-      partition = g.partition })] = 1
+      partition = g.partition, health = g.health or "N/A" })] = 1
   end
 end
 
@@ -162,7 +162,7 @@ end
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
---   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
+--   {gpu, state, status, partition, health}: the fabric the run read, imexguard.fabric),
 --   version (string, optional: imexguard's version, host.version), map_writes (integer, optional:
 --   the name map's writes in place, membership by slots), membership (string, optional: the
 --   setting), domain_map_fallback (boolean: the last domain map that parsed stood in,

@@ -39,9 +39,10 @@ M.list = {
   { "config-mismatch", 15, "a setting names another config or node list than the one the unit's daemon "
     .. "reads (both paths named); nothing changed" },
   { "fabric-fault", 16, "a GPU of this node is not registered with the NVLink fabric (a failed status, "
-    .. "a zero ClusterUUID, GPUs in different partitions, still registering after fabric_timeout, or "
-    .. "another partition than the domain map names); the GPU and the fields are named, peers are not "
-    .. "blamed" },
+    .. "a zero ClusterUUID beside non-zero ones, GPUs in different partitions, still registering after "
+    .. "fabric_timeout, or another partition than the domain map names), or the fabric reports it unhealthy "
+    .. "(Health Summary Unhealthy, Route Unhealthy, an Incorrect Configuration); the GPU and the fields are "
+    .. "named, peers are not blamed" },
   { "fabric-unknown", 17, "the GPUs' fabric registration could not be read (nvidia-smi absent, hung or "
     .. "unparsable) and on_fabric_unknown is \"fail\"" },
   { "settings-error", 18, "imexguard.conf or a --set is wrong, or the file is missing (--config), unreadable "
@@ -51,6 +52,9 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
+  { "driver-mismatch", 21, "NVML cannot start on this node: nvidia-smi reports a driver/library version "
+    .. "mismatch (a driver update without a reboot; CUDA cannot start either); the kernel module's and the "
+    .. "library's versions are named, whatever on_fabric_unknown says" },
   { "refused", 22, "the policy refused the restart or rewrite the job needs, by a rule of its own (not a "
     .. "registered job: that is conflict); its message says why; nothing changed" },
   { "not-placed", 24, "this node runs IMEX (GPUs in an NVLink partition, or the unit active) but no domain "

@@ -302,8 +302,7 @@ end
 -- @param f table|string|nil {state, message, partition = {id}} or a string
 -- @return string "(not read)" when nil, else "STATE: message"
 function M.fabric_line(f)
-  if f == nil then return "(not read)" end
-  if type(f) ~= "table" then return tostring(f) end
+  if type(f) ~= "table" then return f == nil and "(not read)" or tostring(f) end
   return string.format("%s: %s", tostring(f.state), tostring(f.message))
 end
 
@@ -344,8 +343,8 @@ local function unit_json(facts)
   local u = facts.unit or {}
   return json.object():set("name", facts.unit_name):set("load_state", u.load_state)
     :set("active_state", u.active_state):set("sub_state", u.sub_state):set("result", u.result)
-    :set("unit_file_state", u.unit_file_state)
-    :set("since", json.time_us(u.state_change_us) or json.time_us(u.active_enter_us))
+    :set("unit_file_state", u.unit_file_state):set("since", json.time_us(u.state_change_us)
+      or json.time_us(u.active_enter_us))
     :set("invocation_id", u.invocation_id ~= "" and u.invocation_id or nil)
     :set("main_pid", (u.main_pid or 0) > 0 and u.main_pid or nil):set("error", u.error)
 end
@@ -362,8 +361,7 @@ end
 -- @return json object
 function M.registration_json(e)
   return json.object():set("id", e.id):set("hosts", registry.entry_hosts(e))
-    :set("nodes", json.array(nodelist.lines(e.nodes)))
-    :set("registered", json.time_us(e.registered_us))
+    :set("nodes", json.array(nodelist.lines(e.nodes))):set("registered", json.time_us(e.registered_us))
     :set("invocation_id", e.invocation_id ~= "" and e.invocation_id or nil)
 end
 
@@ -384,14 +382,18 @@ local function domain_json(d)
     :set("error", d.error)
 end
 
---- This node's fabric registration as a JSON object (docs/json.md): {state, message, partition}.
+--- This node's fabric as JSON (docs/json.md): {state, message, partition, degraded = [{gpu, field, value}]}.
 -- @param f table|string|nil ctx.fabric
 -- @return json object, or nil
 function M.fabric_json(f)
-  if f == nil then return nil end
-  if type(f) ~= "table" then return json.object():set("state", tostring(f)) end
+  if type(f) ~= "table" then return f ~= nil and json.object():set("state", tostring(f)) or nil end
+  local degraded = {}
+  for _, d in ipairs(type(f.degraded) == "table" and f.degraded or {}) do
+    degraded[#degraded + 1] = json.object():set("gpu", d.gpu):set("field", d.field):set("value", d.value)
+  end
   return json.object():set("state", f.state):set("message", f.message)
     :set("partition", type(f.partition) == "table" and f.partition.id or nil)
+    :set("degraded", json.array(degraded))
 end
 
 -- The head of the status JSON: schema, command, ok, outcome, exit_code, message, time and the

@@ -47,12 +47,14 @@ local function mesh_nodes(seen)
   end)
 end
 
--- The GPUs' fabric registration the run read (ctx.fabric, set by imexguard.fabric.check), or nil.
+-- The GPUs' fabric the run read (ctx.fabric, set by imexguard.fabric.check), the Health Summary as
+-- `health` ("N/A" without one), or nil.
 local function fabric_gpus(fab)
   return labels(type(fab) == 'table' and fab.gpus, function(g)
     local part = g.cluster_uuid and (g.cluster_uuid .. '.' .. tostring(g.clique_id)) or 'N/A'
+    local summary = type(g.health) == 'table' and g.health.summary or nil
     return { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
-      status = tostring(g.status or 'N/A'), partition = part }
+      status = tostring(g.status or 'N/A'), partition = part, health = tostring(summary or 'N/A') }
   end)
 end
 

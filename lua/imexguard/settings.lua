@@ -102,17 +102,23 @@ M.schema = {
       .. "restart) before the prolog restarts its daemon once to clear it, or ends stuck-mismatch (C32); "
       .. "time for the peers' own prologs to restart daemons still on another list" },
   { name = "fabric_check", default = "auto", kind = "enum", values = { "auto", "off" },
-    doc = "the GPUs' NVLink fabric registration (nvidia-smi's fabric.state, fabric.status, ClusterUUID, "
-      .. "CliqueId): \"auto\" (checked by the prolog's health step, health and status; GPUs that "
-      .. "report N/A have no multi-node NVLink and are not checked) or \"off\"" },
+    doc = "the GPUs' NVLink fabric (nvidia-smi -q -x: each GPU's registration, ClusterUUID, CliqueId and "
+      .. "fabric health): \"auto\" (checked by the prolog's health step, health, status and plan; GPUs "
+      .. "that report N/A, or all registered with a zero ClusterUUID, have no multi-node NVLink and are "
+      .. "not checked) or \"off\"" },
   { name = "nvidia_smi", default = "/usr/bin/nvidia-smi", kind = "argv",
-    doc = "nvidia-smi, used for the fabric check: a path, or a list of strings used as the argv prefix" },
+    doc = "nvidia-smi, used for the fabric check: a path, or a list of strings used as the argv prefix; "
+      .. "run with -q -x appended" },
   { name = "fabric_timeout", default = 30, kind = "number",
     doc = "seconds: how long the prolog waits for GPUs whose fabric registration is Not Started or "
       .. "In Progress (after a reboot or a partition change) before it is a fabric-fault" },
   { name = "on_fabric_unknown", default = "skip", kind = "enum", values = { "skip", "fail" },
     doc = "when the fabric registration cannot be read (nvidia-smi absent, hung or unparsable): "
-      .. "\"skip\" (not checked, logged at warning) or \"fail\" (outcome fabric-unknown, exit 17)" },
+      .. "\"skip\" (not checked, logged at warning) or \"fail\" (outcome fabric-unknown, exit 17); NVML "
+      .. "failing on a driver/library version mismatch is driver-mismatch (exit 21) either way" },
+  { name = "driver_version_file", default = "/proc/driver/nvidia/version", kind = "path",
+    doc = "the loaded NVIDIA kernel module's version (its NVRM line), named beside NVML's library version "
+      .. "when nvidia-smi reports a driver/library version mismatch (driver-mismatch)" },
   { name = "on_peer_fault", default = "warn", kind = "enum", values = { "warn", "fail" },
     doc = "when only peers are unhealthy: \"warn\" (exit 0) or \"fail\" (exit 12, drains this node)" },
   { name = "restart_under_jobs", default = false, kind = "boolean",

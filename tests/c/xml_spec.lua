@@ -8,7 +8,7 @@ local H = require "helpers"
 local host = H.host()
 
 local FIXTURES = "tests/fixtures/nvidia-smi/"
-local CAPTURES = { "qx-gb200.xml", "qx-gb300.xml", "qx-b200.xml", "qx-a100.xml" }
+local CAPTURES = { "qx-gb200.xml", "qx-gb300.xml", "qx-b200.xml", "qx-h100.xml", "qx-a100.xml" }
 
 local function fixture(name)
   return assert(H.read(FIXTURES .. name), "missing fixture " .. name)
@@ -117,6 +117,50 @@ describe("host.xml_parse: the tree", function()
   it("never reads the DTD a document names (nvidia-smi's nvsmi_device_v13.dtd is not on disk)", function()
     local root = assert(host.xml_parse('<!DOCTYPE a SYSTEM "/nonexistent/x.dtd"><a>1</a>', "t"))
     assert.equal("1", root.text)
+  end)
+end)
+
+describe("host.xml_parse: skip (elements left out of the tree)", function()
+  it("leaves the named elements out wherever they are, with everything inside; the rest is unchanged",
+    function()
+      local doc = "<a> x <s><b>1</b>in s</s> y <b>2<s/></b><c><s><s>deep</s></s>3</c></a>"
+      local root = assert(host.xml_parse(doc, "t", { skip = { "s" } }))
+      assert.same({ tag = "a", attr = {}, text = "x  y",
+        { tag = "b", attr = {}, text = "2" },
+        { tag = "c", attr = {}, text = "3" } }, root)
+    end)
+
+  it("the HGX capture without its supported clocks: every other element as without skip", function()
+    local text = fixture("qx-b200.xml")
+    local full = assert(host.xml_parse(text, "b200"))
+    local cut = assert(host.xml_parse(text, "b200", { skip = { "supported_clocks" } }))
+    local function strip(e)
+      local r = { tag = e.tag, attr = e.attr, text = e.text }
+      for _, c in ipairs(e) do
+        if c.tag ~= "supported_clocks" then r[#r + 1] = strip(c) end
+      end
+      return r
+    end
+    assert.same(strip(full), cut)
+    assert.equal(6045, count(full))
+    assert.equal(6045 - 3992, count(cut))
+  end)
+
+  it("skipped elements still count for max_elements and max_depth, and must be well-formed", function()
+    local doc = "<a><s><b/><b/><b/></s><b/></a>"
+    assert.is_table(host.xml_parse(doc, "t", { skip = { "s" }, max_elements = 6 }))
+    fails("limit", "t", host.xml_parse(doc, "t", { skip = { "s" }, max_elements = 5 }))
+    fails("limit", "t", host.xml_parse("<a><s><b><c/></b></s></a>", "t", { skip = { "s" }, max_depth = 3 }))
+    fails("xml", "t", host.xml_parse("<a><s><b></s></a>", "t", { skip = { "s" } }))
+    local root, err, code = host.xml_parse("<s/>", "t", { skip = { "s" } })
+    assert.same({ nil, "xml" }, { root, code })
+    assert.matches("no document element", err, 1, true)
+  end)
+
+  it("misuse raises: skip not a list of names", function()
+    assert.has_error(function() host.xml_parse("<a/>", "x", { skip = "s" }) end)
+    assert.has_error(function() host.xml_parse("<a/>", "x", { skip = { 1 } }) end)
+    assert.is_table(host.xml_parse("<a/>", "x", { skip = {} }))
   end)
 end)
 

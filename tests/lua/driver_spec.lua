@@ -484,6 +484,24 @@ describe("driver", function()
     end)
   end)
 
+  it("the built-in prolog's fabric in the metrics: a gauge per GPU with its Health Summary (C42)", function()
+    h = testing.host{ nvidia_smi = testing.gpus({ {}, { health = { summary = "Limited Capacity" } } }) }
+    package.loaded["imexguard.host"] = h
+    local run = new_run{ sets = { "metrics_dir=/var/lib/prometheus/node-exporter" } }
+    local a = D.settings(run)
+    assert.is_nil(a.outcome)
+    assert.is_nil(D.prepare(run).outcome)
+    D.invoke(run)
+    a = D.finish(run)
+    assert.equal("ok", a.outcome)
+    assert.matches("degraded: GPU 1 Summary Limited Capacity", a.message, 1, true)
+    local prom = h.file("/var/lib/prometheus/node-exporter/imexguard.prom")
+    local part = testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID
+    assert.matches('imexguard_fabric_gpu{gpu="1",health="Limited Capacity",partition="' .. part
+      .. '",state="Completed",status="Success"} 1', prom, 1, true)
+    assert.matches('imexguard_fabric_gpu{gpu="0",health="Healthy",', prom, 1, true)
+  end)
+
   describe("the nudges (imexguard.nudge): counted by the host, in the final line and the metrics", function()
     local JOB = { "10.0.0.1", "10.0.0.2" }
     local PROM = "/var/lib/prometheus/node-exporter/imexguard.prom"

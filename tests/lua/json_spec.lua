@@ -134,7 +134,7 @@ local SHAPES = {
     .. "last_prolog:{outcome:string,exit_code:integer,job:string,time:string,duration:number,message:string,"
     .. "error:null},last_epilog:null,registrations:[{id:string,hosts:string,nodes:[string],registered:string,"
     .. "invocation_id:string}],registrations_error:null,lock:{path:string,held:boolean,pid:null,owner:null,"
-    .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string},"
+    .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string,degraded:[]},"
     .. "membership:{mode:string,slot_hosts:null,in_force:null,error:null},"
     .. "status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
@@ -153,7 +153,7 @@ local SHAPES = {
     .. "conflict:null,"
     .. "registrations:[],imex_domain:null,membership:{mode:string,slot_hosts:null,slots:null,signal:null},"
     .. "channel:string,"
-    .. "fabric:{state:string,message:string,partition:string}}",
+    .. "fabric:{state:string,message:string,partition:string,degraded:[]}}",
 }
 
 describe("the --json reports of the built-in policy (their shapes, pinned)", function()

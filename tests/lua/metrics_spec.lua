@@ -127,14 +127,14 @@ describe("metrics", function()
     local s = assert(metrics.parse(metrics.render(metrics.update({}, run))))
     local lines = reference_parse(metrics.render(metrics.update(s, { command = "epilog", outcome = "ok",
       exit_code = 0, duration = 1, ended = 2 })))
-    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,partition=N/A,state=Completed,"
+    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,health=N/A,partition=N/A,state=Completed,"
       .. "status=Insufficient Resources|1.0"), table.concat(lines, "\n"))
     lines = reference_parse(metrics.render(metrics.update(s, { command = "prolog", outcome = "ok",
       exit_code = 0, duration = 1, ended = 3, gpus = { { gpu = "0", state = "Completed", status = "Success",
-        partition = "u.1" } } })))
-    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=0,partition=u.1,state=Completed,"
-      .. "status=Success|1.0"))
-    assert.is_false(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,partition=N/A,state=Completed,"
+        partition = "u.1", health = "Limited Capacity" } } })))
+    assert.is_true(has(lines, "gauge|imexguard_fabric_gpu|gpu=0,health=Limited Capacity,partition=u.1,"
+      .. "state=Completed,status=Success|1.0"))
+    assert.is_false(has(lines, "gauge|imexguard_fabric_gpu|gpu=1,health=N/A,partition=N/A,state=Completed,"
       .. "status=Insufficient Resources|1.0"))
   end)
 

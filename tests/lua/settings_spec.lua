@@ -18,7 +18,7 @@ describe("imexguard.settings", function()
         poll_interval = 0.25, nudge = true, nudge_after = 1, stale_mismatch_after = 3,
         on_peer_fault = "warn",
         restart_under_jobs = false, fabric_check = "auto", nvidia_smi = "/usr/bin/nvidia-smi",
-        fabric_timeout = 30, on_fabric_unknown = "skip",
+        fabric_timeout = 30, on_fabric_unknown = "skip", driver_version_file = "/proc/driver/nvidia/version",
         log_journal = true, log_level = "info",
         imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels",
         imex_channel_mode = "0666",

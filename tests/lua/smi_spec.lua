@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- imexguard.smi: nvidia-smi's document (`-q -x`) as GPU records, over every real capture of
--- tests/fixtures/nvidia-smi/ (GB200, GB300, HGX B200, A100; field cases C41, C42 of
+-- tests/fixtures/nvidia-smi/ (GB200, GB300, HGX B200 and H100, A100; field cases C41, C42 of
 -- docs/design.md) and edited copies of them; nvidia-smi's answer when NVML cannot start (C43) and
 -- the kernel module's version line. The XML is parsed by the real primitive (host.xml_parse, the
 -- build's host.so): each capture's values are also read apart from the tree, with patterns over
@@ -29,7 +29,7 @@ local function value(block, tag)
 end
 
 describe("imexguard.smi over the real captures", function()
-  for _, name in ipairs({ "gb200", "gb300", "b200", "a100" }) do
+  for _, name in ipairs({ "gb200", "gb300", "b200", "h100", "a100" }) do
     it(name .. ": every GPU's fields agree with the text, absent ones are nil", function()
       local text = capture(name)
       local r = assert(smi.parse(host, text))
@@ -168,6 +168,60 @@ describe("imexguard.smi on edited captures", function()
     assert.is_nil(r)
     assert.equal("limit", code)
     assert.matches("nested deeper than " .. smi.LIMITS.max_depth, err, 1, true)
+  end)
+end)
+
+describe("imexguard.smi.fabric_gpus: the checked fabric fields of each GPU", function()
+  it("over every capture: index, state, status, lowercase ClusterUUID, integer CliqueId, the raw Health "
+    .. "block and platformInfo", function()
+      local g = assert(smi.fabric_gpus(assert(smi.parse(host, capture("gb200")))))
+      assert.equal(4, #g)
+      assert.same({ 0, false, "Completed", "Success", "00000001-0000-0000-0000-000000000001", 2 },
+        { g[1].index, g[1].na, g[1].state, g[1].status, g[1].cluster_uuid, g[1].clique_id })
+      assert.equal("Healthy", g[1].health.summary)
+      assert.equal("14", g[1].platform.slot_number)
+      for _, name in ipairs({ "b200", "h100" }) do
+        g = assert(smi.fabric_gpus(assert(smi.parse(host, capture(name)))))
+        assert.equal(8, #g)
+        for i, x in ipairs(g) do
+          assert.same({ i - 1, "Completed", "Success", smi.ZERO_UUID, 0 },
+            { x.index, x.state, x.status, x.cluster_uuid, x.clique_id })
+        end
+      end
+      assert.equal("N/A", g[1].health.summary) -- h100: every Health field N/A
+      assert.equal("N/A", g[1].platform.slot_number)
+      g = assert(smi.fabric_gpus(assert(smi.parse(host, capture("a100")))))
+      assert.same({ true, nil, nil, nil, nil }, { g[1].na, g[1].state, g[1].status, g[1].cluster_uuid,
+        g[1].clique_id })
+    end)
+
+  it("a GPU without <fabric> (an older driver) is N/A", function()
+    local text = capture("a100"):gsub("<fabric>.-</fabric>", "")
+    local g = assert(smi.fabric_gpus(assert(smi.parse(host, text))))
+    assert.is_true(g[1].na)
+    assert.is_nil(g[1].health)
+  end)
+
+  for _, c in ipairs({
+    { "<state>Completed</state>", "<state>Done</state>", "unknown fabric.state Done" },
+    { "<status>Success</status>", "<status></status>", "empty fabric.status" },
+    { "<cliqueId>2</cliqueId>", "<cliqueId>two</cliqueId>", "fabric.cliqueId two is not a number" },
+    { "<clusterUuid>00000001%-0000%-0000%-0000%-000000000001</clusterUuid>", "<clusterUuid>1</clusterUuid>",
+      "fabric.clusterUuid 1 is not a UUID" },
+  }) do
+    it("refuses " .. c[3] .. ", naming the GPU (index and PCI id) and the field", function()
+      local text = capture("gb200"):gsub(c[1], c[2], 1)
+      local g, err = smi.fabric_gpus(assert(smi.parse(host, text)))
+      assert.is_nil(g)
+      assert.equal("nvidia-smi -q -x: GPU 0 (00000000:29:00.0): " .. c[3], err)
+    end)
+  end
+
+  it("refuses a document without a GPU", function()
+    local text = capture("a100"):gsub("<gpu id=.-</gpu>", "")
+    local g, err = smi.fabric_gpus(assert(smi.parse(host, text)))
+    assert.is_nil(g)
+    assert.equal("nvidia-smi -q -x: no <gpu> element", err)
   end)
 end)
 

@@ -441,16 +441,21 @@ end)
 
 describe("testing: commands scripted by argv (C40)", function()
   local fabric = require "imexguard.fabric"
-  local SMI = { "/usr/bin/nvidia-smi", fabric.QUERY[1], fabric.QUERY[2] }
+  local smi = require "imexguard.smi"
+  local fabricjudge = require "imexguard.fabricjudge"
+  local host = require "imexguard.host"
+  local SMI = { "/usr/bin/nvidia-smi", smi.QUERY[1], smi.QUERY[2] }
+  -- the checked GPUs of an answer of `nvidia-smi -q -x`
+  local function gpus_of(out) return smi.fabric_gpus(assert(smi.parse(host, out))) end
 
   it("the ctl, nvidia-smi and scontrol each have their own script and count", function()
     local h = testing.host{ ctl = { "garbage" }, nvidia_smi = { testing.gpus(2), testing.FABRIC_NONE },
       scontrol = { status = 1, stderr = "refused" } }
     assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
-    local g = assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))
+    local g = assert(gpus_of(h.run(SMI, { timeout = 5 }).stdout))
     assert.equal(2, #g)
     assert.equal("garbage", h.run(CTL, { timeout = 5 }).stdout)
-    assert.is_true(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout))[1].na)
+    assert.is_true(assert(gpus_of(h.run(SMI, { timeout = 5 }).stdout))[1].na)
     assert.equal(1, h.run({ "/usr/bin/scontrol", "update" }, { timeout = 5 }).status)
     assert.equal(2, #h.runs_of("nvidia-imex-ctl"))
     assert.equal(2, #h.runs_of("nvidia-smi"))
@@ -459,7 +464,7 @@ describe("testing: commands scripted by argv (C40)", function()
 
   it("defaults: nvidia-smi a healthy 4-GPU tray in the kit's partition, scontrol exit 0", function()
     local h = testing.host()
-    local v = fabric.judge(assert(fabric.parse(h.run(SMI, { timeout = 5 }).stdout)))
+    local v = fabricjudge.judge(assert(gpus_of(h.run(SMI, { timeout = 5 }).stdout)))
     assert.equal("healthy", v.kind)
     assert.equal(4, #v.gpus)
     assert.equal(testing.CLUSTER_UUID .. "." .. testing.CLIQUE_ID, v.partition.id)
@@ -468,10 +473,11 @@ describe("testing: commands scripted by argv (C40)", function()
     assert.equal("", r.stdout)
   end)
 
-  it("wrappers: the ctl by its -N, nvidia-smi by its --query-gpu=", function()
-    local h = testing.host{ ctl = { "c" }, nvidia_smi = { "s" } }
+  it("wrappers: the ctl by its -N, nvidia-smi by its -q -x or --query-gpu=", function()
+    local h = testing.host{ ctl = { "c" }, nvidia_smi = { "s", "t" } }
     assert.equal("c", h.run({ "/opt/sim/ctl", "--node", "1", "-N", "-j" }, { timeout = 5 }).stdout)
-    assert.equal("s", h.run({ "/opt/wrap", "gpu", fabric.QUERY[1] }, { timeout = 5 }).stdout)
+    assert.equal("s", h.run({ "/opt/wrap", "gpu", smi.QUERY[1], smi.QUERY[2] }, { timeout = 5 }).stdout)
+    assert.equal("t", h.run({ "/opt/wrap", "gpu", "--query-gpu=index" }, { timeout = 5 }).stdout)
   end)
 
   it("commands = {...} scripts any program, by path or basename, before the others", function()
@@ -521,8 +527,11 @@ describe("testing: commands scripted by argv (C40)", function()
     local default = require "policies.default"
     local P = default.extend{ admit = function(ctx)
       local r = ctx.host.run(fabric.argv(ctx.settings), { timeout = 5 })
-      local g = r and fabric.parse(r.stdout)
-      if not g or fabric.judge(g).kind ~= "healthy" then return nil, "fabric-fault", "GPUs not registered" end
+      local doc = r and smi.parse(ctx.host, r.stdout)
+      local g = doc and smi.fabric_gpus(doc)
+      if not g or fabricjudge.judge(g).kind ~= "healthy" then
+        return nil, "fabric-fault", "GPUs not registered"
+      end
       return true
     end }
     local res = check.run_one(P, "healthy-job")

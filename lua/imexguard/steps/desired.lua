@@ -44,6 +44,8 @@ local addresses = lazy "imexguard.addresses"
 local domains = lazy "imexguard.domains"
 local lastgood = lazy "imexguard.lastgood"
 local fabric = lazy "imexguard.fabric"
+local fabricjudge = lazy "imexguard.fabricjudge"
+local smi = lazy "imexguard.smi"
 
 local fail, node_name = base.fail, base.node_name
 
@@ -58,11 +60,12 @@ local function imex_node(ctx, info)
   if ctx.settings.fabric_check ~= "off" then
     local timeout = math.min(fabric.CALL_TIMEOUT, math.max(ctx.host.remaining() - fabric.MARGIN, 0.05))
     local v = fabric.read(ctx, timeout)
-    if v.kind ~= "unknown" then
-      for _, g in ipairs(v.gpus or {}) do
+    if v.kind ~= "unknown" and v.kind ~= "driver-mismatch" then
+      -- "none": no multi-node NVLink (no NVSwitch, or an HGX board: C41)
+      for _, g in ipairs(v.kind ~= "none" and v.gpus or {}) do
         local uuid = g.cluster_uuid
-        if not g.na and (fabric.STATES[g.state] == "pending" or (uuid and uuid ~= fabric.ZERO_UUID)) then
-          return true, string.format("its GPUs are on an NVLink fabric (%s)", fabric.describe(g))
+        if not g.na and (smi.STATES[g.state] == "pending" or (uuid and uuid ~= smi.ZERO_UUID)) then
+          return true, string.format("its GPUs are on an NVLink fabric (%s)", fabricjudge.describe(g))
         end
       end
       return false, v.message

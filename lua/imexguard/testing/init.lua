@@ -44,11 +44,15 @@
 --                    this node's daemon waits on its reconnect back-off (or on a nudge, SIGUSR1)
 --   nvidia_smi       what nvidia-smi answers (any argv whose program is nvidia-smi): an answer, a list
 --                    consumed per call (the last repeats) or function(n, argv, h); default
---                    testing.gpus(): 4 GPUs Completed, Success, in the partition
---                    testing.CLUSTER_UUID . testing.CLIQUE_ID (a healthy GB200 tray, so a policy that
---                    checks the fabric passes in the default world), for imexguard.fabric's query
---                    only (another nvidia-smi command is unscripted); testing.FABRIC_NONE (all N/A),
---                    testing.ABSENT (not installed), testing.HANG
+--                    testing.gpus(): the `-q -x` document of 4 GPUs Completed, Success, in the
+--                    partition testing.CLUSTER_UUID . testing.CLIQUE_ID, fabric Health Healthy (a
+--                    healthy GB200 tray, so a policy that checks the fabric passes in the default
+--                    world), for imexguard.fabric's query (-q -x) only (another nvidia-smi command is
+--                    unscripted); testing.gpus{{state =, status =, cluster_uuid =, clique_id =,
+--                    health = {...}, platform = {...}}, ...} (imexguard.testing.gpus),
+--                    testing.FABRIC_NONE (all N/A), testing.FABRIC_HGX (8 GPUs, zero ClusterUUID:
+--                    C41), testing.NVML_MISMATCH (NVML cannot start: C43), testing.ABSENT (not
+--                    installed), testing.HANG
 --   scontrol         what scontrol answers (same forms; default exit 0, no output)
 --   commands         {[program path or basename] = script}: any program, before the ones above; a
 --                    command no script covers (not the ctl, nvidia-smi, scontrol or a key here) raises
@@ -116,8 +120,10 @@ M.BOOT_ID, M.BOOT_ID_FILE, M.IF_INET6 = base.BOOT_ID, base.BOOT_ID_FILE, base.IF
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG, M.NO_IPV6 = run.UNREACHABLE, run.UNCONFIGURED, run.HANG, run.NO_IPV6
 M.render_mesh, M.up, M.restarted_peer = run.render_mesh, run.up, run.restarted_peer
-M.gpus, M.FABRIC_NONE, M.ABSENT = run.gpus, run.FABRIC_NONE, run.ABSENT
-M.CLUSTER_UUID, M.CLIQUE_ID = run.CLUSTER_UUID, run.CLIQUE_ID
+local gpus = require "imexguard.testing.gpus"
+M.gpus, M.FABRIC_NONE, M.FABRIC_HGX, M.ABSENT = gpus.gpus, gpus.FABRIC_NONE, gpus.FABRIC_HGX, gpus.ABSENT
+M.NVML_MISMATCH = gpus.NVML_MISMATCH
+M.CLUSTER_UUID, M.CLIQUE_ID = gpus.CLUSTER_UUID, gpus.CLIQUE_ID
 --- Addresses of the default nodes n1..n4.
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 

@@ -4,14 +4,14 @@
 -- `scontrol` each have their own script and a default; the option `commands` scripts these or any
 -- other program; a command nobody scripted raises an error naming it. Also the ctl answers the kit
 -- names (UNREACHABLE, NO_IPV6, UNCONFIGURED, HANG), render_mesh, which prints a described mesh as
--- `nvidia-imex-ctl -N -j` does, and the nvidia-smi answers (gpus, FABRIC_*). Test infrastructure of
--- imexguard.testing.
+-- `nvidia-imex-ctl -N -j` does; nvidia-smi's answers are imexguard.testing.gpus'. Test
+-- infrastructure of imexguard.testing.
 local cjson = require "cjson"
 
 local M = {}
 
--- The query of the fabric check (imexguard.fabric), the one the default nvidia-smi answers.
-local FABRIC_QUERY = require("imexguard.fabric").QUERY[1]
+-- The nvidia-smi answers (imexguard.testing.gpus: gpus, FABRIC_*, NVML_MISMATCH, ABSENT).
+local gpus = require "imexguard.testing.gpus"
 
 --- Ctl answer of an unreachable local daemon (exit 1): nothing listens where the ctl dials, [::]:50005
 -- on a host with IPv6 (the form of tests/fixtures/ctl/errors.txt with the errno of a refused
@@ -26,41 +26,6 @@ M.NO_IPV6 = { status = 1, stdout = "Query Status returned error code: 14 - faile
 M.UNCONFIGURED = { status = 255, stdout = "Failed to read node configuration file\n" }
 --- A ctl that never answers.
 M.HANG = { hang = true }
-
---- The ClusterUUID and CliqueId of the kit's NVLink partition (the GPUs of the default nvidia-smi).
-M.CLUSTER_UUID = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
-M.CLIQUE_ID = 32766
-
---- The answer of `nvidia-smi --query-gpu=index,fabric.state,fabric.status,fabric.clusterUuid,
--- fabric.cliqueId --format=csv,noheader` for described GPUs (one line per GPU, as nvidia-smi prints
--- it: fields separated by ", ", N/A for a field without a value).
--- @param list table|nil GPUs, each {state = "Completed" (default) | "In Progress" | "Not Started" |
---   "N/A", status = "Success" (default; "N/A" when the state is N/A), cluster_uuid = (default
---   M.CLUSTER_UUID; N/A when the state is), clique_id = (default M.CLIQUE_ID)}, or a number of healthy
---   GPUs; default 4 healthy GPUs (a GB200 compute tray) in the kit's partition
--- @return answer {stdout =, status = 0}
-function M.gpus(list)
-  list = list or 4
-  if type(list) == "number" then
-    local n = list
-    list = {}
-    for i = 1, n do list[i] = {} end
-  end
-  local lines = {}
-  for i, g in ipairs(list) do
-    local st = g.state or "Completed"
-    local na = st == "N/A"
-    lines[i] = string.format("%d, %s, %s, %s, %s", i - 1, st, g.status or (na and "N/A" or "Success"),
-      g.cluster_uuid or (na and "N/A" or M.CLUSTER_UUID),
-      tostring(g.clique_id or (na and "N/A" or M.CLIQUE_ID)))
-  end
-  return { stdout = table.concat(lines, "\n") .. "\n", status = 0 }
-end
-
---- nvidia-smi on a node without NVSwitch: every fabric field N/A (4 GPUs).
-M.FABRIC_NONE = M.gpus({ { state = "N/A" }, { state = "N/A" }, { state = "N/A" }, { state = "N/A" } })
---- nvidia-smi not installed (host.run cannot execute it).
-M.ABSENT = { exec_error = "ENOENT" }
 
 --- Render a described mesh as `nvidia-imex-ctl -N -j` prints it (objects keyed by decimal ids).
 -- @param d table {status = "UP"|... (default: derived), timestamp = string, nodes = list of
@@ -159,7 +124,7 @@ end
 
 --- The program a command runs, for its script: the key of opts.commands that is its argv[1] or that
 -- path's basename, else "nvidia-smi", "scontrol" or "nvidia-imex-ctl" by basename (the ctl also by
--- its query `-N`, nvidia-smi by its `--query-gpu=`, whatever wrapper the settings `ctl` and
+-- its query `-N`, nvidia-smi by its `-q -x` or `--query-gpu=`, whatever wrapper the settings `ctl` and
 -- `nvidia_smi` name), else nil (unscripted).
 -- @param argv list of strings
 -- @param commands table|nil opts.commands
@@ -175,7 +140,20 @@ function M.program(argv, commands)
     if a == "-N" then return "nvidia-imex-ctl" end
     if a:find("^%-%-query%-gpu=") then return "nvidia-smi" end
   end
+  if M.is_smi_query(argv) then return "nvidia-smi" end
   return nil
+end
+
+--- Is argv nvidia-smi's query of the fabric check (`-q -x` after any wrapper: imexguard.smi.QUERY)?
+-- @param argv list of strings
+-- @return boolean
+function M.is_smi_query(argv)
+  local q, x = false, false
+  for _, a in ipairs(argv) do
+    q = q or a == "-q" or a == "--query"
+    x = x or a == "-x" or a == "--xml-format"
+  end
+  return q and x
 end
 
 -- The answerer of a host's commands: function(argv) -> the scripted answer of this command (its
@@ -198,11 +176,10 @@ local function answerer(h, w, opts)
   end
   return function(argv)
     local prog = M.program(argv, opts.commands)
-    -- the default nvidia-smi answers the fabric query only; another query is the policy's to script
+    -- the default nvidia-smi answers the fabric check's query (-q -x) only; another query is the
+    -- policy's to script
     if prog == "nvidia-smi" and opts.nvidia_smi == nil and not (opts.commands and opts.commands[prog]) then
-      local fabric_query = false
-      for _, a in ipairs(argv) do fabric_query = fabric_query or a == FABRIC_QUERY end
-      if not fabric_query then prog = nil end
+      if not M.is_smi_query(argv) then prog = nil end
     end
     if not prog then
       error(string.format("testing: unscripted command %q (argv: %s): script it with the host option "
@@ -212,7 +189,7 @@ local function answerer(h, w, opts)
     counts[prog] = (counts[prog] or 0) + 1
     local n = counts[prog]
     if opts.commands and opts.commands[prog] ~= nil then return scripted(opts.commands[prog], n, argv, h) end
-    if prog == "nvidia-smi" then return scripted(opts.nvidia_smi or M.gpus(), n, argv, h) end
+    if prog == "nvidia-smi" then return scripted(opts.nvidia_smi or gpus.gpus(), n, argv, h) end
     if prog == "scontrol" then return scripted(opts.scontrol or { status = 0, stdout = "" }, n, argv, h) end
     return ctl_answer(n, argv)
   end
@@ -230,7 +207,7 @@ local function finish(argv, o, a, spend, budget)
   spend(a.elapsed or 0.01)
   if a.domain ~= nil then error("testing.host: a ctl answer's 'domain' is called 'mesh' now", 0) end
   local out = a.stdout or (a.mesh and M.render_mesh(a.mesh)) or ""
-  return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = false,
+  return { status = a.status or 0, stdout = out, stderr = a.stderr or "", truncated = a.truncated == true,
     elapsed = a.elapsed or 0.01 }
 end
 
@@ -273,10 +250,10 @@ end
 --   killed = h.now() when closed unwaited or nil}; a wait is also in h.calls as {"wait", argv})
 -- @param w table the host's shared world (needs rec, remaining, spend, unit, daemon_nodes)
 -- @param opts table testing.host options (ctl = "auto" | list of answers | function(n, argv, h);
---   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default M.gpus():
---   4 GPUs registered in one partition, for the fabric query only: another nvidia-smi command is
---   unscripted); scontrol = a script (default: exit 0, no output);
---   commands = {[program path or basename] = script}: any program, before the others)
+--   unhealthy = {[address] = status} for the auto answer; nvidia_smi = a script (default
+--   imexguard.testing.gpus.gpus(): 4 GPUs registered in one partition, for the fabric check's
+--   `-q -x` only: another nvidia-smi command is unscripted); scontrol = a script (default: exit 0,
+--   no output); commands = {[program path or basename] = script}: any program, before the others)
 function M.install(h, w, opts)
   local answer = answerer(h, w, opts)
   function h.runs_of(prog)

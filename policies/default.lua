@@ -131,6 +131,13 @@ local Policy = setmetatable({ RENAMED = RENAMED }, { __index = function(t, name)
   return inspect[name]
 end })
 
+--- Is IMEX expected on this node while no job is registered (imexguard.expected: the node
+-- condition's reason "static-domain")? false: the per-job daemon of this policy is as the last job
+-- left it, and the next prolog makes it right ("idle"). A policy that runs a daemon at all times
+-- sets it true (policies/static_domain.lua). A field, not a method: the driver reads it after the
+-- outcome, outside the count hook.
+Policy.imex_always_expected = false
+
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.
 

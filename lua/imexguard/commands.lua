@@ -15,6 +15,9 @@ local M = {}
 --   uses the built-in policy's), or nil (the host runs the command itself: no entry point);
 -- dry_run: true when it changes nothing (the host's side effects are recorders, driver.lua);
 -- metrics: true when its runs are recorded in the metrics file (setting metrics_dir);
+-- signals: true when its runs update what the GPU health stack reads after the outcome: the node
+--   condition "IMEX expected here" (imexguard.expected) and the unit's restart count
+--   (imexguard.flapping), both in state_dir (imexguard.runrecord.save_signals);
 -- deadline: seconds, the budget when --deadline gives none and it is below the setting
 --   `deadline` (nil: the setting);
 -- short: the short option that runs it instead of the name (`imexguard -t`, as `sshd -t`);
@@ -23,9 +26,9 @@ local M = {}
 --   deadline), what a health check or a configuration test reads;
 -- help: what it does, one or more sentences (the usage text wraps them).
 M.list = {
-  { name = "prolog", entry = "required", metrics = true,
+  { name = "prolog", entry = "required", metrics = true, signals = true,
     help = "make this node's IMEX domain match the job (Slurm Prolog)" },
-  { name = "epilog", entry = "required", metrics = true,
+  { name = "epilog", entry = "required", metrics = true, signals = true,
     help = "the job ended (Slurm Epilog)" },
   { name = "status", json = true, verbosity = true, entry = "optional", metrics = true, reason_line = true,
     help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
@@ -34,7 +37,8 @@ M.list = {
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
   -- `check_cmd_status -t 10`
-  { name = "health", entry = "optional", dry_run = true, metrics = true, deadline = 10, reason_line = true,
+  { name = "health", entry = "optional", dry_run = true, metrics = true, signals = true, deadline = 10,
+    reason_line = true,
     help = "check this node's IMEX, changing nothing (Slurm HealthCheckProgram, LBNL NHC): exit 0 "
       .. "healthy or not applicable, else one line 'imexguard: OUTCOME: cause' on stdout" },
   -- the job registry by hand (docs/design.md "The state file and the job registry"): what an

@@ -60,6 +60,10 @@ D.DRY_RUN = commands_with('dry_run')
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = commands_with('metrics')
 
+--- Commands whose runs update the node condition and the unit's restart count (imexguard.commands'
+-- `signals`: runrecord.save_signals).
+D.SIGNALS = commands_with('signals')
+
 -- Commands whose last run is recorded for `status` (imexguard.state.LAST; the driver does not
 -- load that module on every run: driver_spec checks that they agree).
 local state_last = { prolog = true, epilog = true }
@@ -361,10 +365,14 @@ function D.prepare(run)
   run.real_host = real
   local host, planned = D.host(real, dry_run)
   if not dry_run then host = D.counting(real, run) end
+  host = D.watching(host, run)
   if dry_run then run.c.preload('imexguard.host', host) end -- require sees the recorders too
   local path = run.policy or run.settings.policy
   local policy, err = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', err) end
+  -- a policy that keeps a daemon running at all times (static_domain): IMEX is expected when idle
+  local sok, static = pcall(function() return policy.imex_always_expected end)
+  run.static = sok and static == true
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
   local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
@@ -445,6 +453,31 @@ function D.counting(real, run)
         tostring(k)), 2)
     end,
     __pairs = function() return next, real, nil end,
+    __metatable = 'the metatable of a host object is protected',
+  })
+end
+
+--- A host table whose unit query remembers the last properties of the IMEX unit (run.unit_props):
+-- what the bookkeeping after the outcome reads (runrecord.save_signals: the node condition, the
+-- restart count) without asking systemd again. Every other primitive is `host`'s own.
+-- @param host table the primitives (or the counting host, or a dry run's recorders)
+-- @param run table the run (gets unit_props)
+-- @return table host
+function D.watching(host, run)
+  if type(host.unit) ~= 'function' then return host end
+  local unit = host.unit
+  local function watched(name, ...)
+    local props, err, code = unit(name, ...)
+    if props and name == run.settings.unit then run.unit_props = props end
+    return props, err, code
+  end
+  return setmetatable({}, {
+    __index = function(_, k) if k == 'unit' then return watched end return host[k] end,
+    __newindex = function(_, k)
+      error(string.format('cannot set imexguard.host.%s: the table is read-only in the sandbox',
+        tostring(k)), 2)
+    end,
+    __pairs = function() return pairs(host) end,
     __metatable = 'the metatable of a host object is protected',
   })
 end
@@ -530,6 +563,10 @@ function D.after(run, outcome, code, message)
     local save_last = require('imexguard.runrecord').save_last
     local ok, saved, err = pcall(save_last, run, host, outcome, code, D.counts(run, message))
     if not (ok and saved) then after_failed(run, 'last run record', ok and err or saved) end
+  end
+  if D.SIGNALS[run.command] then
+    local ok, err = pcall(require('imexguard.runrecord').save_signals, run, host, outcome)
+    if not ok or err then after_failed(run, 'node condition', err) end
   end
   if D.METRICS[run.command] and run.settings.metrics_dir then
     local ok, err = pcall(require('imexguard.runrecord').save_metrics, run, host, outcome, code)

@@ -32,6 +32,7 @@ local report = lazy "imexguard.report"
 local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
+local flapping = lazy "imexguard.flapping"
 
 --- The methods (self: the policy).
 local M = {}
@@ -129,6 +130,7 @@ function M:node_facts(ctx) -- luacheck: no self
     if herr then f.lock.error = tostring(herr) else f.lock.holder = holder end
   end
   f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
+  f.restarts = rawget(ctx, "flapping")
   return f
 end
 
@@ -227,6 +229,7 @@ local function judge(self, ctx, g)
   if not g.answer then return { outcome = g.applied, message = g.why } end
   if not g.answer.mesh then
     local outcome, msg = judge_unanswered(ctx, g)
+    outcome, msg = self:flapping_verdict(ctx, g.info and g.info.unit, outcome, msg)
     return { outcome = outcome, message = msg }
   end
   local info = g.info
@@ -242,6 +245,7 @@ local function judge(self, ctx, g)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   self:domain_fact(ctx)
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
+  outcome, msg = self:flapping_verdict(ctx, rawget(ctx, "unit_now") or (info and info.unit), outcome, msg)
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end
 
@@ -285,6 +289,7 @@ end
 function M:unit_verdict(ctx, info)
   if not info then return nil end
   local props = ctx.host.unit(ctx.settings.unit) or info.unit
+  ctx.unit_now = props -- the freshest properties: the restart count's (P:flapping_verdict)
   local ok, o, m = self:check_port_owner(ctx, info, props)
   if not ok then return o, m end
   local a = props.active_state
@@ -356,6 +361,29 @@ function M:fabric_report(ctx, out) -- luacheck: no self
   end
   if not f then return out end
   return out .. "fabric: " .. report.fabric_line(f) .. "\n"
+end
+
+-- The outcomes a flapping unit replaces besides those that exit 0: what a daemon that keeps
+-- restarting shows at the moment it is asked (down, unreachable, not answering), whose cause the
+-- restarts are.
+local FLAPPING_REPLACES = { ["domain-unhealthy"] = true, ["ctl-unusable"] = true, ["service-failed"] = true }
+
+--- status and health: the unit's restarts by systemd itself (imexguard.flapping: NRestarts between
+-- runs, in state_dir) joined to an outcome. A flapping unit (flapping_restarts within flapping_window)
+-- replaces an outcome that exits 0 or one of FLAPPING_REPLACES with unit-flapping, naming the count
+-- and the window (each restart is a new IMEX instance: its peers drop every import); another outcome
+-- keeps its place and gets the count in its message. Sets ctx.flapping (the status line).
+-- @param props table|nil the unit's properties (host.unit: n_restarts, exec_main_start_us)
+-- @return outcome, message (one line)
+function M:flapping_verdict(ctx, props, outcome, msg) -- luacheck: no self
+  local v = flapping.verdict(ctx.host, ctx.settings, props)
+  ctx.flapping = v
+  if not (v and v.flapping) then return outcome, msg end
+  if outcomes.exit_code(outcome, ctx.settings) == 0 or FLAPPING_REPLACES[outcome] then
+    return flapping.OUTCOME, text.one_line(string.format("node %s: %s; before it: %s: %s",
+      base.node_name(ctx), v.text, outcome, tostring(msg)))
+  end
+  return outcome, text.one_line(tostring(msg) .. "; " .. v.text)
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -38,11 +38,23 @@ local HELP = {
     "1 for each GPU as the last run that read the NVLink fabric saw it (gpu, state, status, partition).",
     "gpu, state, status, partition" },
   imexguard_build_info = { "gauge", "1, with the version of imexguard that wrote this file.", "version" },
+  imexguard_imex_expected = { "gauge",
+    "1 when IMEX is expected to be healthy on this node (a job registered, a static domain), 0 when not "
+      .. "(idle, not an IMEX node), as the last prolog, epilog or health run derived it; the reason is one "
+      .. "of a fixed set (imexguard(8), NODE CONDITION).", "reason" },
+  imexguard_unit_restarts_total = { "counter",
+    "Restarts of the IMEX unit by systemd itself (Restart=), counted from its NRestarts by prolog, epilog "
+      .. "and health runs; each restart is a new IMEX instance, and its peers drop every memory import of "
+      .. "the old one.", "" },
+  imexguard_unit_flapping = { "gauge",
+    "1 while the IMEX unit restarted flapping_restarts times or more within flapping_window (health ends "
+      .. "unit-flapping).", "" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
   "imexguard_nudges_total",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
-  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu" }
+  "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
+  "imexguard_imex_expected", "imexguard_unit_restarts_total", "imexguard_unit_flapping" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
 M.HELP = HELP
 --- The family names in the file's order.
@@ -134,9 +146,10 @@ end
 -- @tparam table run `{command, outcome, exit_code (integer), duration (seconds), ended (Unix
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
---   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric)}`
---   wait, imexguard.nudge), nodes (optional list of {id, host, status}), version (string,
---   optional: imexguard's version, host.version)}`
+--   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
+--   version (string, optional: imexguard's version, host.version), expected (optional
+--   {expected = boolean, reason}: the node condition, imexguard.expected), flap (optional
+--   imexguard.flapping.judge's result: the unit's restarts by systemd, total and flapping)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -185,6 +198,7 @@ function M.update(samples, run)
       samples[key("imexguard_domain_node_status", labels)] = 1
     end
   end
+  M.update_signals(samples, run)
   if run.gpus then
     for k in pairs(samples) do
       if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
@@ -195,6 +209,26 @@ function M.update(samples, run)
     end
   end
   return samples
+end
+
+--- Update the samples of the node condition and of the unit's restarts (a run that derived them:
+-- imexguard.runrecord.save_signals); the others keep the last values. The condition is one series,
+-- its reason the label (the old reason's series goes); the restarts are the record's total, set, not
+-- added (the record in state_dir is their one count).
+-- @tparam table samples (changed in place)
+-- @tparam table run see `update` (expected, flap)
+function M.update_signals(samples, run)
+  if run.expected then
+    for k in pairs(samples) do
+      if k:find("^imexguard_imex_expected{") then samples[k] = nil end
+    end
+    samples["imexguard_imex_expected{" .. M.labels({ reason = run.expected.reason }) .. "}"] =
+      run.expected.expected and 1 or 0
+  end
+  if run.flap then
+    samples["imexguard_unit_restarts_total{}"] = run.flap.total
+    samples["imexguard_unit_flapping{}"] = run.flap.flapping and 1 or 0
+  end
 end
 
 --- The file's text for a set of samples, grouped by metric family with HELP and TYPE lines.

@@ -49,6 +49,9 @@ M.list = {
     .. "once; every node of the pair ends so, naming the nodes to restart together" },
   { "slurm-conf-unreadable", 20, "slurm.conf (SLURM_CONF, the configless cache, an Include) could not be "
     .. "read where a decision needs it; nothing changed" },
+  { "unit-flapping", 23, "systemd restarted the unit by itself flapping_restarts times or more within "
+    .. "flapping_window (health; the count and the window are named): each restart is a new IMEX "
+    .. "instance, and its peers drop every memory import of the old one" },
 }
 
 --- Outcome name -> exit code.

@@ -286,6 +286,15 @@ function M.fabric_line(f)
   return string.format("%s: %s", tostring(f.state), tostring(f.message))
 end
 
+--- The unit's restarts by systemd itself (ctx.flapping: imexguard.flapping.judge's result) for a
+-- person: "(not counted)" without a count, else its short text, "flapping: " first when it flaps.
+-- @param r table|nil
+-- @return string
+function M.restarts_line(r)
+  if type(r) ~= "table" then return "(not counted)" end
+  return (r.flapping and "flapping: " or "") .. tostring(r.short)
+end
+
 --- The node's facts for a person: one "key  value" line each (status' head).
 -- @param facts table see M.status
 -- @param verbose boolean
@@ -300,6 +309,7 @@ function M.facts_lines(facts, verbose)
     { "node lock", lock_line(facts, verbose) },
     { "domain", M.domain_line(facts.domain) },
     { "fabric", M.fabric_line(facts.fabric) },
+    { "restarts", M.restarts_line(facts.restarts) },
   }
   if verbose and facts.state_path then rows[#rows + 1] = { "state file", facts.state_path } end
   local out = {}
@@ -363,6 +373,13 @@ function M.fabric_json(f)
     :set("partition", type(f.partition) == "table" and f.partition.id or nil)
 end
 
+-- The unit's restarts as JSON (docs/json.md): {flapping, restarts, window, threshold, total}, or nil.
+local function restarts_json(r)
+  if type(r) ~= "table" then return nil end
+  return json.object():set("flapping", r.flapping):set("restarts", r.count):set("window", r.window)
+    :set("threshold", r.threshold):set("total", r.total)
+end
+
 -- The head of the status JSON: schema, command, ok, outcome, exit_code, message, time and the
 -- node's facts (null where unknown).
 local function status_head(opts)
@@ -382,6 +399,7 @@ local function status_head(opts)
     :set("registrations_error", facts.jobs_error)
     :set("lock", opts.facts and lock_json(facts) or nil)
     :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
+    :set("restarts", restarts_json(facts.restarts))
 end
 
 -- The mesh keys of the status JSON (null without a mesh).

@@ -54,10 +54,39 @@ local function fabric_gpus(fab)
   return gpus
 end
 
+--- What the GPU health stack reads, after a run of a command that imexguard.commands marks
+-- `signals` (prolog, epilog, health): the unit's restart count (imexguard.flapping, from the unit's
+-- properties the run read last: run.unit_props, the driver's watching host; nothing is asked of
+-- systemd again) and the node condition "IMEX expected here" (imexguard.expected, from the outcome,
+-- those properties, the registry and the policy's imex_always_expected). Each file is replaced only
+-- when it changed, so a fast-path prolog reads three small files in state_dir and writes none.
+-- run.signals gets {expected = {expected, reason}, flap = flapping.judge's result or nil} for the
+-- metrics. A state_dir that does not exist yet is created (one level, 0755: health may run first).
+-- @param run table the driver's run (settings, unit_props, static)
+-- @param host table the real primitives
+-- @param outcome string the run's outcome
+-- @return nil, or a message when a file could not be written (the outcome never changes)
+function M.save_signals(run, host, outcome)
+  local s, props = run.settings, run.unit_props
+  host.mkdir(s.state_dir, tonumber("755", 8))
+  local flap, ferr
+  if props and props.n_restarts then flap, ferr = require('imexguard.flapping').record(host, s, props) end
+  local st = require('imexguard.state').load(host, s)
+  local jobs = st and require('imexguard.registry').jobs(st) or nil
+  local cond, cerr = require('imexguard.expected').record(host, s, { outcome = outcome, props = props,
+    jobs = jobs, static = run.static, flap = flap })
+  run.signals = { expected = cond, flap = flap }
+  local err = ferr or cerr
+  -- a run that is not root cannot write state_dir by design (an admin trying health by hand)
+  if err and host.euid() == 0 then return err end
+  return nil
+end
+
 --- Record the run in the metrics file (imexguard.metrics.record): outcome, exit code, duration
 -- (monotonic seconds), end (Unix seconds), the unit's starts and restarts and the nudges of this
 -- run (run.restarts, run.nudges: the driver's counting host), the mesh's node states and the GPUs'
--- fabric registration the run saw.
+-- fabric registration the run saw, the node condition and the unit's restarts (run.signals, set by
+-- M.save_signals before).
 -- @param run table the driver's run (command, settings, ctx, started, restarts, nudges)
 -- @param host table the real primitives
 -- @param outcome string
@@ -71,6 +100,7 @@ function M.save_metrics(run, host, outcome, code)
     ended = host.wallclock(), restarts = run.restarts or 0, nudges = run.nudges or 0,
     nodes = mesh_nodes(ctx and rawget(ctx, 'mesh_seen')),
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
+    expected = run.signals and run.signals.expected, flap = run.signals and run.signals.flap,
     version = host.version })
 end
 

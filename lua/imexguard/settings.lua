@@ -136,6 +136,12 @@ M.schema = {
       .. "reset-failed and one more start in the same run (false: never reset-failed, the admin does)" },
   { name = "manage_disabled_unit", default = false, kind = "boolean",
     doc = "start a disabled (but installed) unit per job instead of skipping the node; it is never enabled" },
+  { name = "flapping_restarts", default = 3, kind = "number", min = 1, unit = "restarts",
+    doc = "restarts of the unit by systemd itself (its Restart=, counted from NRestarts) within "
+      .. "flapping_window that make it flapping: health ends unit-flapping (exit 23), status and the "
+      .. "metrics show it (each restart is a new IMEX instance: its peers drop every import)" },
+  { name = "flapping_window", default = 600, kind = "number",
+    doc = "seconds: the window in which flapping_restarts restarts of the unit make it flapping" },
   { name = "conflict_wait", default = 5, kind = "number",
     doc = "seconds: how long a prolog in conflict with a registered job waits (without the node lock) "
       .. "for that job's epilog before it answers conflict" },

@@ -111,7 +111,7 @@ function M.load(host, settings)
   local text = host.read(M.path(settings), M.MAX_BYTES)
   if not text then return nil end
   local ok, t = pcall(cjson.decode, text)
-  if not ok or type(t) ~= "table" or not M.EXPECTED[t.reason] then return { text = text } end
+  if not ok or type(t) ~= "table" or M.EXPECTED[t.reason] == nil then return { text = text } end
   return { text = text, reason = t.reason, since = t.since_unix }
 end
 

@@ -90,8 +90,16 @@ static int usage_error(const char *fmt, ...)
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "imexguard: %s\nTry 'imexguard --help'.\n", msg);
-	if (reason_line_wanted) /* what health.sh and NHC take as the reason */
-		printf("imexguard: error: %s\n", msg);
+	if (reason_line_wanted) { /* what health.sh and NHC take as the reason */
+		/* the grammar of lua/imexguard/drain.lua (REGEX): outcome "error", a cause of at
+		 * most 200 bytes ending in "..." when cut, never inside a UTF-8 sequence */
+		size_t n = strlen(msg);
+		int cut = n > 200;
+		if (cut)
+			for (n = 200; n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80; n--)
+				;
+		printf("imexguard: error: %.*s%s\n", (int)n, msg, cut ? "..." : "");
+	}
 	return ig_usage_exit;
 }
 

@@ -47,15 +47,28 @@ static int wants_reason_line(const char *command)
 	return 0;
 }
 
+/* Bytes of the cause that reason_line keeps: the prefix, the longest outcome and the separators
+ * around it leave at least this much of drain.lua's MAX_REASON (255 bytes), with "..." after. */
+#define REASON_CAUSE_MAX 200
+
 /* The one line "imexguard: OUTCOME: cause" on stdout of a command with a reason line (health,
  * config-test) that ends non-zero without having printed it (a settings or policy error, the
  * deadline, the Lua library): what Slurm's HealthCheckProgram wrapper and NHC take as the reason.
- * msg is one line already. */
+ * msg is one line already.  The grammar of lua/imexguard/drain.lua (REGEX): a cause longer than
+ * REASON_CAUSE_MAX bytes is cut there, never inside a UTF-8 sequence, and ends in "...". */
 static void reason_line(struct ig_run *r, const char *outcome, int code, const char *msg)
 {
+	size_t n = strlen(msg);
+	int cut = n > REASON_CAUSE_MAX;
+
 	if (code == 0 || r->printed || !wants_reason_line(r->o->command))
 		return;
-	printf("imexguard: %s: %.200s\n", outcome, msg);
+	if (cut) {
+		n = REASON_CAUSE_MAX;
+		while (n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80)
+			n--; /* msg[n] continues a sequence: cut before the sequence's first byte */
+	}
+	printf("imexguard: %s: %.*s%s\n", outcome, (int)n, msg, cut ? "..." : "");
 	fflush(stdout);
 	r->printed = 1;
 }

@@ -66,15 +66,17 @@ function M.load(host, settings)
     return nil, string.format("%s unreadable (%s)", path, tostring(err))
   end
   local ok, t = pcall(cjson.decode, text)
-  local n, total = ok and type(t) == "table" and math.tointeger(t.n_restarts), ok and type(t) == "table"
-    and math.tointeger(t.total) -- lua-cjson reads every number as a float
-  if not (n and total) or type(t.unit) ~= "string" or not us(t.main_start_us) or type(t.events) ~= "table" then
+  if not ok or type(t) ~= "table" then t = {} end
+  -- lua-cjson reads every number as a float
+  local n, total = math.tointeger(t.n_restarts), math.tointeger(t.total)
+  if not (n and total and us(t.main_start_us)) or type(t.unit) ~= "string" or type(t.events) ~= "table" then
     return nil, string.format("%s is not a record of the unit's restarts", path)
   end
-  local rec = { unit = t.unit, n_restarts = n, main_start_us = us(t.main_start_us), total = total, events = {} }
+  local rec = { unit = t.unit, n_restarts = n, main_start_us = us(t.main_start_us), total = total,
+    events = {} }
   for _, e in ipairs(t.events) do
-    local at, n = type(e) == "table" and us(e[1]), type(e) == "table" and math.tointeger(e[2])
-    if at and n and n > 0 then rec.events[#rec.events + 1] = { at, n } end
+    local at, k = type(e) == "table" and us(e[1]), type(e) == "table" and math.tointeger(e[2])
+    if at and k and k > 0 then rec.events[#rec.events + 1] = { at, k } end
   end
   return rec
 end

@@ -175,6 +175,28 @@ describe("imexguard configuration commands", function()
       assert.equal("", r.stdout)
     end)
 
+    it("follows the grammar of a drain reason: a long cause cut at 200 bytes with '...', never inside a "
+      .. "UTF-8 sequence, the whole line within drain.MAX_REASON", function()
+      local drain = require "imexguard.drain"
+      local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
+        .. "function P.health() error('" .. string.rep("\195\188", 150) .. "', 0) end\nreturn P\n")
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "health" })
+      assert.equal(3, r.code)
+      local line = r.stdout:match("^([^\n]*)\n$")
+      assert.truthy(line, r.stdout)
+      assert.truthy(#line <= drain.MAX_REASON, line)
+      assert.matches("%.%.%.$", line)
+      assert.truthy(utf8.len(line), "cut inside a UTF-8 sequence: " .. line)
+      assert.equal("policy-error", (drain.parse(line)))
+      local long = string.rep("x", 400)
+      r = run(dir, { "health", "--set", long })
+      assert.equal(1, r.code)
+      line = r.stdout:match("^([^\n]*)\n$")
+      assert.truthy(#line <= drain.MAX_REASON, line)
+      assert.matches("%.%.%.$", line)
+      assert.equal("error", (drain.parse(line)))
+    end)
+
     it("is not doubled when the policy printed its own", function()
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
         .. "function P.health()\n"

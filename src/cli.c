@@ -42,10 +42,10 @@ static void usage(FILE *f)
 		"                      plain text, not Lua: a number, true/false (also yes/no,\n"
 		"                      on/off, 1/0), a string without quotes, for ctl and\n"
 		"                      scontrol words separated by spaces; KEY= unsets an\n"
-		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n"
-		"  --job ID            plan only: the job id (instead of SLURM_JOB_ID)\n"
-		"  --nodelist LIST     plan only: the job's hostlist, e.g. n[01-04] (instead of\n"
-		"                      SLURM_JOB_NODELIST): try a plan without a job\n"
+		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n",
+		ig_default_deadline);
+	fputs(ig_options_usage, f);
+	fprintf(f,
 		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 		"                      development; also IMEXGUARD_LUA_DIR)\n"
 		"  --json              machine-readable output (%s)\n"
@@ -60,7 +60,7 @@ static void usage(FILE *f)
 		"  -V, --version       print the version\n"
 		"\n"
 		"Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
-		ig_default_deadline, ig_json_commands);
+		ig_json_commands);
 	fputs(ig_outcomes_usage, f);
 	fputs("\n"
 	      "Every run ends with one line on stderr (and in the journal):\n"
@@ -126,7 +126,8 @@ enum {
 	OPT_JSON,
 	OPT_TIMING,
 	OPT_JOB,
-	OPT_NODELIST
+	OPT_NODELIST,
+	OPT_TIMEOUT
 };
 
 /* The command whose short option is c (`-t`: config-test), or NULL. */
@@ -183,6 +184,14 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		return -1;
 	case OPT_NODELIST:
 		o->nodelist = optarg;
+		return -1;
+	case OPT_TIMEOUT:
+		errno = 0;
+		o->timeout = strtod(optarg, &end);
+		if (errno || end == optarg || *end || !(o->timeout > 0) || isinf(o->timeout))
+			return usage_error("--timeout: '%s' is not a number of seconds > 0",
+					   optarg);
+		o->timeout_arg = optarg;
 		return -1;
 	case OPT_JSON:
 		o->json = 1;
@@ -253,10 +262,17 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 	}
 	if (optind < argc)
 		return usage_error("unexpected argument '%s'", argv[optind]);
-	if ((o->job || o->nodelist) && strcmp(o->command, "plan") != 0)
-		return usage_error("%s is for plan only (a real run takes the job from Slurm's "
-				   "environment)",
-				   o->job ? "--job" : "--nodelist");
+	const char *given[][2] = {
+	    {"job", o->job}, {"nodelist", o->nodelist}, {"timeout", o->timeout_arg}};
+	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+		char word[32];
+		snprintf(word, sizeof word, " %s ", given[i][0]);
+		if (given[i][1] && !strstr(c->options, word))
+			return usage_error(
+			    "--%s is not an option of %s (a prolog takes the job from "
+			    "Slurm's environment; --help lists which command takes it)",
+			    given[i][0], c->name);
+	}
 	if (o->job && !*o->job)
 		return usage_error("--job: empty job id");
 	if (o->nodelist && !*o->nodelist)
@@ -280,6 +296,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"lua-dir", required_argument, NULL, OPT_LUA_DIR},
 	    {"job", required_argument, NULL, OPT_JOB},
 	    {"nodelist", required_argument, NULL, OPT_NODELIST},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"timing", no_argument, NULL, OPT_TIMING},
 	    {"quiet", no_argument, NULL, 'q'},

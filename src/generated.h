@@ -15,13 +15,16 @@
 
 /* A command the command line accepts: its name, the name of its one argument as the usage text
  * shows it ("POLICY") or NULL when it takes none, the short option that runs it ('t' for
- * `imexguard -t`) or 0, and reason_line: 1 when a non-zero exit always prints one line
- * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing). */
+ * `imexguard -t`) or 0, reason_line: 1 when a non-zero exit always prints one line
+ * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing), and
+ * options: the long options only it takes among those some commands take (commands.lua's
+ * OPTIONS), each with a blank before and after it (" job timeout "; " " for none). */
 struct ig_command {
 	const char *name;
 	const char *arg;
 	char short_opt;
 	int reason_line;
+	const char *options;
 };
 /* The commands, in the order --help lists them; the table ends with a NULL name. */
 extern const struct ig_command ig_commands[];
@@ -34,6 +37,9 @@ extern const char ig_verbosity_commands[];
 /* The usage text's list of commands: one entry per command ("  NAME [ARG] [--json]", its help
  * from column 18, wrapped at 80 characters), each line ending in a newline. */
 extern const char ig_commands_usage[];
+/* The usage text's lines of the options only some commands take (commands.lua's OPTIONS: "  --job
+ * ID", then the commands that take it and what it gives), each line ending in a newline. */
+extern const char ig_options_usage[];
 
 /* ---- outcomes.lua ---------------------------------------------------------------------------- */
 

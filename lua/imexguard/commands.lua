@@ -21,6 +21,8 @@ local M = {}
 -- deadline: seconds, the budget when --deadline gives none and it is below the setting
 --   `deadline` (nil: the setting);
 -- short: the short option that runs it instead of the name (`imexguard -t`, as `sshd -t`);
+-- options: the command's own options beyond those every command takes, a list of long option
+--   names among M.OPTIONS (any other command refuses them: a usage error);
 -- reason_line: true when a non-zero exit always prints one line 'imexguard: OUTCOME: cause' on
 --   stdout (src/main.c prints it when the run printed nothing: a settings or policy error, the
 --   deadline), what a health check or a configuration test reads;
@@ -33,7 +35,7 @@ M.list = {
   { name = "status", json = true, verbosity = true, entry = "optional", metrics = true, reason_line = true,
     help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "
       .. "domain, with a diagnosis per unhealthy node" },
-  { name = "plan", json = true, entry = "optional", dry_run = true,
+  { name = "plan", json = true, entry = "optional", dry_run = true, options = { "job", "nodelist" },
     help = "what prolog would do, without doing it" },
   -- 10 s: a periodic health check must end well within Slurm's HealthCheckInterval and NHC's
   -- `check_cmd_status -t 10`
@@ -48,6 +50,12 @@ M.list = {
   { name = "forget", arg = "JOBID", entry = "optional", reason_line = true,
     help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
+  -- a barrier for job scripts and step prologs that must not start before the job's IMEX domain is
+  -- whole (imexguard.barrier); its budget is --timeout (else health_timeout) and a little more
+  { name = "wait", entry = "optional", dry_run = true, reason_line = true, options = { "job", "timeout" },
+    help = "wait until every node of the job (--job N, else SLURM_JOB_ID) in this node's IMEX domain is "
+      .. "CONNECTED to every other, changing nothing: exit 0, else the missing links named after --timeout "
+      .. "seconds (default health_timeout)" },
   { name = "check", arg = "POLICY", json = true,
     help = "compile a policy in the sandbox, run standard scenarios" },
   -- the names and letters of sshd -t / nginx -t (test the configuration) and sshd -T / nginx -T
@@ -63,6 +71,15 @@ M.list = {
     help = "print the version" },
 }
 
+--- The options that only some commands take (their `options`): long option name -> what it gives,
+-- for the usage text. The C side (src/cli.c) parses each; this table says who may use it.
+M.OPTIONS = {
+  { "job", "ID", "the job id (plan: instead of SLURM_JOB_ID; wait: the job to wait for)" },
+  { "nodelist", "LIST", "the job's hostlist, e.g. n[01-04] (instead of SLURM_JOB_NODELIST): a plan "
+    .. "without a job" },
+  { "timeout", "SECONDS", "how long to wait at most (default: the setting health_timeout)" },
+}
+
 --- Command name -> its entry of M.list.
 M.by_name = {}
 for _, c in ipairs(M.list) do M.by_name[c.name] = c end
@@ -75,6 +92,19 @@ function M.names(field)
   local t = {}
   for _, c in ipairs(M.list) do
     if field == nil or c[field] then t[#t + 1] = c.name end
+  end
+  return t
+end
+
+--- The names of the commands that take option `name` (their `options`).
+-- @param name string a long option name of M.OPTIONS
+-- @return table list of command names, in M.list order
+function M.taking(name)
+  local t = {}
+  for _, c in ipairs(M.list) do
+    for _, o in ipairs(c.options or {}) do
+      if o == name then t[#t + 1] = c.name end
+    end
   end
   return t
 end

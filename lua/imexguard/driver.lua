@@ -60,6 +60,10 @@ D.DRY_RUN = commands_with('dry_run')
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = commands_with('metrics')
 
+--- Commands that take --timeout (imexguard.commands' `options`): their budget follows it.
+D.TIMEOUT = {}
+for _, name in ipairs(commands.taking('timeout')) do D.TIMEOUT[name] = true end
+
 --- Commands whose runs update the node condition and the unit's restart count (imexguard.commands'
 -- `signals`: runrecord.save_signals).
 D.SIGNALS = commands_with('signals')
@@ -154,6 +158,10 @@ function D.settings(run)
   local budget = commands.by_name[run.command] and commands.by_name[run.command].deadline
   if budget and not run.deadline_arg then
     t.deadline = math.min(t.deadline, budget)
+  end
+  -- a command with --timeout (wait): its budget is the wait and imexguard.barrier's margin
+  if D.TIMEOUT[run.command] and not run.deadline_arg then
+    t.deadline = (tonumber(run.timeout_arg) or t.health_timeout) + require('imexguard.barrier').MARGIN
   end
   run.settings, run.sources = t, sources
   local host = require('imexguard.host')
@@ -383,6 +391,7 @@ function D.prepare(run)
     job = D.job(env, run.c.has_module('imexguard.slurmenv')),
     dry_run = dry_run, json = run.json, planned = planned,
     verbosity = run.verbosity or 0, arg = run.arg,
+    timeout = tonumber(run.timeout_arg), job_given = run.job_arg ~= nil,
   }
   local id = ctx.job.id
   if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end

@@ -15,7 +15,6 @@
 --   the metric imexguard_imex_expected{reason} (1 or 0) in the metrics file (metrics_dir).
 -- The reason is one of a fixed set (M.REASONS); a value that is unknown counts as expected, so a
 -- health stack that gates its IMEX check on this never stops judging a node on a guess.
-local json = require "imexguard.json"
 local cjson = require "cjson"
 
 local M = {}
@@ -112,7 +111,23 @@ function M.load(host, settings)
   if not text then return nil end
   local ok, t = pcall(cjson.decode, text)
   if not ok or type(t) ~= "table" or M.EXPECTED[t.reason] == nil then return { text = text } end
-  return { text = text, reason = t.reason, since = t.since_unix }
+  return { text = text, reason = t.reason, since = t.since_unix, unit = t.unit,
+    jobs = type(t.jobs) == "table" and t.jobs or nil, flapping = t.flapping }
+end
+
+-- Does the old condition (M.load) say what `c` says (M.render's fields but since)? Then the file
+-- is left as it is without rendering it (the fast path's prolog: nothing changed).
+local function same(old, c)
+  if not old or old.reason ~= c.reason or old.unit ~= c.unit or not old.jobs or #old.jobs ~= #c.jobs then
+    return false
+  end
+  for i, id in ipairs(c.jobs) do
+    if old.jobs[i] ~= id then return false end
+  end
+  local a, b = old.flapping, c.flap
+  if type(a) ~= "table" or not b then return a == cjson.null and b == nil end
+  return a.flapping == b.flapping and a.restarts == b.count and a.window == b.window
+    and a.threshold == b.threshold
 end
 
 --- The condition file's text: one line of JSON, keys in this order (docs/json.md, "The node
@@ -123,6 +138,7 @@ end
 --   flapping.judge's result or nil)}
 -- @return string
 function M.render(c)
+  local json = require "imexguard.json"
   local flap = c.flap and json.object():set("flapping", c.flap.flapping):set("restarts", c.flap.count)
     :set("window", c.flap.window):set("threshold", c.flap.threshold) or nil
   return json.encode(json.object():set("schema", json.SCHEMA):set("expected", c.expected)
@@ -134,8 +150,8 @@ end
 -- @param host table the primitives (read, write_atomic, wallclock)
 -- @param settings table validated settings
 -- @param f table facts (M.derive's), plus flap (imexguard.flapping.judge's result or nil)
--- @return table {expected, reason} (what the metric shows), and on a failed write a second value,
---   the message
+-- @return table {expected, reason} (what the metric shows); on a failed write also the write's message
+--   and code ("ENOENT": no state_dir)
 function M.record(host, settings, f)
   local old = M.load(host, settings)
   f.previous = old and old.reason
@@ -143,12 +159,14 @@ function M.record(host, settings, f)
   local since = (old and old.reason == reason and old.since) or math.floor(host.wallclock())
   local ids = {}
   for i, e in ipairs(f.jobs or {}) do ids[i] = e.id end
-  local text = M.render({ expected = expected, reason = reason, since = since, unit = settings.unit,
-    jobs = ids, flap = f.flap })
+  local c = { expected = expected, reason = reason, since = since, unit = settings.unit, jobs = ids,
+    flap = f.flap }
   local res = { expected = expected, reason = reason }
+  if same(old, c) then return res end
+  local text = M.render(c)
   if old and old.text == text then return res end
-  local ok, err = host.write_atomic(M.path(settings), text, tonumber("644", 8))
-  if not ok then return res, err end
+  local ok, err, code = host.write_atomic(M.path(settings), text, tonumber("644", 8))
+  if not ok then return res, err, code end
   return res
 end
 

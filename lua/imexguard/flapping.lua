@@ -184,18 +184,20 @@ end
 -- @param host table the primitives (read, write_atomic, wallclock)
 -- @param settings table validated settings
 -- @param props table the unit's properties (host.unit)
--- @return table|nil M.judge's result (nil without NRestarts), and on a failed write nil, message
+-- @return table|nil M.judge's result (nil without NRestarts); on a failed write also the write's
+--   message and code ("ENOENT": no state_dir)
 function M.record(host, settings, props)
   local now_us = math.floor(host.wallclock() * 1e6)
   local old = M.load(host, settings)
   local rec = M.observe(old, settings.unit, props, now_us, settings.flapping_window)
   if not rec then return nil end
   local text = M.encode(rec)
+  local verdict = M.judge(rec, settings, now_us)
   if not old or M.encode(old) ~= text then
-    local ok, err = host.write_atomic(M.path(settings), text, tonumber("644", 8))
-    if not ok then return nil, err end
+    local ok, err, code = host.write_atomic(M.path(settings), text, tonumber("644", 8))
+    if not ok then return verdict, err, code end
   end
-  return M.judge(rec, settings, now_us)
+  return verdict
 end
 
 return M

@@ -61,24 +61,28 @@ end
 -- those properties, the registry and the policy's imex_always_expected). Each file is replaced only
 -- when it changed, so a fast-path prolog reads three small files in state_dir and writes none.
 -- run.signals gets {expected = {expected, reason}, flap = flapping.judge's result or nil} for the
--- metrics. A state_dir that does not exist yet is created (one level, 0755: health may run first).
+-- metrics. Without state_dir (no prolog made it yet: no job registered) nothing is kept (the
+-- metrics need it too: their lock is there). The files are written only when their text changed.
 -- @param run table the driver's run (settings, unit_props, static)
 -- @param host table the real primitives
 -- @param outcome string the run's outcome
 -- @return nil, or a message when a file could not be written (the outcome never changes)
 function M.save_signals(run, host, outcome)
   local s, props = run.settings, run.unit_props
-  host.mkdir(s.state_dir, tonumber("755", 8))
-  local flap, ferr
-  if props and props.n_restarts then flap, ferr = require('imexguard.flapping').record(host, s, props) end
+  local flap, ferr, fcode
+  if props and props.n_restarts then
+    flap, ferr, fcode = require('imexguard.flapping').record(host, s, props)
+  end
   local st = require('imexguard.state').load(host, s)
   local jobs = st and require('imexguard.registry').jobs(st) or nil
-  local cond, cerr = require('imexguard.expected').record(host, s, { outcome = outcome, props = props,
+  local cond, cerr, ccode = require('imexguard.expected').record(host, s, { outcome = outcome, props = props,
     jobs = jobs, static = run.static, flap = flap })
   run.signals = { expected = cond, flap = flap }
-  local err = ferr or cerr
-  -- a run that is not root cannot write state_dir by design (an admin trying health by hand)
-  if err and host.euid() == 0 then return err end
+  local err, code = ferr or cerr, fcode or ccode
+  -- no state_dir (ENOENT: no prolog made it yet, and it is never made here: a run by hand with the
+  -- default settings must not create /run/imexguard), or a run that is not root (an admin trying
+  -- health by hand): nothing kept
+  if err and code ~= "ENOENT" and host.euid() == 0 then return err end
   return nil
 end
 

@@ -44,7 +44,7 @@ describe("imexguard configuration commands", function()
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
         assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, plan, "
-          .. "health, registrations, forget\n", r.stdout)
+          .. "health, registrations, forget, wait\n", r.stdout)
         assert.equal("config-test", final(r).command)
         assert.not_matches("POLICY RAN", r.stderr) -- loaded, no entry point run
       end
@@ -248,13 +248,36 @@ describe("imexguard configuration commands", function()
       assert.equal("42", f.job)
     end)
 
-    it("are refused for any other command", function()
+    it("are refused for any other command (commands.lua's options: plan --job --nodelist, wait --job "
+      .. "--timeout)", function()
       local r = run(dir, { "prolog", "--job", "42" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: --job is for plan only", r.stderr, 1, true)
+      assert.matches("imexguard: --job is not an option of prolog", r.stderr, 1, true)
       r = run(dir, { "status", "--nodelist", "n1" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: --nodelist is for plan only", r.stderr, 1, true)
+      assert.matches("imexguard: --nodelist is not an option of status", r.stderr, 1, true)
+      r = run(dir, { "wait", "--nodelist", "n1" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --nodelist is not an option of wait", r.stderr, 1, true)
+      r = run(dir, { "plan", "--timeout", "3" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --timeout is not an option of plan", r.stderr, 1, true)
+      r = run(dir, { "wait", "--timeout", "soon" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --timeout: 'soon' is not a number of seconds > 0", r.stderr, 1, true)
+      assert.equal("imexguard: error: --timeout: 'soon' is not a number of seconds > 0\n", r.stdout)
+    end)
+
+    it("wait --job N --timeout S: the job and the wait reach the policy; the budget is S and 2 s more",
+      function()
+      local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
+        .. "function P.wait(ctx) return 'ok', tostring(ctx.job.id) .. ' ' .. tostring(ctx.timeout) .. ' '"
+        .. " .. tostring(ctx.job_given) .. string.format(' %.0f', ctx.host.remaining()) end\n"
+        .. "return P\n")
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "wait", "--job", "42",
+        "--timeout", "7" })
+      assert.equal(0, r.code, r.stderr)
+      assert.equal("42 7 true 9", final(r).message)
     end)
   end)
 

@@ -139,6 +139,15 @@ describe("the node condition after a run (driver, runrecord.save_signals)", func
     assert.same({ true, "static-domain" }, { condition().expected, condition().reason })
   end)
 
+  it("no state_dir yet (no prolog ran here): nothing written, the directory not made", function()
+    h = testing.host{ unit = false, fresh_boot = true }
+    local a, run = go("health")
+    assert.equal("skipped", a.outcome)
+    assert.is_true(#h.mkdirs == 0 and not h.dir_exists("/run/imexguard"))
+    assert.is_nil(h.file(COND))
+    assert.same({ expected = false, reason = "not-installed" }, run.signals.expected)
+  end)
+
   it("plan and registrations leave the condition alone", function()
     h = nil
     go("plan", {})

@@ -92,7 +92,8 @@ local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true,
 -- P:run_prolog(ctx), the policy's own method: a site's override is used). run_prolog and
 -- run_epilog are below; the others are imexguard.inspect's.
 local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "run_status", plan = "run_plan",
-  health = "run_health", registrations = "run_registrations", forget = "run_forget", wait = "run_wait" }
+  health = "run_health", registrations = "run_registrations", forget = "run_forget", wait = "run_wait",
+  rack = "run_rack" }
 
 --- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
 -- loads: a command with an entry point and no method here, or a method for a command without an

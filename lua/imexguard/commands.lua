@@ -56,6 +56,13 @@ M.list = {
     help = "wait until every node of the job (--job N, else SLURM_JOB_ID) in this node's IMEX domain is "
       .. "CONNECTED to every other, changing nothing: exit 0, else the missing links named after --timeout "
       .. "seconds (default health_timeout)" },
+  -- one screen for one NVLink domain (imexguard.rack): every node's digest from Slurm's Extra
+  -- (setting slurm_extra), Slurm's state and reason, and this node's ctl answer
+  { name = "rack", json = true, entry = "optional", dry_run = true,
+    help = "show this node's NVLink domain at a glance, changing nothing: the findings first (IDs claimed "
+      .. "twice or by nobody, node lists that differ, nodes that see each other differently, daemons "
+      .. "restarted outside imexguard, drained nodes), then each node's list, ID, daemon, last run and "
+      .. "last error (Slurm's Extra, slurm_extra) and Slurm's state" },
   { name = "check", arg = "POLICY", json = true,
     help = "compile a policy in the sandbox, run standard scenarios" },
   -- the names and letters of sshd -t / nginx -t (test the configuration) and sshd -T / nginx -T

@@ -577,6 +577,10 @@ function D.after(run, outcome, code, message)
     local ok, err = pcall(require('imexguard.runrecord').save_signals, run, host, outcome)
     if not ok or err then after_failed(run, 'node condition', err) end
   end
+  if D.SIGNALS[run.command] and run.settings.slurm_extra then
+    local ok, err = pcall(require('imexguard.runrecord').save_digest, run, host, outcome, code)
+    if not ok or err then after_failed(run, "the digest in Slurm's Extra", err) end
+  end
   if D.METRICS[run.command] and run.settings.metrics_dir then
     local ok, err = pcall(require('imexguard.runrecord').save_metrics, run, host, outcome, code)
     if not ok then after_failed(run, 'metrics', err) end

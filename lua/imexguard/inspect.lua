@@ -459,6 +459,12 @@ function M:run_plan(ctx)
   return outcome, message, self:fabric_report(ctx, self:channel_report(ctx, info, report.plan(f)))
 end
 
+--- Entry point `rack` (`imexguard rack [--json]`): this node's NVLink domain at a glance
+-- (imexguard.rack), changing nothing.
+function M:run_rack(ctx)
+  return require("imexguard.rack").run(self, ctx)
+end
+
 --- Entry point `wait` (`imexguard wait [--job N] [--timeout S]`): until every node of the job in
 -- this node's IMEX domain is CONNECTED to every other (imexguard.barrier), changing nothing.
 function M:run_wait(ctx)

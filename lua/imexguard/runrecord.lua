@@ -77,12 +77,46 @@ function M.save_signals(run, host, outcome)
   local jobs = st and require('imexguard.registry').jobs(st) or nil
   local cond, cerr, ccode = require('imexguard.expected').record(host, s, { outcome = outcome, props = props,
     jobs = jobs, static = run.static, flap = flap })
-  run.signals = { expected = cond, flap = flap }
+  run.signals = { expected = cond, flap = flap, st = st, jobs = jobs }
   local err, code = ferr or cerr, fcode or ccode
   -- no state_dir (ENOENT: no prolog made it yet, and it is never made here: a run by hand with the
   -- default settings must not create /run/imexguard), or a run that is not root (an admin trying
   -- health by hand): nothing kept
   if err and code ~= "ENOENT" and host.euid() == 0 then return err end
+  return nil
+end
+
+--- This node's digest in its Slurm node's Extra (imexguard.digest; setting slurm_extra), after a run of
+-- a `signals` command, written only when it changed: from the unit's properties the run read last,
+-- the daemon's config.cfg (the -c of the unit's ExecStart) and node list, the ctl's answer the run
+-- saw (ctx.mesh_seen), the registry (run.signals) and the outcome; the daemon's last error line is
+-- read by health and by a run that failed, the domain's name by health (the others keep the last).
+-- @param run table the driver's run (settings, env, ctx, unit_props, signals, command)
+-- @param host table the real primitives
+-- @param outcome string
+-- @param code integer its exit code
+-- @return nil, or a message when Slurm did not take it (the outcome never changes)
+function M.save_digest(run, host, outcome, code)
+  local s, ctx = run.settings, run.ctx
+  local node = run.env and run.env.SLURMD_NODENAME
+  if not (s.slurm_extra and ctx and type(node) == "string" and node:match("^[%w][%w._-]*$")) then
+    return nil
+  end
+  local digest = require('imexguard.digest')
+  local props = run.unit_props
+  local ok, config = pcall(require('imexguard.steps.applies').daemon_config, ctx, props)
+  local dom
+  if run.command == 'health' then
+    local _, d = require('imexguard.domains').node_line(ctx, node)
+    dom = d and d.name
+  end
+  local sig = run.signals or {}
+  local d = digest.build(host, { config = ok and config or s.imex_config, props = props,
+    mesh = rawget(ctx, 'mesh_seen'), domain = dom, st = sig.st, jobs = sig.jobs, command = run.command,
+    outcome = outcome, previous = digest.previous(host, s),
+    with_error = run.command == 'health' or code ~= 0 })
+  local done, err = digest.publish(host, s, node, d)
+  if done == nil then return err end
   return nil
 end
 

@@ -127,7 +127,15 @@ M.schema = {
   { name = "drain_reason", default = false, kind = "boolean",
     doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",
-    doc = "scontrol, used only for drain_reason: a path, or a list of strings used as the argv prefix" },
+    doc = "scontrol, used for drain_reason, slurm_extra and rack: a path, or a list of strings used as the "
+      .. "argv prefix" },
+  -- off by default as drain_reason: Extra may be the site's, and the call needs scontrol and a
+  -- reachable slurmctld on every node (imexguard.digest)
+  { name = "slurm_extra", default = false, kind = "boolean",
+    doc = "keep a short digest of this node's IMEX (its node list's hash, its ID, its daemon's instance, "
+      .. "its last outcome and error) in its Slurm node's Extra field, under the key \"imexguard\" of a "
+      .. "JSON object, written by prolog, epilog and health only when it changed: what `imexguard rack` "
+      .. "reads for every node" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },

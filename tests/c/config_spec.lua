@@ -44,7 +44,7 @@ describe("imexguard configuration commands", function()
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
         assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, plan, "
-          .. "health, registrations, forget, wait\n", r.stdout)
+          .. "health, registrations, forget, wait, rack\n", r.stdout)
         assert.equal("config-test", final(r).command)
         assert.not_matches("POLICY RAN", r.stderr) -- loaded, no entry point run
       end

@@ -71,7 +71,8 @@ describe("driver", function()
 
   describe("the tables derived from commands.lua", function()
     it("DRY_RUN: plan, health, registrations and config-test change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true, registrations = true, wait = true, ["config-test"] = true },
+      assert.same({ plan = true, health = true, registrations = true, wait = true, rack = true,
+        ["config-test"] = true },
         D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
@@ -582,7 +583,7 @@ describe("driver", function()
       D.settings(run)
       local a = D.check_begin(run)
       assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health, registrations, "
-        .. "forget, wait\n", a.output)
+        .. "forget, wait, rack\n", a.output)
       assert.is_table(seen.preloaded["imexguard.host"])
       local names = require("imexguard.testing.check").names()
       local n = 0
@@ -598,7 +599,7 @@ describe("driver", function()
       assert.equal("ok", e.outcome)
       assert.equal(0, e.code)
       assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health, registrations, "
-        .. "forget, wait; all %d scenarios passed", P, #names), e.message)
+        .. "forget, wait, rack; all %d scenarios passed", P, #names), e.message)
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
     end)
 
@@ -612,7 +613,8 @@ describe("driver", function()
       local e = D.check_end(run)
       assert.matches('^{"schema":1,"command":"check","ok":true,"outcome":"ok","exit_code":0,'
         .. '"message":"policy [^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","status","plan",'
-        .. '"health","registrations","forget","wait"%],"scenarios":%[{"name":"healthy%-job","title":"[^"]+",'
+        .. '"health","registrations","forget","wait","rack"%],"scenarios":%[{"name":"healthy%-job",'
+        .. '"title":"[^"]+",'
         .. '"result":"pass","ok":true,"not_applicable":false,"why":null,"detail":"[^"]*"}', e.output)
       assert.matches(',"passed":10,"failed":0,"not_run":0,"not_applicable":0,"exercised":%[[^%]]+%]}\n$',
         e.output)

@@ -27,8 +27,9 @@
 --   h  true when that daemon was not started by imexguard (another invocation than the state file's)
 --   x  the registered jobs admitted to another daemon instance than the running one (restarted
 --      under them: their imports are gone), ids joined by ","
---   j  the registered jobs, ids joined by ","
---   c  the command of the last run, o its outcome
+--   o  "ok" when the last run exited 0, else its outcome, and c its command
+-- Only facts that change with the daemon or a fault: a fast-path prolog (a new job, the same list,
+-- the same daemon, exit 0) leaves the digest as it was, and so calls no scontrol.
 --   e  the daemon's last [ERROR] line (its LOG_FILE_NAME), cut to M.MAX_ERROR bytes
 --   t  when the digest last changed (Unix seconds; not compared)
 local cjson = require "cjson"
@@ -49,7 +50,7 @@ M.TIMEOUT = 2
 --- Seconds before a failed write of the same digest is tried again.
 M.RETRY = 600
 --- The keys in the order the digest is written.
-M.KEYS = { "v", "a", "d", "l", "n", "p", "m", "i", "s", "u", "h", "x", "j", "c", "o", "e", "t" }
+M.KEYS = { "v", "a", "d", "l", "n", "p", "m", "i", "s", "u", "h", "x", "c", "o", "e", "t" }
 
 --- FNV-1a, 32 bits (Fowler, Noll, Vo): a node list's identity in 8 hex digits. Not a secret, not a
 -- checksum against tampering: two nodes compare their lists with it.
@@ -129,16 +130,15 @@ local function own_line(host, lines, bind)
   return nil, bind
 end
 
--- Registered job ids, and those admitted to another daemon instance than `inv`.
-local function jobs_of(jobs, inv)
-  local all, moved = {}, {}
+-- The registered jobs admitted to another daemon instance than `inv`, ids joined by ",", or nil.
+local function moved_jobs(jobs, inv)
+  local moved = {}
   for _, e in ipairs(jobs or {}) do
-    all[#all + 1] = e.id
     if inv and inv ~= "" and e.invocation_id and e.invocation_id ~= "" and e.invocation_id ~= inv then
       moved[#moved + 1] = e.id
     end
   end
-  return #all > 0 and table.concat(all, ",") or nil, #moved > 0 and table.concat(moved, ",") or nil
+  return #moved > 0 and table.concat(moved, ",") or nil
 end
 
 --- Build this node's digest from what a run saw (reads config.cfg and the node list; the daemon's
@@ -147,7 +147,8 @@ end
 -- @param f table facts: config (the daemon's config.cfg path), props (the unit's properties), mesh
 --   (the ctl's parsed answer the run saw, or nil), domain (this node's domain name, or nil to keep
 --   the previous one), st (the state file, or nil), jobs (registry entries, or nil), command,
---   outcome, previous (the last digest, or nil), with_error (read the daemon's log)
+--   outcome, ok (the run exited 0), previous (the last digest, or nil), with_error (read the
+--   daemon's log)
 -- @return table digest
 function M.build(host, f)
   local prev = f.previous or {}
@@ -164,10 +165,10 @@ function M.build(host, f)
   local d = { v = M.VERSION, a = addr or prev.a, d = f.domain or prev.d, l = list and M.hash(list) or nil,
     n = #lines, p = pos, i = inv ~= "" and inv:sub(1, 8) or nil, u = props.active_state,
     s = props.exec_main_start_us and props.exec_main_start_us > 0 and props.exec_main_start_us // 1000000
-      or nil, c = f.command, o = f.outcome }
+      or nil, c = (not f.ok) and f.command or nil, o = f.ok and "ok" or f.outcome }
   local sinv = f.st and f.st.invocation_id
   d.h = (sinv and sinv ~= "" and inv ~= "" and sinv ~= inv) or nil
-  d.j, d.x = jobs_of(f.jobs, inv)
+  d.x = moved_jobs(f.jobs, inv)
   local self = f.mesh and addr and f.mesh.by_host and f.mesh.by_host[addr]
   if self then d.m = self.id elseif prev.i == d.i then d.m = prev.m end
   d.e = f.with_error and last_error(host, cfg.LOG_FILE_NAME) or prev.e

@@ -18,7 +18,6 @@
 -- start, its last run and outcome, its daemon's last error line.
 local text = require "imexguard.text"
 local base = require "imexguard.steps.base"
-local outcomes = require "imexguard.outcomes"
 local lazy = require "imexguard.lazy"
 local digest = lazy "imexguard.digest"
 local health = lazy "imexguard.health"
@@ -69,7 +68,11 @@ local function id_findings(rows, add)
         .. "it)", d.m, d.p))
     end
   end
-  for id, list in pairs(by_id) do
+  local ids = {}
+  for id in pairs(by_id) do ids[#ids + 1] = id end
+  table.sort(ids)
+  for _, id in ipairs(ids) do
+    local list = by_id[id]
     if #list > 1 then add("duplicate-id", names_of(list), string.format("%d nodes claim ID %d in their "
       .. "daemons' node maps: jobs across them fail (invalid resource handle)", #list, id)) end
   end
@@ -144,8 +147,8 @@ local function node_findings(r, add)
         .. "imexguard", tostring(d.i), since))
     end
     if d.u and d.u ~= "active" then add("unit", r.name, "the IMEX unit is " .. d.u) end
-    if d.o and (outcomes.exit_code(d.o) or 0) ~= 0 then
-      add("outcome", r.name, string.format("its last %s ended %s", tostring(d.c), d.o))
+    if d.o and d.o ~= "ok" then
+      add("outcome", r.name, string.format("its last %s ended %s", tostring(d.c or "run"), d.o))
     end
   end
   if is_out(r.state) then
@@ -227,7 +230,7 @@ function M.gather(policy, ctx)
   local last = state.load_last(host, s, "prolog")
   local own = digest.build(host, { config = info.config, props = props, mesh = ans.mesh,
     domain = dom and dom.name, st = st, jobs = st and registry.jobs(st), with_error = true,
-    command = last and "prolog", outcome = last and last.outcome })
+    command = "prolog", outcome = last and last.outcome, ok = not last or last.exit_code == 0 })
   local list = nodelist.lines(host.read(info.nodes_file, base.MAX_FILE) or "")
   local nodes, serr = slurm_nodes(ctx)
   return { node = me, own = own, dom = dom, mesh = ans.mesh, answer = ans, slurm_error = serr,
@@ -246,7 +249,7 @@ local function columns(r)
     d.l and (d.l .. "/" .. tostring(d.n)) or "-",
     (d.m ~= nil or d.p ~= nil) and (tostring(d.m or "?") .. "/" .. tostring(d.p or "?")) or "-",
     d.i and (d.i .. " " .. clock(d.s)) or "-",
-    d.o and (tostring(d.c) .. " " .. d.o .. (d.j and (" jobs " .. d.j) or "")) or "-",
+    d.o and (d.c and (d.c .. " " .. d.o) or d.o) or "-",
     d.e and text.excerpt(d.e) or "-" }
 end
 
@@ -288,7 +291,7 @@ local function digest_json(d)
   return json.object():set("address", d.a):set("domain", d.d):set("list", d.l):set("entries", d.n)
     :set("line", d.p):set("id", d.m):set("invocation", d.i):set("started", d.s and json.time(d.s))
     :set("unit_state", d.u):set("started_outside", d.h == true):set("restarted_under", split(d.x))
-    :set("jobs", split(d.j)):set("last_command", d.c):set("last_outcome", d.o):set("last_error", d.e)
+    :set("last_command", d.c):set("last_outcome", d.o):set("last_error", d.e)
     :set("updated", d.t and json.time(d.t))
 end
 

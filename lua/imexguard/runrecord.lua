@@ -113,7 +113,7 @@ function M.save_digest(run, host, outcome, code)
   local sig = run.signals or {}
   local d = digest.build(host, { config = ok and config or s.imex_config, props = props,
     mesh = rawget(ctx, 'mesh_seen'), domain = dom, st = sig.st, jobs = sig.jobs, command = run.command,
-    outcome = outcome, previous = digest.previous(host, s),
+    outcome = outcome, ok = code == 0, previous = digest.previous(host, s),
     with_error = run.command == 'health' or code ~= 0 })
   local done, err = digest.publish(host, s, node, d)
   if done == nil then return err end

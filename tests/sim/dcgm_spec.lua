@@ -4,7 +4,7 @@
 -- DCGM's rules are applied as DCGM 4.6.0's source writes them (NVIDIA/DCGM at commit
 -- 72fa3feaa67d716a75323a8f47c34ff3ee73f824):
 --   dcgmlib/src/DcgmImexManager.cpp, GetDomainStatusFromCommand / GetDaemonStatusFromCommand:
---     https://github.com/NVIDIA/DCGM/blob/72fa3feaa67d716a75323a8f47c34ff3ee73f824/dcgmlib/src/DcgmImexManager.cpp
+--     https://github.com/NVIDIA/DCGM/blob/72fa3feaa67d/dcgmlib/src/DcgmImexManager.cpp
 --     `nvidia-imex-ctl -N -j` and `nvidia-imex-ctl -q`, no -c (the ctl's default config.cfg), each
 --     within 30 s; the ctl not found in its trusted paths: NOT_INSTALLED; a timeout: UNAVAILABLE
 --     (domain) or COMMAND_ERROR (daemon); a non-zero exit is an error (common/DcgmUtilities.cpp,
@@ -14,7 +14,7 @@
 --     of the JSON (UP, DOWN, DEGRADED; anything else UNAVAILABLE), the daemon the trimmed -q line
 --     (one of the eight states; anything else UNAVAILABLE);
 --   modules/health/DcgmHealthWatch.cpp, MonitorImex (under the NVLINK health watch):
---     https://github.com/NVIDIA/DCGM/blob/72fa3feaa67d716a75323a8f47c34ff3ee73f824/modules/health/DcgmHealthWatch.cpp
+--     https://github.com/NVIDIA/DCGM/blob/72fa3feaa67d/modules/health/DcgmHealthWatch.cpp
 --     the domain passes UP, NOT_INSTALLED, NOT_CONFIGURED, UNAVAILABLE and fails DOWN, DEGRADED; the
 --     daemon passes READY, UNAVAILABLE, NOT_INSTALLED, NOT_CONFIGURED and fails every other value
 --     (INITIALIZING ... SHUTTING_DOWN, COMMAND_ERROR): DCGM_FR_IMEX_UNHEALTHY.

@@ -33,7 +33,7 @@ ASAN_MOD := $(B)/asan/lua/imexguard/host.so
 HAVE_DEPS := $(shell pkg-config --exists $(PKG) 2>/dev/null && command -v lua5.4 >/dev/null && \
 	test -e "$$($(CC) -print-file-name=liblua5.4-cjson.so)" && echo yes)
 
-.PHONY: all check test lint lint-c format demo bench e2e slurm24 install uninstall clean deps sanitize \
+.PHONY: all check test lint lint-c format demo bench e2e slurm24 slurm26 install uninstall clean deps sanitize \
 	need-deps
 all: $(BIN) $(MODULE) $(SIM)
 
@@ -124,6 +124,7 @@ deps-test:
 
 lint: lint-c
 	luacheck -q lua policies tests contrib bench man src/embed.lua
+	lua5.4 tests/lint/shape.lua
 
 lint-c:
 	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)
@@ -147,6 +148,12 @@ e2e: deps-test
 slurm24: deps-test
 	@$(MAKE) --no-print-directory all
 	@tests/run slurm24
+
+# The same and Slurm 26.05's features under Debian testing's Slurm 26.05 (tests/slurm26; the first
+# run makes the root).
+slurm26: deps-test
+	@$(MAKE) --no-print-directory all
+	@tests/run slurm26
 
 # The demo (contrib/demo.sh): NODES=N simulated nodes; KEEP=1 leaves the rack up in the background
 # (contrib/demo/node runs a command on one node; `kill PID`, as printed, stops it).

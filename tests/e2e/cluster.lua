@@ -1,21 +1,23 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The private Slurm cluster of tests/e2e/run, as the end-to-end specs use it (the 22.05 tier,
--- tests/e2e, and the 24.11 tier, tests/slurm24): Slurm commands, job submission and waiting, node
--- state and reason, and imexguard's log lines per node. Needs the environment of tests/e2e/run.
+-- tests/e2e, the 24.11 tier, tests/slurm24, and the 26.05 tier, tests/slurm26): Slurm commands, job
+-- submission and waiting, node state and reason, imexguard's log lines per node, the environments
+-- the prolog and the health check got, configuration changes applied with `scontrol reconfigure`,
+-- and Slurm's output kept as fixtures. Needs the environment of tests/e2e/run.
 -- @module tests.e2e.cluster
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require "simdomain"
 
 local M = {}
 
-M.root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run or tests/slurm24/run")
+M.root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run or tests/slurm2*/run")
 M.simroot = os.getenv("IMEXGUARD_E2E_SIMROOT")
 M.logdir = os.getenv("IMEXGUARD_E2E_LOG")
 --- The Debian root Slurm runs in ("" for this machine's Slurm).
 M.chroot = os.getenv("IMEXGUARD_E2E_CHROOT") or ""
 --- The prefix of a shell command that runs it where slurmd runs ("chroot ROOT ", or "").
 M.in_root = M.chroot ~= "" and ("chroot " .. simdomain.quote(M.chroot) .. " ") or ""
---- Slurm's major version, "22.05" or "24.11".
+--- Slurm's major version: "22.05", "24.11" or "26.05".
 M.slurm = os.getenv("IMEXGUARD_E2E_SLURM") or ""
 M.nodes = { "n1", "n2", "n3", "n4" }
 
@@ -125,10 +127,24 @@ function M.reset()
       M.sh("scontrol update nodename=" .. n .. " state=resume")
     end
   end
-  return simdomain.wait_until(function()
-    local _, out = M.sh("sinfo -h -o '%t %D'")
-    return out:gsub("%s+$", "") == "idle 4"
-  end, 60, 0.2) and true or false
+  return simdomain.wait_until(M.all_idle, 60, 0.2) and true or false
+end
+
+--- Whether the cluster's four nodes are idle and responding, and no other node is there (in every
+-- partition: a spec may add partitions over the same nodes).
+function M.all_idle()
+  local ok, out = M.sh("sinfo -h -N -o '%N %t'")
+  if not ok then return false end
+  local seen = {}
+  for n, s in out:gmatch("(%S+) (%S+)") do
+    if s ~= "idle" then return false end
+    seen[n] = true
+  end
+  for _, n in ipairs(M.nodes) do
+    if not seen[n] then return false end
+    seen[n] = nil
+  end
+  return next(seen) == nil
 end
 
 --- A simulated domain of four nodes in the cluster's simulated root, from scratch (the node
@@ -146,6 +162,128 @@ end
 function M.scontrol_setting()
   return string.format("scontrol = { %q, %q, %q }", "/usr/bin/env",
     "SLURM_CONF=" .. assert(os.getenv("SLURM_CONF")), "/usr/bin/scontrol")
+end
+
+--- Run a shell command, its stdout and stderr apart (Slurm's clients print some errors on stderr
+-- and exit 0).
+-- @tparam string cmd shell command
+-- @treturn string stdout
+-- @treturn string stderr
+-- @treturn number exit status
+function M.run(cmd)
+  local err = os.tmpname()
+  local p = assert(io.popen(cmd .. " 2>" .. simdomain.quote(err), "r"))
+  local out = p:read("a")
+  local _, _, status = p:close()
+  local e = simdomain.read_file(err) or ""
+  os.remove(err)
+  return out, e, status
+end
+
+--- A KEY=VALUE environment as a table ('#' lines skipped).
+function M.parse_env(text)
+  local env = {}
+  for line in (text or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^([%w_]+)=(.*)$")
+    if k then env[k] = v end
+  end
+  return env
+end
+
+--- The environment a prolog or epilog of JOB got on node N (tests/e2e/run's wrappers save it).
+-- @tparam string hook "prolog" or "epilog"
+-- @treturn string|nil the saved text (`env` output), nil when that hook has not run
+function M.env_text(hook, n, job)
+  return simdomain.read_file(string.format("%s/env-%s-%s-%s.txt", M.logdir, hook, n, job))
+end
+
+--- The environment of node N's last health check run (every run saves it).
+function M.health_env_text(n)
+  return simdomain.read_file(M.logdir .. "/env-health-" .. n .. ".txt")
+end
+
+--- A fixture under tests/fixtures/slurm/: its text. With IMEXGUARD_UPDATE_FIXTURES=1 in the
+-- environment, TEXT (the live output, after HEADER when given) is written there first: the way the
+-- fixtures are made and refreshed from the real daemons (review the diff).
+-- @tparam string name file name
+-- @tparam[opt] string text what Slurm printed (nil: only read the fixture)
+-- @tparam[opt] string header '#' lines saying where it comes from
+-- @treturn string the fixture's text
+function M.fixture(name, text, header)
+  local path = "tests/fixtures/slurm/" .. name
+  if text and os.getenv("IMEXGUARD_UPDATE_FIXTURES") == "1" then
+    simdomain.write_file(path, (header or "") .. text)
+  end
+  return assert(simdomain.read_file(path), "no fixture " .. path)
+end
+
+local function daemon_pids()
+  local t = {}
+  for _, d in ipairs { "slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3", "slurmd-n4" } do
+    t[d] = (simdomain.read_file(M.root .. "/run/" .. d .. ".pid") or ""):match("%d+")
+  end
+  return t
+end
+
+local function alive(pid)
+  return pid and os.execute("kill -0 " .. pid .. " 2>/dev/null") == true
+end
+
+--- `scontrol reconfigure`, and wait until it has taken effect: from Slurm 23.11 slurmctld and every
+-- slurmd start again as new processes (new PIDs in their pid files; the configless nodes fetch the
+-- new files), and the four nodes are back idle.
+-- @treturn boolean whether it did within 60 s
+-- @treturn string why not: scontrol's answer or the end of slurmctld's log
+function M.apply_config()
+  local before = daemon_pids()
+  local ok, out = M.sh("scontrol reconfigure")
+  if not ok then return false, out end
+  local restarted = simdomain.wait_until(function()
+    for d, pid in pairs(daemon_pids()) do
+      if pid == before[d] or not alive(pid) then return false end
+    end
+    return M.all_idle()
+  end, 60, 0.2)
+  if restarted then return true end
+  local _, log = M.sh("tail -n 15 " .. simdomain.quote(M.logdir .. "/slurmctld.log"))
+  return false, "the daemons did not restart with the new configuration:\n" .. log
+end
+
+--- Change files of the cluster's configuration (beside slurm.conf) and apply them (apply_config).
+-- @tparam table files file name -> new text, a function from the old text ("" when none) to the
+-- new, or false to remove the file
+-- @treturn function restore: puts every file back as it was and applies that (returns as
+-- apply_config); given also when the change failed
+-- @treturn boolean whether the change took effect (apply_config)
+-- @treturn string why not
+function M.reconfigure(files)
+  local saved = {}
+  for name, text in pairs(files) do
+    local path = M.root .. "/" .. name
+    saved[name] = simdomain.read_file(path) or false
+    if type(text) == "function" then text = text(saved[name] or "") end
+    if text then simdomain.write_file(path, text) else os.remove(path) end
+  end
+  local function restore()
+    for name, text in pairs(saved) do
+      local path = M.root .. "/" .. name
+      if text then simdomain.write_file(path, text) else os.remove(path) end
+    end
+    return M.apply_config()
+  end
+  return restore, M.apply_config()
+end
+
+--- Install (TEXT, a sh script) or remove (nil) the spec's own step that every prolog or epilog runs
+-- before imexguard (tests/e2e/run's hooks/HOOK).
+function M.hook(hook, text)
+  local path = M.root .. "/hooks/" .. hook
+  if not text then
+    os.remove(path)
+    return
+  end
+  simdomain.write_file(path, "#!/bin/sh\n" .. text .. "\n")
+  assert(os.execute("chmod 0755 " .. simdomain.quote(path)))
 end
 
 return M

@@ -1,12 +1,13 @@
 -- SPDX-License-Identifier: Apache-2.0
--- Slurm 24.11's topology/block (tests/slurm24/run: blocks b1 = n[1-2], b2 = n[3-4] in the
--- topology.conf beside slurm.conf): a job over both blocks gets one IMEX node list per block, not
--- one across them (C29; the fabric issue). imexguard finds the blocks with domain_map = "auto",
--- which reads topology.conf beside the slurm.conf that SLURM_CONF names (slurmd 24.11 sets it in the
--- prolog's environment: the slurm.conf of n1 and n2, the conf-cache of the configless n3 and n4).
+-- Slurm's topology/block, 24.11 and later (tests/slurm24/run, tests/slurm26/run: blocks b1 = n[1-2],
+-- b2 = n[3-4] in the topology.conf beside slurm.conf): a job over both blocks gets one IMEX node list
+-- per block, not one across them (C29; the fabric issue). imexguard finds the blocks with domain_map =
+-- "auto", which reads topology.conf beside the slurm.conf that SLURM_CONF names (slurmd 24.11 sets it
+-- in the prolog's environment: the slurm.conf of n1 and n2, the conf-cache of the configless n3 and
+-- n4).
 local cluster = require "tests.e2e.cluster"
 
-describe("Slurm 24.11 topology/block", function()
+describe("Slurm " .. cluster.slurm .. " topology/block", function()
   local d
   local all = cluster.nodes
 

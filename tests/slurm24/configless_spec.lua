@@ -1,13 +1,13 @@
 -- SPDX-License-Identifier: Apache-2.0
--- Slurm 24.11 configless (tests/slurm24/run: SlurmctldParameters=enable_configless; n3 and n4 run
--- `slurmd --conf-server`): slurmd keeps the configuration in its spool's conf-cache and names it in
--- the prolog's SLURM_CONF, and SwitchType=switch/nvidia_imex is only in the Included switch.conf.
--- With imex_channels = "channel0" and no slurm_conf setting, the prolog must find the plugin there
--- and make no shared channel 0 (C38).
+-- Slurm configless, 24.11 and later (tests/slurm24/run, tests/slurm26/run:
+-- SlurmctldParameters=enable_configless; n3 and n4 run `slurmd --conf-server`): slurmd keeps the
+-- configuration in its spool's conf-cache and names it in the prolog's SLURM_CONF, and
+-- SwitchType=switch/nvidia_imex is only in the Included switch.conf. With imex_channels = "channel0"
+-- and no slurm_conf setting, the prolog must find the plugin there and make no shared channel 0 (C38).
 local cluster = require "tests.e2e.cluster"
 local simdomain = require "simdomain"
 
-describe("Slurm 24.11 configless, SwitchType in an Included file", function()
+describe("Slurm " .. cluster.slurm .. " configless, SwitchType in an Included file", function()
   local d
   local top = os.getenv("PWD")
   local chan0 = cluster.chroot .. "/dev/nvidia-caps-imex-channels/channel0"

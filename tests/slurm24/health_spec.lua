@@ -1,14 +1,15 @@
 -- SPDX-License-Identifier: Apache-2.0
--- HealthCheckProgram run by the real slurmd 24.11 (tests/slurm24/run: contrib/slurm/health.sh with
--- each node's imexguard, every 2 s, only while $IMEXGUARD_E2E_ROOT/health.on exists; each run
--- appends "health NODE rc=N" to log/health.log). One rack n[1-4]:
+-- HealthCheckProgram run by the real slurmd 24.11 or later (tests/slurm24/run, tests/slurm26/run:
+-- contrib/slurm/health.sh with each node's imexguard, every 2 s, only while
+-- $IMEXGUARD_E2E_ROOT/health.on exists; each run appends "health NODE rc=N" to log/health.log). One
+-- rack n[1-4]:
 --   an idle node after a sub-rack job stays up (C33: judged on what it owns, not on peers that moved
 --   on); a broken node is drained with imexguard's reason; once healthy it is resumed (the operator
 --   issue: health.sh resumes a node that it drained, never one drained for another reason).
 local cluster = require "tests.e2e.cluster"
 local simdomain = require "simdomain"
 
-describe("HealthCheckProgram under slurmd 24.11", function()
+describe("HealthCheckProgram under slurmd " .. cluster.slurm, function()
   local d
   local all = cluster.nodes
   local on = cluster.root .. "/health.on"

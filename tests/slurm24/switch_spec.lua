@@ -1,14 +1,14 @@
 -- SPDX-License-Identifier: Apache-2.0
--- Slurm 24.11's switch/nvidia_imex (tests/slurm24/run: SwitchType in an Included switch.conf,
--- SwitchParameters=imex_dev_major=238, active without a driver on the root's own /dev): under the
--- static policy (policies/static_domain.lua), imexguard never makes a shared channel 0, even with
--- imex_channels = "channel0" and a /proc/devices that names the channel major; a step of the job sees
--- the one channel the plugin made for the job (channel 1 and up; 0 is never handed out), in the
--- step's own mount namespace.
+-- Slurm's switch/nvidia_imex, 24.11 and later (tests/slurm24/run, tests/slurm26/run: SwitchType in an
+-- Included switch.conf, SwitchParameters=imex_dev_major=238, active without a driver on the root's own
+-- /dev): under the static policy (policies/static_domain.lua), imexguard never makes a shared channel
+-- 0, even with imex_channels = "channel0" and a /proc/devices that names the channel major; a step of
+-- the job sees the one channel the plugin made for the job (channel 1 and up; 0 is never handed out),
+-- in the step's own mount namespace.
 local cluster = require "tests.e2e.cluster"
 local simdomain = require "simdomain"
 
-describe("Slurm 24.11 switch/nvidia_imex under the static policy", function()
+describe("Slurm " .. cluster.slurm .. " switch/nvidia_imex under the static policy", function()
   local d
   local all = cluster.nodes
   local top = os.getenv("PWD")

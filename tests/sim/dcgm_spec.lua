@@ -138,6 +138,23 @@ describe("DCGM's IMEX health watch on the states imexguard leaves (simulator, sy
     assert.are.equal("PASS", (dcgm("n1")))
   end)
 
+  it("park_on_last_epilog: an idle node parked on its own list PASSES whatever its former peers run; "
+    .. "the next job restarts it with its list", function()
+    d = simdomain.in_order(3)
+    assert(d:start())
+    local policy = "--policy " .. os.getenv("PWD") .. "/policies/park_on_last_epilog.lua"
+    all_ok(d:run_all{ command = "prolog", job = 5, nodelist = "n[1-3]", args = policy })
+    all_ok(d:run_all{ command = "epilog", job = 5, nodelist = "n[1-3]", args = policy })
+    assert.are.equal(d.addr.n3 .. "\n", d:nodes_file("n3"))
+    all_ok(d:run_all{ command = "prolog", job = 6, nodelist = "n[1-2]", names = { "n1", "n2" },
+      args = policy })
+    assert.truthy(up("n3"))
+    local verdict, seen = dcgm("n3")
+    assert.are.equal("PASS", verdict, seen)
+    assert.are.same({ false, "idle" }, { condition("n3").expected, condition("n3").reason })
+    assert.are.equal("PASS", (dcgm("n1")))
+  end)
+
   it("stop_on_last_epilog: an idle node's stopped daemon FAILS (COMMAND_ERROR, DOWN) while imexguard "
     .. "says not expected", function()
     d = simdomain.in_order(2)

@@ -363,9 +363,9 @@ return P
         -- health and forget print their one reason line on stdout for every non-zero exit (commands.lua)
         local reason_line = args[1] == "health" or args[1] == "forget"
         assert.equal(reason_line and "imexguard: error: --json: " .. args[1] .. " has no JSON output (only "
-          .. "status, plan, registrations, check, show-config)\n" or "", r.stdout)
+          .. "status, plan, registrations, rack, check, show-config)\n" or "", r.stdout)
         assert.matches("imexguard: %-%-json: " .. args[1] .. " has no JSON output %(only status, plan, "
-          .. "registrations, check, show%-config%)", r.stderr)
+          .. "registrations, rack, check, show%-config%)", r.stderr)
       end
       r = run(dir, { "epilog", "-q" })
       assert.equal(1, r.code)

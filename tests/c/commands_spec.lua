@@ -72,7 +72,8 @@ describe("a command added to lua/imexguard/commands.lua", function()
     for line in list:gmatch("[^\n]+") do
       assert.is_true(#line <= 80, line)
     end
-    assert.matches("machine-readable output (status, plan, registrations, check, show-config, frobnicate)",
+    assert.matches("machine-readable output (status, plan, registrations, rack, check, show-config, "
+      .. "frobnicate)",
       r.stdout, 1,
       true)
   end)

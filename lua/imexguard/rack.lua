@@ -78,6 +78,9 @@ local function id_findings(rows, add)
   end
   local n, most = nil, 0
   for k, c in pairs(size) do if c > most or (c == most and k > n) then n, most = k, c end end
+  for _, r in ipairs(rows) do
+    if not r.d then return end -- a node without a digest: its no-digest finding says why, not "missing"
+  end
   for id = 0, (n or 0) - 1 do
     if not by_id[id] then add("missing-id", "ID " .. id, string.format("no node claims ID %d of the %d-node "
       .. "list (its node has no digest, runs another list, or its daemon is down)", id, n)) end
@@ -194,20 +197,42 @@ end
 
 -- The domain's rows: the Slurm nodes of this node's domain (see the module's head), this node's
 -- digest the one made now.
-local function members(nodes, me, own, dom, list, mesh)
+-- The addresses of this node's node list and of the ctl's answer, in that order, once each.
+local function addresses_of(list, mesh)
+  local out, seen = {}, {}
+  for _, a in ipairs(list) do
+    if not seen[a] then out[#out + 1], seen[a] = a, true end
+  end
+  for _, n in ipairs(mesh and mesh.nodes or {}) do
+    if not seen[n.host] then out[#out + 1], seen[n.host] = n.host, true end
+  end
+  return out
+end
+
+local function members(nodes, me, own, dom, list, mesh, by_address)
   local want, in_dom = {}, {}
-  for _, a in ipairs(list) do want[a] = true end
-  for h in pairs(mesh and mesh.by_host or {}) do want[h] = true end
+  local addrs = addresses_of(list, mesh)
+  for _, a in ipairs(addrs) do want[a] = true end
   for _, n in ipairs(dom and dom.nodes or {}) do in_dom[n] = true end
-  local rows, seen = {}, {}
+  local rows, seen, covered = {}, {}, {}
   for _, n in ipairs(nodes) do
     if n.name == me then n.d, n.self = own, true end
     local d = n.d
     local member = n.self or (own.d and d and d.d == own.d) or (own.d and in_dom[n.name])
       or (not own.d and d and d.a and want[d.a])
-    if member and not seen[n.name] then rows[#rows + 1], seen[n.name] = n, true end
+    if member and not seen[n.name] then
+      rows[#rows + 1], seen[n.name] = n, true
+      if d and d.a then covered[d.a] = true end
+    end
   end
-  if not seen[me] then rows[#rows + 1] = { name = me, d = own, self = true } end
+  if not seen[me] then rows[#rows + 1], seen[me] = { name = me, d = own, self = true }, true end
+  -- without a domain map, the addresses no digest names (slurm_extra off there): by their map name
+  for _, a in ipairs(own.d and {} or addrs) do
+    local name = by_address[a] or a
+    if not covered[a] and not seen[name] then
+      rows[#rows + 1], seen[name] = { name = name, address = a }, true
+    end
+  end
   local names, by = {}, {}
   for i, r in ipairs(rows) do names[i], by[r.name] = r.name, r end
   local order = hostlist.sort(names)
@@ -233,9 +258,14 @@ function M.gather(policy, ctx)
     command = "prolog", outcome = last and last.outcome, ok = not last or last.exit_code == 0 })
   local list = nodelist.lines(host.read(info.nodes_file, base.MAX_FILE) or "")
   local nodes, serr = slurm_nodes(ctx)
+  local by_address = {}
+  if s.address_source == "map" then
+    for name, a in pairs(require("imexguard.addresses").load_map(host, s.address_map) or {}) do
+      by_address[a] = name
+    end
+  end
   return { node = me, own = own, dom = dom, mesh = ans.mesh, answer = ans, slurm_error = serr,
-    now = host.wallclock(),
-    rows = members(nodes or {}, me, own, dom, list, ans.mesh) }
+    now = host.wallclock(), rows = members(nodes or {}, me, own, dom, list, ans.mesh, by_address) }
 end
 
 -- ---- render --------------------------------------------------------------------------------

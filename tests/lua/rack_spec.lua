@@ -114,6 +114,21 @@ describe("imexguard rack on the kit's host", function()
     assert.equal(8, #lines)
   end)
 
+  it("no digest anywhere but here (slurm_extra off): the node list's other nodes by their map names, "
+    .. "each named for it", function()
+    local files = { ["/etc/nvidia-imex/nodes_config.cfg"] = table.concat(A, "\n") .. "\n",
+      ["/etc/imexguard/addresses"] = "n1 10.0.0.1\nn2 10.0.0.2\nn3 10.0.0.3\nn4 10.0.0.4\n" }
+    local show = "NodeName=n1 Arch=x86_64\n   State=IDLE\n\nNodeName=n2 Arch=x86_64\n   State=IDLE\n"
+    local h = testing.host{ files = files, ctl = { testing.up(A) },
+      commands = { tail = { status = 0, stdout = "" } }, scontrol = { { status = 0, stdout = show } } }
+    local outcome, message, report = H.run(h, { command = "rack", env = { SLURMD_NODENAME = "n1" },
+      settings = { address_source = "map", address_map = "/etc/imexguard/addresses" } })
+    assert.equal("ok", outcome)
+    assert.matches("4 nodes, 3 findings", message)
+    assert.matches("\nn2: no digest in Slurm's Extra", report)
+    assert.matches("\nn4: no digest in Slurm's Extra", report)
+  end)
+
   it("--json: the findings and one object per node (docs/json.md, rack)", function()
     local _, _, report = run{ slurm = slurm(nil, nil), json = true }
     local j = require("cjson").decode(report)

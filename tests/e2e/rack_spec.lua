@@ -101,7 +101,9 @@ describe("imexguard rack under a real slurmctld", function()
     assert.truthy(named("^n3: another node list than n%[1%-2,4%]"), out)
     assert.truthy(named("^n3: ID 2 in its daemon's node map, line 1 of its node list file"), out)
     assert.truthy(named("^n4: Slurm [%u_+]*DRAIN[%u_+]*: rack e2e: DIMM swap"), out)
-    assert.is_true(#lines <= 8, "the findings come first and are few: " .. head)
+    -- the three are among the first lines (the peers' links to the restarted n2 may still be
+    -- coming back: a few "sees differently" lines before them, as the order of findings says)
+    assert.is_true(#lines <= 12, "the findings come first: " .. head)
     -- the table: one row per node, this node marked
     for _, n in ipairs(cluster.nodes) do assert.matches("\n" .. n .. "%*? ", out) end
     local _, js = on("n1", "rack", "--json")
@@ -112,6 +114,9 @@ describe("imexguard rack under a real slurmctld", function()
     assert.truthy(kinds["n3 list-differs"], js)
     assert.truthy(kinds["n4 slurm"], js)
     assert.are.equal(4, #j.nodes)
+    sh("scancel " .. job)
+    job = nil
+    assert.is_true(cluster.reset(), "the cluster is idle again")
   end)
 
   it("a node whose Extra is the site's own string keeps it; the prolog says why it publishes nothing",

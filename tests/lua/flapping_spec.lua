@@ -52,6 +52,13 @@ describe("imexguard.flapping", function()
     assert.equal(3, found)
   end)
 
+  it("reset-failed, then as many automatic restarts as before, between two runs: the new main process "
+    .. "tells them, the count alone would not", function()
+    local rec = flapping.observe(nil, S.unit, props(3, 0), T0, 600)
+    local _, found = flapping.observe(rec, S.unit, props(3, 40), T0 + 50e6, 600)
+    assert.equal(3, found)
+  end)
+
   it("the same main process and the same count: nothing (a run that saw no change)", function()
     local rec = flapping.observe(nil, S.unit, props(2, 0), T0, 600)
     local again, found = flapping.observe(rec, S.unit, props(2, 0), T0 + 5e6, 600)

@@ -159,14 +159,18 @@ local function gather(self, ctx)
   if not info and applied ~= "unit-unknown" then return g end
   local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
   g.answer = ans
+  -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
+  -- of the node: the next prolog starts it, and a site may stop it on purpose
+  -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it.
+  -- Nothing answers: the ctl's "unreachable", or the placeholder it prints instead (0.0.0.0 DOWN).
+  local props = info and info.unit
+  if props and props.active_state == "inactive" and health.no_local_daemon(ans)
+    and registered_list(ctx) == false then
+    g.idle_stopped, g.answer = true, { kind = "unreachable", err = ans.err or "no local daemon answers" }
+    return g
+  end
   if not ans.mesh then
-    -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
-    -- of the node: the next prolog starts it, and a site may stop it on purpose
-    -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it
-    local props = info and info.unit
-    g.idle_stopped = ans.kind == "unreachable" and props and props.active_state == "inactive"
-      and registered_list(ctx) == false
-    if not g.idle_stopped then g.expected = ordered_node_list(ctx, info) or {} end
+    g.expected = ordered_node_list(ctx, info) or {}
     return g
   end
   local expected, entry_names, by_entry, unresolved = ordered_node_list(ctx, info)

@@ -128,7 +128,7 @@ describe("DCGM's IMEX health watch on the states imexguard leaves (simulator, sy
     assert.are.equal("PASS", (dcgm("n3")))
     assert.are.same({ false, "idle" }, { condition("n3").expected, condition("n3").reason })
     -- job 2 on n[1-2]: their daemons restart with {n1, n2}; n3 idles with {n1, n2, n3}
-    all_ok(d:prologs{ job = 2, nodelist = "n[1-2]" })
+    all_ok(d:prologs{ job = 2, nodelist = "n[1-2]", names = { "n1", "n2" } })
     local verdict, seen = dcgm("n3")
     assert.are.equal("FAIL", verdict)
     assert.are.equal("DEGRADED/READY", seen)

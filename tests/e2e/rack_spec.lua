@@ -32,10 +32,13 @@ describe("imexguard rack under a real slurmctld", function()
   end)
 
   -- imexguard COMMAND ARGS on node N, where slurmd runs (its settings, SLURMD_NODENAME): status, output
-  local function on(n, command, args)
-    local ok, out, status = simdomain.capture(string.format("%senv SLURMD_NODENAME=%s %s --config %s %s %s",
-      cluster.in_root, n, q(d.build .. "/imexguard"), q(simroot .. "/" .. n .. "/imexguard.conf"), args or "",
-      command))
+  -- (stdout alone with `stdout_only`: a JSON report without the final line)
+  local function on(n, command, args, stdout_only)
+    local cmd = string.format("%senv SLURMD_NODENAME=%s %s --config %s %s %s", cluster.in_root, n,
+      q(d.build .. "/imexguard"), q(simroot .. "/" .. n .. "/imexguard.conf"), args or "", command)
+    -- capture adds 2>&1 after the command: the group's stderr goes first
+    if stdout_only then cmd = "{ " .. cmd .. " 2>/dev/null; }" end
+    local ok, out, status = simdomain.capture(cmd)
     return status or (ok and 0 or 1), out
   end
 
@@ -106,7 +109,7 @@ describe("imexguard rack under a real slurmctld", function()
     assert.is_true(#lines <= 12, "the findings come first: " .. head)
     -- the table: one row per node, this node marked
     for _, n in ipairs(cluster.nodes) do assert.matches("\n" .. n .. "%*? ", out) end
-    local _, js = on("n1", "rack", "--json")
+    local _, js = on("n1", "rack", "--json", true)
     local j = cjson.decode(js)
     local kinds = {}
     for _, f in ipairs(j.findings) do kinds[f.node .. " " .. f.kind] = true end

@@ -131,7 +131,7 @@ describe("host.unit* against systemd", function()
       assert.equal(0, p.active_enter_us)
       -- Service.NRestarts (systemd 235+): no restart yet; systemctl's own reading agrees
       assert.equal(0, p.n_restarts)
-      assert.equal("0", capture("systemctl --user show -P NRestarts ig-sleep.service"):gsub("%s+$", ""))
+      assert.equal("0", (capture("systemctl --user show -P NRestarts ig-sleep.service"):gsub("%s+$", "")))
     end)
 
     it("reports an active unit: its main PID, a 32-hex invocation ID, start times near now",

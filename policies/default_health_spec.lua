@@ -158,6 +158,9 @@ describe("C33: an idle node's health", function()
     assert.matches("inactive and no job is registered here", message, 1, true)
     outcome = run(stopped(H.registered(RACK)), { command = "health", dry_run = true })
     assert.equal("service-failed", outcome)
+    -- a policy whose daemon runs at all times (static_domain: imex_always_expected): a stopped one fails
+    outcome = run(stopped(), { command = "health", dry_run = true, imex_always_expected = true })
+    assert.equal("service-failed", outcome)
   end)
 
   it("a node with a registered job is judged on that job's nodes: cut off from them, it fails", function()

@@ -392,6 +392,7 @@ function D.prepare(run)
     dry_run = dry_run, json = run.json, planned = planned,
     verbosity = run.verbosity or 0, arg = run.arg,
     timeout = tonumber(run.timeout_arg), job_given = run.job_arg ~= nil,
+    imex_always_expected = run.static,
   }
   local id = ctx.job.id
   if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end

@@ -163,9 +163,10 @@ local function gather(self, ctx)
   -- of the node: the next prolog starts it, and a site may stop it on purpose
   -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it.
   -- Nothing answers: the ctl's "unreachable", or the placeholder it prints instead (0.0.0.0 DOWN).
+  -- (a policy whose daemon runs at all times, static_domain's imex_always_expected: never)
   local props = info and info.unit
   if props and props.active_state == "inactive" and health.no_local_daemon(ans)
-    and registered_list(ctx) == false then
+    and not rawget(ctx, "imex_always_expected") and registered_list(ctx) == false then
     g.idle_stopped, g.answer = true, { kind = "unreachable", err = ans.err or "no local daemon answers" }
     return g
   end

@@ -193,7 +193,8 @@ LIBEXEC  = $(PREFIX)/libexec/imexguard
 DOCDIR   = $(PREFIX)/share/doc/imexguard
 COMPDIR  = $(PREFIX)/share/bash-completion/completions
 DOCS     := README.md docs/design.md docs/policy-api.md docs/json.md
-EXAMPLES := contrib/imexguard.conf.example contrib/slurm/slurm.conf.snippet contrib/nhc/nhc.conf
+EXAMPLES := contrib/imexguard.conf.example contrib/slurm/slurm.conf.snippet contrib/nhc/nhc.conf \
+            contrib/slots/imexguard-slots.conf
 
 install: $(BIN) $(MANPAGES) $(COMPLETION)
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/sbin/imexguard

@@ -12,6 +12,7 @@ local simdomain = require "simdomain"
 local host = require "imexguard.host"
 local stats = require "stats"
 local timing = require "timing"
+local slots_bench = require "slots"
 
 local quote = simdomain.quote
 local now = host.now
@@ -88,7 +89,7 @@ local CFG = {
   backoff_rounds = num_env("BENCH_BACKOFF_ROUNDS", 3, 1), -- e) rounds per tool
   backoff_ms = num_env("BENCH_BACKOFF_MS", 15000, 100), -- e) ms: the daemons' first reconnect back-off
   racks = racks_env(),                               -- f) the rack layouts
-  only = os.getenv("BENCH_ONLY") or "abcdef",        -- the scenarios to run
+  only = os.getenv("BENCH_ONLY") or "abcdefg",       -- the scenarios to run
   profile = os.getenv("BENCH_PROFILE"),              -- a) command prefix of the breakdown runs
 }
 if CFG.profile == "" then CFG.profile = nil end
@@ -1069,6 +1070,41 @@ local function report_racks(list)
     "CPU/prolog/domain node ms", "ctl answer B", "return-UP ms med / max", "before UP" }, lines)
 end
 
+-- g) membership by slots against the per-job list, one sequence, both modes (bench/slots.lua).
+local function report_slots(g)
+  local l, sl = g.list, g.slots
+  local function med(x, k) local m = median(x) return m and string.format("%.0f", m * k) or "-" end
+  local function max(x, k) local _, _, m = mmm(x) return m and string.format("%.0f", m * k) or "-" end
+  local function outs(r)
+    local t = {}
+    for o, n in pairs(r.outcomes) do t[#t + 1] = o .. " " .. n end
+    table.sort(t)
+    return table.concat(t, ", ")
+  end
+  local function rat(a, b) return ratio(median(b), median(a)) end
+  say("")
+  say("g) membership: %d jobs over changing subsets of a rack of 6, rounds with two disjoint jobs at once, "
+    .. "each mode from a cold rack (bench/slots.lua); ratio = slots / list", l.jobs)
+  say("")
+  print_table({ "metric", "list", "slots", "ratio" }, {
+    { "daemon starts", tostring(l.starts), tostring(sl.starts), rat({ l.starts }, { sl.starts }) },
+    { "prolog wall ms, median", med(l.prolog, 1000), med(sl.prolog, 1000), rat(l.prolog, sl.prolog) },
+    { "prolog wall ms, max", max(l.prolog, 1000), max(sl.prolog, 1000), "" },
+    { "job ready ms, median", med(l.ready, 1000), med(sl.ready, 1000), rat(l.ready, sl.ready) },
+    { "job ready ms, max", max(l.ready, 1000), max(sl.ready, 1000), "" },
+    { "epilog wall ms, median", med(l.epilog, 1000), med(sl.epilog, 1000), rat(l.epilog, sl.epilog) },
+    { "jobs ready / jobs", #l.ready .. "/" .. l.jobs, #sl.ready .. "/" .. sl.jobs, "" },
+    { "outcomes", outs(l), outs(sl), "" },
+  })
+  for _, mode in ipairs({ "list", "slots" }) do
+    local r = g[mode]
+    metric("membership." .. mode .. ".daemon_starts", "count", { r.starts })
+    metric("membership." .. mode .. ".prolog_wall", "ms", ms(r.prolog))
+    metric("membership." .. mode .. ".job_ready", "ms", ms(r.ready))
+    metric("membership." .. mode .. ".epilog_wall", "ms", ms(r.epilog))
+  end
+end
+
 local function report_breakdown(a)
   say("")
   if CFG.profile and a and a.breakdown_runs then
@@ -1129,6 +1165,7 @@ local function report(total)
   if results.domain then report_scale(results.domain) end
   if results.backoff then report_backoff(results.backoff) end
   if results.racks then report_racks(results.racks) end
+  if results.slots then report_slots(results.slots) end
   if results.fast or CFG.only:find("a", 1, true) then report_breakdown(results.fast) end
   say("")
   write_json(total)
@@ -1198,6 +1235,16 @@ local ok, err = xpcall(function()
     warm_up(d, 700)
     results.backoff = backoff_path(d)
     drop_domain(d)
+  end
+  if want("g") then
+    say("g) membership by slots against the per-job list: a rack of 6, %d rounds, both modes",
+      #slots_bench.SEQUENCE)
+    local function command(dd, name, job, nodelist, nnodes, out, verb)
+      return (imexguard_cmd(dd, name, job, nodelist, nnodes, out):gsub(" prolog >", " " .. verb .. " >", 1))
+    end
+    results.slots = slots_bench.run({ new_domain = new_domain, drop_domain = drop_domain, units = units,
+      spawn = spawn, collect = collect, command = command, now = now, sleep = host.sleep, say = say,
+      simdomain = simdomain }, CFG.net + #CFG.racks + 2)
   end
   if want("f") then
     results.racks = {}

@@ -70,6 +70,7 @@ local staleness = lazy "imexguard.steps.staleness"
 local other_jobs = lazy "imexguard.steps.other_jobs"
 local registration = lazy "imexguard.steps.registration"
 local restart = lazy "imexguard.steps.restart"
+local slots = lazy "imexguard.steps.slots"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local health = lazy "imexguard.health"
@@ -167,6 +168,7 @@ function Policy:desired(ctx, info)
   local ok
   ok, o, m = self:admit(ctx, info, want)
   if not ok then return nil, o, m end
+  if slots.enabled(ctx) then return slots.want(ctx, want) end -- membership by slots
   return want
 end
 
@@ -190,7 +192,9 @@ end
 -- (steps.assess_daemon)?
 -- @return assessment, or nil, outcome, message
 function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
-  return staleness.assess_daemon(ctx, info, want, st, opts)
+  local a, o, m = staleness.assess_daemon(ctx, info, want, st, opts)
+  if a and want.slots then slots.assess(ctx, want, a) end -- the name map (membership by slots)
+  return a, o, m
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
@@ -211,7 +215,10 @@ end
 --- Restart: (re)start the unit and record what it runs (steps.restart).
 -- @param info table|nil from applies (a start is refused while another process holds the command port)
 -- @return true, props, or nil, outcome, message
-function Policy:restart(ctx, want, assessment, st, info) -- luacheck: no self
+function Policy:restart(ctx, want, assessment, st, info)
+  if want.slots then -- the name map built first (membership by slots)
+    return slots.restart(ctx, want, assessment, st, info, function(c, names) return self:lookup(c, names) end)
+  end
   return restart.restart(ctx, want, assessment, st, info)
 end
 
@@ -238,6 +245,7 @@ function Policy:wait_healthy(ctx, want, assessment)
   local r, fo, fm = self:check_fabric(ctx, want, true)
   if not r then return fo, fm end
   local outcome, msg = health.wait(ctx, want, assessment.answer)
+  if want.slots then outcome, msg = slots.after_wait(ctx, want, outcome, msg) end -- the SIGUSR1 floor
   if r.state == "unknown" or (r.polls or 0) > 1 then msg = msg .. "; fabric: " .. r.message end
   return outcome, text.one_line(msg)
 end
@@ -295,6 +303,7 @@ end
 -- @return table (a fresh one, the caller may change it)
 function Policy:register_extra(ctx, want)
   local extra = {}
+  if want.slots then extra.slots = table.concat(want.addrs, " ") end -- the job's slots in force
   if self.hooks.register_extra then
     for k, x in pairs(self.hooks.register_extra(ctx, want) or {}) do extra[k] = x end
   end
@@ -337,6 +346,10 @@ end
 
 --- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
 function Policy:keep(ctx, st, want, assessment, extra, info)
+  if want.slots then -- the job's slots into the name map (membership by slots)
+    local ok, o, m = slots.apply(ctx, st, want, info)
+    if not ok then return o, m end
+  end
   local outcome, msg, restarted = self:wait_converged(ctx, want, assessment, st, info)
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
@@ -395,6 +408,11 @@ function Policy:locked_prolog(ctx, info, want)
     { changed = changed, wait = true, write_pending = changed })
   if not a then return o, m end
   local extra = self:register_extra(ctx, want)
+  -- membership by slots: a prolog that ends non-zero takes its job's slots out of the map again
+  local function settled(outcome, msg) return slots.settle(ctx, st, want, outcome, msg) end
+  if want.slots and not changed and a.action == "none" then
+    return settled(self:keep(ctx, st, want, a, extra, info))
+  end
   if not changed and a.action == "none" then return self:keep(ctx, st, want, a, extra, info) end
   local allowed, why = self:may_restart(ctx, st, a)
   if not allowed then
@@ -402,6 +420,7 @@ function Policy:locked_prolog(ctx, info, want)
     if a.action ~= "none" then why = why .. "; " .. a.action .. " needed: " .. a.reason end
     return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
   end
+  if want.slots then return settled(self:change(ctx, info, want, st, a, extra, changed)) end
   return self:change(ctx, info, want, st, a, extra, changed)
 end
 
@@ -460,6 +479,16 @@ function Policy:save_unregistered(ctx, st, id) -- luacheck: no self
     state.path(s), tostring(err)))
 end
 
+--- Does this node's daemon run a slot list (membership by slots), whatever the setting says now (a
+-- rack switched back to lists: its slots' jobs still end)? The setting, else the bytes the daemon
+-- was started with (state file) ending in a slot name (imexguard.slots.SUFFIX; default_slots_spec
+-- checks they agree). The epilog of a list-mode node loads nothing for it.
+local SLOT_SUFFIX = ".imexguard.invalid\n"
+local function runs_slots(ctx, st)
+  if base.setting(ctx, "membership", "list") == "slots" then return true end
+  return type(st.running_nodes) == "string" and st.running_nodes:find(SLOT_SUFFIX, 1, true) ~= nil
+end
+
 --- Under the node lock: remove the job's entry, save the state file, then P:after_unregister.
 function Policy:unregister(ctx, id)
   local s, node = ctx.settings, base.node_name(ctx)
@@ -471,6 +500,10 @@ function Policy:unregister(ctx, id)
   if not entry then return not_registered(ctx, id) end
   local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
+  if runs_slots(ctx, st) then -- the job's slots out of the name map (membership by slots)
+    local so, sm = slots.unmap(ctx, st, id)
+    if so then return so, sm end
+  end
   local remaining = registry.jobs(st)
   local ho, hm = self:after_unregister(ctx, st, entry, remaining)
   if ho then return ho, hm end

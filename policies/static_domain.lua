@@ -22,6 +22,13 @@
 -- Outcomes are the default's (peers-unhealthy follows on_peer_fault). No lock, no state file, no
 -- job registry: nothing on the node changes. The epilog has nothing to do. status is the
 -- default's; plan reports the same checks without waiting.
+-- With membership = "slots" (docs/design.md, "Membership by slots") the static list is the domain's
+-- slot list (NODE.imexguard.invalid, the admin's, written once), its names the nodes' through the
+-- address source; the daemon still starts at boot and is never restarted here, and the job's nodes
+-- are switched into its name map: under the node lock, the prolog puts the job's slots in force
+-- (building the map when there is none: the unit must then be restarted once by the site to bind
+-- it) and signals the daemon, the health wait is per job, and the epilog puts them back on the
+-- sentinel. Nodes are taken to be exclusive (no registry: the epilog keeps only this node's slot).
 local steps = require "imexguard.steps"
 local text = require "imexguard.text"
 local health = require "imexguard.health"
@@ -31,6 +38,10 @@ local addresses = require "imexguard.addresses"
 local ctl = require "imexguard.ctl"
 local verdict = require "imexguard.verdict"
 local default = require "policies.default"
+local lazy = require "imexguard.lazy"
+local slots_room = lazy "imexguard.steps.slots" -- membership = "slots"
+local slotnames = lazy "imexguard.slots"
+local state = lazy "imexguard.state"
 
 local P = {}
 
@@ -93,6 +104,27 @@ local function unit_up(ctx, wait, node)
   return props
 end
 
+-- Membership by slots: the static list's slot names as their nodes' addresses (the address source),
+-- as addresses.resolve_list returns them: resolved (a name stays where it has none), by_entry
+-- ({[slot] = address}), unresolved ("NAME (why)").
+local function slot_addresses(ctx, static)
+  local resolved, by_entry, unresolved = {}, {}, {}
+  for i, e in ipairs(static) do
+    local node = slotnames.node_of(e)
+    local a, err
+    if node then a, err = addresses.lookup(ctx.host, ctx.settings, { node }) end
+    resolved[i] = a and a[1] or e
+    if a then
+      by_entry[e] = a[1]
+    else
+      local why = node and tostring(err)
+        or ("not a slot name NODE" .. slotnames.SUFFIX .. ": membership = \"slots\" needs the slot list")
+      unresolved[#unresolved + 1] = string.format("%s (%s)", e, why)
+    end
+  end
+  return resolved, by_entry, unresolved
+end
+
 --- Steps 1-4. @return info, want, props, or nil, outcome, message
 local function verify(ctx, wait)
   local info, o, m = steps.applies(ctx)
@@ -109,8 +141,17 @@ local function verify(ctx, wait)
   if #static == 0 then
     return fail("domain-unhealthy", "node %s: static node list %s is missing or empty", node, info.nodes_file)
   end
-  -- C35: host names in the static list, resolved as the job's nodes are
-  local resolved, _, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
+  -- C35: host names in the static list, resolved as the job's nodes are (slot names: their nodes')
+  local resolved, _, by_entry, unresolved
+  if slots_room.enabled(ctx) then
+    resolved, by_entry, unresolved = slot_addresses(ctx, static)
+    if #unresolved > 0 then
+      return fail("bad-input", "node %s: static node list %s: %s; nothing changed", node, info.nodes_file,
+        table.concat(unresolved, ", "))
+    end
+  else
+    resolved, _, by_entry, unresolved = addresses.resolve_list(ctx.host, ctx.settings, static)
+  end
   local bad = #unresolved > 0 and ("; names that do not resolve: " .. table.concat(unresolved, ", ")) or ""
   if bad ~= "" then
     ctx.host.log("warning", text.one_line(string.format("node %s: static node list %s%s", node,
@@ -139,7 +180,48 @@ local function verify(ctx, wait)
   if not inside then return nil, o, m end
   props, o, m = unit_up(ctx, wait, node)
   if not props then return nil, o, m end
+  if slots_room.enabled(ctx) then want.per_job, want.static_names = true, static end -- readiness per job
   return info, want, props
+end
+
+-- Membership by slots, under the node lock: the map with this node's slot and `job`'s in force
+-- (built when missing, from the static list: its names and their addresses; switched in place
+-- otherwise, and the daemon signalled: steps.slots). A daemon that does not resolve through the map
+-- is this node's fault: it must be restarted once by the site to bind it.
+-- @param job list|nil the job's node names
+-- @return true, or nil, outcome, message
+local function switch_map(ctx, want, props, job, info)
+  local node, path = steps.node_name(ctx), slots_room.path(ctx)
+  local st = state.load(ctx.host, ctx.settings) or {}
+  local self = slotnames.name(node)
+  local list = {}
+  for i, n in ipairs(job or {}) do list[i] = slotnames.name(n) end
+  local on = slotnames.union({ self }, list)
+  local _, _, code = slots_room.read(ctx)
+  if code == "ENOENT" and want then
+    local addr_of = {}
+    for i, e in ipairs(want.static_names) do addr_of[e] = want.node_list[i] end
+    local bytes, berr = slotnames.build(want.static_names, addr_of, on)
+    if not bytes then return fail("bad-input", "node %s: static slot list: %s", node, tostring(berr)) end
+    local ok, err, wcode = ctx.host.write_atomic(path, bytes, tonumber("644", 8))
+    if not ok then
+      return fail(steps.by_code(wcode, "write-failed"), "node %s: name map %s: %s", node, path, err)
+    end
+  end
+  if slots_room.bound(ctx, props) == false then
+    return fail("domain-unhealthy", "node %s: %s does not resolve through the name map %s (started before it "
+      .. "existed, or without the drop-in contrib/slots/imexguard-slots.conf): restart it once; this policy "
+      .. "never restarts it", node, ctx.settings.unit, path)
+  end
+  local ch, o, m = slots_room.switch(ctx, st, on, { self = self, info = info,
+    what = "job " .. steps.job_id(ctx) .. (job and "'s prolog" or " ended") })
+  if not ch then return nil, o, m end
+  if ch.signal == "floor" then
+    return fail("config-fault", "node %s: membership = \"slots\" cannot run here: %s", node,
+      tostring(ch.message))
+  end
+  if ch.message then ctx.host.log("warning", text.one_line(ch.message)) end
+  return true
 end
 
 --- The verdict over the job's nodes only (nodes of the domain outside the job are ignored): the
@@ -174,8 +256,21 @@ end
 -- @treturn string outcome (`ok`, or the failing check's outcome)
 -- @treturn string one-line message
 function P.prolog(ctx)
-  local info, want, m = verify(ctx, true)
-  if not info then return want, m end
+  local info, want, props = verify(ctx, true)
+  if not info then return want, props end
+  if slots_room.enabled(ctx) then
+    local guard, o, gm = steps.lock(ctx)
+    if not guard then return o, gm end
+    local lk <close> = guard -- luacheck: ignore lk
+    local ok, so, sm = switch_map(ctx, want, props, want.list, info)
+    if not ok then return so, sm end
+    local outcome, msg = health.wait(ctx, want, nil, judge)
+    if require("imexguard.outcomes").exit_code(outcome, ctx.settings) ~= 0 then
+      switch_map(ctx, nil, props, nil, info) -- the job's slots out again
+    end
+    return outcome, text.one_line(msg .. "; static domain with slots: the job's nodes switched into the name "
+      .. "map, nothing rewritten or restarted")
+  end
   local outcome, msg = health.wait(ctx, want, nil, judge)
   return outcome, text.one_line(msg .. "; static domain: nothing rewritten or restarted")
 end
@@ -185,6 +280,15 @@ end
 -- @treturn string outcome `ok`
 -- @treturn string one-line message naming the job and the node
 function P.epilog(ctx)
+  if slots_room.enabled(ctx) then
+    local guard, o, gm = steps.lock(ctx)
+    if not guard then return o, gm end
+    local lk <close> = guard -- luacheck: ignore lk
+    local ok, so, sm = switch_map(ctx, nil, ctx.host.unit(ctx.settings.unit), nil, nil)
+    if not ok then return so, sm end
+    return "ok", string.format("job %s: static domain with slots: node %s's name map back to its own slot",
+      steps.job_id(ctx), steps.node_name(ctx))
+  end
   return "ok", string.format("job %s: static domain, nothing to do on node %s", steps.job_id(ctx),
     steps.node_name(ctx))
 end

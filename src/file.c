@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * file.c: bounded read, lstat, atomic replace, character device nodes.
+ * file.c: bounded read, lstat, atomic replace, a same-size write in place, character device nodes.
  *
  * Atomic replace (field case C03 of docs/design.md: a daemon that starts while a script truncates
  * and refills nodes_config.cfg reads an empty or partial list).  write_atomic never modifies the
@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,6 +494,71 @@ static int l_write_atomic(lua_State *L)
 	return 1;
 }
 
+/* ---- write_in_place ------------------------------------------------------------------------- */
+
+/* host.write_in_place(path, data) -> true, or nil, msg, code.
+ * Overwrites the regular file `path` (string; a symlink is refused: O_NOFOLLOW) with `data`
+ * (string, bytes) in place: the same inode, one pwrite(2) at offset 0, then fdatasync.  The file
+ * must already hold exactly #data bytes: nothing is created, truncated or extended, so a reader
+ * sees the file at its size throughout, each byte old or new.  For a file bind-mounted into another
+ * mount namespace (systemd's BindReadOnlyPaths= holds the inode: a file replaced by rename(2) is
+ * never seen there), as the slot map of membership = "slots" is (docs/design.md, "Membership by
+ * slots": the caller changes only bytes whose every mix of old and new is valid).  code: "EINVAL"
+ * when the size differs or the file is not a regular file (nothing written), "ENOENT", "ELOOP" (a
+ * symlink), "EACCES", "EROFS", "EIO" for a short write, or the errno name of the failing step. */
+static int l_write_in_place(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	size_t len;
+	const char *data = luaL_checklstring(L, 2, &len);
+	int fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		int e = errno;
+		return ig_push_error(L, ig_code(-e), "write_in_place %s: open: %s", path,
+				     strerror(e));
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int e = errno;
+		close(fd);
+		return ig_push_error(L, ig_code(-e), "write_in_place %s: fstat: %s", path,
+				     strerror(e));
+	}
+	if (!S_ISREG(st.st_mode) || (uintmax_t)st.st_size != (uintmax_t)len) {
+		close(fd);
+		if (!S_ISREG(st.st_mode))
+			return ig_push_error(L, "EINVAL", "write_in_place %s: not a regular file",
+					     path);
+		return ig_push_error(
+		    L, "EINVAL", "write_in_place %s: holds %lld bytes, not %zu: nothing written",
+		    path, (long long)st.st_size, len);
+	}
+	size_t done = 0;
+	while (done < len) {
+		ssize_t w = pwrite(fd, data + done, len - done, (off_t)done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			int e = w < 0 ? errno : EIO;
+			close(fd);
+			return ig_push_error(
+			    L, ig_code(-e),
+			    "write_in_place %s: write: %s (%zu of %zu bytes written)", path,
+			    strerror(e), done, len);
+		}
+		done += (size_t)w;
+	}
+	if (fdatasync(fd) < 0 && errno != EINVAL) {
+		int e = errno;
+		close(fd);
+		return ig_push_error(L, ig_code(-e), "write_in_place %s: fdatasync: %s (written)",
+				     path, strerror(e));
+	}
+	close(fd);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 /* ---- mknod_char ----------------------------------------------------------------------------- */
 
 /* The end of mknod_char and mkdir: `path` was just made by `what` ("mknod", "mkdir"), which
@@ -601,13 +667,14 @@ static int l_remove_temps(lua_State *L)
 	return 1;
 }
 
-/* Add read, stat, write_atomic, remove_temps, mknod_char, mkdir to the table on top of the stack.
- */
+/* Add read, stat, write_atomic, write_in_place, remove_temps, mknod_char, mkdir to the table on top
+ * of the stack. */
 void ig_register_file(lua_State *L)
 {
 	static const luaL_Reg fns[] = {{"read", l_read},
 				       {"stat", l_stat},
 				       {"write_atomic", l_write_atomic},
+				       {"write_in_place", l_write_in_place},
 				       {"remove_temps", l_remove_temps},
 				       {"mknod_char", l_mknod_char},
 				       {"mkdir", l_mkdir},

@@ -98,8 +98,9 @@ int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *le
  * calls them all and, with --timing, times each (timing.c). */
 void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
 void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
-void ig_register_file(lua_State *L);  /* file.c: read, stat, write_atomic, mknod_char, mkdir */
-void ig_register_run(lua_State *L);   /* run.c: run, spawn (and its handles' metatable) */
+void ig_register_file(
+    lua_State *L); /* file.c: read, stat, write_atomic, write_in_place, mknod_char, mkdir */
+void ig_register_run(lua_State *L); /* run.c: run, spawn (and its handles' metatable) */
 /* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus (over bus.c's connection) */
 void ig_register_unit(lua_State *L);
 void ig_register_log(lua_State *L);  /* log.c: log */

@@ -183,7 +183,8 @@ end
 
 -- the host table: the primitives, or for a dry run recorders in place of side effects
 local RECORDED = {
-  'write_atomic', 'remove_temps', 'mknod_char', 'mkdir', 'lock', 'unit_job', 'unit_reset_failed', 'unit_kill',
+  'write_atomic', 'write_in_place', 'remove_temps', 'mknod_char', 'mkdir', 'lock', 'unit_job',
+  'unit_reset_failed', 'unit_kill',
 }
 -- a recorded lock: an object that unlocks (nothing was locked, no lock file was made)
 local function fake_lock()
@@ -435,14 +436,15 @@ D.HOST_COMMANDS = { ['config-test'] = D.config_test, ['show-config'] = D.show_co
 D.SIGUSR1 = 10
 
 --- A host table that counts the unit's starts and restarts of this run (run.restarts: the metrics'
--- imexguard_restarts_total) and the nudges (run.nudges: SIGUSR1 that host.unit_kill delivered to a
--- unit, imexguard.nudge; the final line's `nudges=N` and imexguard_nudges_total). Every other
--- primitive is the real one.
+-- imexguard_restarts_total), the nudges (run.nudges: SIGUSR1 that host.unit_kill delivered to a
+-- unit, imexguard.nudge, and the slot map's switches of membership = "slots"; the final line's
+-- `nudges=N` and imexguard_nudges_total) and the slot map's writes in place (run.map_writes:
+-- imexguard_slot_map_writes_total). Every other primitive is the real one.
 -- @param real table the primitives
--- @param run table the run (gets restarts = integer, nudges = integer)
+-- @param run table the run (gets restarts = integer, nudges = integer, map_writes = integer)
 -- @return table host
 function D.counting(real, run)
-  run.restarts, run.nudges = 0, 0
+  run.restarts, run.nudges, run.map_writes = 0, 0, 0
   if type(real.unit_job) ~= 'function' then return real end
   local function unit_job(name, verb, ...)
     local r = table.pack(real.unit_job(name, verb, ...))
@@ -454,7 +456,14 @@ function D.counting(real, run)
     if r[1] == true and signal == D.SIGUSR1 then run.nudges = run.nudges + 1 end
     return table.unpack(r, 1, r.n)
   end
-  local counted = { unit_job = unit_job, unit_kill = type(real.unit_kill) == 'function' and unit_kill or nil }
+  -- membership = "slots": the slot map's switches written in place (imexguard.steps.slots)
+  local function write_in_place(path, ...)
+    local r = table.pack(real.write_in_place(path, ...))
+    if r[1] == true then run.map_writes = (run.map_writes or 0) + 1 end
+    return table.unpack(r, 1, r.n)
+  end
+  local counted = { unit_job = unit_job, unit_kill = type(real.unit_kill) == 'function' and unit_kill or nil,
+    write_in_place = type(real.write_in_place) == 'function' and write_in_place or nil }
   -- a read-only view with a protected metatable, like the host module it stands for
   return setmetatable({}, {
     __index = function(_, k) return counted[k] or real[k] end,

@@ -166,6 +166,25 @@ function M.judge(rec, settings, now_us)
   return r
 end
 
+--- A judgement (M.judge's result, ctx.flapping) on status' line "restarts": "(not counted)" without
+-- one, else its short text, "flapping: " first when it flaps.
+-- @param r table|nil
+-- @return string
+function M.line(r)
+  if type(r) ~= "table" then return "(not counted)" end
+  return (r.flapping and "flapping: " or "") .. tostring(r.short)
+end
+
+--- A judgement as status' JSON key "restarts" (docs/json.md): {flapping, restarts, window, threshold,
+-- total}, or nil.
+-- @param r table|nil
+-- @return table|nil an imexguard.json object
+function M.json(r)
+  if type(r) ~= "table" then return nil end
+  return require("imexguard.json").object():set("flapping", r.flapping):set("restarts", r.count)
+    :set("window", r.window):set("threshold", r.threshold):set("total", r.total)
+end
+
 --- Observe the unit and judge it, without saving (health, status: the record is saved after the
 -- run, runrecord.save_signals).
 -- @param host table the primitives (read, wallclock)

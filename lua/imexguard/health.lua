@@ -155,11 +155,12 @@ end
 
 --- Does this node's config.cfg disable the command service (IMEX_CMD_ENABLED not 1, imexcfg.lint)?
 -- Then the ctl can never reach the local daemon: an "unreachable" answer is a configuration fault.
--- @param want table {cfg = parsed config.cfg or nil, config_path, addrs}
+-- @param want table {cfg = parsed config.cfg or nil, config_path, addrs, ips (the addresses where
+--   addrs holds slot names: membership by slots)}
 -- @return boolean
 local function command_service_off(want)
   if type(want.cfg) ~= "table" or #(want.addrs or {}) < 2 then return false end
-  for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.addrs)) do
+  for _, f in ipairs(M.config_lint(want.cfg, want.config_path, want.ips or want.addrs)) do
     if f.level == "error" and f.key == "IMEX_CMD_ENABLED" and not f.repeated then return true end
   end
   return false
@@ -317,7 +318,8 @@ function M.blame(ctx, want, v, waited)
         .. "command port, IMEX_CMD_PORT)", #(cf.peers or {}))
     local msg = one_line(string.format("this node %s: configuration fault%s, not a peer "
       .. "fault: %s; likely causes: %s (domain %s)", me, after, seen,
-      table.concat(M.config_fault_causes(want.cfg, want.config_path, want.addrs), "; "), tostring(v.status)))
+      table.concat(M.config_fault_causes(want.cfg, want.config_path, want.ips or want.addrs), "; "),
+      tostring(v.status)))
     -- loud also when on_config_fault = "warn" makes the outcome exit 0
     ctx.host.log("err", msg)
     return M.CONFIG_FAULT_OUTCOME, msg

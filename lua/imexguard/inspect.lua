@@ -33,6 +33,8 @@ local drain = lazy "imexguard.drain"
 local json = lazy "imexguard.json"
 local domains = lazy "imexguard.domains"
 local flapping = lazy "imexguard.flapping"
+local slots = lazy "imexguard.steps.slots"
+local slotnames = lazy "imexguard.slots"
 
 --- The methods (self: the policy).
 local M = {}
@@ -84,6 +86,12 @@ local function ordered_node_list(ctx, info)
   local literal = true
   for _, e in ipairs(list) do literal = literal and nodelist.is_ipv4(e) end
   if literal then return list end
+  if slotnames.parse_list(table.concat(list, "\n") .. "\n") then
+    -- membership by slots: the slot names are the ctl's hosts as written, each one its node's
+    local names = {}
+    for _, e in ipairs(list) do names[e] = slotnames.node_of(e) end
+    return list, names
+  end
   return addresses.resolve_list(ctx.host, ctx.settings, list)
 end
 
@@ -102,6 +110,37 @@ local function registered_list(ctx)
   end
   local list = nodelist.parse(jobs[1].nodes or "")
   return list and #list > 0 and list or nil
+end
+
+--- Membership by slots: this node's slot, the one the name map gives this node's address
+-- (BIND_INTERFACE_IP, else a local address), else its Slurm name's; and the map's addresses (for
+-- config.cfg's findings: the domain's addresses).
+-- @return slot, addresses (list, or nil without a map)
+local function slot_self(ctx, info)
+  local _, map = slots.read(ctx)
+  if type(map) ~= "table" then return slotnames.name(base.node_name(ctx)), nil end
+  local mine = {}
+  if info and info.bind then mine[info.bind] = true end
+  for _, a in ipairs(ctx.host.local_addresses() or {}) do mine[a] = true end
+  local self, addrs = nil, {}
+  for _, sl in ipairs(map.names) do
+    addrs[#addrs + 1] = map.addr[sl]
+    if not self and mine[map.addr[sl]] then self = sl end
+  end
+  return self or slotnames.name(base.node_name(ctx)), addrs
+end
+
+--- Membership by slots: the registered jobs and their slots (readiness per job), false when no job
+-- is registered, nil when the state file cannot be read.
+-- @return list of {id, slots = list} | false | nil
+local function registered_slots(ctx)
+  local st = state.load(ctx.host, ctx.settings)
+  if not st then return nil end
+  local jobs = registry.jobs(st)
+  if #jobs == 0 then return false end
+  local out = {}
+  for i, e in ipairs(jobs) do out[i] = { id = e.id, slots = slotnames.of_field(e.slots) } end
+  return out
 end
 
 --- The facts of this node that `status` shows beside the domain, what `systemctl status` and
@@ -131,6 +170,7 @@ function M:node_facts(ctx) -- luacheck: no self
   end
   f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
   f.restarts = rawget(ctx, "flapping")
+  f.membership = slots.fact(ctx)
   return f
 end
 
@@ -184,8 +224,15 @@ local function gather(self, ctx)
   g.expected, g.unresolved = expected, unresolved
   g.self = self_address(ctx, info, expected)
   g.names = names_by_address(ctx, entry_names)
+  if g.by_file and slotnames.parse_list(table.concat(expected, "\n") .. "\n") then
+    -- membership by slots: this node is its slot; each registered job is judged on its own nodes
+    g.self, g.lint = slot_self(ctx, info)
+    g.job_slots = registered_slots(ctx)
+    g.jobs_list = g.job_slots and nil or g.job_slots
+  else
+    g.jobs_list = registered_list(ctx)
+  end
   g.names[g.self] = g.names[g.self] or base.node_name(ctx)
-  g.jobs_list = registered_list(ctx)
   return g
 end
 
@@ -208,7 +255,27 @@ end
 -- with no job registered, only what this node owns (the unit, its daemon READY with its own node
 -- map, the command port: unit_verdict; config.cfg's findings, flagged as for any node: C22), never
 -- its links to peers that may run other jobs' lists now.
+-- Membership by slots: each registered job judged on its own nodes (readiness per job: every node of
+-- the job READY and CONNECTED to every other; the domain's other slots refuse by design). The first
+-- job that is not ready decides the outcome, named.
+local function judge_slot_jobs(ctx, g)
+  local info, ready, last = g.info, {}, nil
+  for _, j in ipairs(g.job_slots) do
+    local v = verdict.judge(g.answer, { addrs = j.slots, self = g.self, node_list = g.expected,
+      per_job = true }, { list_name = "job " .. j.id .. "'s nodes" })
+    if not v.healthy then
+      local o, m = health.blame(ctx, { self = g.self, names = g.names, cfg = info and info.cfg,
+        config_path = info and info.config }, v)
+      return v, o, text.one_line("job " .. j.id .. ": " .. tostring(m))
+    end
+    ready[#ready + 1], last = j.id, v
+  end
+  return last, "ok", string.format("membership by slots: job%s %s ready: %s", #ready == 1 and "" or "s",
+    table.concat(ready, ", "), tostring(last.healthy_message))
+end
+
 local function judge_mesh(ctx, g)
+  if g.job_slots then return judge_slot_jobs(ctx, g) end
   local info, idle = g.info, g.jobs_list == false
   local judged = g.jobs_list or g.expected
   local v = verdict.judge(g.answer, { addrs = judged, self = g.self,
@@ -246,7 +313,7 @@ local function judge(self, ctx, g)
   end
   local uo, um = self:unit_verdict(ctx, info)
   if uo then outcome, msg = uo, um .. "; " .. msg end
-  local findings = report.config_findings(info, g.expected)
+  local findings = report.config_findings(info, g.lint or g.expected)
   if #findings > 0 then msg = msg .. "; " .. findings[1] .. (#findings > 1 and " (and more below)" or "") end
   self:domain_fact(ctx)
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
@@ -447,8 +514,9 @@ function M:run_plan(ctx)
   local f = { ctx = ctx, job = base.job_id(ctx), node = base.node_name(ctx), info = info, want = want,
     st = st, old = old, old_err = rerr, changed = changed, assessment = a, allowed = allowed, why = why,
     verdict = a.answer and verdict.judge(a.answer, { addrs = want.addrs, self = want.self }),
-    findings = report.config_findings(info, want.addrs),
-    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.addrs) }
+    findings = report.config_findings(info, want.ips or want.addrs),
+    config_fault = #want.addrs > 1 and report.config_fault_found(info, want.ips or want.addrs),
+    membership = want.slots and slots.plan_facts(ctx, st, want, a) or nil }
   local pok, po, pm = self:check_port_owner(ctx, info, a.unit)
   if not pok then
     local out = self:channel_report(ctx, info, report.plan(f))
@@ -499,7 +567,8 @@ end
 --- Entry point `forget JOBID` (ctx.arg): remove the job's entry from this node's registry under
 -- the node lock, for a job whose epilog never ran (slurmd crashed, the node rebooted without
 -- clearing state_dir); IMEX is left as it is and P:after_unregister is not run (that is the
--- epilog's). A job that is not registered is bad-input: nothing removed.
+-- epilog's); with membership by slots the job's slots leave the name map (steps.slots.unmap). A job
+-- that is not registered is bad-input: nothing removed.
 function M:run_forget(ctx)
   local id = ctx.arg
   if type(id) ~= "string" or not id:match(base.JOB_ID_PATTERN) or #id > base.JOB_ID_MAX then
@@ -522,6 +591,11 @@ function M:run_forget(ctx)
   end
   local failed, fm = self:save_unregistered(ctx, st, id)
   if failed then return failed, fm end
+  -- membership by slots: the job's slots out of the name map, as its epilog would
+  if slots.enabled(ctx) or slotnames.parse_list(st.running_nodes) then
+    local so, sm = slots.unmap(ctx, st, id)
+    if so then return so, sm end
+  end
   local remaining = registry.jobs(st)
   local age = entry.registered_us and registry.age_text(ctx.host.wallclock() - entry.registered_us / 1e6)
   local msg = text.one_line(string.format("node %s: removed the registration of job %s (%s, registered %s "

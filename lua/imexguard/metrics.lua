@@ -49,9 +49,14 @@ local HELP = {
   imexguard_unit_flapping = { "gauge",
     "1 while the IMEX unit restarted flapping_restarts times or more within flapping_window (health ends "
       .. "unit-flapping).", "" },
+  imexguard_membership = { "gauge",
+    "1 for the membership mode in force at the last run (setting membership), 0 for the other.",
+    "mode" },
+  imexguard_slot_map_writes_total = { "counter",
+    "Writes in place of the name map of membership = \"slots\" (a job's slots switched in or out).", "" },
 }
 local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_restarts_total",
-  "imexguard_nudges_total",
+  "imexguard_nudges_total", "imexguard_slot_map_writes_total", "imexguard_membership",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
   "imexguard_imex_expected", "imexguard_unit_restarts_total", "imexguard_unit_flapping" }
@@ -136,6 +141,14 @@ local function family(name)
   return name:gsub("_sum$", ""):gsub("_count$", "")
 end
 
+-- The membership mode in force (run.membership) as a state set: 1 for it, 0 for the other.
+local function membership_samples(samples, run, key)
+  if not run.membership then return end
+  for _, mode in ipairs({ "list", "slots" }) do
+    samples[key("imexguard_membership", { mode = mode })] = mode == run.membership and 1 or 0
+  end
+end
+
 --- Update the samples for one finished run. Every series a query may name is present, 0 when
 -- nothing happened (Prometheus' naming practices: a series that appears only once something
 -- happens makes rate() and absent() lie): the run counts of every command that records metrics
@@ -147,9 +160,9 @@ end
 --   seconds), restarts (integer, optional), nudges (integer, optional: SIGUSR1 sent by the health
 --   wait, imexguard.nudge), nodes (optional list of {id, host, status}), gpus (optional list of
 --   {gpu, state, status, partition}: the fabric registration the run read, imexguard.fabric),
---   version (string, optional: imexguard's version, host.version), expected (optional
---   {expected = boolean, reason}: the node condition, imexguard.expected), flap (optional
---   imexguard.flapping.judge's result: the unit's restarts by systemd, total and flapping)}`
+--   version (string, optional: imexguard's version, host.version), map_writes (integer, optional: the
+--   name map's writes in place, membership by slots), membership (string, optional: the setting),
+--   expected, flap (M.update_signals' fields: not read here)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -172,6 +185,8 @@ function M.update(samples, run)
   add("imexguard_runs_total", { command = run.command, outcome = run.outcome }, 1)
   add("imexguard_restarts_total", {}, run.restarts or 0)
   add("imexguard_nudges_total", {}, run.nudges or 0)
+  add("imexguard_slot_map_writes_total", {}, run.map_writes or 0)
+  membership_samples(samples, run, key)
   add("imexguard_run_duration_seconds_sum", cmd, run.duration)
   add("imexguard_run_duration_seconds_count", cmd, 1)
   samples[key("imexguard_last_run_timestamp_seconds", cmd)] = run.ended
@@ -198,7 +213,6 @@ function M.update(samples, run)
       samples[key("imexguard_domain_node_status", labels)] = 1
     end
   end
-  M.update_signals(samples, run)
   if run.gpus then
     for k in pairs(samples) do
       if k:find("^imexguard_fabric_gpu{") then samples[k] = nil end
@@ -217,6 +231,7 @@ end
 -- added (the record in state_dir is their one count).
 -- @tparam table samples (changed in place)
 -- @tparam table run see `update` (expected, flap)
+-- @treturn table samples
 function M.update_signals(samples, run)
   if run.expected then
     for k in pairs(samples) do
@@ -229,6 +244,7 @@ function M.update_signals(samples, run)
     samples["imexguard_unit_restarts_total{}"] = run.flap.total
     samples["imexguard_unit_flapping{}"] = run.flap.flapping and 1 or 0
   end
+  return samples
 end
 
 --- The file's text for a set of samples, grouped by metric family with HELP and TYPE lines.
@@ -279,7 +295,8 @@ function M.record(ctx, run)
   elseif code ~= "ENOENT" then
     host.log("warning", "metrics: cannot read " .. path .. ": counters start from zero")
   end
-  local ok, werr = host.write_atomic(path, M.render(M.update(samples, run)), tonumber("644", 8))
+  local text = M.render(M.update_signals(M.update(samples, run), run))
+  local ok, werr = host.write_atomic(path, text, tonumber("644", 8))
   lock:unlock()
   if not ok then host.log("warning", "metrics not written: " .. tostring(werr)) end
   return ok == true

@@ -53,6 +53,46 @@ function M.acts_on_sigusr1(version)
   return i >= #M.MIN_VERSION
 end
 
+--- The documented floor of SIGUSR1 (case C48): NVIDIA's developers state the signal for r580 and
+-- later (DRA driver issue 581); a process without a handler dies of it. The setting
+-- `sigusr1_min_version` overrides it where a site has it.
+M.FLOOR = "580"
+
+--- Version strings compared by their numbers ("580.65.06" -> {580, 65, 6}); nil when none.
+local function numbers(v)
+  if type(v) ~= "string" or not v:match("^%d") then return nil end
+  local t = {}
+  for part in v:gmatch("%d+") do t[#t + 1] = tonumber(part) end
+  return t
+end
+
+--- May a daemon of this version get SIGUSR1 (membership = "slots" switches its name map with it)?
+-- Minimal version for issue 30: the converge helper's (issue 27, C48) replaces it, with the same
+-- name and contract.
+-- @param version string|nil the daemon's version as its ctl answer shows it ("580.65.06")
+-- @param settings table|nil the run's settings (sigusr1_min_version: the floor, default M.FLOOR)
+-- @return true, or false, reason (one line: the version and the floor)
+function M.version_allows(version, settings)
+  local floor = M.FLOOR
+  if settings and require("imexguard.settings").by_name.sigusr1_min_version then
+    floor = settings.sigusr1_min_version or M.FLOOR
+  end
+  local v, f = numbers(version), numbers(floor)
+  if not v then
+    return false, string.format("the daemon's version is unknown (%s): SIGUSR1 is documented from r%s on",
+      version == nil and "not shown" or string.format("%q", tostring(version)), floor)
+  end
+  for i = 1, math.max(#v, #(f or {})) do
+    local a, b = v[i] or 0, (f or {})[i] or 0
+    if a > b then return true end
+    if a < b then
+      return false, string.format("the daemon's version %s is below r%s, the first that acts on SIGUSR1 "
+        .. "(an older daemon dies of it, C48)", version, floor)
+    end
+  end
+  return true
+end
+
 --- A link status that a reconnect cannot clear: the two daemons run different node lists
 -- (NVIDIA: until all of them restart with one list).
 M.MISMATCH = "NODE_MAP_MISMATCH"
@@ -97,8 +137,11 @@ Nudger.__index = Nudger
 --   once this node's daemon was found too old for SIGUSR1: no nudge in this wait)
 function M.new(ctx, want, label)
   local s = ctx.settings
+  -- ctx.usr1_at: when this run (or, in slots mode, the state file) last signalled the daemon
+  -- (imexguard.steps.slots): the daemon ignores a signal within 5 s of it
   return setmetatable({ ctx = ctx, want = want, label = label or function(h) return tostring(h) end,
-    on = s.nudge == true, after = s.nudge_after, since = {}, last = nil, sent = 0, recorded = 0 }, Nudger)
+    on = s.nudge == true, after = s.nudge_after, since = {}, last = rawget(ctx, "usr1_at"), sent = 0,
+    recorded = 0 }, Nudger)
 end
 
 --- Look at one answer of the wait at time `now`, and nudge when it is due.
@@ -169,6 +212,7 @@ function Nudger:send(waited, now, timeout)
   local ok, err, code = h.unit_kill(unit, M.SIGUSR1, timeout)
   if ok then
     self.sent = self.sent + 1
+    rawset(ctx, "usr1_at", now)
     h.log("info", one_line("nudge: " .. what .. "; " .. why))
   else
     h.log("warning", one_line(string.format("nudge failed: %s: %s (%s); %s", what, tostring(err),

@@ -108,12 +108,28 @@ function M.domain_lines(dom, r)
   end
 end
 
+-- plan's membership (docs/json.md): {mode, slot_hosts, slots = [{slot, node, now, after}], signal};
+-- list mode {mode = "list"} with nulls.
+local function plan_membership_json(m)
+  if not m then
+    return json.object():set("mode", "list"):set("slot_hosts", nil):set("slots", nil):set("signal", nil)
+  end
+  local list = {}
+  for i, x in ipairs(m.slots) do
+    list[i] = json.object():set("slot", x.slot):set("node", x.node):set("now", x.now):set("after", x.after)
+  end
+  return json.object():set("mode", "slots"):set("slot_hosts", m.path):set("slots", json.array(list))
+    :set("signal", m.signal)
+end
+
 --- The plan as JSON (one object, newline-terminated; docs/json.md, "plan").
 local function plan_json(f)
   local want, a = f.want, f.assessment
   local nodes = {}
   for i, addr in ipairs(want.addrs) do
-    nodes[i] = json.object():set("name", want.list[i]):set("address", addr):set("self", addr == want.self)
+    -- membership by slots: addrs are the job's slots, ips their addresses
+    nodes[i] = json.object():set("name", want.list[i]):set("address", (want.ips or want.addrs)[i])
+      :set("self", addr == want.self)
   end
   local removed, added = M.diff(f.old, want.bytes)
   local seen = f.verdict
@@ -132,7 +148,7 @@ local function plan_json(f)
     :set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
-    :set("imex_domain", M.domain_json(want.domain)))
+    :set("imex_domain", M.domain_json(want.domain)):set("membership", plan_membership_json(f.membership)))
 end
 
 --- The node list part of the text plan: the desired list, then what happens to the file.
@@ -161,6 +177,7 @@ local function plan_text(f)
   local s, a = f.ctx.settings, f.assessment
   local r = { string.format("plan for job %s on node %s (nothing is changed)", f.job, f.node) }
   plan_list_lines(f, r)
+  if f.membership then require("imexguard.steps.slots").plan_lines(f.membership, r) end
   r[#r + 1] = string.format("unit %s: %s/%s", s.unit, tostring(a.unit.active_state),
     tostring(a.unit.sub_state))
   r[#r + 1] = string.format("config: %s (from the %s)", tostring(f.info.config),
@@ -286,15 +303,6 @@ function M.fabric_line(f)
   return string.format("%s: %s", tostring(f.state), tostring(f.message))
 end
 
---- The unit's restarts by systemd itself (ctx.flapping: imexguard.flapping.judge's result) for a
--- person: "(not counted)" without a count, else its short text, "flapping: " first when it flaps.
--- @param r table|nil
--- @return string
-function M.restarts_line(r)
-  if type(r) ~= "table" then return "(not counted)" end
-  return (r.flapping and "flapping: " or "") .. tostring(r.short)
-end
-
 --- The node's facts for a person: one "key  value" line each (status' head).
 -- @param facts table see M.status
 -- @param verbose boolean
@@ -309,8 +317,11 @@ function M.facts_lines(facts, verbose)
     { "node lock", lock_line(facts, verbose) },
     { "domain", M.domain_line(facts.domain) },
     { "fabric", M.fabric_line(facts.fabric) },
-    { "restarts", M.restarts_line(facts.restarts) },
+    { "restarts", require("imexguard.flapping").line(facts.restarts) },
   }
+  if facts.membership then
+    rows[#rows + 1] = { "membership", require("imexguard.steps.slots").fact_line(facts.membership) }
+  end
   if verbose and facts.state_path then rows[#rows + 1] = { "state file", facts.state_path } end
   local out = {}
   for i, r in ipairs(rows) do out[i] = string.format("%-12s %s", r[1], r[2]) end
@@ -318,6 +329,13 @@ function M.facts_lines(facts, verbose)
 end
 
 -- ---- JSON of the facts ------------------------------------------------------------------------
+
+-- Membership (status): {mode, slot_hosts, in_force} (null without facts; docs/json.md).
+local function membership_json(m)
+  if type(m) ~= "table" then return nil end
+  return json.object():set("mode", m.mode):set("slot_hosts", m.path)
+    :set("in_force", m.in_force and json.array(m.in_force) or nil):set("error", m.error)
+end
 
 local function unit_json(facts)
   local u = facts.unit or {}
@@ -373,13 +391,6 @@ function M.fabric_json(f)
     :set("partition", type(f.partition) == "table" and f.partition.id or nil)
 end
 
--- The unit's restarts as JSON (docs/json.md): {flapping, restarts, window, threshold, total}, or nil.
-local function restarts_json(r)
-  if type(r) ~= "table" then return nil end
-  return json.object():set("flapping", r.flapping):set("restarts", r.count):set("window", r.window)
-    :set("threshold", r.threshold):set("total", r.total)
-end
-
 -- The head of the status JSON: schema, command, ok, outcome, exit_code, message, time and the
 -- node's facts (null where unknown).
 local function status_head(opts)
@@ -399,7 +410,8 @@ local function status_head(opts)
     :set("registrations_error", facts.jobs_error)
     :set("lock", opts.facts and lock_json(facts) or nil)
     :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
-    :set("restarts", restarts_json(facts.restarts))
+    :set("restarts", require("imexguard.flapping").json(facts.restarts))
+    :set("membership", membership_json(facts.membership))
 end
 
 -- The mesh keys of the status JSON (null without a mesh).

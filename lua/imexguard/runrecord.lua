@@ -122,9 +122,16 @@ function M.save_digest(run, host, outcome, code)
   return nil
 end
 
+-- The setting membership ("list" or "slots"; nil for settings without it).
+local function membership(settings)
+  if type(settings) ~= 'table' or not require('imexguard.settings').by_name.membership then return nil end
+  return settings.membership
+end
+
 --- Record the run in the metrics file (imexguard.metrics.record): outcome, exit code, duration
 -- (monotonic seconds), end (Unix seconds), the unit's starts and restarts and the nudges of this
--- run (run.restarts, run.nudges: the driver's counting host), the mesh's node states and the GPUs'
+-- run (run.restarts, run.nudges: the driver's counting host), the name map's writes in place and
+-- the membership mode (run.map_writes, the setting), the mesh's node states and the GPUs'
 -- fabric registration the run saw, the node condition and the unit's restarts (run.signals, set by
 -- M.save_signals before).
 -- @param run table the driver's run (command, settings, ctx, started, restarts, nudges)
@@ -138,6 +145,7 @@ function M.save_metrics(run, host, outcome, code)
   return require('imexguard.metrics').record({ host = host, settings = run.settings }, {
     command = run.command, outcome = outcome, exit_code = code, duration = duration(run, now),
     ended = host.wallclock(), restarts = run.restarts or 0, nudges = run.nudges or 0,
+    map_writes = run.map_writes or 0, membership = membership(run.settings),
     nodes = mesh_nodes(ctx and rawget(ctx, 'mesh_seen')),
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
     expected = run.signals and run.signals.expected, flap = run.signals and run.signals.flap,

@@ -53,6 +53,15 @@ M.schema = {
   { name = "topology_file", default = nil, kind = "path", optional = true,
     doc = "path of Slurm's topology.conf or topology.yaml (*.yaml) with the blocks (default: beside the "
       .. "slurm.conf that SLURM_CONF names, else in /etc/slurm)" },
+  { name = "membership", default = "list", kind = "enum", values = { "list", "slots" },
+    doc = "how a job's nodes become the daemon's domain: \"list\" (the node list is the job's nodes: a "
+      .. "new list restarts the daemon) or \"slots\" (the node list names every node of the IMEX domain "
+      .. "once, NODE.imexguard.invalid; a job only switches its nodes' names from the sentinel 127.0.0.2 to "
+      .. "their addresses in slot_hosts and signals the daemon, SIGUSR1; needs a domain map, the drop-in "
+      .. "contrib/slots/imexguard-slots.conf and a daemon that acts on SIGUSR1)" },
+  { name = "slot_hosts", default = "/run/imexguard/hosts", kind = "path",
+    doc = "membership = \"slots\": the private hosts file that the drop-in binds over the unit's /etc/hosts "
+      .. "(the name map; written by imexguard only, under the node lock)" },
   { name = "resolve_timeout", default = 2, kind = "number",
     doc = "seconds: timeout of one name resolution" },
   { name = "allow_loopback", default = false, kind = "boolean",

@@ -406,7 +406,18 @@ local function map_reason(self, p, findings)
   return nil
 end
 
-local function judge_peers(v, mesh, expected, self_host, maps, list_name)
+-- Readiness per job (membership by slots): the first link from peer p to another node of the job
+-- that is not CONNECTED, as a reason; nil when p is connected to all of them.
+local function pair_reason(p, expected, self_host)
+  for _, q in ipairs(expected) do
+    if q ~= p.host and q ~= self_host and (p.connections or {})[q] ~= "CONNECTED" then
+      return "connection to " .. q .. " " .. tostring((p.connections or {})[q] or "absent")
+    end
+  end
+  return nil
+end
+
+local function judge_peers(v, mesh, expected, self_host, maps, list_name, per_job)
   local self = mesh.by_host[self_host]
   local wanted, findings = {}, {}
   for _, h in ipairs(expected) do wanted[h] = true end
@@ -420,9 +431,12 @@ local function judge_peers(v, mesh, expected, self_host, maps, list_name)
       reason = "status " .. p.status
     elseif not reason and self.connections[p.host] ~= "CONNECTED" then
       reason = "connection from this node " .. tostring(self.connections[p.host] or "absent")
+    elseif not reason and per_job then
+      reason = pair_reason(p, expected, self_host)
     end
     if reason then v.faulty[#v.faulty + 1] = { host = p.host, reason = reason } end
   end
+  if per_job then return end -- the domain's other slots map to the sentinel: not the job's
   for _, n in ipairs(mesh.nodes) do
     if not wanted[n.host] and n.status ~= "READY" then
       v.faulty[#v.faulty + 1] = { host = n.host,
@@ -473,9 +487,9 @@ end
 
 -- The verdict once the local and configuration checks passed and the peers are judged: healthy,
 -- stale-mismatch, peer-fault or unhealthy, with its summary. Completes v and returns it.
-local function judge_overall(v, mesh, expected, self_host, stale, note)
+local function judge_overall(v, mesh, expected, self_host, stale, note, per_job)
   local head = string.format("domain %s", tostring(mesh.status))
-  v.healthy = mesh.status == "UP" and #v.missing == 0 and #v.faulty == 0
+  v.healthy = (per_job or mesh.status == "UP") and #v.missing == 0 and #v.faulty == 0
   v.stale_mismatch = not v.healthy and stale or nil
   if not v.healthy and not stale and #v.faulty == 0 then
     stale_between_peers(v, mesh, expected, self_host)
@@ -485,6 +499,11 @@ local function judge_overall(v, mesh, expected, self_host, stale, note)
     v.summary = string.format("%s: stale node-map mismatch: this node %s and %s run the same node list, yet "
       .. "their link shows NODE_MAP_MISMATCH (IMEX keeps it until both ends restart)%s", head, self_host,
       hosts_text(v.stale_mismatch.peers), note)
+  elseif v.healthy and per_job then
+    v.verdict = "healthy"
+    v.healthy_message = string.format("the job's %d nodes READY and connected to each other (membership by "
+      .. "slots: the domain's other slots refuse, domain %s)", #expected, tostring(mesh.status))
+    v.summary = head .. ": " .. v.healthy_message .. note
   elseif v.healthy then
     v.verdict = "healthy"
     v.summary = string.format("%s: %d expected nodes READY and connected%s", head, #expected, note)
@@ -514,7 +533,9 @@ local function judge_mesh(mesh, expected, self_host, node_list, opts)
   local v = { status = mesh.status, healthy = false, local_fault = false, order = order,
     map_faults = maps, self_id = job.self_id, missing = job.missing, extra = job.extra, faulty = {} }
   v.mismatch = #v.missing > 0 or #v.extra > 0
-  local note = mismatch_note(v, list_name)
+  local per_job = opts ~= nil and opts.per_job or false
+  -- per job, the domain's other slots are no difference to note
+  local note = per_job and "" or mismatch_note(v, list_name)
   local own_only = opts ~= nil and opts.own_only
   local stale = not own_only and M.stale_mismatch(mesh, expected, self_host, order, maps, list or nil)
   if judge_local(v, mesh, expected, self_host, order, maps, note, stale, own_only)
@@ -522,8 +543,8 @@ local function judge_mesh(mesh, expected, self_host, node_list, opts)
     return v
   end
   if own_only then return judge_own_only(v, mesh, self_host) end
-  judge_peers(v, mesh, expected, self_host, maps, list_name)
-  return judge_overall(v, mesh, expected, self_host, stale, note)
+  judge_peers(v, mesh, expected, self_host, maps, list_name, per_job)
+  return judge_overall(v, mesh, expected, self_host, stale, note, per_job)
 end
 
 --- The verdict on a ctl answer for one job on this node: the one judgement of the domain's health
@@ -558,12 +579,20 @@ end
 -- (malformed, "unconfigured" exit 255, a hang, cannot run: C06) proves nothing and is nil.
 -- @tparam table answer a ctl answer (health.probe's): `{mesh = result of ctl.parse_mesh or
 --   ctl.parse_text}`, or `{err = message, kind = "unreachable"|"unconfigured"|"malformed"|...}`
--- @tparam table want `{addrs = {string,...}, self = string, node_list = {string,...}|false|nil}`:
+-- @tparam table want `{addrs = {string,...}, self = string, node_list = {string,...}|false|nil,
+--   per_job = boolean|nil}`:
 --   addrs (`expected` below) the job's node list (addresses as in nodes_config.cfg, in order); self
 --   this node's address in it; node_list the ordered list the daemon must run, when it is not the
 --   job's (a static, domain-wide node list: pass that file's list); false: no order comparison
 --   (each node's view is still checked); nil: `expected` (the prolog's `want` is such a table)
--- @tparam[opt] table opts `{own_only = boolean, list_name = string}`: own_only (C33: a node with
+-- Readiness per job (`want.per_job` or `opts.per_job`: membership by slots, docs/design.md
+-- "Membership by slots"): the domain's status and its nodes outside `expected` are not judged (the
+-- other slots map to a sentinel and show UNAVAILABLE); healthy needs every expected node READY and
+-- every one CONNECTED to every other, as the answer shows each node's links: a peer whose link to
+-- another expected node is down is `faulty` ("connection to HOST STATUS"); a healthy verdict has a
+-- `healthy_message` (the health wait's message).
+-- @tparam[opt] table opts `{own_only = boolean, list_name = string, per_job = boolean}`: own_only
+--   (C33: a node with
 --   no registered job): only this node's own part is judged
 --   (the local-fault checks but "cut off", and the configuration fault: its command port is its
 --   own); otherwise "healthy", whatever its links to peers that may have moved on to other lists;
@@ -588,6 +617,11 @@ function M.judge(answer, want, opts)
   end
   if answer.mesh ~= nil then
     check_mesh("judge", answer.mesh)
+    if want.per_job and not (opts and opts.per_job) then
+      local o = { per_job = true }
+      for k, x in pairs(opts or {}) do o[k] = x end
+      opts = o
+    end
     return judge_mesh(answer.mesh, want.addrs, want.self, want.node_list, opts)
   end
   if answer.kind == "unreachable" then

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Files (src/file.c) through the Lua binding: read cap, stat, atomic replace (field case C03
--- of docs/design.md, "Field cases"), mknod.
+-- of docs/design.md, "Field cases"), the same-size write in place ("Membership by slots"), mknod.
 local H = require "helpers"
 local host = H.host()
 
@@ -279,6 +279,89 @@ describe("host.write_atomic", function()
     local out = in_tmpfs("printf '%s' " .. H.q(A) .. " > MNT/nodes_config.cfg && mount -o remount,ro MNT",
       PROBE)
     assert.equal("ok=nil code=EROFS intact=true names=nodes_config.cfg ", out:match("[^\n]*"))
+  end)
+end)
+
+describe("host.write_in_place", function()
+  local dir
+  before_each(function() dir = H.tmpdir() end)
+  after_each(function() H.rmdir(dir) end)
+
+  it("overwrites the same inode (a bind mount sees it), and refuses any other size, a symlink, "
+    .. "a missing file and a directory without writing", function()
+    local p = dir .. "/hosts"
+    H.write(p, " 10.0.0.1 a\n#127.0.0.2 a\n")
+    local before = assert(host.stat(p))
+    assert.is_true(host.write_in_place(p, "#10.0.0.1 a\n 127.0.0.2 a\n"))
+    assert.equal("#10.0.0.1 a\n 127.0.0.2 a\n", H.read(p))
+    local after = assert(host.stat(p))
+    assert.equal(before.ino, after.ino) -- the inode a bind mount holds
+    assert.equal(before.mode, after.mode)
+    -- another size: nothing written, the size named
+    local ok, msg, code = host.write_in_place(p, "x")
+    assert.is_nil(ok)
+    assert.equal("EINVAL", code)
+    assert.matches("holds 25 bytes, not 1: nothing written", msg, 1, true)
+    assert.equal("#10.0.0.1 a\n 127.0.0.2 a\n", H.read(p))
+    assert.equal("EINVAL", select(3, host.write_in_place(p, H.read(p) .. "more")))
+    -- a symlink is refused (O_NOFOLLOW), its target untouched
+    H.sh("ln -s " .. p .. " " .. dir .. "/link")
+    assert.equal("ELOOP", select(3, host.write_in_place(dir .. "/link", "#10.0.0.1 a\n 127.0.0.2 a\n")))
+    assert.equal("ENOENT", select(3, host.write_in_place(dir .. "/none", "x")))
+    assert.is_nil(H.read(dir .. "/none")) -- never created
+    assert.equal("EISDIR", select(3, host.write_in_place(dir, "x")))
+    assert.error(function() host.write_in_place(p) end)
+  end)
+
+  it("a concurrent reader sees only bytes of the old or the new content at every offset, the size "
+    .. "never changes (2000 rewrites of two contents that differ in switch bytes only)", function()
+    local shm = H.tmpdir("/dev/shm")
+    local pids = {}
+    local ok, err = pcall(function()
+      local p = shm .. "/hosts"
+      local function content(on)
+        local l = {}
+        for k = 1, 40 do
+          l[#l + 1] = string.format("%s10.0.%d.%d s%d\n%s127.0.0.2 s%d\n", on and " " or "#", k, k, k,
+            on and "#" or " ", k)
+        end
+        return table.concat(l)
+      end
+      local X, Y = content(true), content(false)
+      H.write(p, X)
+      local stop, out = shm .. "/stop", shm .. "/reader.out"
+      local reader = H.lua_cmd(shm, "reader", [[
+        local h = require "imexguard.host"
+        local path, X, Y, stop, out = arg[1], arg[2], arg[3], arg[4], arg[5]
+        local reads, bad, sample = 0, 0, ""
+        local ready = io.open(out .. ".ready", "w"); ready:close()
+        while not io.open(stop) do
+          for _ = 1, 50 do
+            local s = h.read(path, 65536)
+            reads = reads + 1
+            local good = s and #s == #X
+            for i = 1, good and #s or 0 do
+              local c = s:byte(i)
+              if c ~= X:byte(i) and c ~= Y:byte(i) then good = false; break end
+            end
+            if not good then bad = bad + 1; sample = tostring(s) end
+          end
+        end
+        local f = io.open(out .. ".tmp", "w")
+        f:write(string.format("reads=%d bad=%d\n%s", reads, bad, sample))
+        f:close(); os.rename(out .. ".tmp", out)
+      ]], p, X, Y, stop, out)
+      pids[#pids + 1] = H.spawn(reader, shm .. "/reader.log")
+      assert.truthy(H.wait_until(function() return H.read(out .. ".ready") end, 10))
+      for i = 1, 2000 do assert.is_true(host.write_in_place(p, i % 2 == 0 and X or Y)) end
+      H.write(stop, "")
+      local res = H.wait_until(function() return H.read(out) end, 10)
+      assert.truthy(res, "reader did not finish: " .. tostring(H.read(shm .. "/reader.log")))
+      assert.equal("0", res:match("bad=(%d+)"), res)
+      assert.is_true(tonumber(res:match("reads=(%d+)")) > 100, res)
+    end)
+    H.cleanup(shm, pids)
+    assert(ok, err)
   end)
 end)
 

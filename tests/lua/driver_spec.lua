@@ -527,6 +527,26 @@ describe("driver", function()
       assert.matches("\nimexguard_nudges_total 1\n", h.file(PROM))
     end)
 
+    it("membership by slots: the name map's writes in place counted, the mode in the metrics", function()
+      local slots = require "imexguard.slots"
+      local names = slots.list({ "n1", "n2" })
+      local map = slots.build(names, { [names[1]] = "10.0.0.1", [names[2]] = "10.0.0.2" },
+        { [names[1]] = true })
+      h = testing.host{ files = { ["/run/imexguard/hosts"] = map } }
+      package.loaded["imexguard.host"] = h
+      local run = new_run{ sets = { "metrics_dir=/var/lib/prometheus/node-exporter", "membership=slots" } }
+      D.settings(run)
+      local host = D.counting(h, run)
+      assert.is_true(host.write_in_place("/run/imexguard/hosts", map))
+      assert.is_nil((host.write_in_place("/run/imexguard/hosts", "short"))) -- refused: not counted
+      assert.equal(1, run.map_writes)
+      local a = go(new_run{ sets = { "metrics_dir=/var/lib/prometheus/node-exporter", "membership=slots" } })
+      assert.matches("\nimexguard_membership{mode=\"slots\"} 1\n", h.file(PROM), 1, true)
+      assert.matches("\nimexguard_membership{mode=\"list\"} 0\n", h.file(PROM), 1, true)
+      assert.matches("\nimexguard_slot_map_writes_total 0\n", h.file(PROM), 1, true)
+      assert.is_string(a.outcome)
+    end)
+
     it("no nudge (nudge = false) or a failed one: not counted, the final line says nothing", function()
       for _, case in ipairs({ { {}, { "nudge=false" } }, { { unit_kill = "bus" }, {} } }) do
         local a, run = prolog(case[1], case[2])

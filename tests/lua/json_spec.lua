@@ -137,6 +137,7 @@ local SHAPES = {
     .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string},"
     .. "restarts:{flapping:boolean,restarts:integer,window:integer,threshold:integer,"
     .. "total:integer},"
+    .. "membership:{mode:string,slot_hosts:null,in_force:null,error:null},"
     .. "status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
     .. "order:{kind:string,summary:string},nodes:[{id:integer,host:string,name:string,self:boolean,"
@@ -150,7 +151,8 @@ local SHAPES = {
     .. "nodes_file:string,changed:boolean,removed:[],added:[],unreadable:null,unit_state:string,"
     .. "action:string,reason:string,domain_status:string,healthy:boolean,order:string,"
     .. "config:string,config_source:string,config_findings:[],config_fault:boolean,conflict:null,"
-    .. "registrations:[],imex_domain:null,channel:string,"
+    .. "registrations:[],imex_domain:null,membership:{mode:string,slot_hosts:null,slots:null,signal:null},"
+    .. "channel:string,"
     .. "fabric:{state:string,message:string,partition:string}}",
 }
 
@@ -192,8 +194,8 @@ describe("the --json reports of the built-in policy (their shapes, pinned)", fun
     -- the same keys as with a domain, in the same order
     local top = { "schema", "command", "ok", "outcome", "exit_code", "message", "time", "node", "unit",
       "last_prolog", "last_epilog", "registrations", "registrations_error", "lock", "domain", "fabric",
-      "restarts", "status", "timestamp", "self", "self_id", "verdict", "node_list", "config",
-      "config_findings", "order", "nodes", "channel" }
+      "restarts", "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list",
+      "config", "config_findings", "order", "nodes", "channel" }
     assert.same(top, j.keys)
     assert.same(top, read(report("status")).keys)
   end)

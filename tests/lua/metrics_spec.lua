@@ -90,6 +90,19 @@ describe("metrics", function()
     assert.is_true(has(lines, "counter|imexguard_nudges_total||3.0"))
   end)
 
+  it("membership by slots: the mode in force as a state set, the name map's writes counted", function()
+    local s = assert(metrics.parse(metrics.render(metrics.update({}, { command = "prolog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 1, map_writes = 1, membership = "slots" }))))
+    local lines = reference_parse(metrics.render(metrics.update(s, { command = "epilog", outcome = "ok",
+      exit_code = 0, duration = 1, ended = 2, map_writes = 1, membership = "slots" })))
+    assert.is_true(has(lines, "counter|imexguard_slot_map_writes_total||2.0"))
+    assert.is_true(has(lines, "gauge|imexguard_membership|mode=slots|1.0"))
+    assert.is_true(has(lines, "gauge|imexguard_membership|mode=list|0.0"))
+    lines = reference_parse(metrics.render(metrics.update({}, RUN))) -- a run that does not say: none
+    assert.is_false(has(lines, "gauge|imexguard_membership|mode=list|1.0"))
+    assert.is_true(has(lines, "counter|imexguard_slot_map_writes_total||0.0"))
+  end)
+
   it("counts across runs from the previous file, and keeps one last outcome per command", function()
     local s = assert(metrics.parse(metrics.render(metrics.update({}, RUN))))
     local second = { command = "prolog", outcome = "domain-unhealthy", exit_code = 9, duration = 2,

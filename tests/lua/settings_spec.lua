@@ -12,7 +12,7 @@ describe("imexguard.settings", function()
         imex_config = "/etc/nvidia-imex/config.cfg", ctl = "/usr/bin/nvidia-imex-ctl",
         ctl_timeout = 5, state_dir = "/run/imexguard",
         boot_id_file = "/proc/sys/kernel/random/boot_id", address_source = "dns", resolve_timeout = 2,
-        domain_map = "auto",
+        domain_map = "auto", membership = "list", slot_hosts = "/run/imexguard/hosts",
         allow_loopback = false, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, nudge = true, nudge_after = 1, stale_mismatch_after = 3,
         on_peer_fault = "warn",

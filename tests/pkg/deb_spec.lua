@@ -71,6 +71,7 @@ describe("the Debian package", function()
       "./usr/share/doc/imexguard/examples/imexguard.conf.example",
       "./usr/share/doc/imexguard/examples/slurm.conf.snippet",
       "./usr/share/doc/imexguard/examples/nhc.conf",
+      "./usr/share/doc/imexguard/examples/imexguard-slots.conf",
       "./usr/share/man/man8/imexguard.8.gz", "./usr/share/man/man5/imexguard.conf.5.gz",
       "./usr/share/imexguard/policies/static_domain.lua", "./usr/share/imexguard/policies/default.lua",
       "./etc/imexguard/imexguard.conf" }) do

@@ -4,7 +4,7 @@
 -- C30): before the lock, changing nothing, the job's nodes in this node's domain as the node list
 -- file's exact bytes. This room owns `want`, the prolog's central record: it builds it (M.want_of;
 -- M.desired adds the domain) and is the one place that changes it (M.narrow, M.set_node_list,
--- M.set_stale_wait); every later step reads it. Its fields:
+-- M.set_stale_wait, M.set_slots); every later step reads it. Its fields:
 --   expr        string  the job's hostlist (SLURM_JOB_NODELIST, else SLURM_NODELIST)
 --   source      string  the variable it came from
 --   list        list    the job's node names in this node's domain, in the hostlist's order
@@ -26,6 +26,13 @@
 --                       mismatch (C32), so health.wait waits its whole time for the other end
 --   config_fault_polls number|nil never set here: a caller may set it before health.wait, which
 --                       reads it (default health.CONFIG_FAULT_POLLS)
+--   slots       table|nil set by M.set_slots (membership = "slots", imexguard.steps.slots): {list = the
+--                       domain's slot names in its order, bytes = the slot list file, job = the job's
+--                       slots (hostlist order), self = this node's slot, addr_of = {[job slot] =
+--                       address}, names = {[slot] = node name} of the domain, domain = its name}; then
+--                       addrs, self, names, bytes, node_list are the slots' (addrs: the job's slots;
+--                       node_list: the domain's slot list), ips the job's addresses (config.cfg's
+--                       findings), and per_job is true (readiness per job, verdict.judge)
 local base = require "imexguard.steps.base"
 local slurmenv = require "imexguard.slurmenv"
 local one_line = require("imexguard.text").one_line
@@ -49,7 +56,8 @@ local M = {}
 -- @param opts table|nil {static = true: the static list is a source (the static policy)}
 -- @return domain {name = domain name (nil: no map, or the static list), kind = "topology" |
 --   "address_map" | "static" | "none", source = the file or what stands in for it, nodes = the job's
---   nodes in it (hostlist order), left_out = the job's nodes in no domain, others = {{name, nodes}}},
+--   nodes in it (hostlist order), members = every node of the domain in the map's order (nil: no map,
+--   or the static list), left_out = the job's nodes in no domain, others = {{name, nodes}}},
 --   or nil, "bad-input" (the map cannot be read or parsed: file and line) | "skipped" (this node is in
 --   no domain), message
 function M.domain(ctx, names, opts)
@@ -67,6 +75,9 @@ function M.domain(ctx, names, opts)
       return nil, "skipped", one_line(msg)
     end
     dom.name, dom.nodes, dom.left_out, dom.others = sp.name, sp.nodes, sp.left_out, sp.others
+    for _, d in ipairs(map.domains) do
+      if d.name == sp.name then dom.members = d.nodes end -- the domain's own order (membership by slots)
+    end
     ctx.host.log("info", one_line(domains.describe(dom, node)))
   elseif map.kind == "none" then
     ctx.host.log("info", one_line("IMEX domain: " .. map.source))
@@ -184,6 +195,18 @@ end
 -- @param by_entry table {[name in that list] = its address} (C35)
 function M.set_node_list(want, node_list, by_entry)
   want.node_list, want.by_entry = node_list, by_entry
+end
+
+--- Membership by slots (imexguard.steps.slots): make `want` a slot want (see the header, `slots`).
+-- @param want table (changed in place; its addrs must be the job's addresses, list its nodes)
+-- @param rec table the header's `slots` record
+function M.set_slots(want, rec)
+  want.slots, want.ips = rec, want.addrs
+  want.addrs, want.self, want.bytes, want.node_list = rec.job, rec.self, rec.bytes, rec.list
+  want.names, want.per_job = rec.names, true
+  for i, s in ipairs(rec.job) do
+    if s == rec.self then want.self_index = i end
+  end
 end
 
 --- This node restarted its daemon to clear a stale node-map mismatch (C32): the health wait then

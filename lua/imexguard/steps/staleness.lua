@@ -113,7 +113,8 @@ local function stage_ctl(ctx, want, a, probe)
     a.action, a.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
     return
   end
-  local cmp = verdict.compare_map(ans.mesh, want.addrs, want.self)
+  -- the list the daemon must run: the job's, or the domain's slot list (membership by slots)
+  local cmp = verdict.compare_map(ans.mesh, want.node_list or want.addrs, want.self)
   a.order = cmp.kind
   if cmp.kind == "self-absent" then
     a.action = "none"

@@ -1,6 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The fake host's files (src/file.c's primitives): read, stat, write_atomic, remove_temps, mkdir,
--- dir_exists, mknod_char over an in-memory file table, with scripted failures and missing directories.
+--- The fake host's files (src/file.c's primitives): read, stat, write_atomic, write_in_place,
+-- remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with scripted failures and
+-- missing directories.
 -- Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 
@@ -82,8 +83,35 @@ function M.install_read(h, w)
   function h.set_file(path, data, mtime_us) w.put(path, data, mtime_us) end
 end
 
---- Add the writing file primitives to a fake host: write_atomic, remove_temps, mknod_char.
--- @param h table the fake host (gets write_atomic, remove_temps, mknod_char)
+--- Add host.write_in_place to a fake host (see M.install_write).
+local function install_in_place(h, w)
+  local files = w.files
+  --- host.write_in_place(path, data) -> true, as src/file.c: the same inode (a bind mount sees it),
+  -- only a regular file that holds exactly #data bytes (else EINVAL, nothing written); recorded in
+  -- h.writes with in_place = true.
+  function h.write_in_place(path, data)
+    w.rec("write_in_place", path)
+    local f = w.failing(path, "write")
+    if f then return nil, string.format("write_in_place %s: write: %s", path, f), f end
+    local e = files[path]
+    if not e then return nil, "write_in_place " .. path .. ": open: No such file or directory", "ENOENT" end
+    if (e.type or "file") ~= "file" then
+      return nil, "write_in_place " .. path .. ": not a regular file", "EINVAL"
+    end
+    if #e.data ~= #data then
+      return nil, string.format("write_in_place %s: holds %d bytes, not %d: nothing written", path, #e.data,
+        #data), "EINVAL"
+    end
+    w.spend(0.0005)
+    e.data, e.mtime_us = data, w.wall_us()
+    h.writes[#h.writes + 1] = { path = path, data = data, in_place = true }
+    return true
+  end
+end
+
+--- Add the writing file primitives to a fake host: write_atomic, write_in_place, remove_temps,
+-- mknod_char.
+-- @param h table the fake host (gets write_atomic, write_in_place, remove_temps, mknod_char)
 -- @param w table the host's shared world (needs files, rec, failing, put, spend, missing_parent)
 function M.install_write(h, w)
   local files = w.files
@@ -99,6 +127,7 @@ function M.install_write(h, w)
     h.writes[#h.writes + 1] = { path = path, data = data }
     return true
   end
+  install_in_place(h, w)
   --- host.remove_temps(path) -> list of removed names, as src/file.c: in path's directory, the
   -- files named `.<basename>.` and 6 alphanumerics (write_atomic's temp names); nothing else.
   function h.remove_temps(path)

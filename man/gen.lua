@@ -7,7 +7,8 @@
 -- doc), `@OUTCOMES@` from lua/imexguard/outcomes.lua (name, exit code, meaning; an outcome
 -- without a meaning fails the build), `@METRICS@` from lua/imexguard/metrics.lua (family, type,
 -- labels, help) and `@METRICS_COMMANDS@` the commands whose runs are recorded, `@REASON_MAX@`
--- the longest drain reason (lua/imexguard/drain.lua).
+-- the longest drain reason and `@REASON_REGEX@` the grammar of a reason (lua/imexguard/drain.lua),
+-- `@EXPECTED_REASONS@` the reasons of the node condition (lua/imexguard/expected.lua).
 -- A command's entry in @COMMANDS@ is its help, then the lines the template gives it: a line
 -- `@MORE NAME@` followed by lines that start with a tab (a block that names no command fails the
 -- build). Usage: lua5.4 man/gen.lua TEMPLATE OUTPUT (run from the top of the repository).
@@ -181,6 +182,15 @@ text = text:gsub("@METRICS_COMMANDS@", function()
   return table.concat(names, ", ")
 end)
 text = text:gsub("@REASON_MAX@", function() return tostring(drain.MAX_REASON) end)
+text = text:gsub("@EXPECTED_REASONS@", function()
+  local out = {}
+  for _, r in ipairs(require("imexguard.expected").REASONS) do
+    out[#out + 1] = string.format("*%s* (%d)\n\t%s.\n", esc(r[1]), r[2] and 1 or 0, esc(r[3]))
+  end
+  return table.concat(out, "\n")
+end)
+text = text:gsub("@REASON_REGEX@", function() return drain.REGEX end)
+text = text:gsub("@REASON_REGEX_TAIL@", function() return (drain.REGEX:gsub("^%^", "")) end)
 local o = assert(io.open(dst, "wb"))
 o:write(text)
 o:close()

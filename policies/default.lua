@@ -88,7 +88,8 @@ local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true,
 -- P:run_prolog(ctx), the policy's own method: a site's override is used). run_prolog and
 -- run_epilog are below; the others are imexguard.inspect's.
 local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "run_status", plan = "run_plan",
-  health = "run_health", registrations = "run_registrations", forget = "run_forget" }
+  health = "run_health", registrations = "run_registrations", forget = "run_forget", wait = "run_wait",
+  rack = "run_rack" }
 
 --- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
 -- loads: a command with an entry point and no method here, or a method for a command without an
@@ -125,6 +126,13 @@ local Policy = setmetatable({ RENAMED = RENAMED }, { __index = function(t, name)
   if RENAMED[name] then return t[RENAMED[name]] end
   return inspect[name]
 end })
+
+--- Is IMEX expected on this node while no job is registered (imexguard.expected: the node
+-- condition's reason "static-domain")? false: the per-job daemon of this policy is as the last job
+-- left it, and the next prolog makes it right ("idle"). A policy that runs a daemon at all times
+-- sets it true (policies/static_domain.lua). A field, not a method: the driver reads it after the
+-- outcome, outside the count hook.
+Policy.imex_always_expected = false
 
 -- ---------------------------------------------------------------------------------------------
 -- The decision model, step by step.

@@ -146,6 +146,24 @@ describe("C33: an idle node's health", function()
     assert.is_true(outcomes.exit_code(outcome) ~= 0, outcome)
   end)
 
+  it("the same when the ctl prints its placeholder for a daemon it cannot reach (0.0.0.0 DOWN, exit 0: "
+    .. "tests/fixtures/ctl/down-unconfigured.json): ok, not service-failed", function()
+    local placeholder = { stdout = H.fixture("ctl/down-unconfigured.json"), status = 0 }
+    local function stopped(files)
+      local h = testing.host{ ctl = { placeholder }, files = files }
+      h.unit_props.active_state, h.unit_props.sub_state = "inactive", "dead"
+      return h
+    end
+    local outcome, message = run(stopped(), { command = "health", dry_run = true })
+    assert.equal("ok", outcome, message)
+    assert.matches("inactive and no job is registered here", message, 1, true)
+    outcome = run(stopped(H.registered(RACK)), { command = "health", dry_run = true })
+    assert.equal("service-failed", outcome)
+    -- a policy whose daemon runs at all times (static_domain: imex_always_expected): a stopped one fails
+    outcome = run(stopped(), { command = "health", dry_run = true, imex_always_expected = true })
+    assert.equal("service-failed", outcome)
+  end)
+
   it("a node with a registered job is judged on that job's nodes: cut off from them, it fails", function()
     local outcome, message = run(host{ files = H.registered(RACK) }, { command = "health", dry_run = true })
     assert.equal("domain-unhealthy", outcome, message)

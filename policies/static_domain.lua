@@ -52,6 +52,10 @@ local state = lazy "imexguard.state"
 
 local P = {}
 
+--- The daemon runs at all times, from boot: IMEX is expected on this node also while no job runs
+-- (the node condition's reason "static-domain", imexguard.expected).
+P.imex_always_expected = true
+
 local fail = steps.fail
 
 -- Step 2 with the static list as the domain map (C29): the job's nodes in it (in_domain: its

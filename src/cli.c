@@ -42,10 +42,10 @@ static void usage(FILE *f)
 		"                      plain text, not Lua: a number, true/false (also yes/no,\n"
 		"                      on/off, 1/0), a string without quotes, for ctl and\n"
 		"                      scontrol words separated by spaces; KEY= unsets an\n"
-		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n"
-		"  --job ID            plan only: the job id (instead of SLURM_JOB_ID)\n"
-		"  --nodelist LIST     plan only: the job's hostlist, e.g. n[01-04] (instead of\n"
-		"                      SLURM_JOB_NODELIST): try a plan without a job\n"
+		"                      optional setting (--set ctl='/usr/bin/env X=1 imex-ctl')\n",
+		ig_default_deadline);
+	fputs(ig_options_usage, f);
+	fprintf(f,
 		"  --lua-dir DIR       load the Lua library from DIR/imexguard/*.lua (absolute;\n"
 		"                      development; also IMEXGUARD_LUA_DIR)\n"
 		"  --strict            config-test: a warning fails too (exit non-zero)\n"
@@ -61,7 +61,7 @@ static void usage(FILE *f)
 		"  -V, --version       print the version\n"
 		"\n"
 		"Outcomes and exit codes (Slurm drains the node on a non-zero prolog exit):\n",
-		ig_default_deadline, ig_json_commands);
+		ig_json_commands);
 	fputs(ig_outcomes_usage, f);
 	fputs("\n"
 	      "Every run ends with one line on stderr (and in the journal):\n"
@@ -91,8 +91,16 @@ static int usage_error(const char *fmt, ...)
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "imexguard: %s\nTry 'imexguard --help'.\n", msg);
-	if (reason_line_wanted) /* what health.sh and NHC take as the reason */
-		printf("imexguard: error: %s\n", msg);
+	if (reason_line_wanted) { /* what health.sh and NHC take as the reason */
+		/* the grammar of lua/imexguard/drain.lua (REGEX): outcome "error", a cause of at
+		 * most 200 bytes ending in "..." when cut, never inside a UTF-8 sequence */
+		size_t n = strlen(msg);
+		int cut = n > 200;
+		if (cut)
+			for (n = 200; n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80; n--)
+				;
+		printf("imexguard: error: %.*s%s\n", (int)n, msg, cut ? "..." : "");
+	}
 	return ig_usage_exit;
 }
 
@@ -120,7 +128,8 @@ enum {
 	OPT_TIMING,
 	OPT_JOB,
 	OPT_NODELIST,
-	OPT_STRICT
+	OPT_STRICT,
+	OPT_TIMEOUT
 };
 
 /* The command whose short option is c (`-t`: config-test), or NULL. */
@@ -177,6 +186,14 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		return -1;
 	case OPT_NODELIST:
 		o->nodelist = optarg;
+		return -1;
+	case OPT_TIMEOUT:
+		errno = 0;
+		o->timeout = strtod(optarg, &end);
+		if (errno || end == optarg || *end || !(o->timeout > 0) || isinf(o->timeout))
+			return usage_error("--timeout: '%s' is not a number of seconds > 0",
+					   optarg);
+		o->timeout_arg = optarg;
 		return -1;
 	case OPT_JSON:
 		o->json = 1;
@@ -252,10 +269,17 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 		return usage_error("unexpected argument '%s'", argv[optind]);
 	if (o->strict && strcmp(o->command, "config-test") != 0)
 		return usage_error("--strict is for config-test (-t) only");
-	if ((o->job || o->nodelist) && strcmp(o->command, "plan") != 0)
-		return usage_error("%s is for plan only (a real run takes the job from Slurm's "
-				   "environment)",
-				   o->job ? "--job" : "--nodelist");
+	const char *given[][2] = {
+	    {"job", o->job}, {"nodelist", o->nodelist}, {"timeout", o->timeout_arg}};
+	for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+		char word[32];
+		snprintf(word, sizeof word, " %s ", given[i][0]);
+		if (given[i][1] && !strstr(c->options, word))
+			return usage_error(
+			    "--%s is not an option of %s (a prolog takes the job from "
+			    "Slurm's environment; --help lists which command takes it)",
+			    given[i][0], c->name);
+	}
 	if (o->job && !*o->job)
 		return usage_error("--job: empty job id");
 	if (o->nodelist && !*o->nodelist)
@@ -279,6 +303,7 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"lua-dir", required_argument, NULL, OPT_LUA_DIR},
 	    {"job", required_argument, NULL, OPT_JOB},
 	    {"nodelist", required_argument, NULL, OPT_NODELIST},
+	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"strict", no_argument, NULL, OPT_STRICT},
 	    {"timing", no_argument, NULL, OPT_TIMING},

@@ -18,8 +18,10 @@ struct ig_opts {
 	int nsets;
 	const char *lua_dir;	  /* --lua-dir or IMEXGUARD_LUA_DIR, or NULL */
 	const char *lua_dir_from; /* where lua_dir came from: "--lua-dir" or "IMEXGUARD_LUA_DIR" */
-	const char *job;	  /* plan --job N: the job id (SLURM_JOB_ID), or NULL */
+	const char *job;	  /* plan, wait --job N: the job id (SLURM_JOB_ID), or NULL */
 	const char *nodelist;	  /* plan --nodelist LIST: the job's hostlist, or NULL */
+	const char *timeout_arg;  /* wait --timeout SECONDS as given, or NULL */
+	double timeout;		  /* --timeout in seconds */
 	int json;		  /* --json */
 	int strict;		  /* --strict: config-test's warnings fail too */
 	int timing;		  /* --timing */

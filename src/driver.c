@@ -121,6 +121,7 @@ void ig_driver_open(struct ig_run *r)
 	ig_run_set(r, "deadline_arg", o->deadline_arg);
 	ig_run_set(r, "job_arg", o->job);
 	ig_run_set(r, "nodelist_arg", o->nodelist);
+	ig_run_set(r, "timeout_arg", o->timeout_arg);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, r->table);
 	lua_pushboolean(L, o->config_explicit);
 	lua_setfield(L, -2, "config_explicit");

@@ -87,6 +87,11 @@ local function commands_usage(commands)
     local head = "  " .. c.name .. (c.short and ", -" .. c.short or "") .. (c.arg and " " .. c.arg or "")
       .. (c.json and " [--json]" or "")
       .. (c.verbosity and " [-q|-v]" or "")
+    for _, name in ipairs(c.options or {}) do
+      for _, o in ipairs(commands.OPTIONS) do
+        if o[1] == name then head = head .. " [--" .. name .. " " .. o[2] .. "]" end
+      end
+    end
     local help = c.help .. (c.deadline and "; budget " .. c.deadline .. " s unless --deadline" or "")
     local line
     if #head < HELP_COLUMN then
@@ -100,6 +105,28 @@ local function commands_usage(commands)
       if not fresh and #line + 1 + #word > WIDTH then
         lines[#lines + 1] = line
         line, fresh = pad, true
+      end
+      line = fresh and line .. word or line .. " " .. word
+      fresh = false
+    end
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+-- The usage text's lines of the options only some commands take (commands.lua's OPTIONS): "  --NAME
+-- ARG" and what it gives, with the commands that take it, from column 22, wrapped at WIDTH.
+local function options_usage(commands)
+  local lines, col = {}, 22
+  for _, o in ipairs(commands.OPTIONS) do
+    local head = "  --" .. o[1] .. " " .. o[2]
+    local line = head .. string.rep(" ", math.max(1, col - #head))
+    local fresh = true
+    local help = table.concat(commands.taking(o[1]), ", ") .. " only: " .. o[3]
+    for word in help:gmatch("%S+") do
+      if not fresh and #line + 1 + #word > WIDTH then
+        lines[#lines + 1] = line
+        line, fresh = string.rep(" ", col), true
       end
       line = fresh and line .. word or line .. " " .. word
       fresh = false
@@ -132,16 +159,17 @@ local function facts()
   for _, c in ipairs(commands.list) do
     assert(c.short == nil or c.short:match("^%a$"),
       "commands.lua: short of " .. c.name .. " is not one letter")
-    out[#out + 1] = string.format("\t{%s, %s, %s, %d, %d},", cstring(c.name),
+    out[#out + 1] = string.format("\t{%s, %s, %s, %d, %d, %s},", cstring(c.name),
       c.arg and cstring(c.arg) or "NULL", c.short and "'" .. c.short .. "'" or "0", c.reason_line and 1 or 0,
-      c.interactive and 1 or 0)
+      c.interactive and 1 or 0, cstring(" " .. table.concat(c.options or {}, " ") .. " "))
   end
-  out[#out + 1] = "\t{NULL, NULL, 0, 0, 0},\n};"
+  out[#out + 1] = "\t{NULL, NULL, 0, 0, 0, NULL},\n};"
   out[#out + 1] = string_def("const char ig_command_names[]", table.concat(commands.names(), ", "))
   out[#out + 1] = string_def("const char ig_json_commands[]", table.concat(commands.names("json"), ", "))
   out[#out + 1] = string_def("const char ig_verbosity_commands[]",
     table.concat(commands.names("verbosity"), ", "))
   out[#out + 1] = string_def("const char ig_commands_usage[]", commands_usage(commands))
+  out[#out + 1] = string_def("const char ig_options_usage[]", options_usage(commands))
 
   out[#out + 1] = "\nint ig_outcome_code(const char *name)\n{"
   out[#out + 1] = "\tstatic const struct { const char *name; int code; } t[] = {"

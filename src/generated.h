@@ -18,13 +18,16 @@
  * `imexguard -t`) or 0, reason_line: 1 when a non-zero exit always prints one line
  * "imexguard: OUTCOME: cause" on stdout (main.c prints it when the run printed nothing), and
  * interactive: 1 when a person runs it and reads its result on stdout, so its final line goes to
- * the journal only (on stderr when the journal does not take it: main.c, ig_log_journal_first). */
+ * the journal only (on stderr when the journal does not take it: main.c, ig_log_journal_first).
+ * options: the long options only it takes among those some commands take (commands.lua's
+ * OPTIONS), each with a blank before and after it (" job timeout "; " " for none). */
 struct ig_command {
 	const char *name;
 	const char *arg;
 	char short_opt;
 	int reason_line;
 	int interactive;
+	const char *options;
 };
 /* The commands, in the order --help lists them; the table ends with a NULL name. */
 extern const struct ig_command ig_commands[];
@@ -37,6 +40,9 @@ extern const char ig_verbosity_commands[];
 /* The usage text's list of commands: one entry per command ("  NAME [ARG] [--json]", its help
  * from column 18, wrapped at 80 characters), each line ending in a newline. */
 extern const char ig_commands_usage[];
+/* The usage text's lines of the options only some commands take (commands.lua's OPTIONS: "  --job
+ * ID", then the commands that take it and what it gives), each line ending in a newline. */
+extern const char ig_options_usage[];
 
 /* ---- outcomes.lua ---------------------------------------------------------------------------- */
 

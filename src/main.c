@@ -48,18 +48,31 @@ static const struct ig_command *command_of(const char *command)
 	return NULL;
 }
 
+/* Bytes of the cause that reason_line keeps: the prefix, the longest outcome and the separators
+ * around it leave at least this much of drain.lua's MAX_REASON (255 bytes), with "..." after. */
+#define REASON_CAUSE_MAX 200
+
 /* The one line "imexguard: OUTCOME: cause" on stdout of a run that printed nothing: for a command
  * with a reason line (health, config-test) that ends non-zero (a settings or policy error, the
  * deadline, the Lua library), what Slurm's HealthCheckProgram wrapper and NHC take as the reason;
  * for an interactive command (commands.lua's interactive: status, plan...) whatever the code, since
  * its final log line goes to the journal only and its result must be printed once, on stdout.
- * msg is one line already. */
+ * msg is one line already.  The grammar of lua/imexguard/drain.lua (REGEX): a cause longer than
+ * REASON_CAUSE_MAX bytes is cut there, never inside a UTF-8 sequence, and ends in "...". */
 static void reason_line(struct ig_run *r, const char *outcome, int code, const char *msg)
 {
 	const struct ig_command *c = command_of(r->o->command);
+	size_t n = strlen(msg);
+	int cut = n > REASON_CAUSE_MAX;
+
 	if (r->printed || c == NULL || !((c->reason_line && code != 0) || c->interactive))
 		return;
-	printf("imexguard: %s: %.200s\n", outcome, msg);
+	if (cut) {
+		n = REASON_CAUSE_MAX;
+		while (n > 0 && ((unsigned char)msg[n] & 0xC0) == 0x80)
+			n--; /* msg[n] continues a sequence: cut before the sequence's first byte */
+	}
+	printf("imexguard: %s: %.*s%s\n", outcome, (int)n, msg, cut ? "..." : "");
 	fflush(stdout);
 	r->printed = 1;
 }

@@ -106,6 +106,7 @@ struct unit_props {
 	char sub_state[32];
 	char result[32];
 	uint32_t main_pid;
+	uint32_t n_restarts; /* Service.NRestarts: automatic restarts since the count was reset */
 	uint64_t exec_main_start_us;
 	uint64_t active_enter_us;
 	uint64_t state_change_us;
@@ -230,6 +231,7 @@ static int read_prop(sd_bus_message *m, const char *key, struct unit_props *p)
 	    S("Result", result),
 #undef S
 	    {"MainPID", "u", offsetof(struct unit_props, main_pid), 0},
+	    {"NRestarts", "u", offsetof(struct unit_props, n_restarts), 0},
 	    {"ExecMainStartTimestamp", "t", offsetof(struct unit_props, exec_main_start_us), 0},
 	    {"ActiveEnterTimestamp", "t", offsetof(struct unit_props, active_enter_us), 0},
 	    {"StateChangeTimestamp", "t", offsetof(struct unit_props, state_change_us), 0},
@@ -319,6 +321,7 @@ static const struct {
     {1, "Result"},
     {1, "MainPID"},
     {1, "ExecMainStartTimestamp"},
+    {1, "NRestarts"},
     {1, "ExecStart"},
 };
 #define NQUERY (sizeof QUERY / sizeof QUERY[0])
@@ -789,7 +792,10 @@ static void push_exec_start(lua_State *L, const struct unit_props *p)
  *   "" for a unit that is not a service), main_pid (number, 0 when none), invocation_id (32
  *   lowercase hex chars, "" when never started), exec_main_start_us, active_enter_us,
  *   state_change_us (StateChangeTimestamp: the "since" of `systemctl status`) (microseconds since
- *   the epoch, 0 when never)}.  A unit without a unit file answers with
+ *   the epoch, 0 when never), n_restarts (Service.NRestarts: how often systemd restarted the
+ *   service by its Restart= setting since the count was last reset (systemd 235+; reset-failed
+ *   and a start by hand after the unit stopped reset it; a restart by hand does not count it);
+ *   0 for a unit that is not a service)}.  A unit without a unit file answers with
  *   load_state "not-found" (not an error).
  *   Errors: code "timeout" (our timeout), "deadline" (the budget), "bus" (a D-Bus error or no
  *   connection; the message names the unit and the D-Bus error).  Never a guessed state.
@@ -811,13 +817,14 @@ static int l_unit(lua_State *L)
 
 	if (unit_query(name, timeout, &p, &e) < 0)
 		return ig_push_error(L, e.code, "%s", e.msg);
-	lua_createtable(L, 0, 11);
+	lua_createtable(L, 0, 12);
 	ig_set_string(L, "load_state", p.load_state);
 	ig_set_string(L, "unit_file_state", p.unit_file_state);
 	ig_set_string(L, "active_state", p.active_state);
 	ig_set_string(L, "sub_state", p.sub_state);
 	ig_set_string(L, "result", p.result);
 	ig_set_integer(L, "main_pid", (lua_Integer)p.main_pid);
+	ig_set_integer(L, "n_restarts", (lua_Integer)p.n_restarts);
 	ig_set_string(L, "invocation_id", p.invocation_id);
 	ig_set_integer(L, "exec_main_start_us", (lua_Integer)p.exec_main_start_us);
 	ig_set_integer(L, "active_enter_us", (lua_Integer)p.active_enter_us);

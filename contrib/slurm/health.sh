@@ -9,8 +9,9 @@
 #     `sinfo -R` then shows; a node already drained or down for another reason (an admin's, NHC's,
 #     Slurm's "Prolog error") keeps that reason;
 #   - healthy or not applicable: resumes this node when it is drained with imexguard's own reason
-#     (the prefix "imexguard:", set here or by the prolog's setting drain_reason); a node drained
-#     for any other reason is left as it is.
+#     (set here or by the prolog's setting drain_reason), told apart by the grammar of imexguard's
+#     reasons (reason_re below: "imexguard: OUTCOME: cause", imexguard(8) DRAIN REASONS); a node
+#     drained for any other reason is left as it is.
 # The node's state and reason come from `scontrol show node` (lines "State=IDLE+DRAIN ..." and
 # "Reason=TEXT [user@time]" of Slurm 22.05 and later). Where slurmd hands over slurmctld's verdict
 # (SLURM_NODE_IS_HEALTHY: Slurm 26.05.2+ with SlurmctldParameters=health_check_report, the default
@@ -21,7 +22,9 @@
 imexguard=${IMEXGUARD:-/usr/local/sbin/imexguard}
 scontrol=${SCONTROL:-scontrol}
 node=${SLURMD_NODENAME:-$(hostname -s)}
-prefix="imexguard:"
+# The grammar of imexguard's reasons: lua/imexguard/drain.lua's REGEX, the same text (the lua tier's
+# tests/lua/drain_spec.lua compares them); a POSIX extended regular expression for grep -E.
+reason_re='^imexguard: (ok|skipped|peers-unhealthy|bad-input|policy-error|lock-timeout|conflict|unit-unknown|service-failed|ctl-unusable|domain-unhealthy|deadline-exceeded|write-failed|channel-failed|config-fault|config-mismatch|fabric-fault|fabric-unknown|settings-error|stuck-mismatch|slurm-conf-unreadable|driver-mismatch|refused|unit-flapping|not-placed|error): '
 verdict=${SLURM_NODE_IS_HEALTHY:-}
 
 line=$("$imexguard" health)
@@ -37,7 +40,7 @@ else
 	current=$(printf '%s\n' "$show" | sed -n 's/^[[:space:]]*Reason=//p' | head -n 1)
 fi
 ours=no
-case $current in "$prefix"*) ours=yes ;; esac
+printf '%s\n' "$current" | grep -Eq "$reason_re" && ours=yes
 
 if [ "$rc" -eq 0 ]; then
 	case $state in
@@ -51,8 +54,9 @@ if [ "$rc" -eq 0 ]; then
 	exit 0
 fi
 
-line=$(printf '%s\n' "$line" | head -n 1 | cut -c 1-200)
-[ -n "$line" ] || line="imexguard: health check exited $rc"
+# one line of at most 255 bytes (Slurm's reason in slurmdbd), as the grammar says imexguard prints it
+line=$(printf '%s\n' "$line" | head -n 1 | cut -b 1-255)
+[ -n "$line" ] || line="imexguard: error: health check exited $rc and printed no reason"
 if [ -n "$current" ] && [ "$ours" = no ]; then
 	case $state in
 	*DRAIN* | *DOWN* | *FAIL*)

@@ -12,6 +12,7 @@
 -- no shell, and a Slurm that does not answer is skipped with a log line: the outcome never changes.
 -- @module imexguard.drain
 local settings_schema = require "imexguard.settings"
+local outcomes = require "imexguard.outcomes"
 local rtrim = require("imexguard.text").rtrim
 
 local M = {}
@@ -27,6 +28,49 @@ M.SINFO_WIDTH = 20
 --- The reason's prefix: the drains of imexguard (prolog, health check) start with it, so that an
 -- admin or a resume script (`sinfo -R`, NHC's own "NHC:") can tell them from others.
 M.PREFIX = "imexguard: "
+--- What separates the outcome from the cause.
+M.SEPARATOR = ": "
+--- What ends a cause that was cut to fit MAX_REASON.
+M.CUT_MARK = "..."
+--- The word in place of an outcome when the command line itself was wrong or imexguard failed
+-- inside (exit 1, no outcome: src/main.c's reason line, contrib/slurm/health.sh's own).
+M.NO_OUTCOME = "error"
+
+-- The outcome names a reason may carry: every outcome of imexguard.outcomes, then M.NO_OUTCOME.
+local function reason_outcomes()
+  local names = {}
+  for _, o in ipairs(outcomes.list) do names[#names + 1] = o[1] end
+  names[#names + 1] = M.NO_OUTCOME
+  return names
+end
+
+--- The grammar of every reason imexguard sets (the prolog with drain_reason, `health`'s line that
+-- health.sh and NHC drain with), as one POSIX extended regular expression (grep -E; also Python's
+-- re and Go's regexp): the prefix, an outcome name (imexguard.outcomes) or "error", the separator.
+-- The cause follows: one line, no control characters, the run's message without its "node NAME: ",
+-- cut (with M.CUT_MARK) so that the whole reason is at most MAX_REASON bytes. scontrol shows a
+-- reason with " [USER@TIME]" after it; sinfo -R without. contrib/slurm/health.sh has the same
+-- expression (tests/lua/drain_spec.lua compares them); imexguard(8), DRAIN REASONS, prints it.
+M.REGEX = "^" .. M.PREFIX .. "(" .. table.concat(reason_outcomes(), "|") .. ")" .. M.SEPARATOR
+
+--- A reason taken apart by the grammar (M.REGEX), in Lua: the outcome and the cause, and whether
+-- the cause was cut.
+-- @tparam string|nil reason as Slurm keeps it (scontrol's " [USER@TIME]" removed or not)
+-- @treturn string|nil outcome (nil: not one of imexguard's reasons)
+-- @treturn string|nil cause
+-- @treturn boolean|nil cut
+function M.parse(reason)
+  if type(reason) ~= "string" or reason:sub(1, #M.PREFIX) ~= M.PREFIX then return nil end
+  local rest = reason:sub(#M.PREFIX + 1)
+  for _, name in ipairs(reason_outcomes()) do
+    if rest:sub(1, #name + #M.SEPARATOR) == name .. M.SEPARATOR then
+      local cause = rest:sub(#name + #M.SEPARATOR + 1):gsub(" %[[^%]]*@[^%]]*%]$", "")
+      return name, cause, cause:sub(-#M.CUT_MARK) == M.CUT_MARK
+    end
+  end
+  return nil
+end
+
 --- Seconds the scontrol call may take at most (within the run's remaining budget).
 M.TIMEOUT = 5
 --- Seconds of the run's budget that must be left to try at all.
@@ -56,7 +100,7 @@ local function cut(s, max)
     if last and last > room / 2 then at = last - 1; break end
   end
   head = rtrim(head:sub(1, at or room)):gsub("[\128-\255]*$", "")
-  return head .. "..."
+  return head .. M.CUT_MARK
 end
 
 --- The reason text: `imexguard: OUTCOME: cause`, one line, at most MAX_REASON bytes. The cause is

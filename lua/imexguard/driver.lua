@@ -36,6 +36,7 @@
 local S = require 'imexguard.settings'
 local commands = require 'imexguard.commands'
 local outcomes = require 'imexguard.outcomes'
+local runhost = require 'imexguard.runhost'
 local one_line = require('imexguard.text').one_line -- at most text.MAX_LINE bytes: the final line carries it
 
 local D = {}
@@ -59,6 +60,14 @@ D.DRY_RUN = commands_with('dry_run')
 
 --- Commands whose runs are recorded in the metrics file.
 D.METRICS = commands_with('metrics')
+
+--- Commands that take --timeout (imexguard.commands' `options`): their budget follows it.
+D.TIMEOUT = {}
+for _, name in ipairs(commands.taking('timeout')) do D.TIMEOUT[name] = true end
+
+--- Commands whose runs update the node condition and the unit's restart count (imexguard.commands'
+-- `signals`: runrecord.save_signals).
+D.SIGNALS = commands_with('signals')
 
 -- Commands whose last run is recorded for `status` (imexguard.state.LAST; the driver does not
 -- load that module on every run: driver_spec checks that they agree).
@@ -158,6 +167,10 @@ function D.settings(run)
   local budget = commands.by_name[run.command] and commands.by_name[run.command].deadline
   if budget and not run.deadline_arg then
     t.deadline = math.min(t.deadline, budget)
+  end
+  -- a command with --timeout (wait): its budget is the wait and imexguard.barrier's margin
+  if D.TIMEOUT[run.command] and not run.deadline_arg then
+    t.deadline = (tonumber(run.timeout_arg) or t.health_timeout) + require('imexguard.barrier').MARGIN
   end
   run.settings, run.sources, run.settings_text = t, sources, text or nil
   local host = require('imexguard.host')
@@ -389,13 +402,17 @@ function D.prepare(run)
   local real = require('imexguard.host')
   run.real_host = real
   local host, planned = D.host(real, dry_run)
-  if not dry_run then host = D.counting(real, run) end
+  if not dry_run then host = runhost.counting(real, run) end
+  host = runhost.watching(host, run)
   if dry_run then run.c.preload('imexguard.host', host) end -- require sees the recorders too
   local path = run.policy or run.settings.policy
   local policy, err = load_policy(run, path)
   if not policy then return ends(run, 'policy-error', err) end
   local psok, po, pm = D.policy_settings(run, policy, path)
   if not psok then return ends(run, po, pm) end
+  -- a policy that keeps a daemon running at all times (static_domain): IMEX is expected when idle
+  local sok, static = pcall(function() return policy.imex_always_expected end)
+  run.static = sok and static == true
   local fn; fn, err = entry_point(run, policy, path)
   if not fn then return ends(run, 'policy-error', err) end
   local env = D.job_env(run.env, run.job_arg, run.nodelist_arg)
@@ -406,6 +423,8 @@ function D.prepare(run)
     job = D.job(env, run.c.has_module('imexguard.slurmenv')),
     dry_run = dry_run, json = run.json, planned = planned,
     verbosity = run.verbosity or 0, arg = run.arg,
+    timeout = tonumber(run.timeout_arg), job_given = run.job_arg ~= nil,
+    imex_always_expected = run.static,
   }
   local id = ctx.job.id
   if type(id) == 'string' or type(id) == 'number' then run.c.set_job(tostring(id)) end
@@ -469,51 +488,6 @@ end
 --- The commands the host runs itself after the settings (no entry point), by name.
 D.HOST_COMMANDS = { ['config-test'] = D.config_test, ['show-config'] = D.show_config }
 
---- SIGUSR1 as host.unit_kill takes it: the nudge's signal (imexguard.nudge.SIGUSR1; driver_spec
--- checks that they agree; the driver does not load that module on every run).
-D.SIGUSR1 = 10
-
---- A host table that counts the unit's starts and restarts of this run (run.restarts: the metrics'
--- imexguard_restarts_total), the nudges (run.nudges: SIGUSR1 that host.unit_kill delivered to a
--- unit, imexguard.nudge, and the slot map's switches of membership = "slots"; the final line's
--- `nudges=N` and imexguard_nudges_total) and the slot map's writes in place (run.map_writes:
--- imexguard_slot_map_writes_total). Every other primitive is the real one.
--- @param real table the primitives
--- @param run table the run (gets restarts = integer, nudges = integer, map_writes = integer)
--- @return table host
-function D.counting(real, run)
-  run.restarts, run.nudges, run.map_writes = 0, 0, 0
-  if type(real.unit_job) ~= 'function' then return real end
-  local function unit_job(name, verb, ...)
-    local r = table.pack(real.unit_job(name, verb, ...))
-    if r[1] == 'done' and (verb == 'start' or verb == 'restart') then run.restarts = run.restarts + 1 end
-    return table.unpack(r, 1, r.n)
-  end
-  local function unit_kill(name, signal, ...)
-    local r = table.pack(real.unit_kill(name, signal, ...))
-    if r[1] == true and signal == D.SIGUSR1 then run.nudges = run.nudges + 1 end
-    return table.unpack(r, 1, r.n)
-  end
-  -- membership = "slots": the slot map's switches written in place (imexguard.steps.slots)
-  local function write_in_place(path, ...)
-    local r = table.pack(real.write_in_place(path, ...))
-    if r[1] == true then run.map_writes = (run.map_writes or 0) + 1 end
-    return table.unpack(r, 1, r.n)
-  end
-  local counted = { unit_job = unit_job, unit_kill = type(real.unit_kill) == 'function' and unit_kill or nil,
-    write_in_place = type(real.write_in_place) == 'function' and write_in_place or nil }
-  -- a read-only view with a protected metatable, like the host module it stands for
-  return setmetatable({}, {
-    __index = function(_, k) return counted[k] or real[k] end,
-    __newindex = function(_, k)
-      error(string.format('cannot set imexguard.host.%s: the table is read-only in the sandbox',
-        tostring(k)), 2)
-    end,
-    __pairs = function() return next, real, nil end,
-    __metatable = 'the metatable of a host object is protected',
-  })
-end
-
 --- Call 3: the entry point (under the deadline's count hook; an error raises through).
 -- @param run table the run (after prepare)
 -- @return table {}
@@ -558,7 +532,7 @@ function D.finish(run)
 end
 
 --- The final line's message with the run's counts that no message carries by itself: `; nudges=N`
--- when the health wait nudged the daemon (run.nudges > 0, D.counting), kept whole when the
+-- when the health wait nudged the daemon (run.nudges > 0, imexguard.runhost.counting), kept whole when the
 -- message is cut to text.MAX_LINE.
 -- @param run table the run
 -- @param message string the entry point's message (one line)
@@ -595,6 +569,14 @@ function D.after(run, outcome, code, message)
     local save_last = require('imexguard.runrecord').save_last
     local ok, saved, err = pcall(save_last, run, host, outcome, code, D.counts(run, message))
     if not (ok and saved) then after_failed(run, 'last run record', ok and err or saved) end
+  end
+  if D.SIGNALS[run.command] then
+    local ok, err = pcall(require('imexguard.runrecord').save_signals, run, host, outcome)
+    if not ok or err then after_failed(run, 'node condition', err) end
+  end
+  if D.SIGNALS[run.command] and run.settings.slurm_extra then
+    local ok, err = pcall(require('imexguard.runrecord').save_digest, run, host, outcome, code)
+    if not ok or err then after_failed(run, "the digest in Slurm's Extra", err) end
   end
   if D.METRICS[run.command] and run.settings.metrics_dir then
     local ok, err = pcall(require('imexguard.runrecord').save_metrics, run, host, outcome, code)

@@ -170,7 +170,7 @@ end
 -- prints instead (tests/fixtures/ctl/down-unconfigured.json: only host 0.0.0.0, DOWN).
 -- @param answer table from probe
 -- @return boolean
-local function no_local_daemon(answer)
+function M.no_local_daemon(answer)
   if answer.kind == "unreachable" then return true end
   local d = answer.mesh
   if not d or d.status ~= "DOWN" or #d.nodes == 0 then return false end
@@ -368,7 +368,7 @@ end
 -- the ctl could not reach the local daemon: no poll can ever succeed (C22), counted like the
 -- READY/UNAVAILABLE signature; nil otherwise.
 local function command_off_verdict(answer, want)
-  if not (no_local_daemon(answer) and command_service_off(want)) then return nil end
+  if not (M.no_local_daemon(answer) and command_service_off(want)) then return nil end
   return { verdict = "config-fault", healthy = false, status = "DOWN", faulty = {},
     summary = answer.err or "no local daemon in its answer: only host 0.0.0.0",
     config_fault = { peers = {}, command_off = true } }
@@ -432,7 +432,7 @@ function Poller:poll()
   local v = self.judge(answer, want)
   local seen = progress(answer) .. one_line(tostring(v and (v.summary or v.status) or answer.err))
   local af = address_family_verdict(answer)
-  if not af and answer.mesh and not self.queried and no_local_daemon(answer) then
+  if not af and answer.mesh and not self.queried and M.no_local_daemon(answer) then
     -- C44: the placeholder says nothing; -q says why, once per wait
     self.queried = true
     local q = M.query_error(ctx, want)

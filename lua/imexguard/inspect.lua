@@ -36,6 +36,7 @@ local restart = lazy "imexguard.steps.restart"
 local lostjobs = lazy "imexguard.lostjobs"
 local starting = lazy "imexguard.starting"
 local cmdtarget = lazy "imexguard.cmdtarget"
+local flapping = lazy "imexguard.flapping"
 local slots = lazy "imexguard.steps.slots"
 local slotnames = lazy "imexguard.slots"
 
@@ -172,6 +173,7 @@ function M:node_facts(ctx) -- luacheck: no self
     if herr then f.lock.error = tostring(herr) else f.lock.holder = holder end
   end
   f.domain, f.fabric = rawget(ctx, "domain"), rawget(ctx, "fabric")
+  f.restarts = rawget(ctx, "flapping")
   f.membership = slots.fact(ctx)
   return f
 end
@@ -204,14 +206,19 @@ local function gather(self, ctx)
   if not info and applied ~= "unit-unknown" then return g end
   local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
   g.answer = ans
+  -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
+  -- of the node: the next prolog starts it, and a site may stop it on purpose
+  -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it.
+  -- Nothing answers: the ctl's "unreachable", or the placeholder it prints instead (0.0.0.0 DOWN).
+  -- (a policy whose daemon runs at all times, static_domain's imex_always_expected: never)
+  local props = info and info.unit
+  if props and props.active_state == "inactive" and health.no_local_daemon(ans)
+    and not rawget(ctx, "imex_always_expected") and registered_list(ctx) == false then
+    g.idle_stopped, g.answer = true, { kind = "unreachable", err = ans.err or "no local daemon answers" }
+    return g
+  end
   if not ans.mesh then
-    -- C33: a stopped (not failed) unit that nothing answers for, with no job registered, is no fault
-    -- of the node: the next prolog starts it, and a site may stop it on purpose
-    -- (stop_on_last_epilog, a disabled unit managed per job); health must not drain idle nodes for it
-    local props = info and info.unit
-    g.idle_stopped = ans.kind == "unreachable" and props and props.active_state == "inactive"
-      and registered_list(ctx) == false
-    if not g.idle_stopped then g.expected = ordered_node_list(ctx, info) or {} end
+    g.expected = ordered_node_list(ctx, info) or {}
     return g
   end
   local expected, entry_names, by_entry, unresolved = ordered_node_list(ctx, info)
@@ -240,8 +247,11 @@ end
 -- findings, the likely cause (IMEX_CMD_ENABLED=0: the ctl cannot reach the daemon, C22).
 local function judge_unanswered(ctx, g)
   if g.idle_stopped then
-    return "ok", string.format("node %s: %s is inactive and no job is registered here: nothing to judge "
-      .. "(the next job's prolog starts it)", base.node_name(ctx), ctx.settings.unit)
+    local result = tostring(g.info.unit.result)
+    local meaning = restart.RESULT_MEANING[result]
+    return "ok", string.format("node %s: %s is inactive and no job is registered here (Result=%s%s): "
+      .. "nothing to judge (the next job's prolog starts it)", base.node_name(ctx), ctx.settings.unit, result,
+      meaning and (": " .. meaning) or "")
   end
   local ans = g.answer
   local outcome = ans.kind == "unreachable" and "domain-unhealthy" or "ctl-unusable"
@@ -331,6 +341,7 @@ local function judge(self, ctx, g)
     local outcome, msg = judge_unanswered(ctx, g)
     -- a unit that is not running says why first (C50: a failed one with its daemon's last error line)
     if uo and outcome ~= "ok" then outcome, msg = uo, text.one_line(um .. "; " .. msg) end
+    outcome, msg = self:flapping_verdict(ctx, g.info and g.info.unit, outcome, msg)
     return { outcome = outcome, message = msg }
   end
   local info = g.info
@@ -347,6 +358,7 @@ local function judge(self, ctx, g)
   local dom = rawget(ctx, "domain")
   if dom and dom.fallback then msg = msg .. "; IMEX domain map broken: " .. dom.fallback end
   outcome, msg = self:fabric_verdict(ctx, nil, outcome, text.one_line(msg))
+  outcome, msg = self:flapping_verdict(ctx, rawget(ctx, "unit_now") or (info and info.unit), outcome, msg)
   return { outcome = outcome, message = msg, verdict = v, findings = findings }
 end
 
@@ -404,6 +416,7 @@ end
 function M:unit_verdict(ctx, info)
   if not info then return nil end
   local props = ctx.host.unit(ctx.settings.unit) or info.unit
+  ctx.unit_now = props -- the freshest properties: the restart count's (P:flapping_verdict)
   local ok, o, m = self:check_port_owner(ctx, info, props)
   if not ok then return o, m end
   local a = props.active_state
@@ -485,6 +498,29 @@ function M:fabric_report(ctx, out) -- luacheck: no self
   return out .. "fabric: " .. report.fabric_line(f) .. "\n"
 end
 
+-- The outcomes a flapping unit replaces besides those that exit 0: what a daemon that keeps
+-- restarting shows at the moment it is asked (down, unreachable, not answering), whose cause the
+-- restarts are.
+local FLAPPING_REPLACES = { ["domain-unhealthy"] = true, ["ctl-unusable"] = true, ["service-failed"] = true }
+
+--- status and health: the unit's restarts by systemd itself (imexguard.flapping: NRestarts between
+-- runs, in state_dir) joined to an outcome. A flapping unit (flapping_restarts within flapping_window)
+-- replaces an outcome that exits 0 or one of FLAPPING_REPLACES with unit-flapping, naming the count
+-- and the window (each restart is a new IMEX instance: its peers drop every import); another outcome
+-- keeps its place and gets the count in its message. Sets ctx.flapping (the status line).
+-- @param props table|nil the unit's properties (host.unit: n_restarts, exec_main_start_us)
+-- @return outcome, message (one line)
+function M:flapping_verdict(ctx, props, outcome, msg) -- luacheck: no self
+  local v = flapping.verdict(ctx.host, ctx.settings, props)
+  ctx.flapping = v
+  if not (v and v.flapping) then return outcome, msg end
+  if outcomes.exit_code(outcome, ctx.settings) == 0 or FLAPPING_REPLACES[outcome] then
+    return flapping.OUTCOME, text.one_line(string.format("node %s: %s; before it: %s: %s",
+      base.node_name(ctx), v.text, outcome, tostring(msg)))
+  end
+  return outcome, text.one_line(tostring(msg) .. "; " .. v.text)
+end
+
 -- ---------------------------------------------------------------------------------------------
 -- health and plan.
 
@@ -563,6 +599,18 @@ function M:run_plan(ctx)
   local message = self:channel_note(info, text.one_line(msg))
   outcome, message = self:fabric_verdict(ctx, want, outcome, message)
   return outcome, message, self:fabric_report(ctx, self:channel_report(ctx, info, report.plan(f)))
+end
+
+--- Entry point `rack` (`imexguard rack [--json]`): this node's NVLink domain at a glance
+-- (imexguard.rack), changing nothing.
+function M:run_rack(ctx)
+  return require("imexguard.rack").run(self, ctx)
+end
+
+--- Entry point `wait` (`imexguard wait [--job N] [--timeout S]`): until every node of the job in
+-- this node's IMEX domain is CONNECTED to every other (imexguard.barrier), changing nothing.
+function M:run_wait(ctx)
+  return require("imexguard.barrier").run(self, ctx)
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -41,6 +41,17 @@ local HELP = {
   imexguard_domain_map_fallback = { "gauge",
     "1 when the last run of the command found the IMEX domain map's file broken and the last map that parsed "
       .. "stood in (the log and status name the file's error), else 0.", "command" },
+  imexguard_imex_expected = { "gauge",
+    "1 when IMEX is expected to be healthy on this node (a job registered, a static domain), 0 when not "
+      .. "(idle, not an IMEX node), as the last prolog, epilog or health run derived it; the reason is one "
+      .. "of a fixed set (imexguard(8), NODE CONDITION).", "reason" },
+  imexguard_unit_restarts_total = { "counter",
+    "Restarts of the IMEX unit by systemd itself (Restart=), counted from its NRestarts by prolog, epilog "
+      .. "and health runs; each restart is a new IMEX instance, and its peers drop every memory import of "
+      .. "the old one.", "" },
+  imexguard_unit_flapping = { "gauge",
+    "1 while the IMEX unit restarted flapping_restarts times or more within flapping_window (health ends "
+      .. "unit-flapping).", "" },
   imexguard_membership = { "gauge",
     "1 for the membership mode in force at the last run (setting membership), 0 for the other.",
     "mode" },
@@ -51,7 +62,8 @@ local ORDER = { "imexguard_build_info", "imexguard_runs_total", "imexguard_resta
   "imexguard_nudges_total", "imexguard_slot_map_writes_total", "imexguard_membership",
   "imexguard_run_duration_seconds", "imexguard_last_run_timestamp_seconds", "imexguard_last_outcome",
   "imexguard_last_exit_code", "imexguard_domain_node_status", "imexguard_fabric_gpu",
-  "imexguard_domain_map_fallback" }
+  "imexguard_domain_map_fallback", "imexguard_imex_expected", "imexguard_unit_restarts_total",
+  "imexguard_unit_flapping" }
 --- Family name -> { type, help, labels (comma-separated, "" for none) }.
 M.HELP = HELP
 --- The family names in the file's order.
@@ -166,7 +178,7 @@ end
 --   version (string, optional: imexguard's version, host.version), map_writes (integer, optional:
 --   the name map's writes in place, membership by slots), membership (string, optional: the
 --   setting), domain_map_fallback (boolean: the last domain map that parsed stood in,
---   imexguard.lastgood)}`
+--   imexguard.lastgood), expected, flap (M.update_signals' fields: not read here)}`
 -- @treturn table samples
 function M.update(samples, run)
   local function key(name, labels) return name .. "{" .. M.labels(labels) .. "}" end
@@ -222,6 +234,28 @@ function M.update(samples, run)
   return samples
 end
 
+--- Update the samples of the node condition and of the unit's restarts (a run that derived them:
+-- imexguard.runrecord.save_signals); the others keep the last values. The condition is one series,
+-- its reason the label (the old reason's series goes); the restarts are the record's total, set, not
+-- added (the record in state_dir is their one count).
+-- @tparam table samples (changed in place)
+-- @tparam table run see `update` (expected, flap)
+-- @treturn table samples
+function M.update_signals(samples, run)
+  if run.expected then
+    for k in pairs(samples) do
+      if k:find("^imexguard_imex_expected{") then samples[k] = nil end
+    end
+    samples["imexguard_imex_expected{" .. M.labels({ reason = run.expected.reason }) .. "}"] =
+      run.expected.expected and 1 or 0
+  end
+  if run.flap then
+    samples["imexguard_unit_restarts_total{}"] = run.flap.total
+    samples["imexguard_unit_flapping{}"] = run.flap.flapping and 1 or 0
+  end
+  return samples
+end
+
 --- The file's text for a set of samples, grouped by metric family with HELP and TYPE lines.
 -- @tparam table samples
 -- @treturn string
@@ -270,7 +304,8 @@ function M.record(ctx, run)
   elseif code ~= "ENOENT" then
     host.log("warning", "metrics: cannot read " .. path .. ": counters start from zero")
   end
-  local ok, werr = host.write_atomic(path, M.render(M.update(samples, run)), tonumber("644", 8))
+  local text = M.render(M.update_signals(M.update(samples, run), run))
+  local ok, werr = host.write_atomic(path, text, tonumber("644", 8))
   lock:unlock()
   if not ok then host.log("warning", "metrics not written: " .. tostring(werr)) end
   return ok == true

@@ -57,6 +57,9 @@ M.list = {
     .. "library's versions are named, whatever on_fabric_unknown says" },
   { "refused", 22, "the policy refused the restart or rewrite the job needs, by a rule of its own (not a "
     .. "registered job: that is conflict); its message says why; nothing changed" },
+  { "unit-flapping", 23, "systemd restarted the unit by itself flapping_restarts times or more within "
+    .. "flapping_window (health; the count and the window are named): each restart is a new IMEX "
+    .. "instance, and its peers drop every memory import of the old one" },
   { "not-placed", 24, "this node runs IMEX (GPUs in an NVLink partition, or the unit active) but no domain "
     .. "source places it in a rack: not the topology file, not slurmctld (a node Slurm placed at run time), "
     .. "not the address map; nothing changed, the job would run without IMEX here" },

@@ -144,8 +144,7 @@ local function plan_json(f)
     :set("removed", json.array(removed)):set("added", json.array(added)):set("unreadable", f.old_err)
     :set("unit_state", a.unit.active_state):set("action", a.action):set("reason", a.reason)
     :set("domain_status", seen and seen.status or nil):set("healthy", seen and seen.healthy or nil)
-    :set("order", a.order)
-    :set("config", f.info.config):set("config_source", f.info.config_source)
+    :set("order", a.order):set("config", f.info.config):set("config_source", f.info.config_source)
     :set("config_findings", json.array(f.findings)):set("config_fault", f.config_fault == true)
     :set("config_warnings", json.array(f.warnings))
     :set("conflict", not f.allowed and f.why or nil):set("registrations", json.array(regs))
@@ -320,6 +319,7 @@ function M.facts_lines(facts, verbose)
     { "node lock", lock_line(facts, verbose) },
     { "domain", M.domain_line(facts.domain) },
     { "fabric", M.fabric_line(facts.fabric) },
+    { "restarts", require("imexguard.flapping").line(facts.restarts) },
   }
   if facts.membership then
     rows[#rows + 1] = { "membership", require("imexguard.steps.slots").fact_line(facts.membership) }
@@ -411,10 +411,10 @@ local function status_head(opts)
     :set("unit", opts.facts and unit_json(facts) or nil)
     :set("last_prolog", last_json(facts.last and facts.last.prolog))
     :set("last_epilog", last_json(facts.last and facts.last.epilog))
-    :set("registrations", regs and json.array(regs) or nil)
-    :set("registrations_error", facts.jobs_error)
+    :set("registrations", regs and json.array(regs) or nil) :set("registrations_error", facts.jobs_error)
     :set("lock", opts.facts and lock_json(facts) or nil)
     :set("domain", domain_json(facts.domain)):set("fabric", M.fabric_json(facts.fabric))
+    :set("restarts", require("imexguard.flapping").json(facts.restarts))
     :set("membership", membership_json(facts.membership))
 end
 

@@ -58,6 +58,72 @@ local function fabric_gpus(fab)
   end)
 end
 
+--- What the GPU health stack reads, after a run of a command that imexguard.commands marks
+-- `signals` (prolog, epilog, health): the unit's restart count (imexguard.flapping, from the unit's
+-- properties the run read last: run.unit_props, the driver's watching host; nothing is asked of
+-- systemd again) and the node condition "IMEX expected here" (imexguard.expected, from the outcome,
+-- those properties, the registry and the policy's imex_always_expected). Each file is replaced only
+-- when it changed, so a fast-path prolog reads three small files in state_dir and writes none.
+-- run.signals gets {expected = {expected, reason}, flap = flapping.judge's result or nil} for the
+-- metrics. Without state_dir (no prolog made it yet: no job registered) nothing is kept (the
+-- metrics need it too: their lock is there). The files are written only when their text changed.
+-- @param run table the driver's run (settings, unit_props, static)
+-- @param host table the real primitives
+-- @param outcome string the run's outcome
+-- @return nil, or a message when a file could not be written (the outcome never changes)
+function M.save_signals(run, host, outcome)
+  local s, props = run.settings, run.unit_props
+  local flap, ferr, fcode
+  if props and props.n_restarts then
+    flap, ferr, fcode = require('imexguard.flapping').record(host, s, props)
+  end
+  local st = require('imexguard.state').load(host, s)
+  local jobs = st and require('imexguard.registry').jobs(st) or nil
+  local cond, cerr, ccode = require('imexguard.expected').record(host, s, { outcome = outcome, props = props,
+    jobs = jobs, static = run.static, flap = flap })
+  run.signals = { expected = cond, flap = flap, st = st, jobs = jobs }
+  local err, code = ferr or cerr, fcode or ccode
+  -- no state_dir (ENOENT: no prolog made it yet, and it is never made here: a run by hand with the
+  -- default settings must not create /run/imexguard), or a run that is not root (an admin trying
+  -- health by hand): nothing kept
+  if err and code ~= "ENOENT" and host.euid() == 0 then return err end
+  return nil
+end
+
+--- This node's digest in its Slurm node's Extra (imexguard.digest; setting slurm_extra), after a run of
+-- a `signals` command, written only when it changed: from the unit's properties the run read last,
+-- the daemon's config.cfg (the -c of the unit's ExecStart) and node list, the ctl's answer the run
+-- saw (ctx.mesh_seen), the registry (run.signals) and the outcome; the daemon's last error line is
+-- read by health and by a run that failed, the domain's name by health (the others keep the last).
+-- @param run table the driver's run (settings, env, ctx, unit_props, signals, command)
+-- @param host table the real primitives
+-- @param outcome string
+-- @param code integer its exit code
+-- @return nil, or a message when Slurm did not take it (the outcome never changes)
+function M.save_digest(run, host, outcome, code)
+  local s, ctx = run.settings, run.ctx
+  local node = run.env and run.env.SLURMD_NODENAME
+  if not (s.slurm_extra and ctx and type(node) == "string" and node:match("^[%w][%w._-]*$")) then
+    return nil
+  end
+  local digest = require('imexguard.digest')
+  local props = run.unit_props
+  local ok, config = pcall(require('imexguard.steps.applies').daemon_config, ctx, props)
+  local dom
+  if run.command == 'health' then
+    local _, d = require('imexguard.domains').node_line(ctx, node)
+    dom = d and d.name
+  end
+  local sig = run.signals or {}
+  local d = digest.build(host, { config = ok and config or s.imex_config, props = props,
+    mesh = rawget(ctx, 'mesh_seen'), domain = dom, st = sig.st, jobs = sig.jobs, command = run.command,
+    outcome = outcome, ok = code == 0, previous = digest.previous(host, s),
+    with_error = run.command == 'health' or code ~= 0 })
+  local done, err = digest.publish(host, s, node, d)
+  if done == nil then return err end
+  return nil
+end
+
 -- The setting membership ("list" or "slots"; nil for settings without it).
 local function membership(settings)
   if type(settings) ~= 'table' or not require('imexguard.settings').by_name.membership then return nil end
@@ -68,7 +134,8 @@ end
 -- (monotonic seconds), end (Unix seconds), the unit's starts and restarts and the nudges of this
 -- run (run.restarts, run.nudges: the driver's counting host), the name map's writes in place and
 -- the membership mode (run.map_writes, the setting), the mesh's node states and the GPUs'
--- fabric registration the run saw.
+-- fabric registration the run saw, the node condition and the unit's restarts (run.signals, set by
+-- M.save_signals before).
 -- @param run table the driver's run (command, settings, ctx, started, restarts, nudges)
 -- @param host table the real primitives
 -- @param outcome string
@@ -85,6 +152,7 @@ function M.save_metrics(run, host, outcome, code)
     gpus = fabric_gpus(ctx and rawget(ctx, 'fabric')),
     domain_map_fallback = ctx and type(rawget(ctx, 'domain')) == 'table'
       and rawget(ctx, 'domain').fallback ~= nil or false,
+    expected = run.signals and run.signals.expected, flap = run.signals and run.signals.flap,
     version = host.version })
 end
 

@@ -152,8 +152,15 @@ M.schema = {
   { name = "drain_reason", default = false, kind = "boolean",
     doc = "on a non-zero prolog outcome, set this node's Slurm reason to \"imexguard: OUTCOME: cause\"" },
   { name = "scontrol", default = "/usr/bin/scontrol", kind = "argv",
-    doc = "scontrol, used for drain_reason and slurmctld_topology: a path, or a list of strings used as "
-      .. "the argv prefix" },
+    doc = "scontrol, used for drain_reason, slurmctld_topology, slurm_extra and rack: a path, or a list of "
+      .. "strings used as the argv prefix" },
+  -- off by default as drain_reason: Extra may be the site's, and the call needs scontrol and a
+  -- reachable slurmctld on every node (imexguard.digest)
+  { name = "slurm_extra", default = false, kind = "boolean",
+    doc = "keep a short digest of this node's IMEX (its node list's hash, its ID, its daemon's instance, "
+      .. "its last outcome and error) in its Slurm node's Extra field, under the key \"imexguard\" of a "
+      .. "JSON object, written by prolog, epilog and health only when it changed: what `imexguard rack` "
+      .. "reads for every node" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },
@@ -162,6 +169,12 @@ M.schema = {
       .. "reset-failed and one more start in the same run (false: never reset-failed, the admin does)" },
   { name = "manage_disabled_unit", default = false, kind = "boolean",
     doc = "start a disabled (but installed) unit per job instead of skipping the node; it is never enabled" },
+  { name = "flapping_restarts", default = 3, kind = "number", min = 1, unit = "restarts",
+    doc = "restarts of the unit by systemd itself (its Restart=, counted from NRestarts) within "
+      .. "flapping_window that make it flapping: health ends unit-flapping (exit 23), status and the "
+      .. "metrics show it (each restart is a new IMEX instance: its peers drop every import)" },
+  { name = "flapping_window", default = 600, kind = "number",
+    doc = "seconds: the window in which flapping_restarts restarts of the unit make it flapping" },
   { name = "conflict_wait", default = 5, kind = "number",
     doc = "seconds: how long a prolog in conflict with a registered job waits (without the node lock) "
       .. "for that job's epilog before it answers conflict" },

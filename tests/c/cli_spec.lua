@@ -143,7 +143,9 @@ describe("imexguard command line", function()
       assert.is_true(t["host.sleep"] >= 50, r.stderr)
       assert.is_true(t.invoke >= t["host.sleep"], r.stderr)
       assert.equal(1, calls["host.sleep"])
-      assert.equal(2, calls["host.read"])
+      -- the policy's two, and after the outcome the node condition's (runrecord.save_signals: the
+      -- state file and the condition file; no state_dir here, so nothing is written)
+      assert.equal(4, calls["host.read"])
       assert.equal(1, calls["cjson.decode"])
       assert.is_true(calls.load >= 2, r.stderr) -- the driver's modules and the policy
       assert.is_number(t["in-lua"])
@@ -361,9 +363,9 @@ return P
         -- health and forget print their one reason line on stdout for every non-zero exit (commands.lua)
         local reason_line = args[1] == "health" or args[1] == "forget"
         assert.equal(reason_line and "imexguard: error: --json: " .. args[1] .. " has no JSON output (only "
-          .. "status, plan, registrations, check, show-config)\n" or "", r.stdout)
+          .. "status, plan, registrations, rack, check, show-config)\n" or "", r.stdout)
         assert.matches("imexguard: %-%-json: " .. args[1] .. " has no JSON output %(only status, plan, "
-          .. "registrations, check, show%-config%)", r.stderr)
+          .. "registrations, rack, check, show%-config%)", r.stderr)
       end
       r = run(dir, { "epilog", "-q" })
       assert.equal(1, r.code)

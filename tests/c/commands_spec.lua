@@ -72,7 +72,8 @@ describe("a command added to lua/imexguard/commands.lua", function()
     for line in list:gmatch("[^\n]+") do
       assert.is_true(#line <= 80, line)
     end
-    assert.matches("machine-readable output (status, plan, registrations, check, show-config, frobnicate)",
+    assert.matches("machine-readable output (status, plan, registrations, rack, check, show-config, "
+      .. "frobnicate)",
       r.stdout, 1,
       true)
   end)
@@ -81,8 +82,8 @@ describe("a command added to lua/imexguard/commands.lua", function()
     for _, args in ipairs({ {}, { "frobnicat" } }) do
       local r = run(args)
       assert.equal(1, r.code)
-      assert.matches("(prolog, epilog, status, plan, health, registrations, forget, check, config-test, "
-        .. "show-config, version, frobnicate)", r.stderr, 1, true)
+      assert.matches("(prolog, epilog, status, plan, health, registrations, forget, wait, rack, check, "
+        .. "config-test, show-config, version, frobnicate)", r.stderr, 1, true)
     end
   end)
 

@@ -53,7 +53,7 @@ describe("imexguard configuration commands", function()
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
         local last = "\n" .. conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, "
-          .. "plan, health, registrations, forget\n"
+          .. "plan, health, registrations, forget, wait, rack\n"
         assert.equal(last, r.stdout:sub(-#last))
         assert.not_matches("warning", r.stdout) -- a clean node: what was read, no warning
         assert.matches(dir .. "/slurm.conf: info: slurm.conf read (setting slurm_conf)", r.stdout, 1, true)
@@ -190,6 +190,28 @@ describe("imexguard configuration commands", function()
       assert.equal("", r.stdout)
     end)
 
+    it("follows the grammar of a drain reason: a long cause cut at 200 bytes with '...', never inside a "
+      .. "UTF-8 sequence, the whole line within drain.MAX_REASON", function()
+      local drain = require "imexguard.drain"
+      local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
+        .. "function P.health() error('" .. string.rep("\195\188", 150) .. "', 0) end\nreturn P\n")
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "health" })
+      assert.equal(3, r.code)
+      local line = r.stdout:match("^([^\n]*)\n$")
+      assert.truthy(line, r.stdout)
+      assert.truthy(#line <= drain.MAX_REASON, line)
+      assert.matches("%.%.%.$", line)
+      assert.truthy(utf8.len(line), "cut inside a UTF-8 sequence: " .. line)
+      assert.equal("policy-error", (drain.parse(line)))
+      local long = string.rep("x", 400)
+      r = run(dir, { "health", "--set", long })
+      assert.equal(1, r.code)
+      line = r.stdout:match("^([^\n]*)\n$")
+      assert.truthy(#line <= drain.MAX_REASON, line)
+      assert.matches("%.%.%.$", line)
+      assert.equal("error", (drain.parse(line)))
+    end)
+
     it("is not doubled when the policy printed its own", function()
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
         .. "function P.health()\n"
@@ -241,13 +263,36 @@ describe("imexguard configuration commands", function()
       assert.equal("42", f.job)
     end)
 
-    it("are refused for any other command", function()
+    it("are refused for any other command (commands.lua's options: plan --job --nodelist, wait --job "
+      .. "--timeout)", function()
       local r = run(dir, { "prolog", "--job", "42" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: --job is for plan only", r.stderr, 1, true)
+      assert.matches("imexguard: --job is not an option of prolog", r.stderr, 1, true)
       r = run(dir, { "status", "--nodelist", "n1" })
       assert.equal(1, r.code)
-      assert.matches("imexguard: --nodelist is for plan only", r.stderr, 1, true)
+      assert.matches("imexguard: --nodelist is not an option of status", r.stderr, 1, true)
+      r = run(dir, { "wait", "--nodelist", "n1" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --nodelist is not an option of wait", r.stderr, 1, true)
+      r = run(dir, { "plan", "--timeout", "3" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --timeout is not an option of plan", r.stderr, 1, true)
+      r = run(dir, { "wait", "--timeout", "soon" })
+      assert.equal(1, r.code)
+      assert.matches("imexguard: --timeout: 'soon' is not a number of seconds > 0", r.stderr, 1, true)
+      assert.equal("imexguard: error: --timeout: 'soon' is not a number of seconds > 0\n", r.stdout)
+    end)
+
+    it("wait --job N --timeout S: the job and the wait reach the policy; the budget is S and 2 s more",
+      function()
+      local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
+        .. "function P.wait(ctx) return 'ok', tostring(ctx.job.id) .. ' ' .. tostring(ctx.timeout) .. ' '"
+        .. " .. tostring(ctx.job_given) .. string.format(' %.0f', ctx.host.remaining()) end\n"
+        .. "return P\n")
+      local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "wait", "--job", "42",
+        "--timeout", "7" })
+      assert.equal(0, r.code, r.stderr)
+      assert.equal("42 7 true 9", final(r).message)
     end)
   end)
 

@@ -91,4 +91,54 @@ describe("drain reason", function()
     assert.is_false(drain.set(c, "domain-unhealthy", "x"))
     assert.equal(0, #h.runs)
   end)
+
+  describe("the grammar of a reason (drain.REGEX, imexguard(8) DRAIN REASONS)", function()
+    -- grep -E: the expression as a consumer uses it (POSIX ERE)
+    local function ere_matches(re, line)
+      local path = os.tmpname()
+      local f = assert(io.open(path, "wb"))
+      f:write(line, "\n")
+      f:close()
+      local ok = os.execute("grep -Eq '" .. re:gsub("'", "'\\''") .. "' " .. path)
+      os.remove(path)
+      return ok == true
+    end
+
+    it("matches the reason of every outcome, short and cut, with and without scontrol's [user@time]",
+      function()
+      local outcomes = require "imexguard.outcomes"
+      local long = "node gb03: " .. string.rep("job 101 holds 10.0.0.[3-18] (registered 2h05m ago); ", 12)
+      for _, o in ipairs(outcomes.list) do
+        for _, cause in ipairs({ "node gb03: not READY", long, "é" .. string.rep("ü", 200) }) do
+          local r = drain.reason(o[1], cause)
+          assert.is_true(#r <= drain.MAX_REASON, r)
+          assert.is_true(ere_matches(drain.REGEX, r), r)
+          assert.is_true(ere_matches(drain.REGEX, r .. " [root@2026-12-01T21:09:59]"), r)
+          local name, got, cut = drain.parse(r .. " [root@2026-12-01T21:09:59]")
+          assert.equal(o[1], name)
+          assert.equal(#r - #("imexguard: " .. o[1] .. ": "), #got)
+          assert.equal(#cause > 200, cut)
+          assert.truthy(utf8.len(r), "a reason is never cut inside a UTF-8 sequence: " .. r)
+        end
+      end
+    end)
+
+    it("does not match another's reason, a prefix alone or a word that is no outcome", function()
+      for _, r in ipairs({ "Prolog error", "NHC: check_imexguard:  imexguard: fabric-fault: GPU 2",
+        "maintenance [admin@2026-12-01T21:09:59]", "imexguard:", "imexguard: health check exited 9",
+        "imexguard: domain-unhealthy", "imexguard: fabric-faulty: x", " imexguard: ok: x" }) do
+        assert.is_false(ere_matches(drain.REGEX, r), r)
+        assert.is_nil(drain.parse(r), r)
+      end
+      assert.is_true(ere_matches(drain.REGEX, "imexguard: error: --set: expected KEY=VALUE"))
+    end)
+
+    it("contrib/slurm/health.sh tells its own drains apart with the same expression", function()
+      local f = assert(io.open("contrib/slurm/health.sh", "rb"))
+      local text = f:read("a")
+      f:close()
+      local re = text:match("\nreason_re='([^'\n]*)'\n")
+      assert.equal(drain.REGEX, re)
+    end)
+  end)
 end)

@@ -71,7 +71,9 @@ describe("driver", function()
 
   describe("the tables derived from commands.lua", function()
     it("DRY_RUN: plan, health, registrations and config-test change nothing, as commands.lua says", function()
-      assert.same({ plan = true, health = true, registrations = true, ["config-test"] = true }, D.DRY_RUN)
+      assert.same({ plan = true, health = true, registrations = true, wait = true, rack = true,
+        ["config-test"] = true },
+        D.DRY_RUN)
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
@@ -552,7 +554,7 @@ describe("driver", function()
       package.loaded["imexguard.host"] = h
       local run = new_run{ sets = { "metrics_dir=/var/lib/prometheus/node-exporter", "membership=slots" } }
       D.settings(run)
-      local host = D.counting(h, run)
+      local host = require("imexguard.runhost").counting(h, run)
       assert.is_true(host.write_in_place("/run/imexguard/hosts", map))
       assert.is_nil((host.write_in_place("/run/imexguard/hosts", "short"))) -- refused: not counted
       assert.equal(1, run.map_writes)
@@ -574,7 +576,7 @@ describe("driver", function()
     end)
 
     it("only SIGUSR1 that systemd delivered counts (the nudge's signal)", function()
-      assert.equal(require("imexguard.nudge").SIGUSR1, D.SIGUSR1)
+      assert.equal(require("imexguard.nudge").SIGUSR1, require("imexguard.runhost").SIGUSR1)
       local text = policy_text{ prolog = "ctx.host.unit_kill('nvidia-imex.service', 15); "
         .. "ctx.host.unit_kill('nvidia-imex.service', 10); ctx.host.unit_kill('nvidia-imex.service', 10); "
         .. "return 'ok', 'done'", epilog = "return 'ok'" }
@@ -619,7 +621,7 @@ describe("driver", function()
       D.settings(run)
       local a = D.check_begin(run)
       assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health, registrations, "
-        .. "forget\n", a.output)
+        .. "forget, wait, rack\n", a.output)
       assert.is_table(seen.preloaded["imexguard.host"])
       local names = require("imexguard.testing.check").names()
       local n = 0
@@ -635,7 +637,7 @@ describe("driver", function()
       assert.equal("ok", e.outcome)
       assert.equal(0, e.code)
       assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health, registrations, "
-        .. "forget; all %d scenarios passed", P, #names), e.message)
+        .. "forget, wait, rack; all %d scenarios passed", P, #names), e.message)
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
     end)
 
@@ -649,7 +651,8 @@ describe("driver", function()
       local e = D.check_end(run)
       assert.matches('^{"schema":1,"command":"check","ok":true,"outcome":"ok","exit_code":0,'
         .. '"message":"policy [^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","status","plan",'
-        .. '"health","registrations","forget"%],"scenarios":%[{"name":"healthy%-job","title":"[^"]+",'
+        .. '"health","registrations","forget","wait","rack"%],"scenarios":%[{"name":"healthy%-job",'
+        .. '"title":"[^"]+",'
         .. '"result":"pass","ok":true,"not_applicable":false,"why":null,"detail":"[^"]*"}', e.output)
       assert.matches(',"passed":10,"failed":0,"not_run":0,"not_applicable":0,"exercised":%[[^%]]+%]}\n$',
         e.output)

@@ -135,6 +135,8 @@ local SHAPES = {
     .. "error:null},last_epilog:null,registrations:[{id:string,hosts:string,nodes:[string],registered:string,"
     .. "invocation_id:string}],registrations_error:null,lock:{path:string,held:boolean,pid:null,owner:null,"
     .. "since:null,error:null},domain:null,fabric:{state:string,message:string,partition:string,degraded:[]},"
+    .. "restarts:{flapping:boolean,restarts:integer,window:integer,threshold:integer,"
+    .. "total:integer},"
     .. "membership:{mode:string,slot_hosts:null,in_force:null,error:null},"
     .. "status:string,timestamp:string,self:string,"
     .. "self_id:integer,verdict:string,node_list:string,config:string,config_findings:[],"
@@ -194,8 +196,8 @@ describe("the --json reports of the built-in policy (their shapes, pinned)", fun
     -- the same keys as with a domain, in the same order
     local top = { "schema", "command", "ok", "outcome", "exit_code", "message", "time", "node", "unit",
       "last_prolog", "last_epilog", "registrations", "registrations_error", "lock", "domain", "fabric",
-      "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list", "config",
-      "config_findings", "config_warnings", "order", "nodes", "channel" }
+      "restarts", "membership", "status", "timestamp", "self", "self_id", "verdict", "node_list",
+      "config", "config_findings", "config_warnings", "order", "nodes", "channel" }
     assert.same(top, j.keys)
     assert.same(top, read(report("status")).keys)
   end)

@@ -23,7 +23,9 @@ describe("imexguard.settings", function()
         imex_channels = "off", imex_channel_dir = "/dev/nvidia-caps-imex-channels",
         imex_channel_mode = "0666",
         proc_devices = "/proc/devices", slurm_conf = "/etc/slurm/slurm.conf", drain_reason = false,
-        scontrol = "/usr/bin/scontrol", reset_failed_retry = true, manage_disabled_unit = false,
+        scontrol = "/usr/bin/scontrol", slurm_extra = false, reset_failed_retry = true,
+        manage_disabled_unit = false,
+        flapping_restarts = 3, flapping_window = 600,
         conflict_wait = 5, memory_limit = 256, on_config_fault = "fail",
         proc_if_inet6 = "/proc/net/if_inet6",
       }, t)

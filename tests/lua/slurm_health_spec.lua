@@ -62,13 +62,21 @@ describe("contrib/slurm/health.sh", function()
   end)
 
   it("healthy, drained for another reason: leaves the node drained", function()
+    -- not imexguard's grammar (drain.REGEX): another prefix, or no outcome after "imexguard: "
     for _, reason in ipairs({ "maintenance: DIMM swap", "NHC: check_fs_mount: /scratch", "Prolog error",
-      " imexguard: not at the start" }) do
+      " imexguard: not at the start", "imexguard: maintenance: rack 7 (an admin's words)" }) do
       os.remove(dir .. "/calls")
       local rc, calls = health_sh(dir, fake_imexguard(dir, 0), fake_scontrol(dir, "IDLE+DRAIN", reason))
       assert.equal(0, rc)
       assert.same({ "show node gb03" }, calls, reason)
     end
+  end)
+
+  it("healthy, drained by its own usage error line ('imexguard: error: ...'): resumes the node", function()
+    local rc, calls = health_sh(dir, fake_imexguard(dir, 0),
+      fake_scontrol(dir, "IDLE+DRAIN", "imexguard: error: health check exited 1 and printed no reason"))
+    assert.equal(0, rc)
+    assert.same({ "show node gb03", "update NodeName=gb03 State=RESUME" }, calls)
   end)
 
   it("healthy and not drained: changes nothing", function()
@@ -88,12 +96,13 @@ describe("contrib/slurm/health.sh", function()
     local rc, calls = health_sh(dir, fake_imexguard(dir, 3), fake_scontrol(dir, "ALLOCATED"))
     assert.equal(3, rc)
     assert.same({ "show node gb03",
-      "update NodeName=gb03 State=DRAIN Reason=imexguard: health check exited 3" }, calls)
+      "update NodeName=gb03 State=DRAIN Reason=imexguard: error: health check exited 3 and printed no "
+        .. "reason" }, calls)
   end)
 
   it("unhealthy, already drained by imexguard: the reason is brought up to date", function()
     local rc, calls = health_sh(dir, fake_imexguard(dir, 9, "imexguard: domain-unhealthy: now"),
-      fake_scontrol(dir, "IDLE+DRAIN", "imexguard: local-fault: before"))
+      fake_scontrol(dir, "IDLE+DRAIN", "imexguard: service-failed: before"))
     assert.equal(9, rc)
     assert.same({ "show node gb03",
       "update NodeName=gb03 State=DRAIN Reason=imexguard: domain-unhealthy: now" }, calls)

@@ -103,6 +103,9 @@ describe("man pages", function()
     assert.matches("check_imexguard", health, 1, true)
     local reasons = table.concat(section(text, "DRAIN REASONS"), "\n")
     assert.matches("at most " .. require("imexguard.drain").MAX_REASON .. " bytes", reasons, 1, true)
+    -- the grammar of a reason: the one expression of lua/imexguard/drain.lua, on a line of its own
+    local re = require("imexguard.drain").REGEX:gsub(" $", ""):gsub("%p", "%%%0")
+    assert.matches("\n%s+" .. re .. " ?\n", reasons .. "\n")
     local files = table.concat(section(text, "FILES"), "\n")
     for _, f in ipairs({ "/usr/libexec/imexguard/health.sh", "/usr/share/imexguard/nhc/imexguard.nhc",
       "/usr/share/bash-completion/completions/imexguard", "/usr/share/doc/imexguard/" }) do

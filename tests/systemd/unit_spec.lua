@@ -129,6 +129,9 @@ describe("host.unit* against systemd", function()
       assert.equal("", p.invocation_id)
       assert.equal(0, p.exec_main_start_us)
       assert.equal(0, p.active_enter_us)
+      -- Service.NRestarts (systemd 235+): no restart yet; systemctl's own reading agrees
+      assert.equal(0, p.n_restarts)
+      assert.equal("0", (capture("systemctl --user show -P NRestarts ig-sleep.service"):gsub("%s+$", "")))
     end)
 
     it("reports an active unit: its main PID, a 32-hex invocation ID, start times near now",

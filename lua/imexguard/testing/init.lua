@@ -163,7 +163,9 @@ end
 --- Build a policy context around a fake host.
 -- @param o table {host = fake host (default testing.host()), env = environment (default job 101 on
 --   n[1-2], node n1), settings = overrides, command = "prolog", json = boolean, dry_run = boolean,
---   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID)}
+--   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID), timeout = wait's
+--   --timeout (seconds), job_given = boolean (--job was given), imex_always_expected = boolean (the
+--   policy's field of that name, as the driver passes it)}
 -- @return ctx table as the host passes it to a policy
 function M.ctx(o)
   o = o or {}
@@ -180,7 +182,8 @@ function M.ctx(o)
   return { command = o.command or "prolog", host = o.host or M.host(),
     settings = base.settings(o.settings or {}),
     env = env, job = job, json = o.json or false, dry_run = o.dry_run or false, verbosity = o.verbosity or 0,
-    arg = o.arg }
+    arg = o.arg, timeout = o.timeout, job_given = o.job_given or false,
+    imex_always_expected = o.imex_always_expected or false }
 end
 
 --- Build a scenario (see imexguard.testing.scenario for the options and methods).

@@ -10,7 +10,8 @@ local M = {}
 --- Properties of a unit that is not installed.
 local function not_found()
   return { load_state = "not-found", unit_file_state = "", active_state = "inactive", sub_state = "dead",
-    result = "success", main_pid = 0, invocation_id = "", exec_main_start_us = 0, active_enter_us = 0 }
+    result = "success", main_pid = 0, invocation_id = "", exec_main_start_us = 0, active_enter_us = 0,
+    n_restarts = 0 }
 end
 
 --- Add the unit primitives to a fake host.
@@ -33,7 +34,7 @@ function M.install(h, w, opts)
     unit = { load_state = "loaded", unit_file_state = "enabled", active_state = "active",
       sub_state = "running",
       result = "success", main_pid = 4242, invocation_id = w.new_invocation(),
-      exec_main_start_us = w.wall_us() - 1800e6, active_enter_us = w.wall_us() - 1800e6 }
+      exec_main_start_us = w.wall_us() - 1800e6, active_enter_us = w.wall_us() - 1800e6, n_restarts = 0 }
     for k, v in pairs(opts.unit or {}) do unit[k] = v end
   end
   w.unit, h.unit_props = unit, unit

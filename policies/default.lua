@@ -83,6 +83,7 @@ local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local fabric = lazy "imexguard.fabric"
 local inspect = lazy "imexguard.inspect"
+local watch = lazy "imexguard.watch"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -92,7 +93,7 @@ local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true,
 -- P:run_prolog(ctx), the policy's own method: a site's override is used). run_prolog and
 -- run_epilog are below; the others are imexguard.inspect's.
 local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "run_status", plan = "run_plan",
-  health = "run_health", registrations = "run_registrations", forget = "run_forget" }
+  health = "run_health", registrations = "run_registrations", forget = "run_forget", watch = "run_watch" }
 
 --- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
 -- loads: a command with an entry point and no method here, or a method for a command without an
@@ -248,13 +249,24 @@ end
 -- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
 -- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
 -- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
--- @param assessment table from P:assess_daemon (nodes, unit, answer: the first poll)
+-- Only the older end restarts (C52): a daemon this run started or restarted (assessment.action
+-- "start" or "restart") is a new instance, started after the mismatch its peers show began, so it
+-- cannot be the end that remembers it (IMEX remembers a mismatch on the end that had the peer
+-- connected when the peer's list changed); it never restarts again for one, and waits the whole
+-- health wait for the older end's restart instead of stale_mismatch_after.
+-- @param assessment table from P:assess_daemon (action, nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
 -- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
 --   once per run, so that is the one restart)
 function Policy:wait_converged(ctx, want, assessment, st, info)
+  local fresh = assessment.action == "start" or assessment.action == "restart"
+  if fresh then desired.set_stale_wait(want) end
   local outcome, msg = self:wait_healthy(ctx, want, assessment)
   if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
+  if fresh then
+    return outcome, text.one_line(msg .. "; this run " .. assessment.action .. "ed " .. ctx.settings.unit
+      .. " after the mismatch began, so this end cannot be the one that holds it: the other end must restart")
+  end
   local a = { action = "restart", nodes = assessment.nodes, unit = assessment.unit, changed = false,
     reason = "a stale node-map mismatch (C32)" }
   local allowed, why = self:may_restart(ctx, st, a)
@@ -334,10 +346,15 @@ function Policy:prepare(ctx)
   return info, want
 end
 
---- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
+--- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A
+-- daemon imexguard did not start, which the ctl proved current (assessment.adopt, C51), is recorded
+-- with what it runs (saved with the registration).
 function Policy:keep(ctx, st, want, assessment, extra, info)
+  if assessment.adopt then state.record_start(st, assessment.adopt) end
   local outcome, msg, restarted = self:wait_converged(ctx, want, assessment, st, info)
+  local adopted = assessment.adopt and not restarted and " (" .. assessment.reason .. ")" or ""
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
+    .. adopted
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
   local unit = restarted and ctx.host.unit(ctx.settings.unit) or assessment.unit
   local pok, po, pm = self:check_port_owner(ctx, info, unit)
@@ -413,10 +430,22 @@ function Policy:decide_locked(ctx, info, want)
   return self:locked_prolog(ctx, info, want)
 end
 
+--- Step 10, the watcher (imexguard.watch; C51): after an outcome that exits 0, with the node lock
+-- released, leave `imexguard watch` as a transient service that nudges this node's daemon when a
+-- peer of the job restarts after this prolog returned (settings watch, watch_skew, watch_interval),
+-- so that the domain converges whichever prolog returns first. Its start is sent without waiting
+-- for systemd; a dry run records it.
+-- @return string a note for the final message, or nil (no watcher: a single-node domain, the
+--   settings, a daemon below the SIGUSR1 floor; or its start failed: a warning)
+function Policy:leave_watcher(ctx, want) -- luacheck: no self
+  return watch.start(ctx, want)
+end
+
 --- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
 -- is late) is decided again after steps.wait_registry (up to conflict_wait seconds in all, within
 -- the deadline, WITHOUT the node lock so that the epilog can take it); a job that stays registered
--- is still `conflict`, named with how to clear it.
+-- is still `conflict`, named with how to clear it. An outcome that exits 0 leaves the watcher
+-- (P:leave_watcher).
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
@@ -427,7 +456,11 @@ function Policy:run_prolog(ctx)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
-    if not retry then return o, self:channel_note(info, msg) end
+    if not retry then
+      local w = outcomes.exit_code(o, ctx.settings) == 0 and self:leave_watcher(ctx, want)
+      if w then msg = text.one_line(msg .. "; " .. w) end
+      return o, self:channel_note(info, msg)
+    end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)
@@ -493,6 +526,24 @@ function Policy:run_epilog(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk
   return self:unregister(ctx, id)
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- The watcher.
+
+--- Entry point `watch` (the prolog's watcher, imexguard.watch): the job's IMEX domain as the
+-- prolog found it (job id, P:applies, P:desired; the channel step is the prolog's), then the
+-- watch, which only ever sends SIGUSR1 (the host of `watch` refuses every other side effect).
+function Policy:run_watch(ctx)
+  local id, o, m = base.check_job_id(ctx)
+  if not id then return o, m end
+  local info
+  info, o, m = self:applies(ctx)
+  if not info then return o, m end
+  local want
+  want, o, m = self:desired(ctx, info)
+  if not want then return o, m end
+  return watch.run(ctx, want)
 end
 
 -- ---------------------------------------------------------------------------------------------

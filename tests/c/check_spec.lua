@@ -71,13 +71,13 @@ describe("imexguard check", function()
       local v = verdicts(r)
       for _, name in ipairs(SCENARIOS) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
       assert.matches("^policy " .. p:gsub("%p", "%%%0")
-        .. ": entry points prolog, epilog, status, plan, health, registrations, forget\n", r.stdout)
+        .. ": entry points prolog, epilog, watch, status, plan, health, registrations, forget\n", r.stdout)
       assert.matches("\ncheck: all 10 scenarios passed\n$", r.stdout)
       local f = final(r)
       assert.equal("ok", f.outcome)
       assert.equal("check", f.command)
       assert.equal("policy " .. p
-        .. " is valid: prolog, epilog, status, plan, health, registrations, forget; "
+        .. " is valid: prolog, epilog, watch, status, plan, health, registrations, forget; "
         .. "all 10 scenarios passed", f.message)
     end)
 

@@ -23,6 +23,8 @@
 --   unit_kill        how host.unit_kill(name, signal, timeout) ends: nil (true; "bus" NoSuchProcess
 --                    while the unit has no main process, as systemd answers), a code ("bus",
 --                    "timeout"...: every call fails with it) or function(name, signal, timeout)
+--   unit_start_transient  how host.unit_start_transient(name, spec, timeout) ends: nil (true), a code
+--                    or function(name, spec, timeout)
 --   restart          how unit jobs end: {result = "done"|"failed"|"wait-timeout"|code,
 --                    duration = seconds (0.5), unit_result = the unit's Result after a job that did
 --                    not end "done" (default "exit-code"; e.g. "start-limit-hit"), active_state =
@@ -70,8 +72,9 @@
 -- on the fake clock; a spawned command's time runs from its start, so its wait spends only what is left: see
 -- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
 -- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =,
--- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
--- functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
+-- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill), h.transients
+-- ({name =, spec =, at = monotonic seconds}: host.unit_start_transient, the prolog's watcher).
+-- Helpers (plain functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
 -- h.unit_props (the live unit table), h.now(), h.daemon_nodes(), h.clear() (forget the
 -- recordings, keep files, unit and clock).
 --
@@ -106,12 +109,15 @@ M.UNREACHABLE, M.UNCONFIGURED, M.HANG = run.UNREACHABLE, run.UNCONFIGURED, run.H
 M.render_mesh, M.up, M.restarted_peer = run.render_mesh, run.up, run.restarted_peer
 M.gpus, M.FABRIC_NONE, M.ABSENT = run.gpus, run.FABRIC_NONE, run.ABSENT
 M.CLUSTER_UUID, M.CLIQUE_ID = run.CLUSTER_UUID, run.CLIQUE_ID
+--- The binary and the settings file of the run a policy context describes (ctx.invocation: what the
+-- prolog's watcher runs again).
+M.EXE, M.SETTINGS_FILE = "/usr/sbin/imexguard", "/etc/imexguard/imexguard.conf"
 --- Addresses of the default nodes n1..n4.
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 
 --- The recordings of a fake host (lists, emptied by h.clear()).
 local RECORDINGS = { "calls", "writes", "jobs", "runs", "spawns", "logs", "sleeps", "locks", "mkdirs",
-  "kills" }
+  "kills", "transients" }
 
 --- Build a fake host (options: see the top of this file).
 -- @param opts table|nil
@@ -144,7 +150,8 @@ end
 --- Build a policy context around a fake host.
 -- @param o table {host = fake host (default testing.host()), env = environment (default job 101 on
 --   n[1-2], node n1), settings = overrides, command = "prolog", json = boolean, dry_run = boolean,
---   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID)}
+--   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID), invocation =
+--   how to run imexguard again (default {exe = M.EXE, options = {"--config", M.SETTINGS_FILE}})}
 -- @return ctx table as the host passes it to a policy
 function M.ctx(o)
   o = o or {}
@@ -161,7 +168,7 @@ function M.ctx(o)
   return { command = o.command or "prolog", host = o.host or M.host(),
     settings = base.settings(o.settings or {}),
     env = env, job = job, json = o.json or false, dry_run = o.dry_run or false, verbosity = o.verbosity or 0,
-    arg = o.arg }
+    arg = o.arg, invocation = o.invocation or { exe = M.EXE, options = { "--config", M.SETTINGS_FILE } } }
 end
 
 --- Build a scenario (see imexguard.testing.scenario for the options and methods).

@@ -29,10 +29,10 @@ describe("the watcher (C51)", function()
       local outcome, message = run(h, { env = env("n[1-2]", { SLURM_CONF = "/etc/slurm/slurm.conf",
         PATH = "/usr/bin" }) })
       assert.equal("ok", outcome, message)
-      assert.matches("watcher imexguard%-watch%-101%.service started", message)
+      assert.matches("watcher imexguard%-watch%-101%-n1%.service started", message)
       assert.equal(1, #h.transients)
       local t = h.transients[1]
-      assert.equal("imexguard-watch-101.service", t.name)
+      assert.equal("imexguard-watch-101-n1.service", t.name)
       assert.same({ testing.EXE, "--config", testing.SETTINGS_FILE, "--deadline", "100", "watch" },
         t.spec.argv)
       assert.same({ "SLURMD_NODENAME=n1", "SLURM_CONF=/etc/slurm/slurm.conf", "SLURM_JOB_ID=101",
@@ -93,7 +93,7 @@ describe("the watcher (C51)", function()
       assert.is_nil(message:find("watcher", 1, true))
       local warned = false
       for _, l in ipairs(h.logs) do
-        if l[1] == "warning" and l[2]:find("watcher imexguard-watch-101.service not started", 1, true) then
+        if l[1] == "warning" and l[2]:find("watcher imexguard-watch-101-n1.service not started", 1, true) then
           warned = true
         end
       end
@@ -169,7 +169,8 @@ describe("the watcher (C51)", function()
 
   it("its name, and the budget it gets: deadline + watch_skew, systemd's bound RUNTIME_SLACK later",
     function()
-    assert.equal("imexguard-watch-42.service", watch.unit_name("42"))
+    assert.equal("imexguard-watch-42-gb01.service", watch.unit_name("42", "gb01"))
+    assert.equal("imexguard-watch-42-a_b.service", watch.unit_name("42", "a b"))
     local ctx = testing.ctx{ settings = { deadline = 60, watch_skew = 30 } }
     local spec = watch.spec(ctx, "101")
     assert.equal("90", spec.argv[#spec.argv - 1])

@@ -35,7 +35,9 @@ local registry = lazy "imexguard.registry"
 
 local M = {}
 
---- The watcher's service is PREFIX .. job id .. ".service": one per job and node.
+--- The watcher's service is PREFIX .. job id .. "-" .. node name .. ".service": one per job and node
+-- (the node's name keeps the watchers of the nodes a simulation runs under one manager apart, and
+-- names the node in a journal gathered from many).
 M.PREFIX = "imexguard-watch-"
 --- Seconds after the watcher's own deadline at which systemd stops it (RuntimeMaxSec): past the
 -- watchdog's 2 s (docs/design.md, "The deadline"), so that it always ends by itself first.
@@ -46,11 +48,13 @@ M.MARGIN = 1
 -- and imexguard's own; nothing else of slurmd's environment.
 M.ENV_PREFIXES = { "SLURM", "IMEXGUARD_" }
 
---- The name of job `id`'s watcher service.
+--- The name of job `id`'s watcher service on node `node`.
 -- @param id string the job id (decimal)
--- @return string e.g. "imexguard-watch-101.service"
-function M.unit_name(id)
-  return M.PREFIX .. tostring(id) .. ".service"
+-- @param node string this node's name (SLURMD_NODENAME); characters a unit name cannot hold
+--   (systemd.unit(5): ASCII letters, digits, ":", "-", "_", ".", "\\") become "_"
+-- @return string e.g. "imexguard-watch-101-gb01.service"
+function M.unit_name(id, node)
+  return M.PREFIX .. tostring(id) .. "-" .. tostring(node):gsub("[^%w_.:-]", "_") .. ".service"
 end
 
 --- Does this prolog leave a watcher, and if not why not? Only when its outcome exits 0 (the
@@ -113,7 +117,7 @@ function M.start(ctx, want)
     return nil
   end
   local id = base.job_id(ctx)
-  local name = M.unit_name(id)
+  local name = M.unit_name(id, base.node_name(ctx))
   local sent, err = ctx.host.unit_start_transient(name, M.spec(ctx, id))
   if not sent then
     ctx.host.log("warning", one_line(string.format("watcher %s not started: %s", name, tostring(err))))

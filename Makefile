@@ -124,6 +124,7 @@ deps-test:
 
 lint: lint-c
 	luacheck -q lua policies tests contrib bench man src/embed.lua
+	lua5.4 tests/lint/shape.lua
 
 lint-c:
 	clang-format --dry-run -Werror src/*.c src/*.h contrib/imexsim/*.c $(wildcard contrib/imexsim/*.h)

@@ -32,12 +32,9 @@
 -- conflict_wait seconds WITHOUT the node lock (a late epilog, C24).
 -- The epilog unregisters the job under the lock (P:unregister); IMEX is left running unless
 -- P:after_unregister acts.
--- The entry points are ENTRY_POINTS below: the prolog's and epilog's methods are in this file; the
--- inspection commands (status, health, plan, registrations, forget) are methods of every policy
--- too, from imexguard.inspect, the method table this one falls back to (it calls the steps above
--- as methods, so a site's override is used there as well). Entry points (plain functions of ctx,
--- as the binary calls them) return outcome, message [, report]: report (string) is printed
--- verbatim on stdout.
+-- The entry points are ENTRY_POINTS below; the inspection commands' methods (status, health, plan,
+-- registrations, forget) are imexguard.inspect's, which this table falls back to. Entry points
+-- return outcome, message [, report]: report (string) is printed verbatim on stdout.
 --
 -- A site policy extends this one in two ways (examples, each with a spec: policies/shared_nodes.lua,
 -- stop_on_last_epilog.lua, static_domain.lua):
@@ -55,17 +52,14 @@
 --     after_unregister(ctx, st, entry, remaining) -> nil (keep the default result) | outcome,
 --                                      message: in the epilog, under the lock, after the job's entry
 --                                      was removed and the state saved; remaining = the other entries
--- * methods: assign a method of the table P.extend() returns (`function P:assess_daemon(ctx, ...)`);
---   the entry points call every step as a method, so the override is used, and it can call the
---   default step as `default.assess_daemon(self, ctx, ...)`. The old names of five methods still
---   work (RENAMED below).
+-- * methods: assign a method of the table P.extend() returns (`function P:assess_daemon(ctx, ...)`):
+--   the entry points call every step as a method, so the override is used; the default step is
+--   `default.assess_daemon(self, ctx, ...)`. Old method names still work (RENAMED below).
 local base = require "imexguard.steps.base"
 local outcomes = require "imexguard.outcomes"
 local text = require "imexguard.text"
--- Modules loaded when first used (imexguard.lazy): each command loads only those it uses. The
--- epilog needs none of the health wait, addresses or channels, and of the steps' rooms
--- (imexguard.steps) only the node lock and the housekeeping; the prolog and epilog never load the
--- inspection commands (imexguard.inspect) nor the reports they render.
+-- Loaded when first used (imexguard.lazy): the epilog loads of the steps' rooms only the node lock
+-- and the housekeeping; the prolog and epilog never load imexguard.inspect nor the reports.
 local lazy = require "imexguard.lazy"
 local applies = lazy "imexguard.steps.applies"
 local desired = lazy "imexguard.steps.desired"
@@ -115,10 +109,9 @@ local ENTRY_NAMES = (function()
   return names
 end)()
 
---- The old names of methods (docs/policy-api.md, "Reusing it"), each still working on every
--- policy built here: reading an old name gives the method of its new name, and assigning one
--- (`function P:stale(...)`) assigns the new name, so a site policy written for the old names runs
--- unchanged. Old name -> new name.
+--- Old name -> new name of methods (docs/policy-api.md, "Old names"): on every policy built here,
+-- reading an old name gives the method of the new one and assigning one (`function P:stale`)
+-- assigns the new one, so a site policy written for the old names runs unchanged.
 local RENAMED = {
   stale = "assess_daemon", write = "write_node_list", port_is_units = "check_port_owner",
   fabric = "check_fabric", channel = "ensure_channel",

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * driver.c: the C side of the protocol between main.c and lua/imexguard/driver.lua: the run table
- * (the driver's one argument, made once per run), the host functions it carries (run.c), and
- * the call of a driver function (one table in, one table out, through ig_sandbox_call).
+ * (the driver's one argument, made once per run), the host functions it carries (the field
+ * `run.c` in driver.lua: read_trusted, has_module, preload, set_job), and the call of a driver
+ * function (one table in, one table out, through ig_sandbox_call).
  */
 #include "driver.h"
 
@@ -30,7 +31,7 @@ void ig_set_job_label(struct ig_run *r, const char *id)
 			*p = '_';
 }
 
-/* ---- the host functions of the run table (run.c in driver.lua) ------------------------------ */
+/* ---- the host functions of the run table (`run.c` in driver.lua) ---------------------------- */
 
 /* c.read_trusted(path, what) -> text, or nil, message, code: ig_read_trusted (trust.c). */
 static int c_read_trusted(lua_State *L)

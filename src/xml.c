@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * xml.c: host.xml_parse: an XML document (`nvidia-smi -q -x`, docs/design.md "The GPU fabric")
- * parsed by libexpat into a tree of plain Lua tables, within limits.
+ * xml.c: host.xml_parse: an XML document (`nvidia-smi -q -x`; docs/design.md, "Reading
+ * nvidia-smi's XML") parsed by libexpat into a tree of plain Lua tables, within limits.
  *
  * Why a primitive over libexpat (Debian's libexpat1) rather than Debian's lua-expat (`lxp`)
  * exposed in the sandbox: the parse runs in C alone (no Lua callback runs inside the parser, so

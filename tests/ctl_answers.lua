@@ -1,5 +1,5 @@
 -- SPDX-License-Identifier: Apache-2.0
---- Ctl answers built for the Lua specs (tests/lua), each written once: the described domains that
+--- Ctl answers built for the Lua specs (tests/lua), each written once: the described meshes that
 -- imexguard.testing.render_mesh turns into `nvidia-imex-ctl -N -j` JSON, and JSON answers of
 -- any node ids for the scale specs.
 local cjson = require "cjson"
@@ -9,7 +9,7 @@ local M = {}
 --- Four node addresses, this node first.
 M.HOSTS = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 
---- A described domain (testing.render_mesh) of `hosts` where this node (the first) is READY and
+--- A described mesh (testing.render_mesh) of `hosts` where this node (the first) is READY and
 -- CONNECTED to every peer, and the peers are UNAVAILABLE: the command port of the peers cannot be
 -- reached (C22).
 -- @tparam {string,...} hosts addresses, this node first

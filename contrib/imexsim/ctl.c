@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * imexsim ctl: a simulated nvidia-imex-ctl.  -q asks the local daemon for its state; -N asks every
- * node of the node list, in parallel, on its command port and prints the domain in the real JSON
- * (-j) or text layout (tests/fixtures/ctl/).  Guesses about the real ctl are listed in README.md.
+ * node of the node list, in parallel, on its command port and prints what it sees of the domain
+ * (its state, each node and its links: the mesh) in the real JSON (-j) or text layout
+ * (tests/fixtures/ctl/).  Guesses about the real ctl are listed in README.md.
  */
 #include "imexsim.h"
 

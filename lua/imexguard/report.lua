@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
---- The reports of the default policy's `plan` and `status` commands: what a person reads on stdout
--- (or JSON with --json), the per-node mesh table of `status` included. Pure functions of the
--- facts the policy gathered; no primitive is called.
+--- The reports of the default policy's `plan`, `status` and `registrations` commands: what a person
+-- reads on stdout (or JSON with --json), the per-node mesh table of `status` included. Pure functions
+-- of the facts the policy gathered; no primitive is called.
 local json = require "imexguard.json"
 local hostlist = require "imexguard.hostlist"
 local health = require "imexguard.health"

@@ -30,28 +30,30 @@ function M.save_last(run, host, outcome, code, message)
   return true
 end
 
--- The node states of the mesh the run's last ctl answer listed (ctx.mesh_seen, set by
--- imexguard.health.probe) as metrics labels, or nil.
-local function mesh_nodes(seen)
-  if type(seen) ~= 'table' or type(seen.nodes) ~= 'table' then return nil end
-  local nodes = {}
-  for _, n in ipairs(seen.nodes) do
-    nodes[#nodes + 1] = { id = tostring(n.id), host = tostring(n.host), status = tostring(n.status) }
-  end
-  return nodes
+-- A list of the run's as metrics labels, one table of label strings per item (row(item)), or nil
+-- when the run has no such list.
+local function labels(list, row)
+  if type(list) ~= 'table' then return nil end
+  local out = {}
+  for i, x in ipairs(list) do out[i] = row(x) end
+  return out
 end
 
--- The GPUs' fabric registration the run read (ctx.fabric, set by imexguard.fabric.check) as
--- metrics labels, or nil.
+-- The node states of the mesh the run's last ctl answer listed (ctx.mesh_seen, set by
+-- imexguard.health.probe), or nil.
+local function mesh_nodes(seen)
+  return labels(type(seen) == 'table' and seen.nodes, function(n)
+    return { id = tostring(n.id), host = tostring(n.host), status = tostring(n.status) }
+  end)
+end
+
+-- The GPUs' fabric registration the run read (ctx.fabric, set by imexguard.fabric.check), or nil.
 local function fabric_gpus(fab)
-  if type(fab) ~= 'table' or type(fab.gpus) ~= 'table' then return nil end
-  local gpus = {}
-  for _, g in ipairs(fab.gpus) do
+  return labels(type(fab) == 'table' and fab.gpus, function(g)
     local part = g.cluster_uuid and (g.cluster_uuid .. '.' .. tostring(g.clique_id)) or 'N/A'
-    gpus[#gpus + 1] = { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
+    return { gpu = tostring(g.index), state = g.na and 'N/A' or tostring(g.state),
       status = tostring(g.status or 'N/A'), partition = part }
-  end
-  return gpus
+  end)
 end
 
 --- Record the run in the metrics file (imexguard.metrics.record): outcome, exit code, duration

@@ -4,7 +4,8 @@
 -- `unit = "nvidia-imex.service"`, or a single `return { unit = "..." }`. It is evaluated in an
 -- EMPTY environment: no functions, no library, and reading a name that was not assigned above is
 -- an error (so `unit = nvidia` is caught instead of silently meaning nil).
--- The host (src/main.c) runs: t = load(text, "@path"); t = apply_overrides(t, sets); t = validate(t).
+-- The driver runs (imexguard.driver, its settings call): t = load(text, "@path"); t =
+-- apply_overrides(t, sets); t = validate(t).
 local textlib = require "imexguard.text"
 
 local M = {}

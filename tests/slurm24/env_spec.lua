@@ -75,7 +75,7 @@ describe("Slurm " .. cluster.slurm .. "'s prolog and health check environment", 
     assert.is_table(expect, "no expected values for Slurm " .. cluster.slurm)
     -- every node's daemon runs its own list: one-node jobs change nothing
     d = cluster.domain { "health_timeout = 8", 'domain_map = "none"' }
-    for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
     for part in pairs(expect) do
       if PARTITIONS[part] then

@@ -36,7 +36,7 @@ grep -c "prolog job=$SLURM_JOB_ID outcome=" %s/imexguard-n3.log >%s/n3done-$SLUR
 
   setup(function()
     d = cluster.domain { "health_timeout = 20", 'domain_map = "auto"' }
-    for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 

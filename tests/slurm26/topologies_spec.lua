@@ -60,7 +60,7 @@ describe("Slurm 26.05 topology.yaml with a tree default and two block topologies
     assert(ok, err)
     -- every node's daemon runs its own list; imexguard reads no topology here
     d = cluster.domain { "health_timeout = 8", 'domain_map = "none"' }
-    for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 

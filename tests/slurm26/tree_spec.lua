@@ -23,7 +23,7 @@ describe("Slurm 26.05 topology/tree", function()
     }
     assert(ok, err)
     d = cluster.domain { "health_timeout = 8", 'domain_map = "none"' }
-    for _, n in ipairs(cluster.nodes) do d:write_nodes(n, { n }) end
+    for _, n in ipairs(cluster.nodes) do d:write_node_list(n, { n }) end
     assert(d:start())
   end)
 

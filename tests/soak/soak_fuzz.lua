@@ -116,7 +116,7 @@ local function ctl_json(tap, n)
       end
       bump(counts, kind)
     elseif type(d) ~= "table" or type(d.nodes) ~= "table" or type(d.status) ~= "string" then
-      return false, "parsed domain has the wrong shape"
+      return false, "parsed mesh has the wrong shape"
     else
       bump(counts, "parsed")
     end

@@ -2,10 +2,13 @@
 --- The standard scenarios of `imexguard check POLICY` (imexguard.testing.check): situations every
 -- sane policy must handle, run against the test kit's fake host (imexguard.testing). Each scenario
 -- runs the policy's prolog (or epilog) one or more times in a scripted world and judges what it
--- returned and what it did (writes, systemd jobs) — never how it did it.
+-- returned and what it did (writes, systemd jobs) — never how it did it. The binary runs them on a
+-- node (`imexguard check`, one scenario per driver call), always against the fake host: the
+-- node's own primitives are never given to the policy. Also the report of a check run (tally,
+-- summary, JSON).
 --
 -- "config-fault" (field case C22 of docs/design.md) lints nothing itself: it gives the policy a
--- config.cfg whose command port is bound to loopback and the domain such a config produces, and
+-- config.cfg whose command port is bound to loopback and the mesh such a config produces, and
 -- judges the outcome.
 --
 -- The world is the kit's default (docs/policy-api.md "The test kit: imexguard.testing"): job 101 on

@@ -1,5 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
---- A fake host for policy specs (busted): the primitives of docs/policy-api.md, scripted.
+--- A fake host for policy specs (busted) and for `imexguard check` (testing.check, which the binary
+-- runs on a node): the primitives of docs/policy-api.md, scripted, never the node's own.
 --
 --   local testing = require "imexguard.testing"
 --   local h = testing.host{ ... }              -- options below

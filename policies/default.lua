@@ -524,19 +524,18 @@ end
 -- ---------------------------------------------------------------------------------------------
 -- The watcher.
 
---- Entry point `watch` (the prolog's watcher, imexguard.watch): the job's IMEX domain as the
--- prolog found it (job id, P:applies, P:desired; the channel step is the prolog's), then the
--- watch, which only ever sends SIGUSR1 (the host of `watch` refuses every other side effect).
+--- Entry point `watch` (the prolog's watcher, imexguard.watch): the watch, which only ever sends
+-- SIGUSR1 (the host of `watch` refuses every other side effect), of the job's IMEX domain as the
+-- prolog found it (P:applies, P:desired; the channel step is the prolog's), found at its first
+-- poll (a job that ended before costs no query).
 function Policy:run_watch(ctx)
   local id, o, m = base.check_job_id(ctx)
   if not id then return o, m end
-  local info
-  info, o, m = self:applies(ctx)
-  if not info then return o, m end
-  local want
-  want, o, m = self:desired(ctx, info)
-  if not want then return o, m end
-  return watch.run(ctx, want)
+  return watch.run(ctx, function()
+    local info, io, im = self:applies(ctx)
+    if not info then return nil, io, im end
+    return self:desired(ctx, info)
+  end)
 end
 
 -- ---------------------------------------------------------------------------------------------

@@ -152,6 +152,7 @@ describe("the watcher (C51)", function()
       assert.equal("ok", outcome, message)
       assert.matches("no longer registered", message)
       assert.equal(0, #h.runs_of("nvidia-imex-ctl"))
+      assert.equal(0, h.count("unit")) -- nothing asked of systemd either
       outcome, message, h = watching{ settings = { sigusr1_min_version = "600" } }
       assert.equal("ok", outcome, message)
       assert.matches("no nudge: the daemon's version 580%.95%.05 is older than sigusr1_min_version 600",

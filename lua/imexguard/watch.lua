@@ -133,43 +133,65 @@ local function registered(ctx, id)
   return not st or registry.find(st, id) ~= nil
 end
 
---- The watch (entry point `watch`): until the job is no longer registered here or the budget
--- less MARGIN is spent, ask the ctl every `watch_interval` seconds (sooner when a nudge falls due)
--- and nudge this node's daemon as the health wait does (imexguard.nudge). Ends at once when the
--- job is not registered or an answer shows this node's daemon below the SIGUSR1 floor (a watcher
--- that may never nudge has nothing to do).
+--- The watch (entry point `watch`): it first waits `watch_interval` seconds (the prolog that
+-- started it has just seen the domain healthy; a watcher whose job ends meanwhile costs no more
+-- than its start), then, until the job is no longer registered here or the budget less MARGIN is
+-- spent, asks the ctl every `watch_interval` seconds (sooner when a nudge falls due) and nudges
+-- this node's daemon as the health wait does (imexguard.nudge). Ends at once when the job is not
+-- registered, when `target` fails, or when an answer shows this node's daemon below the SIGUSR1
+-- floor (a watcher that may never nudge has nothing to do).
 -- @param ctx table policy context (host with unit_kill only among side effects)
--- @param want table the desired list (addrs, self, names, config_path, cfg)
--- @return "ok", message (the job's end or the time's, and the polls)
-function M.run(ctx, want)
+-- @param target function() -> want (addrs, self, names, config_path, cfg) | nil, outcome, message:
+--   the job's domain as the prolog found it, asked once, at the first poll
+-- @return outcome, message ("ok": the job's end or the time's, and the polls)
+function M.run(ctx, target)
   local h, s = ctx.host, ctx.settings
   local id, t0, polls = base.job_id(ctx), h.now(), 0
-  local nudger = nudge.new(ctx, want, health.label)
+  local want, nudger, o, m
   local why = "its time is up: no peer can restart for the job any more"
   while h.remaining() > M.MARGIN do
     if not registered(ctx, id) then
       why = "the job is no longer registered (its epilog ran)"
       break
     end
-    local bound = math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05))
-    local answer = health.probe(ctx, bound, want.config_path, want.cfg)
-    polls = polls + 1
-    local me = answer.mesh and answer.mesh.by_host[want.self]
-    local allowed, refused = true, nil
-    if me then allowed, refused = nudge.version_allows(me.version, s) end
-    if not allowed then
-      why = "no nudge: " .. refused
-      break
+    if polls == 0 and h.now() - t0 < s.watch_interval then
+      if not h.sleep(math.min(s.watch_interval, h.remaining() - M.MARGIN)) then break end
+    else
+      if not want then
+        want, o, m = target()
+        if not want then return o, m end
+        nudger = nudge.new(ctx, want, health.label)
+      end
+      local refused = M.poll(ctx, want, nudger)
+      polls = polls + 1
+      if refused then
+        why = "no nudge: " .. refused
+        break
+      end
+      local delay, due = s.watch_interval, nudger:due(h.now())
+      if due and due < delay then delay = due end
+      local left = h.remaining() - M.MARGIN
+      if left <= 0 or not h.sleep(math.min(delay, left)) then break end
     end
-    nudger:observe(answer, h.now(), math.min(nudge.KILL_TIMEOUT, bound))
-    local delay, due = s.watch_interval, nudger:due(h.now())
-    if due and due < delay then delay = due end
-    local left = h.remaining() - M.MARGIN
-    if left <= 0 or not h.sleep(math.min(delay, left)) then break end
   end
   -- the driver adds the nudges sent (`; nudges=N`)
   return "ok", one_line(string.format("watcher of job %s on node %s ended after %.1f s and %d polls: %s", id,
     base.node_name(ctx), h.now() - t0, polls, why))
+end
+
+--- One poll of the watch: ask the ctl and give the answer to the nudger.
+-- @return nil, or why no nudge may ever be sent (this node's daemon below the SIGUSR1 floor)
+function M.poll(ctx, want, nudger)
+  local h, s = ctx.host, ctx.settings
+  local bound = math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05))
+  local answer = health.probe(ctx, bound, want.config_path, want.cfg)
+  local me = answer.mesh and answer.mesh.by_host[want.self]
+  if me then
+    local allowed, refused = nudge.version_allows(me.version, s)
+    if not allowed then return refused end
+  end
+  nudger:observe(answer, h.now(), math.min(nudge.KILL_TIMEOUT, bound))
+  return nil
 end
 
 return M

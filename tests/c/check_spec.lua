@@ -110,7 +110,7 @@ return P
       assert.equal(10, obj.passed)
       assert.equal(0, obj.failed)
       assert.equal(0, obj.not_run)
-      assert.same({ "prolog", "epilog", "status", "plan", "health", "registrations", "forget" },
+      assert.same({ "prolog", "epilog", "watch", "status", "plan", "health", "registrations", "forget" },
         obj.entry_points)
       local names = {}
       for i, s in ipairs(obj.scenarios) do

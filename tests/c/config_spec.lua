@@ -43,8 +43,8 @@ describe("imexguard configuration commands", function()
         local r = run(dir, a)
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
-        assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, plan, "
-          .. "health, registrations, forget\n", r.stdout)
+        assert.equal(conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in watch, status, "
+          .. "plan, health, registrations, forget\n", r.stdout)
         assert.equal("config-test", final(r).command)
         assert.not_matches("POLICY RAN", r.stderr) -- loaded, no entry point run
       end

@@ -66,6 +66,23 @@ function M.install(h, w, opts)
     end
     return true
   end
+  function h.unit_kill(name, signal, timeout)
+    w.rec("unit_kill", name, signal, timeout)
+    local r = table.pack(killed(name, signal, timeout))
+    h.kills[#h.kills + 1] = { unit = name, signal = signal, timeout = timeout, at = h.now(),
+      sent = r[1] == true }
+    return table.unpack(r, 1, r.n)
+  end
+  M.install_jobs(h, w, opts)
+  M.install_transient(h, w, opts)
+end
+
+--- Add unit_start_transient to a fake host (the prolog's watcher): recorded in h.transients, true
+-- unless opts.unit_start_transient is a code (every call fails with it) or a function.
+-- @param h table the fake host (gets unit_start_transient; needs transients, now)
+-- @param w table the host's shared world (needs rec)
+-- @param opts table testing.host options
+function M.install_transient(h, w, opts)
   local transient = opts.unit_start_transient
   function h.unit_start_transient(name, spec, timeout)
     w.rec("unit_start_transient", name, spec, timeout)
@@ -76,14 +93,6 @@ function M.install(h, w, opts)
     end
     return true
   end
-  function h.unit_kill(name, signal, timeout)
-    w.rec("unit_kill", name, signal, timeout)
-    local r = table.pack(killed(name, signal, timeout))
-    h.kills[#h.kills + 1] = { unit = name, signal = signal, timeout = timeout, at = h.now(),
-      sent = r[1] == true }
-    return table.unpack(r, 1, r.n)
-  end
-  M.install_jobs(h, w, opts)
 end
 
 --- The unit's state after a start/restart job that ended "done".

@@ -249,9 +249,19 @@ end
 -- health wait for the older end's restart instead of stale_mismatch_after.
 -- @param assessment table from P:assess_daemon (action, nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
+-- An outcome that exits 0 leaves the watcher (P:leave_watcher): the convergence of the peers that
+-- restart after this prolog returns.
 -- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
 --   once per run, so that is the one restart)
 function Policy:wait_converged(ctx, want, assessment, st, info)
+  local outcome, msg, restarted = self:converge(ctx, want, assessment, st, info)
+  local w = outcomes.exit_code(outcome, ctx.settings) == 0 and self:leave_watcher(ctx, want)
+  if w then msg = text.one_line(msg .. "; " .. w) end
+  return outcome, msg, restarted
+end
+
+--- P:wait_converged's wait and its one restart (C32, C52), without the watcher.
+function Policy:converge(ctx, want, assessment, st, info)
   local fresh = assessment.action == "start" or assessment.action == "restart"
   if fresh then desired.set_stale_wait(want) end
   local outcome, msg = self:wait_healthy(ctx, want, assessment)
@@ -423,13 +433,16 @@ function Policy:decide_locked(ctx, info, want)
   return self:locked_prolog(ctx, info, want)
 end
 
---- Step 10, the watcher (imexguard.watch; C51): after an outcome that exits 0, with the node lock
--- released, leave `imexguard watch` as a transient service that nudges this node's daemon when a
--- peer of the job restarts after this prolog returned (settings watch, watch_skew, watch_interval),
--- so that the domain converges whichever prolog returns first. Its start is sent without waiting
--- for systemd; a dry run records it.
--- @return string a note for the final message, or nil (no watcher: a single-node domain, the
---   settings, a daemon below the SIGUSR1 floor; or its start failed: a warning)
+--- Step 10, the watcher (imexguard.watch; C51): once the health wait ends in an outcome that exits 0
+-- (P:wait_converged), leave `imexguard watch` as a transient service that nudges this node's daemon
+-- when a peer of the job restarts after this prolog returned (settings watch, watch_skew,
+-- watch_interval), so that the domain converges whichever prolog returns first. Its start is sent
+-- without waiting for systemd (the rest of the run hides systemd's answer); a prolog that ends
+-- non-zero after it (the port owner, the registration) leaves its job unregistered, and the
+-- watcher, which first waits watch_interval, ends at its first look at the registry. A dry run
+-- records it.
+-- @return string a note for the message, or nil (no watcher: a single-node domain, the settings, a
+--   daemon below the SIGUSR1 floor; or its start failed: a warning)
 function Policy:leave_watcher(ctx, want) -- luacheck: no self
   return watch.start(ctx, want)
 end
@@ -437,8 +450,7 @@ end
 --- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
 -- is late) is decided again after steps.wait_registry (up to conflict_wait seconds in all, within
 -- the deadline, WITHOUT the node lock so that the epilog can take it); a job that stays registered
--- is still `conflict`, named with how to clear it. An outcome that exits 0 leaves the watcher
--- (P:leave_watcher).
+-- is still `conflict`, named with how to clear it.
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
@@ -449,11 +461,7 @@ function Policy:run_prolog(ctx)
   local until_t = ctx.host.now() + wait
   while true do
     local o, msg, retry = self:decide_locked(ctx, info, want)
-    if not retry then
-      local w = outcomes.exit_code(o, ctx.settings) == 0 and self:leave_watcher(ctx, want)
-      if w then msg = text.one_line(msg .. "; " .. w) end
-      return o, self:channel_note(info, msg)
-    end
+    if not retry then return o, self:channel_note(info, msg) end
     ctx.host.log("info", text.one_line(string.format("conflict_wait: waiting up to %g s for the registry "
       .. "to change, without the node lock: %s", math.max(0, until_t - ctx.host.now()), msg)))
     local changed = other_jobs.wait_registry(ctx, retry.registry, until_t)

@@ -509,22 +509,33 @@ local function restart_path(d)
 end
 
 --- Make everything current with one imexguard prolog on every node (its state file then knows the
--- list it wrote; the domain must be UP after it).
+-- list it wrote; the domain must be UP after it), then end that job (the epilogs).
 local function warm_up(d, job)
   local procs = {}
   for i, name in ipairs(d.names) do procs[i] = { name = name, job = job } end
   local warm = run_job(d, "imexguard", procs, "n[1-" .. d.n .. "]", d.n, d.names)
   assert(warm.up_at_end, string.format("fast path (%d nodes): the domain is not UP after the warm-up prologs",
     d.n))
+  -- the warm-up job ends: no registration and no watcher of it runs during the measurements
+  d:epilogs{ job = job, nodelist = "n[1-" .. d.n .. "]", env = { IMEXGUARD_NO_JOURNAL = "1" } }
+end
+
+--- The end of job `job` on node `name` (untimed): imexguard's epilog, as slurmd runs it when the
+-- job ends, so that the fast path's runs, each a job of its own, leave no registration and no
+-- watcher (imexguard.watch) running behind them, as on a node where job follows job.
+local function end_job(d, name, job)
+  d:run_all{ job = job, nodelist = "n[1-" .. d.n .. "]", names = { name }, command = "epilog",
+    env = { IMEXGUARD_NO_JOURNAL = "1" } }
 end
 
 --- The breakdown of the fast path: `runs` more imexguard prologs on `name` with --timing (and
--- under BENCH_PROFILE when set).
+-- under BENCH_PROFILE when set), each job ended by its epilog.
 local function breakdown(d, name, runs, job0)
   local out = d:dir(name) .. "/bench-fast-timing.out"
   local parsed = {}
   for i = 1, runs do
     local res = run_timed(imexguard_cmd(d, name, job0 + i, "n[1-" .. d.n .. "]", d.n, out, true, CFG.profile))
+    end_job(d, name, job0 + i)
     local run = timing.parse(simdomain.read_file(out))
     if res.status == 0 and run.total then parsed[#parsed + 1] = run end
   end
@@ -564,6 +575,7 @@ local function fast_path(d, opts)
     timed("ctl", ctl_cmd)
     if opts.full then timed("version", quote(d.build .. "/imexguard") .. " --version >/dev/null 2>&1") end
     timed("imexguard", imexguard_cmd(d, name, job, nodelist, d.n, igout), igout)
+    end_job(d, name, job)
     timed("baseline", baseline_cmd(d, name, job, nodelist, d.n, blout), blout)
     if failed then
       say("  fast path: stopped after a failure (%d runs)", i)

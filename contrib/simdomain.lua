@@ -175,6 +175,8 @@ function M:write_node_files(name, opts)
     "LOG_FILE_NAME=" .. dir .. "/imex.log",
     -- Where a daemon started by hand (M:start_stray) is found; the unit's daemon writes it too.
     "IMEXSIM_PID_FILE=" .. dir .. "/imex.pid",
+    -- The instance's start and the mismatches it remembers (M:daemon_state; C52).
+    "IMEXSIM_STATE_FILE=" .. dir .. "/imex.state",
   }
   for _, l in ipairs(opts.extra_cfg or {}) do cfg[#cfg + 1] = l end
   write_file(dir .. "/config.cfg", table.concat(cfg, "\n") .. "\n")
@@ -550,11 +552,14 @@ function M.prolog_env(job, nodelist, nodename, nnodes)
   }
 end
 
---- Run `imexguard COMMAND` for a job on every node named (default: the job's nodes) at once.
+--- Run `imexguard COMMAND` for a job on every node named (default: the job's nodes) at once, as
+-- Slurm starts the prologs of a job; `delays` starts some later (Slurm's skew: up to a second or
+-- more apart on a large allocation). A delay is the input of the run, not a synchronisation.
 -- @tparam table opts `job` (id), `nodelist` (hostlist expression), `names` (nodes to run on),
 --   `command` ("prolog"), `env` (extra or replaced variables; false removes), `args` (extra
---   imexguard arguments, one shell string)
--- @treturn table { [name] = {status = exit code, output = stderr+stdout text, outcome = name} }
+--   imexguard arguments, one shell string), `delays` ({[name] = seconds} after the others start)
+-- @treturn table { [name] = {status = exit code, output = stderr+stdout text, outcome = name,
+--   started = wall-clock seconds when its imexguard started, ended = when it exited} }
 function M:run_all(opts)
   local names = opts.names or self.names
   local procs = {}
@@ -566,17 +571,20 @@ function M:run_all(opts)
     for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. sh_quote(v) end
     table.sort(assign)
     local out = self:dir(name) .. "/last-" .. (opts.command or "prolog") .. ".out"
-    local cmd = string.format("env -i %s %s --config %s %s %s >%s 2>&1; echo $?",
+    local delay = (opts.delays or {})[name]
+    local cmd = string.format("%st0=$(date +%%s.%%N); env -i %s %s --config %s %s %s >%s 2>&1; "
+      .. "echo $? $t0 $(date +%%s.%%N)", delay and string.format("sleep %g; ", delay) or "",
       table.concat(assign, " "), sh_quote(self.build .. "/imexguard"), sh_quote(self:config(name)),
       opts.args or "", opts.command or "prolog", sh_quote(out))
     procs[name] = { pipe = assert(io.popen(cmd, "r")), out = out }
   end
   local results = {}
   for name, p in pairs(procs) do
-    local status = tonumber(p.pipe:read("a"):match("%d+"))
+    local status, t0, t1 = p.pipe:read("a"):match("(%d+) (%S+) (%S+)")
     p.pipe:close()
     local text = read_file(p.out) or ""
-    results[name] = { status = status, output = text, outcome = text:match("outcome=([%w%-]+)") }
+    results[name] = { status = tonumber(status), output = text, outcome = text:match("outcome=([%w%-]+)"),
+      started = tonumber(t0), ended = tonumber(t1) }
   end
   return results
 end
@@ -595,6 +603,24 @@ end
 function M:epilogs(opts)
   opts.command = "epilog"
   return self:run_all(opts)
+end
+
+--- The simulated daemon's state file of a node (contrib/imexsim: IMEXSIM_STATE_FILE, which M.new sets
+-- to NODE/imex.state): its lines as a table, with `started` (the instance's start, wall-clock
+-- seconds) and `blocks` ({[peer id] = wall-clock seconds since when it remembers a node-map mismatch
+-- with that peer}) decoded. nil while there is none (the daemon is not running).
+-- @tparam string name node name
+-- @treturn ?table
+function M:daemon_state(name)
+  local text = read_file(self:dir(name) .. "/imex.state")
+  if not text then return nil end
+  local t = {}
+  for k, v in text:gmatch("([%w_]+)=([^\n]*)") do t[k] = v end
+  t.started = tonumber(t.started) and tonumber(t.started) / 1000
+  local blocks = {}
+  for id, ms in (t.blocks or ""):gmatch("(%d+)@(%d+)") do blocks[tonumber(id)] = tonumber(ms) / 1000 end
+  t.blocks = blocks
+  return t
 end
 
 --- How often node `name`'s simulated daemon has started: every start appends one line with

@@ -79,6 +79,7 @@ local channels = lazy "imexguard.channels"
 local fabric = lazy "imexguard.fabric"
 local inspect = lazy "imexguard.inspect"
 local lastgood = lazy "imexguard.lastgood"
+local watch = lazy "imexguard.watch"
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -89,7 +90,7 @@ local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true,
 -- run_epilog are below; the others are imexguard.inspect's.
 local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "run_status", plan = "run_plan",
   health = "run_health", registrations = "run_registrations", forget = "run_forget", wait = "run_wait",
-  rack = "run_rack" }
+  rack = "run_rack", watch = "run_watch" }
 
 --- The names of ENTRY_POINTS in imexguard.commands' order, checked against it when this file
 -- loads: a command with an entry point and no method here, or a method for a command without an
@@ -265,13 +266,34 @@ end
 -- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
 -- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
 -- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
--- @param assessment table from P:assess_daemon (nodes, unit, answer: the first poll)
+-- Only the older end restarts (C52): a daemon this run started or restarted (assessment.action
+-- "start" or "restart") is a new instance, started after the mismatch its peers show began, so it
+-- cannot be the end that remembers it (IMEX remembers a mismatch on the end that had the peer
+-- connected when the peer's list changed); it never restarts again for one, and waits the whole
+-- health wait for the older end's restart instead of stale_mismatch_after.
+-- @param assessment table from P:assess_daemon (action, nodes, unit, answer: the first poll)
 -- @param st table the state file (the registry; saved by P:restart)
+-- An outcome that exits 0 leaves the watcher (P:leave_watcher): the convergence of the peers that
+-- restart after this prolog returns.
 -- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
 --   once per run, so that is the one restart)
 function Policy:wait_converged(ctx, want, assessment, st, info)
+  local outcome, msg, restarted = self:converge(ctx, want, assessment, st, info)
+  local w = outcomes.exit_code(outcome, ctx.settings) == 0 and self:leave_watcher(ctx, want)
+  if w then msg = text.one_line(msg .. "; " .. w) end
+  return outcome, msg, restarted
+end
+
+--- P:wait_converged's wait and its one restart (C32, C52), without the watcher.
+function Policy:converge(ctx, want, assessment, st, info)
+  local fresh = assessment.action == "start" or assessment.action == "restart"
+  if fresh then desired.set_stale_wait(want) end
   local outcome, msg = self:wait_healthy(ctx, want, assessment)
   if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
+  if fresh then
+    return outcome, text.one_line(msg .. "; this run " .. assessment.action .. "ed " .. ctx.settings.unit
+      .. " after the mismatch began, so this end cannot be the one that holds it: the other end must restart")
+  end
   local a = { action = "restart", nodes = assessment.nodes, unit = assessment.unit, changed = false,
     reason = "a stale node-map mismatch (C32)" }
   local allowed, why = self:may_restart(ctx, st, a)
@@ -352,14 +374,19 @@ function Policy:prepare(ctx)
   return info, want
 end
 
---- Nothing to change: wait for health, then register the job (only when the outcome exits 0).
+--- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A
+-- daemon imexguard did not start, which the ctl proved current (assessment.adopt, C51), is recorded
+-- with what it runs (saved with the registration).
 function Policy:keep(ctx, st, want, assessment, extra, info)
+  if assessment.adopt then state.record_start(st, assessment.adopt) end
   if want.slots then -- the job's slots into the name map (membership by slots)
     local ok, o, m = slots.apply(ctx, st, want, info)
     if not ok then return o, m end
   end
   local outcome, msg, restarted = self:wait_converged(ctx, want, assessment, st, info)
+  local adopted = assessment.adopt and not restarted and " (" .. assessment.reason .. ")" or ""
   msg = msg .. "; node list unchanged, " .. ctx.settings.unit .. (restarted and " restarted" or " current")
+    .. adopted
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, text.one_line(msg) end
   local unit = restarted and ctx.host.unit(ctx.settings.unit) or assessment.unit
   local pok, po, pm = self:check_port_owner(ctx, info, unit)
@@ -441,6 +468,20 @@ function Policy:decide_locked(ctx, info, want)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk (released on every path, also when a step raises)
   return self:locked_prolog(ctx, info, want)
+end
+
+--- Step 10, the watcher (imexguard.watch; C51): once the health wait ends in an outcome that exits 0
+-- (P:wait_converged), leave `imexguard watch` as a transient service that nudges this node's daemon
+-- when a peer of the job restarts after this prolog returned (settings watch, watch_skew,
+-- watch_interval), so that the domain converges whichever prolog returns first. Its start is sent
+-- without waiting for systemd (the rest of the run hides systemd's answer); a prolog that ends
+-- non-zero after it (the port owner, the registration) leaves its job unregistered, and the
+-- watcher, which first waits watch_interval, ends at its first look at the registry. A dry run
+-- records it.
+-- @return string a note for the message, or nil (no watcher: a single-node domain, the settings, a
+--   daemon below the SIGUSR1 floor; or its start failed: a warning)
+function Policy:leave_watcher(ctx, want) -- luacheck: no self
+  return watch.start(ctx, want)
 end
 
 --- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
@@ -542,6 +583,23 @@ function Policy:run_epilog(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk
   return self:unregister(ctx, id)
+end
+
+-- ---------------------------------------------------------------------------------------------
+-- The watcher.
+
+--- Entry point `watch` (the prolog's watcher, imexguard.watch): the watch, which only ever sends
+-- SIGUSR1 (the host of `watch` refuses every other side effect), of the job's IMEX domain as the
+-- prolog found it (P:applies, P:desired; the channel step is the prolog's), found at its first
+-- poll (a job that ended before costs no query).
+function Policy:run_watch(ctx)
+  local id, o, m = base.check_job_id(ctx)
+  if not id then return o, m end
+  return watch.run(ctx, function()
+    local info, io, im = self:applies(ctx)
+    if not info then return nil, io, im end
+    return self:desired(ctx, info)
+  end)
 end
 
 -- ---------------------------------------------------------------------------------------------

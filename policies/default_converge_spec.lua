@@ -79,17 +79,35 @@ describe("C32: a node-map mismatch that stays", function()
       assert.is_true(s.host.now() - t0 < 8, "took " .. (s.host.now() - t0) .. " s")
     end)
 
-    it("gb02's side: it rewrote its list and restarted, the peer cannot restart: one more restart, then "
-      .. "stuck-mismatch with the same remedy (never a third restart)", function()
+    it("gb02's side (C52): it rewrote its list and restarted, so it is the new end: no second restart, it "
+      .. "waits the whole health wait for the older end, then stuck-mismatch with the same remedy", function()
       -- the block is held by n1 (which may not restart): nothing on this node clears it
       local s = testing.scenario{ node = "n2", file = { "n2", "n3" },
         mesh = stale({ A, B }, { { B, A } }, false) }
+      local t0 = s.host.now()
       local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
       assert.equal("stuck-mismatch", outcome, message)
-      assert.equal(2, s:restarts()) -- the list change, and the one restart to converge
-      assert.matches("already restarted", message)
+      assert.equal(1, s:restarts()) -- the list change only: a restart of the new end clears nothing
+      assert.matches("cannot be the one that holds it: the other end must restart", message)
       assert.matches(REMEDY, message)
       assert.same({}, s:registered()) -- a failed prolog unregisters
+      -- not stale_mismatch_after: the whole health wait (60 s) for the older end's restart
+      assert.is_true(s.host.now() - t0 >= 59, "took " .. (s.host.now() - t0) .. " s")
+    end)
+
+    it("gb02's side (C52): the older end restarts meanwhile: ok, still one restart here", function()
+      local f = stale({ A, B }, { { B, A } }, false)
+      local first
+      local function older_end_restarts(n, argv, h)
+        first = first or h.now()
+        if h.now() - first > 8 then return testing.up({ A, B }) end
+        return f(n, argv, h)
+      end
+      local s = testing.scenario{ node = "n2", file = { "n2", "n3" }, mesh = older_end_restarts }
+      local outcome, message = s:prolog{ job = 103, nodelist = "n[1-2]" }
+      assert.equal("ok", outcome, message)
+      assert.equal(1, s:restarts())
+      assert.same({ "103" }, s:registered())
     end)
 
     it("the registry forbids the restart, and the other end's restart clears it meanwhile: ok, no restart "

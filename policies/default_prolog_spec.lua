@@ -396,17 +396,56 @@ describe("default policy prolog", function()
   end)
 
   describe("step 5: is the daemon stale?", function()
-    it("(a) the file changed after the daemon started: restart without a write", function()
-      local h = testing.host{ files = { [NODES] = { data = "10.0.0.1\n10.0.0.2\n",
-        mtime_us = testing.WALL0 * 1e6 - 60e6 } },
-        unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 } }
+    -- C51: a daemon imexguard did not start, whose node list file was rewritten (same bytes) after
+    -- its start: the mtime is a doubt that the ctl's ordered node map clears or confirms
+    local function rewritten(o)
+      o = o or {}
+      o.files = { [NODES] = { data = "10.0.0.1\n10.0.0.2\n", mtime_us = testing.WALL0 * 1e6 - 60e6 } }
+      o.unit = { exec_main_start_us = testing.WALL0 * 1e6 - 120e6 }
+      return testing.host(o)
+    end
+
+    it("(a) the list file rewritten after the daemon started, the ctl shows the job's ordered map: current, "
+      .. "no restart; the daemon is adopted (C51)", function()
+      local h = rewritten()
       local outcome, message = run(h)
-      assert.equal("ok", outcome)
+      assert.equal("ok", outcome, message)
+      assert.same({}, h.jobs)
+      assert.matches("ctl shows it running the job's ordered list", message)
+      assert.same({ STATE }, paths(h)) -- the adoption is saved with the registration
+      local st = cjson.decode(h.file(STATE))
+      assert.equal(h.unit_props.invocation_id, st.invocation_id)
+      assert.equal("10.0.0.1\n10.0.0.2\n", st.running_nodes)
+      assert.equal(testing.CONFIG_TEXT, st.running_config)
+      assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
+      -- the next job decides by content: the ctl unusable now proves nothing, no restart
+      local h2 = rewritten{ ctl = { testing.UNREACHABLE, testing.up({ "10.0.0.1", "10.0.0.2" }) } }
+      h2.set_file(STATE, h.file(STATE))
+      h2.unit_props.invocation_id = h.unit_props.invocation_id
+      outcome, message = run(h2, { env = env("n[1-2]", { SLURM_JOB_ID = "102" }) })
+      assert.equal("ok", outcome, message)
+      assert.same({}, h2.jobs)
+    end)
+
+    it("(a) the list file rewritten after the daemon started, the ctl unusable: the doubt stands, restart "
+      .. "without a write", function()
+      local h = rewritten{ ctl = { testing.UNREACHABLE, testing.up({ "10.0.0.1", "10.0.0.2" }) } }
+      local outcome, message = run(h)
+      assert.equal("ok", outcome, message)
       -- the registration before the restart, the state after it, the end of the prolog
       assert.same({ STATE, STATE, STATE }, paths(h))
       assert.equal(1, #h.jobs)
       assert.equal("restart", h.jobs[1].verb)
-      assert.matches("changed after the daemon started", message)
+      assert.matches("changed after the daemon started and its node map cannot be known", message)
+    end)
+
+    it("(a) the list file rewritten after the daemon started, the ctl shows another order: restart (C21)",
+      function()
+      local h = rewritten{ daemon_nodes = { "10.0.0.2", "10.0.0.1" } }
+      local outcome, message = run(h)
+      assert.equal("ok", outcome, message)
+      assert.equal(1, #h.jobs)
+      assert.matches("another node map", message)
     end)
 
     it("(a) config.cfg changed after the daemon started: restart", function()

@@ -159,7 +159,7 @@ describe("default policy, membership = \"slots\"", function()
     local s = scenario{ version = "570.172.08" }
     local outcome, msg = s:prolog{ job = 101, nodelist = "gb[01-02]" }
     assert.equal("config-fault", outcome, msg)
-    assert.matches("below r580", msg)
+    assert.matches("older than sigusr1_min_version 580", msg, 1, true)
     assert.equal(0, usr1s(s))
     assert.same({ "gb01" }, in_force(s))
     assert.same({}, s:registered())

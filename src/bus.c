@@ -27,10 +27,13 @@
 #define REOPEN_PAUSE_MAX 0.2 /* seconds: longest pause between reconnection attempts */
 #define ENOENT_GRACE	 1.0 /* seconds: a first connection waits for a missing socket */
 
+#define DRAIN_MAX 1.0 /* seconds: the longest ig_bus_forget waits for detached calls' answers */
+
 static char *bus_address;  /* NULL means "system" */
 static sd_bus *bus;	   /* the process's connection, or NULL */
 static pid_t bus_pid;	   /* the process that opened it (sd-bus objects do not survive fork) */
 static int bus_subscribed; /* Subscribe() done on this connection */
+static int detached;	   /* calls sent by ig_bus_send_detached whose answer has not come */
 
 /* ig_bus_usec_left: see bus.h. */
 uint64_t ig_bus_usec_left(double end)
@@ -56,6 +59,7 @@ void ig_bus_drop(void)
 		sd_bus_close_unref(bus);
 	bus = NULL;
 	bus_subscribed = 0;
+	detached = 0; /* their slots went with the connection */
 }
 
 /* ig_bus_step: see bus.h; EINTR is not an error. */
@@ -235,9 +239,24 @@ int ig_bus_set_address(const char *address)
 	return 0;
 }
 
+/* Wait until systemd answered every call of ig_bus_send_detached, at most DRAIN_MAX seconds and
+ * never past the run's deadline: a call still in the socket when the process exits may never run
+ * (systemd drops what a closed connection sent, seen for StartTransientUnit). */
+static void drain_detached(void)
+{
+	double end;
+
+	if (!bus || bus_pid != getpid() || detached <= 0)
+		return;
+	end = ig_now() + fmin(DRAIN_MAX, ig_remaining());
+	while (detached > 0 && ig_bus_step(bus, end) >= 0)
+		;
+}
+
 /* ig_bus_forget: see bus.h. */
 void ig_bus_forget(void)
 {
+	drain_detached();
 	ig_bus_drop();
 	free(bus_address);
 	bus_address = NULL;
@@ -326,6 +345,29 @@ int ig_bus_subscribe(sd_bus *b, double end, sd_bus_error *error)
 	sd_bus_error_free(error);
 	bus_subscribed = 1;
 	return 0;
+}
+
+/* sd_bus_call_async(3) callback of ig_bus_send_detached: one answer less to wait for. */
+static int on_detached_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error)
+{
+	(void)m;
+	(void)userdata;
+	(void)ret_error;
+	if (detached > 0)
+		detached--;
+	return 1;
+}
+
+/* ig_bus_send_detached: see bus.h. */
+int ig_bus_send_detached(sd_bus *b, sd_bus_message *m)
+{
+	int r = sd_bus_call_async(b, NULL, m, on_detached_reply, NULL, 0);
+
+	if (r < 0)
+		return r;
+	detached++;
+	r = sd_bus_flush(b);
+	return r < 0 ? r : 0;
 }
 
 /* ---- pipelined calls -------------------------------------------------------------------- */

@@ -27,7 +27,8 @@
 int ig_bus_set_address(const char *address);
 
 /* Close the connection and go back to the default bus ("system"): what the Lua state's end does
- * (unit.c), so nothing of sd-bus outlives it. */
+ * (unit.c), so nothing of sd-bus outlives it.  First it waits for the answers of the calls sent
+ * with ig_bus_send_detached (at most 1 s, never past the run's deadline). */
 void ig_bus_forget(void);
 
 /* Microseconds left until the absolute monotonic time `end` (seconds; ig_now): 0 when expired,
@@ -94,6 +95,12 @@ int ig_bus_send(sd_bus *b, double end, const char *path, const char *iface, cons
 /* Drive the connection until the n calls of q are answered.  Returns 0 (each q[i].r says how its
  * call went), -ETIMEDOUT when `end` passed, or the negative errno of a failing connection. */
 int ig_bus_wait_all(sd_bus *b, double end, const struct ig_bus_pending *q, size_t n);
+
+/* Send method call m on b and return at once; its answer is not read by the caller, but the
+ * process waits for it (bounded) before the connection closes (ig_bus_forget): a call that systemd
+ * must run although the caller goes on without it (the prolog's watcher, transient.c).  Returns 0
+ * or a negative errno of the send. */
+int ig_bus_send_detached(sd_bus *b, sd_bus_message *m);
 
 /* Release what q holds (slot, reply, error); q can be sent again after zeroing. */
 void ig_bus_pending_clear(struct ig_bus_pending *q);

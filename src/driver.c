@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -100,6 +101,19 @@ static void push_environ(lua_State *L)
 	}
 }
 
+/* run.exe: the absolute path of this binary (readlink(2) of /proc/self/exe, proc(5)), which the
+ * prolog's watcher runs again (lua/imexguard/watch.lua); nil when it cannot be read. */
+static void set_exe(struct ig_run *r)
+{
+	char path[4096];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+
+	if (n <= 0 || path[0] != '/')
+		return;
+	path[n] = '\0';
+	ig_run_set(r, "exe", path);
+}
+
 /* Make the run table (the driver's one argument; see driver.lua) and keep it in the registry. */
 void ig_driver_open(struct ig_run *r)
 {
@@ -122,6 +136,8 @@ void ig_driver_open(struct ig_run *r)
 	ig_run_set(r, "job_arg", o->job);
 	ig_run_set(r, "nodelist_arg", o->nodelist);
 	ig_run_set(r, "timeout_arg", o->timeout_arg);
+	ig_run_set(r, "lua_dir", o->lua_dir);
+	set_exe(r);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, r->table);
 	lua_pushboolean(L, o->config_explicit);
 	lua_setfield(L, -2, "config_explicit");

@@ -68,6 +68,7 @@ int luaopen_imexguard_host(lua_State *L)
 	ig_register_file(L);
 	ig_register_run(L);
 	ig_register_unit(L);
+	ig_register_transient(L);
 	ig_register_log(L);
 	ig_register_net(L);
 	ig_register_proc(L);

@@ -103,11 +103,12 @@ void ig_register_file(lua_State *L);
 void ig_register_run(lua_State *L); /* run.c: run, spawn (and its handles' metatable) */
 /* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus (over bus.c's connection) */
 void ig_register_unit(lua_State *L);
-void ig_register_log(lua_State *L);	/* log.c: log */
-void ig_register_net(lua_State *L);	/* net.c: local_addresses, resolve, hostname */
-void ig_register_proc(lua_State *L);	/* proc.c: port_owner, socket_owner, file_holders */
-void ig_register_xml(lua_State *L);	/* xml.c: xml_parse */
-void ig_register_journal(lua_State *L); /* journal.c: journal_read */
+void ig_register_transient(lua_State *L); /* transient.c: unit_start_transient */
+void ig_register_log(lua_State *L);	  /* log.c: log */
+void ig_register_net(lua_State *L);	  /* net.c: local_addresses, resolve, hostname */
+void ig_register_proc(lua_State *L);	  /* proc.c: port_owner, socket_owner, file_holders */
+void ig_register_xml(lua_State *L);	  /* xml.c: xml_parse */
+void ig_register_journal(lua_State *L);	  /* journal.c: journal_read */
 
 /* The registry name of the metatable of host.spawn's process handles (run.c); host.c times their
  * methods. */

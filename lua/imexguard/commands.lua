@@ -26,6 +26,9 @@ local M = {}
 -- reason_line: true when a non-zero exit always prints one line 'imexguard: OUTCOME: cause' on
 --   stdout (src/main.c prints it when the run printed nothing: a settings or policy error, the
 --   deadline), what a health check or a configuration test reads;
+-- signals_only: true when its host may not change anything but send a signal to the unit's
+--   process (host.unit_kill): every other side effect raises (driver.lua), so that it never writes,
+--   locks or restarts anything whatever its policy does;
 -- interactive: true when a person runs it and reads its result on stdout (a report, or the reason
 --   line): its final log line goes to the journal only, so the result is printed once (on stderr
 --   only when the journal does not take it: off, or no journald). The commands Slurm runs (prolog,
@@ -36,6 +39,14 @@ M.list = {
     help = "make this node's IMEX domain match the job (Slurm Prolog)" },
   { name = "epilog", entry = "required", metrics = true, signals = true,
     help = "the job ended (Slurm Epilog)" },
+  -- the prolog's watcher (lua/imexguard/watch.lua, docs/design.md "Convergence in Slurm's order"):
+  -- the prolog starts it as a transient unit; run by hand it watches the job of the environment
+  { name = "watch", entry = "optional", signals_only = true,
+    help = "the prolog's watcher, started by it as a transient unit of systemd: until the job's epilog or "
+      .. "the job's peers can no longer restart for it (deadline + watch_skew), nudge this node's IMEX "
+      .. "daemon "
+      .. "(SIGUSR1) when its link to a peer of the job that came back as a new instance stays down; never "
+      .. "restarts or writes anything" },
   { name = "status", interactive = true, json = true, verbosity = true, entry = "optional", metrics = true,
     reason_line = true,
     help = "show this node's IMEX (unit, last prolog and epilog, registered jobs, node lock) and the "

@@ -13,7 +13,8 @@
 -- (path or nil), arg (the command's argument, or nil) and check_path (the same: check's POLICY),
 -- sets (list of "KEY=VALUE"), deadline_arg (string or nil), job_arg and nodelist_arg (plan's --job
 -- and --nodelist, or nil), json, verbosity (integer: -q negative, -v positive), env (the
--- environment), and `c`, the host's own functions: c.read_trusted(path, what) -> text | nil, msg,
+-- environment), lua_dir (--lua-dir or IMEXGUARD_LUA_DIR, or nil), exe (this binary's absolute
+-- path, or nil), and `c`, the host's own functions: c.read_trusted(path, what) -> text | nil, msg,
 -- code (the trust check of src/trust.c), c.has_module(name) -> boolean, c.preload(name, value)
 -- (what require(name) returns from now on), c.set_job(id) (the job id of the final line and of the
 -- watchdog's line). During `check`, main.c sets run.why and run.verdict ("SKIP" or "FAIL") before
@@ -68,6 +69,8 @@ for _, name in ipairs(commands.taking('timeout')) do D.TIMEOUT[name] = true end
 --- Commands whose runs update the node condition and the unit's restart count (imexguard.commands'
 -- `signals`: runrecord.save_signals).
 D.SIGNALS = commands_with('signals')
+--- Commands whose host may only signal the unit (D.signals_only_host).
+D.SIGNALS_ONLY = commands_with('signals_only')
 
 -- Commands whose last run is recorded for `status` (imexguard.state.LAST; the driver does not
 -- load that module on every run: driver_spec checks that they agree).
@@ -191,10 +194,7 @@ end
 -- ---- the host table and the policy ------------------------------------------------------------
 
 -- the host table: the primitives, or for a dry run recorders in place of side effects
-local RECORDED = {
-  'write_atomic', 'write_in_place', 'remove_temps', 'mknod_char', 'mkdir', 'lock', 'unit_job',
-  'unit_reset_failed', 'unit_kill',
-}
+local RECORDED = runhost.SIDE_EFFECTS -- the primitives with side effects
 -- a recorded lock: an object that unlocks (nothing was locked, no lock file was made)
 local function fake_lock()
   return { unlock = function() return true end, inode = function() return 0, 0 end }
@@ -238,6 +238,21 @@ function D.host(real, dry_run)
     end
   end
   return h, planned
+end
+
+--- How to run imexguard again with this run's settings file, policy, Lua directory and --set
+-- options (the prolog's watcher, imexguard.watch): {exe = this binary's absolute path (nil when
+-- unknown), options = the arguments before a command, a list of strings}. --deadline is left
+-- out: the new run has a budget of its own.
+-- @param run table the run
+-- @return table
+function D.invocation(run)
+  local o = {}
+  if run.config_explicit or not run.config_absent then o[#o + 1] = '--config'; o[#o + 1] = run.config end
+  if run.policy then o[#o + 1] = '--policy'; o[#o + 1] = run.policy end
+  if run.lua_dir then o[#o + 1] = '--lua-dir'; o[#o + 1] = run.lua_dir end
+  for _, s in ipairs(run.sets or {}) do o[#o + 1] = '--set'; o[#o + 1] = s end
+  return { exe = run.exe, options = o }
 end
 
 --- The job from the environment: imexguard.slurmenv when present.
@@ -403,6 +418,7 @@ function D.prepare(run)
   run.real_host = real
   local host, planned = D.host(real, dry_run)
   if not dry_run then host = runhost.counting(real, run) end
+  if D.SIGNALS_ONLY[run.command] then host = runhost.signals_only(host, run.command) end
   host = runhost.watching(host, run)
   if dry_run then run.c.preload('imexguard.host', host) end -- require sees the recorders too
   local path = run.policy or run.settings.policy
@@ -422,7 +438,7 @@ function D.prepare(run)
     env = S.readonly(env, 'ctx.env'),
     job = D.job(env, run.c.has_module('imexguard.slurmenv')),
     dry_run = dry_run, json = run.json, planned = planned,
-    verbosity = run.verbosity or 0, arg = run.arg,
+    verbosity = run.verbosity or 0, arg = run.arg, invocation = D.invocation(run),
     timeout = tonumber(run.timeout_arg), job_given = run.job_arg ~= nil,
     imex_always_expected = run.static,
   }

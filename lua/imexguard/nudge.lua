@@ -31,63 +31,47 @@ M.SLACK = 0.25
 --- Seconds: the most the D-Bus call of one nudge may take (within the run's budget); the signal is
 -- queued by systemd, nothing waits for the daemon.
 M.KILL_TIMEOUT = 2
---- The first driver whose daemon is documented to act on SIGUSR1 (it re-resolves the host names of
--- nodes_config.cfg on it, 570.158.01; restarting the outgoing connections is documented from 580).
--- SIGUSR1's default action is to end the process: a daemon without a handler would die, and
--- systemd's restart would make a new instance under the running jobs. So an older daemon, or one
--- whose version the answer does not give, is never nudged.
-M.MIN_VERSION = { 570, 158, 1 }
+--- The setting that holds the SIGUSR1 version floor (C48), and its default: NVIDIA documents
+-- SIGUSR1 (restart the outgoing connections) from driver r580 (570.158.01 added host names in the
+-- node list, which is not the same thing).
+M.FLOOR_SETTING = "sigusr1_min_version"
+M.DEFAULT_FLOOR = "580"
 
---- Does a daemon of this version (the ctl answer's `version`, e.g. "580.65.06") act on SIGUSR1?
--- @param version string|nil
--- @return boolean false when the version is older than MIN_VERSION or unknown (nil, "", no number)
-function M.acts_on_sigusr1(version)
-  if type(version) ~= "string" or not version:match("^%d") then return false end
-  local i = 0
-  for part in version:gmatch("%d+") do
-    i = i + 1
-    local n, min = tonumber(part), M.MIN_VERSION[i]
-    if not min or n > min then return true end
-    if n < min then return false end
-  end
-  return i >= #M.MIN_VERSION
-end
-
---- The documented floor of SIGUSR1 (case C48): NVIDIA's developers state the signal for r580 and
--- later (DRA driver issue 581); a process without a handler dies of it. The setting
--- `sigusr1_min_version` overrides it where a site has it.
-M.FLOOR = "580"
-
---- Version strings compared by their numbers ("580.65.06" -> {580, 65, 6}); nil when none.
-local function numbers(v)
-  if type(v) ~= "string" or not v:match("^%d") then return nil end
+-- The numbers of a version string ("580.95.05-sim" -> {580, 95, 5}), or nil when it does not start
+-- with a digit (nil, "", "N/A").
+local function numbers(version)
+  if type(version) ~= "string" or not version:match("^%d") then return nil end
   local t = {}
-  for part in v:gmatch("%d+") do t[#t + 1] = tonumber(part) end
+  for part in version:match("^[%d.]+"):gmatch("%d+") do t[#t + 1] = tonumber(part) end
   return t
 end
 
---- May a daemon of this version get SIGUSR1 (membership = "slots" switches its name map with it)?
--- Minimal version for issue 30: the converge helper's (issue 27, C48) replaces it, with the same
--- name and contract.
--- @param version string|nil the daemon's version as its ctl answer shows it ("580.65.06")
--- @param settings table|nil the run's settings (sigusr1_min_version: the floor, default M.FLOOR)
--- @return true, or false, reason (one line: the version and the floor)
+--- May imexguard send SIGUSR1 to a daemon of this version? Every SIGUSR1 imexguard sends (the
+-- nudge of the health wait, the watcher) asks this first (case C48 of docs/design.md). SIGUSR1's
+-- default action ends a process: a daemon without a handler dies, and its restart is a new
+-- instance whose peers drop every import of the running jobs, the very thing a nudge avoids. So a
+-- daemon older than the floor is never signalled, and neither is one whose version is unknown (the
+-- ctl's `version` missing, "" or not a number: nothing says it has the handler; the cost of not
+-- nudging is a wait on the daemon's own reconnect back-off, the cost of a wrong nudge a dead daemon
+-- under running jobs).
+-- @param version string|nil the daemon's version as the ctl's answer gives it ("580.65.06")
+-- @param settings table|nil the run's settings: `sigusr1_min_version` (a version string such as
+--   "580" or "570.158.01", compared number by number over the floor's numbers; default "580")
+-- @return true, or false and a reason (one line naming the version and the floor)
 function M.version_allows(version, settings)
-  local floor = M.FLOOR
-  if settings and require("imexguard.settings").by_name.sigusr1_min_version then
-    floor = settings.sigusr1_min_version or M.FLOOR
+  local floor = settings and settings[M.FLOOR_SETTING] or M.DEFAULT_FLOOR
+  local want = numbers(floor) or numbers(M.DEFAULT_FLOOR)
+  local have = numbers(version)
+  if not have then
+    return false, string.format("the daemon's version is unknown (%s): SIGUSR1 might end it (%s %s)",
+      version == nil and "the ctl shows none" or string.format("%q", version), M.FLOOR_SETTING, floor)
   end
-  local v, f = numbers(version), numbers(floor)
-  if not v then
-    return false, string.format("the daemon's version is unknown (%s): SIGUSR1 is documented from r%s on",
-      version == nil and "not shown" or string.format("%q", tostring(version)), floor)
-  end
-  for i = 1, math.max(#v, #(f or {})) do
-    local a, b = v[i] or 0, (f or {})[i] or 0
-    if a > b then return true end
-    if a < b then
-      return false, string.format("the daemon's version %s is below r%s, the first that acts on SIGUSR1 "
-        .. "(an older daemon dies of it, C48)", version, floor)
+  for i, min in ipairs(want) do
+    local n = have[i] or 0
+    if n > min then return true end
+    if n < min then
+      return false, string.format("the daemon's version %s is older than %s %s: SIGUSR1 might end it",
+        version, M.FLOOR_SETTING, floor)
     end
   end
   return true
@@ -161,11 +145,11 @@ function Nudger:observe(answer, now, timeout)
   self.since = since -- a peer connected again, or no longer READY, starts over
   if #waited == 0 or (self.last and now - self.last < M.INTERVAL + M.SLACK) then return false end
   local version = answer.mesh.by_host[self.want.self].version
-  if not M.acts_on_sigusr1(version) then
+  local allowed, why = M.version_allows(version, self.ctx.settings)
+  if not allowed then
     if not self.refused then
       self.refused = true
-      self.ctx.host.log("info", one_line(string.format("no nudge: this node's daemon (version %s) is "
-        .. "older than 570.158.01 or does not say its version; SIGUSR1 might end it", tostring(version))))
+      self.ctx.host.log("info", one_line("no nudge: " .. why))
     end
     return false
   end

@@ -75,4 +75,30 @@ function M.watching(host, run)
   return view(host, { unit = watched }, function() return pairs(host) end)
 end
 
+--- The primitives with side effects: a dry run records them (imexguard.driver), a signals-only
+-- host refuses all but unit_kill (M.signals_only).
+M.SIDE_EFFECTS = {
+  'write_atomic', 'write_in_place', 'remove_temps', 'mknod_char', 'mkdir', 'lock', 'unit_job',
+  'unit_reset_failed', 'unit_kill', 'unit_start_transient',
+}
+
+--- The host table of a command that may only signal (imexguard.commands' signals_only: the
+-- watcher): the primitives, with every side effect but host.unit_kill replaced by a function
+-- that raises naming it, so that nothing its policy does can write, lock, start or restart.
+-- @param real table the primitives (imexguard.host, or M.counting's view of them)
+-- @param command string the command (for the message)
+-- @return table host
+function M.signals_only(real, command)
+  local refused = {}
+  for _, name in ipairs(M.SIDE_EFFECTS) do
+    if name ~= 'unit_kill' then
+      refused[name] = function()
+        error(string.format('imexguard %s changes nothing but sends signals: host.%s refused', command,
+          name), 2)
+      end
+    end
+  end
+  return view(real, refused, function() return next, real, nil end)
+end
+
 return M

@@ -15,7 +15,8 @@ local M = {}
 local LEVELS = { "debug", "info", "notice", "warning", "err" }
 
 --- The schema, in the order the example file documents it. Each entry: name, default (nil when
--- unset), kind ("number" > 0, "string", "path" (absolute), "boolean", "enum" with values, "bus",
+-- unset), kind ("number" > 0, "string" (with `pattern`: a Lua pattern it must match, `want` saying
+-- what in words), "path" (absolute), "boolean", "enum" with values, "bus",
 -- "argv", "mode" (permission bits as an octal string, e.g. "0660"; read with tonumber(v, 8))), optional,
 -- and a one-line doc with units.
 M.schema = {
@@ -96,6 +97,25 @@ M.schema = {
     doc = "seconds: how long this node's link to a READY peer may stay down before the nudge (twice the "
       .. "daemon's first reconnect back-off, 0.5 s, so that a link its own first retry brings up is "
       .. "left alone)" },
+  { name = "watch", default = true, kind = "boolean",
+    doc = "a prolog that ends ok on a node of a multi-node IMEX domain leaves a watcher (imexguard watch, a "
+      .. "transient unit of systemd): until the job's epilog, or deadline + watch_skew seconds, it nudges "
+      .. "this node's daemon when a peer of the job restarts after this prolog returned (the convergence "
+      .. "does not depend on which prolog returns first; needs nudge; never a restart)" },
+  { name = "watch_skew", default = 10, kind = "number",
+    doc = "seconds: how much later than this node's prolog Slurm may start a prolog of the same job on a "
+      .. "peer (a node that is still booting starts it later); the watcher lives deadline + watch_skew "
+      .. "seconds, after which no peer can restart its daemon for the job" },
+  { name = "watch_interval", default = 1, kind = "number",
+    doc = "seconds: how often the watcher asks the ctl (-N -j) while nothing is due; a nudge falls due "
+      .. "nudge_after seconds after it first saw a link down" },
+  { name = "sigusr1_min_version", default = "580", kind = "string", pattern = "^%d+[%.%d]*$",
+    want = "a driver version such as \"580\" or \"570.158.01\"",
+    doc = "the oldest IMEX daemon (driver version, as the ctl shows it) that imexguard sends SIGUSR1 (the "
+      .. "nudge, the watcher): NVIDIA documents the signal from r580; a daemon without a handler dies of "
+      .. "it and comes back as a new instance, dropping every import of the running jobs (C48); a daemon "
+      .. "whose version the ctl does not show is never signalled. Lower it only for a driver known to "
+      .. "handle SIGUSR1" },
   { name = "stale_mismatch_after", default = 3, kind = "number",
     doc = "seconds: how long the health wait sees a stale node-map mismatch (both ends of a link run the "
       .. "job's node list, the link shows NODE_MAP_MISMATCH on both ends: IMEX keeps it until both ends "
@@ -235,8 +255,8 @@ local function check(e, v)
   elseif e.kind == "table" then
     return M.check_table(e, v, bad)
   elseif e.kind == "string" then
-    if type(v) ~= "string" or v == "" then
-      return bad("a non-empty string")
+    if type(v) ~= "string" or v == "" or (e.pattern and not v:match(e.pattern)) then
+      return bad(e.want or "a non-empty string")
     end
     return v
   elseif e.kind == "path" then

@@ -71,14 +71,14 @@ describe("imexguard check", function()
       local v = verdicts(r)
       for _, name in ipairs(SCENARIOS) do assert.equal("PASS", v[name], name .. "\n" .. r.stdout) end
       assert.matches("^policy " .. p:gsub("%p", "%%%0")
-        .. ": entry points prolog, epilog, status, plan, health, registrations, forget, wait, rack\n",
+        .. ": entry points prolog, epilog, watch, status, plan, health, registrations, forget, wait, rack\n",
         r.stdout)
       assert.matches("\ncheck: all 10 scenarios passed\n$", r.stdout)
       local f = final(r)
       assert.equal("ok", f.outcome)
       assert.equal("check", f.command)
       assert.equal("policy " .. p
-        .. " is valid: prolog, epilog, status, plan, health, registrations, forget, wait, rack; "
+        .. " is valid: prolog, epilog, watch, status, plan, health, registrations, forget, wait, rack; "
         .. "all 10 scenarios passed", f.message)
     end)
 
@@ -111,8 +111,8 @@ return P
       assert.equal(10, obj.passed)
       assert.equal(0, obj.failed)
       assert.equal(0, obj.not_run)
-      assert.same({ "prolog", "epilog", "status", "plan", "health", "registrations", "forget", "wait",
-        "rack" },
+      assert.same({ "prolog", "epilog", "watch", "status", "plan", "health", "registrations", "forget",
+        "wait", "rack" },
         obj.entry_points)
       local names = {}
       for i, s in ipairs(obj.scenarios) do

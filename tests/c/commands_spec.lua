@@ -82,8 +82,8 @@ describe("a command added to lua/imexguard/commands.lua", function()
     for _, args in ipairs({ {}, { "frobnicat" } }) do
       local r = run(args)
       assert.equal(1, r.code)
-      assert.matches("(prolog, epilog, status, plan, health, registrations, forget, wait, rack, check, "
-        .. "config-test, show-config, version, frobnicate)", r.stderr, 1, true)
+      assert.matches("(prolog, epilog, watch, status, plan, health, registrations, forget, wait, rack, "
+        .. "check, config-test, show-config, version, frobnicate)", r.stderr, 1, true)
     end
   end)
 

@@ -52,8 +52,8 @@ describe("imexguard configuration commands", function()
         local r = run(dir, a)
         assert.equal(0, r.code, r.stderr)
         -- the commands it leaves to the built-in policy are named
-        local last = "\n" .. conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in status, "
-          .. "plan, health, registrations, forget, wait, rack\n"
+        local last = "\n" .. conf .. ": ok; policy " .. p .. " loads (prolog, epilog); built-in watch, "
+          .. "status, plan, health, registrations, forget, wait, rack\n"
         assert.equal(last, r.stdout:sub(-#last))
         assert.not_matches("warning", r.stdout) -- a clean node: what was read, no warning
         assert.matches(dir .. "/slurm.conf: info: slurm.conf read (setting slurm_conf)", r.stdout, 1, true)

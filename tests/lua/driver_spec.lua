@@ -315,6 +315,51 @@ describe("driver", function()
     end)
   end)
 
+  describe("the watcher's run: a host that only signals, and how to run imexguard again", function()
+    it("SIGNALS_ONLY: watch, as commands.lua says", function()
+      assert.same({ watch = true }, D.SIGNALS_ONLY)
+      assert.same(set(commands.names("signals_only")), D.SIGNALS_ONLY)
+    end)
+
+    it("the host of watch refuses every side effect but unit_kill, naming it; reads and the ctl work",
+      function()
+      local host = require("imexguard.runhost").signals_only(h, "watch")
+      for _, name in ipairs({ "write_atomic", "remove_temps", "mknod_char", "mkdir", "lock", "unit_job",
+        "unit_reset_failed", "unit_start_transient" }) do
+        local ok, err = pcall(host[name], "x")
+        assert.is_false(ok, name)
+        assert.matches("imexguard watch changes nothing but sends signals: host%." .. name .. " refused", err)
+      end
+      assert.is_true(host.unit_kill(testing.UNIT, 10))
+      assert.equal(1, #h.kills)
+      assert.is_table(host.unit(testing.UNIT))
+      assert.equal(h.now(), host.now())
+      assert.same({}, h.writes)
+      assert.same({}, h.jobs)
+    end)
+
+    it("prepare gives watch that host, and every command ctx.invocation", function()
+      local run = new_run{ command = "watch", config_explicit = true, sets = { "poll_interval=0.1" },
+        files = { [CONFIG] = "" } }
+      run.exe, run.lua_dir = "/usr/sbin/imexguard", "/srv/lua"
+      D.settings(run)
+      D.prepare(run)
+      assert.has_error(function() run.ctx.host.write_atomic("/x", "y") end)
+      assert.same({ exe = "/usr/sbin/imexguard", options = { "--config", CONFIG, "--lua-dir", "/srv/lua",
+        "--set", "poll_interval=0.1" } }, run.ctx.invocation)
+    end)
+
+    it("invocation: --config only when the file is named or exists, --policy, --lua-dir, each --set; "
+      .. "never --deadline", function()
+      assert.same({ exe = "/x", options = { "--config", CONFIG } },
+        D.invocation({ exe = "/x", config = CONFIG, deadline_arg = "30" }))
+      assert.same({ options = {} }, D.invocation({ config = CONFIG, config_absent = true }))
+      assert.same({ options = { "--config", CONFIG, "--policy", "/p.lua", "--set", "a=1", "--set", "b=2" } },
+        D.invocation({ config = CONFIG, config_explicit = true, config_absent = true, policy = "/p.lua",
+          sets = { "a=1", "b=2" } }))
+    end)
+  end)
+
   describe("prepare, invoke, finish (calls 2 to 4)", function()
     -- settings, prepare, invoke, finish in order; returns the last answer (or the first end)
     local function go(run)
@@ -620,8 +665,8 @@ describe("driver", function()
         files = { [P] = "return require('policies.default')" } }
       D.settings(run)
       local a = D.check_begin(run)
-      assert.equal("policy " .. P .. ": entry points prolog, epilog, status, plan, health, registrations, "
-        .. "forget, wait, rack\n", a.output)
+      assert.equal("policy " .. P .. ": entry points prolog, epilog, watch, status, plan, health, "
+        .. "registrations, forget, wait, rack\n", a.output)
       assert.is_table(seen.preloaded["imexguard.host"])
       local names = require("imexguard.testing.check").names()
       local n = 0
@@ -636,8 +681,8 @@ describe("driver", function()
       local e = D.check_end(run)
       assert.equal("ok", e.outcome)
       assert.equal(0, e.code)
-      assert.equal(string.format("policy %s is valid: prolog, epilog, status, plan, health, registrations, "
-        .. "forget, wait, rack; all %d scenarios passed", P, #names), e.message)
+      assert.equal(string.format("policy %s is valid: prolog, epilog, watch, status, plan, health, "
+        .. "registrations, forget, wait, rack; all %d scenarios passed", P, #names), e.message)
       assert.equal(string.format("check: all %d scenarios passed\n", #names), e.output)
     end)
 
@@ -650,8 +695,8 @@ describe("driver", function()
       while not D.check_next(run).done do D.check_scenario(run) end
       local e = D.check_end(run)
       assert.matches('^{"schema":1,"command":"check","ok":true,"outcome":"ok","exit_code":0,'
-        .. '"message":"policy [^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","status","plan",'
-        .. '"health","registrations","forget","wait","rack"%],"scenarios":%[{"name":"healthy%-job",'
+        .. '"message":"policy [^"]+","policy":"[^"]+","entry_points":%["prolog","epilog","watch","status",'
+        .. '"plan","health","registrations","forget","wait","rack"%],"scenarios":%[{"name":"healthy%-job",'
         .. '"title":"[^"]+",'
         .. '"result":"pass","ok":true,"not_applicable":false,"why":null,"detail":"[^"]*"}', e.output)
       assert.matches(',"passed":10,"failed":0,"not_run":0,"not_applicable":0,"exercised":%[[^%]]+%]}\n$',

@@ -59,6 +59,50 @@ describe("nudge: the constants come from the daemon's facts", function()
   end)
 end)
 
+describe("nudge.version_allows: the SIGUSR1 floor (C48)", function()
+  local S = require("imexguard.settings")
+
+  it("default floor 580: r580 and later yes; older, unknown or unparsable no, with a reason", function()
+    local s = S.defaults()
+    assert.equal("580", s.sigusr1_min_version)
+    for _, v in ipairs({ "580", "580.65.06", "580.95.05-sim", "590.1", "1000.0" }) do
+      assert.is_true(nudge.version_allows(v, s), v)
+      assert.is_true(nudge.version_allows(v), v) -- no settings: the default floor
+    end
+    for _, v in ipairs({ "579.99", "570.172.08", "570.158.01", "565" }) do
+      local ok, why = nudge.version_allows(v, s)
+      assert.is_false(ok, v)
+      assert.matches("version " .. v:gsub("%.", "%%.") .. " is older than sigusr1_min_version 580", why)
+    end
+    for _, v in ipairs({ "", "N/A", "sim-580" }) do
+      local ok, why = nudge.version_allows(v, s)
+      assert.is_false(ok, v)
+      assert.matches("unknown", why)
+    end
+    local ok, why = nudge.version_allows(nil, s)
+    assert.is_false(ok)
+    assert.matches("the ctl shows none", why)
+  end)
+
+  it("a lowered floor compares number by number over the floor's numbers", function()
+    local s = S.validate({ sigusr1_min_version = "570.158.01" })
+    assert.is_true(nudge.version_allows("570.158.01", s))
+    assert.is_true(nudge.version_allows("570.172.08", s))
+    assert.is_true(nudge.version_allows("571", s))
+    assert.is_false(nudge.version_allows("570.158.0", s))
+    assert.is_false(nudge.version_allows("570.86.15", s))
+    assert.is_false(nudge.version_allows("", s)) -- unknown stays refused whatever the floor
+  end)
+
+  it("the setting must be a version: a clear error naming it", function()
+    for _, bad in ipairs({ "", "r580", "580-sim", "any" }) do
+      local t, err = S.validate({ sigusr1_min_version = bad })
+      assert.is_nil(t)
+      assert.matches("setting 'sigusr1_min_version' must be a driver version", err)
+    end
+  end)
+end)
+
 describe("nudge.lagging: the peers this node waits on in one answer", function()
   local function parsed(peer)
     local answer = testing.restarted_peer(peer)(1, {}, testing.host())
@@ -157,9 +201,8 @@ describe("nudge in health.wait", function()
     assert.same({}, seen2.kills)
   end)
 
-  it("never to a daemon not known to act on SIGUSR1 (older than 570.158.01, no version)", function()
-    assert.is_false(nudge.acts_on_sigusr1(nil))
-    for _, v in ipairs({ "565.57.01", "570.86.15", "" }) do
+  it("never to a daemon below the SIGUSR1 floor (r580 by default, C48) or of an unknown version", function()
+    for _, v in ipairs({ "565.57.01", "570.86.15", "570.158.01", "570.172.08-sim", "", "N/A" }) do
       local o, _, seen = wait({ backoff = 4 }, { version = v })
       assert.equal("ok", o)
       assert.same({}, seen.kills, tostring(v))
@@ -167,10 +210,14 @@ describe("nudge in health.wait", function()
       local _, _, off = wait({ backoff = 4 }, { version = v, settings = { nudge = false } })
       assert.is_true(#seen.asked <= #off.asked + 1, "polls as without the nudge")
     end
-    for _, v in ipairs({ "570.158.01", "570.172.08-sim", "580.65.06", "595.10" }) do
+    for _, v in ipairs({ "580.65.06", "580.95.05-sim", "595.10" }) do
       local _, _, seen = wait({ backoff = 4 }, { version = v })
       assert.equal(1, #seen.kills, v)
     end
+    -- a site that lowers the floor for a driver it knows handles the signal
+    local _, _, low = wait({ backoff = 4 },
+      { version = "570.172.08", settings = { sigusr1_min_version = "570.158.01" } })
+    assert.equal(1, #low.kills)
   end)
 
   it("never for a peer in a node-map mismatch with this node (both sides see it)", function()

@@ -16,6 +16,7 @@ describe("imexguard.settings", function()
         slot_hosts = "/run/imexguard/hosts",
         allow_loopback = false, start_timeout = 30, health_timeout = 60,
         poll_interval = 0.25, nudge = true, nudge_after = 1, stale_mismatch_after = 3,
+        watch = true, watch_skew = 10, watch_interval = 1, sigusr1_min_version = "580",
         on_peer_fault = "warn",
         restart_under_jobs = false, fabric_check = "auto", nvidia_smi = "/usr/bin/nvidia-smi",
         fabric_timeout = 30, on_fabric_unknown = "skip", driver_version_file = "/proc/driver/nvidia/version",

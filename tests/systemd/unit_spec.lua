@@ -581,6 +581,71 @@ describe("host.unit* against systemd", function()
     end)
   end)
 
+  describe("unit_start_transient() (src/transient.c: the prolog's watcher)", function()
+    -- A shell script as the service's command, writing `text` and its environment's FOO to `file`.
+    local function spec(file, text, o)
+      o = o or {}
+      return { argv = { "/bin/sh", "-c", "echo " .. text .. " $FOO >> " .. file .. "; sleep 30" },
+        environment = { "FOO=bar" }, description = "ig test transient", runtime_max = o.runtime_max or 30,
+        wait = o.wait }
+    end
+
+    local function state(name)
+      local p = host.unit(name)
+      return p and p.active_state
+    end
+
+    it("waited for: systemd runs it with its environment, bounded by RuntimeMaxSec, collected after; a "
+      .. "second start of the name is UnitExists", function()
+      local file = RUNTIME .. "/ig-tr-1.out"
+      os.remove(file)
+      assert.is_true(host.unit_start_transient("ig-tr-1.service", spec(file, "one", { runtime_max = 2 })))
+      assert.equal("one bar\n", wait_for("ig-tr-1.out", 5, function() return read_file(file) end))
+      local r, err, code = host.unit_start_transient("ig-tr-1.service", spec(file, "two"))
+      assert.is_nil(r)
+      assert.equal("bus", code)
+      assert.matches("UnitExists", err)
+      -- RuntimeMaxSec ended it; CollectMode=inactive-or-failed unloaded it
+      wait_for("ig-tr-1 gone", 10, function()
+        local p = host.unit("ig-tr-1.service")
+        return p and p.load_state == "not-found" and p
+      end)
+    end)
+
+    it("sent without waiting from processes that exit at once: every one still runs (their end waits for "
+      .. "systemd's answer)", function()
+      local file = RUNTIME .. "/ig-tr-many.out"
+      os.remove(file)
+      local script = RUNTIME .. "/ig-tr.lua"
+      local f = assert(io.open(script, "w"))
+      f:write(string.format([[
+package.cpath = %q
+local host = require "imexguard.host"
+assert(host.unit_set_bus(%q))
+local ok = host.unit_start_transient("ig-tr-m" .. arg[1] .. ".service", { argv = { "/bin/sh", "-c",
+  "echo " .. arg[1] .. " >> %s" }, description = "ig test transient", wait = false })
+io.write(tostring(ok))
+]], package.cpath, BUS, file))
+      f:close()
+      assert.is_true(sh("for i in $(seq 1 12); do lua5.4 " .. script .. " $i >/dev/null & done; wait"))
+      local lines = wait_for("12 lines", 10, function()
+        local text = read_file(file) or ""
+        local n = select(2, text:gsub("\n", ""))
+        return n == 12 and n
+      end)
+      assert.equal(12, lines)
+    end)
+
+    it("refuses misuse: not a service, a relative program, no argv", function()
+      local file = RUNTIME .. "/x.out"
+      assert.has_error(function() host.unit_start_transient("ig-tr.timer", spec(file, "x")) end)
+      assert.has_error(function() host.unit_start_transient("ig-tr-2.service", { argv = { "sh" } }) end)
+      assert.has_error(function() host.unit_start_transient("ig-tr-2.service", { argv = {} }) end)
+      assert.has_error(function() host.unit_start_transient("ig-tr-2.service", {}) end)
+      assert.is_nil(state("ig-tr-2.service") == "active" or nil)
+    end)
+  end)
+
   describe("unit_set_bus()", function()
     it("rejects what is not a bus name or address and keeps the old one", function()
       local r, err, code = host.unit_set_bus("bogus")

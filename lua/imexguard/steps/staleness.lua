@@ -69,10 +69,13 @@ end
 
 --- Stage "started with" of assess: the files the running daemon was started with. (a) imexguard started this
 -- very daemon instance (same invocation ID) and recorded the exact bytes of both files it started
--- with: those bytes decide, the mtimes do not (a `touch`, or config management rewriting identical
--- bytes, is no reason to restart). (b) Fallback when the invocation is unknown to the state file:
--- a file the daemon reads at start was written at or after its start.
--- @return string reason why the daemon is stale, or nil
+-- with (or adopted it: M.adoption): those bytes decide, the mtimes do not (a `touch`, or config
+-- management rewriting identical bytes, is no reason to restart). (b) Fallback when the invocation
+-- is unknown to the state file: config.cfg written at or after the daemon's start is a reason (what
+-- the daemon read cannot be known); the node list written so is only a doubt (C51): the ctl shows
+-- the daemon's ordered node map, which proves its identity or disproves it (stage "ctl").
+-- @return string reason why the daemon is stale, or nil; then string doubt (the node list's mtime
+--   is at or after the daemon's start: only the ctl can clear it) or nil
 local function stage_started_with(ctx, info, want, st, props)
   local s, host = ctx.settings, ctx.host
   local config = info.config or s.imex_config
@@ -91,13 +94,30 @@ local function stage_started_with(ctx, info, want, st, props)
   end
   local started = tonumber(props.exec_main_start_us) or 0
   if started <= 0 then return nil end
-  for _, path in ipairs({ info.nodes_file, config }) do
-    local fst = host.stat(path)
-    if fst and fst.mtime_us and fst.mtime_us >= started then
-      return string.format("%s changed after the daemon started", path)
-    end
+  local cst = host.stat(config)
+  if cst and cst.mtime_us and cst.mtime_us >= started then
+    return string.format("%s changed after the daemon started", config)
+  end
+  local nst = host.stat(info.nodes_file)
+  if nst and nst.mtime_us and nst.mtime_us >= started then
+    return nil, string.format("%s changed after the daemon started", info.nodes_file)
   end
   return nil
+end
+
+--- The record that adopts a daemon imexguard did not start (stage "started with" (b)) once the
+-- ctl proved it runs the job's ordered list: its invocation ID and start with the bytes it is now
+-- known to run (the job's list, proven by its node map; config.cfg now, older than its start), for
+-- state.record_start, so that the next run decides by content (stage (a)) and a rewrite of the
+-- same bytes is no doubt any more. nil when the state file already knows this invocation, or
+-- config.cfg cannot be read.
+local function adoption(ctx, info, want, st, props)
+  if type(props.invocation_id) ~= "string" or props.invocation_id == "" then return nil end
+  if st.invocation_id == props.invocation_id and type(st.running_nodes) == "string" then return nil end
+  local cfg = ctx.host.read(info.config or ctx.settings.imex_config, base.MAX_FILE)
+  if not cfg then return nil end
+  return { nodes = want.bytes, config = cfg, invocation_id = props.invocation_id,
+    started_us = props.exec_main_start_us, job = base.job_id(ctx) }
 end
 
 --- Stage "ctl" of assess: the ctl proves another node map; an unusable answer proves nothing (C06).
@@ -105,25 +125,34 @@ end
 -- the list the daemon started with): "same nodes, another order" is stale (C21), a host set never
 -- decides. A running daemon's list always holds this node (else it refuses to start), so an answer
 -- that lacks this node describes no running daemon: it proves nothing (the health wait judges it).
--- Sets a.action ("restart" stays, or "none"), a.reason, a.order (verdict.compare_map's kind) and
--- a.answer (kept for the first health poll).
+-- With a doubt (stage "started with": the node list was written after the daemon started, C51) an
+-- answer that proves nothing leaves the doubt standing: restart, as the mtime alone did before; the
+-- job's map proves the daemon current, and it is adopted (a.adopt, see adoption).
+-- Sets a.action ("restart" stays, or "none"), a.reason, a.order (verdict.compare_map's kind),
+-- a.answer (kept for the first health poll) and a.adopt.
 -- @param probe table|nil the ctl already started (M.start_probe): its answer; nil: health.probe now
-local function stage_ctl(ctx, want, a, probe)
+-- @param doubt string|nil why the node list's identity is in doubt
+local function stage_ctl(ctx, info, want, st, a, probe, doubt)
   local ans
   if probe then ans = probe:answer() else ans = health.probe(ctx, nil, want.config_path, want.cfg) end
   a.answer = ans
-  if not ans.mesh then
-    a.action, a.reason = "none", "daemon current by its start time; ctl unusable: " .. tostring(ans.err)
+  -- the list the daemon must run: the job's, or the domain's slot list (membership by slots)
+  local cmp = ans.mesh and verdict.compare_map(ans.mesh, want.node_list or want.addrs, want.self)
+  a.order = cmp and cmp.kind
+  if cmp and cmp.kind == "same" then
+    a.action, a.reason = "none", "daemon current"
+    if doubt then
+      a.reason = "daemon current: the ctl shows it running the job's ordered list (" .. doubt .. ")"
+    end
+    a.adopt = adoption(ctx, info, want, st, a.unit)
     return
   end
-  -- the list the daemon must run: the job's, or the domain's slot list (membership by slots)
-  local cmp = verdict.compare_map(ans.mesh, want.node_list or want.addrs, want.self)
-  a.order = cmp.kind
-  if cmp.kind == "self-absent" then
-    a.action = "none"
-    a.reason = "daemon current by its start time; the ctl does not list this node " .. want.self
-  elseif cmp.kind == "same" then
-    a.action, a.reason = "none", "daemon current"
+  local unproven = not ans.mesh and ("ctl unusable: " .. tostring(ans.err))
+    or (cmp.kind == "self-absent" and "the ctl does not list this node " .. want.self)
+  if unproven and doubt then
+    a.reason, a.answer = doubt .. " and its node map cannot be known: " .. unproven, nil
+  elseif unproven then
+    a.action, a.reason = "none", "daemon current by its start time; " .. unproven
   else
     a.reason = "the ctl shows the daemon running another node map than the job's: " .. cmp.summary
     a.answer = nil
@@ -191,8 +220,10 @@ end
 --   An active daemon is stale when: the list changes; or, when the state file recorded this
 --   invocation ID with the bytes it was started with (st.running_nodes, st.running_config), those
 --   bytes differ from the job's list or from config.cfg now; or, when it did not (a daemon started
---   outside imexguard, or an older state file), config.cfg or the list was modified at or after
---   the daemon's start (mtime); or a usable ctl answer lists other hosts. The stages, in order:
+--   outside imexguard, or an older state file), config.cfg was modified at or after the daemon's
+--   start (mtime), or the list was and the ctl cannot show the daemon's node map (C51: a list
+--   rewritten with the same bytes is no reason when the ctl shows the daemon running the job's
+--   ordered list); or a usable ctl answer lists another node map. The stages, in order:
 --   settle_unit, "unit state" (not running: start or wait), a pending list change, "started with"
 --   (the state file's record, else mtimes), "ctl" (the running list as the ctl shows it).
 --   The overlap (docs/design.md, step 5): when the unit as step 1 saw it (info.unit) leads to stage
@@ -204,12 +235,14 @@ end
 --   is a read-only query killed unread.
 -- @return assessment {action = "none"|"start"|"restart"|"wait", reset_failed = boolean, reason = string,
 --   unit = props, answer = ctl answer or nil (reused as the first health poll), nodes = want.bytes
---   (the list the daemon would run after the action), changed = opts.changed}, or nil, outcome, message
+--   (the list the daemon would run after the action), changed = opts.changed, adopt = a record for
+--   state.record_start when the ctl proved a daemon imexguard did not start current (nil
+--   otherwise)}, or nil, outcome, message
 function M.assess_daemon(ctx, info, want, st, opts)
   local early = info and info.unit
-  local early_reason, started
+  local early_reason, early_doubt, started
   if may_reach_ctl(ctx, early, opts) then
-    early_reason = stage_started_with(ctx, info, want, st, early)
+    early_reason, early_doubt = stage_started_with(ctx, info, want, st, early)
     if not early_reason then started = M.start_probe(ctx, want.config_path, want.cfg) end
   end
   local probe <close> = started -- killed on every path that does not answer it
@@ -223,13 +256,14 @@ function M.assess_daemon(ctx, info, want, st, opts)
     return a
   end
   local same = may_reach_ctl(ctx, early, opts) and same_daemon(early, props)
+  local doubt
   if same then
-    a.reason = early_reason
+    a.reason, doubt = early_reason, early_doubt
   else
-    a.reason = stage_started_with(ctx, info, want, st, props)
+    a.reason, doubt = stage_started_with(ctx, info, want, st, props)
   end
   if a.reason then return a end
-  stage_ctl(ctx, want, a, same and probe or nil)
+  stage_ctl(ctx, info, want, st, a, same and probe or nil, doubt)
   return a
 end
 

@@ -25,6 +25,8 @@
 --   unit_kill        how host.unit_kill(name, signal, timeout) ends: nil (true; "bus" NoSuchProcess
 --                    while the unit has no main process, as systemd answers), a code ("bus",
 --                    "timeout"...: every call fails with it) or function(name, signal, timeout)
+--   unit_start_transient  how host.unit_start_transient(name, spec, timeout) ends: nil (true), a code
+--                    or function(name, spec, timeout)
 --   restart          how unit jobs end: {result = "done"|"failed"|"wait-timeout"|code,
 --                    duration = seconds (0.5), unit_result = the unit's Result after a job that did
 --                    not end "done" (default "exit-code"; e.g. "start-limit-hit"), active_state =
@@ -84,8 +86,9 @@
 -- on the fake clock; a spawned command's time runs from its start, so its wait spends only what is left: see
 -- imexguard.testing.run), h.logs ({level, message}), h.sleeps (seconds), h.locks ({owner =,
 -- released = boolean}), h.mkdirs ({path =, mode =, created = boolean}), h.kills ({unit =,
--- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill). Helpers (plain
--- functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
+-- signal =, timeout =, at = monotonic seconds, sent = boolean}: host.unit_kill), h.transients
+-- ({name =, spec =, at = monotonic seconds}: host.unit_start_transient, the prolog's watcher).
+-- Helpers (plain functions): h.count(name), h.file(path), h.set_file(path, data), h.advance(seconds),
 -- h.unit_props (the live unit table), h.now(), h.daemon_nodes(), h.clear() (forget the
 -- recordings, keep files, unit and clock).
 --
@@ -124,12 +127,15 @@ local gpus = require "imexguard.testing.gpus"
 M.gpus, M.FABRIC_NONE, M.FABRIC_HGX, M.ABSENT = gpus.gpus, gpus.FABRIC_NONE, gpus.FABRIC_HGX, gpus.ABSENT
 M.NVML_MISMATCH = gpus.NVML_MISMATCH
 M.CLUSTER_UUID, M.CLIQUE_ID = gpus.CLUSTER_UUID, gpus.CLIQUE_ID
+--- The binary and the settings file of the run a policy context describes (ctx.invocation: what the
+-- prolog's watcher runs again).
+M.EXE, M.SETTINGS_FILE = "/usr/sbin/imexguard", "/etc/imexguard/imexguard.conf"
 --- Addresses of the default nodes n1..n4.
 M.DEFAULT_NODES = { n1 = "10.0.0.1", n2 = "10.0.0.2", n3 = "10.0.0.3", n4 = "10.0.0.4" }
 
 --- The recordings of a fake host (lists, emptied by h.clear()).
 local RECORDINGS = { "calls", "writes", "jobs", "runs", "spawns", "logs", "sleeps", "locks", "mkdirs",
-  "kills" }
+  "kills", "transients" }
 
 --- Build a fake host (options: see the top of this file).
 -- @param opts table|nil
@@ -165,7 +171,8 @@ end
 --   n[1-2], node n1), settings = overrides, command = "prolog", json = boolean, dry_run = boolean,
 --   verbosity = -1 (-q) | 0 | 1 (-v), arg = the command's argument (forget's JOBID), timeout = wait's
 --   --timeout (seconds), job_given = boolean (--job was given), imex_always_expected = boolean (the
---   policy's field of that name, as the driver passes it)}
+--   policy's field of that name, as the driver passes it), invocation =
+--   how to run imexguard again (default {exe = M.EXE, options = {"--config", M.SETTINGS_FILE}})}
 -- @return ctx table as the host passes it to a policy
 function M.ctx(o)
   o = o or {}
@@ -183,7 +190,8 @@ function M.ctx(o)
     settings = base.settings(o.settings or {}),
     env = env, job = job, json = o.json or false, dry_run = o.dry_run or false, verbosity = o.verbosity or 0,
     arg = o.arg, timeout = o.timeout, job_given = o.job_given or false,
-    imex_always_expected = o.imex_always_expected or false }
+    imex_always_expected = o.imex_always_expected or false,
+    invocation = o.invocation or { exe = M.EXE, options = { "--config", M.SETTINGS_FILE } } }
 end
 
 --- Build a scenario (see imexguard.testing.scenario for the options and methods).

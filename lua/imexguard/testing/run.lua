@@ -27,6 +27,10 @@ M.UNCONFIGURED = { status = 255, stdout = "Failed to read node configuration fil
 --- A ctl that never answers.
 M.HANG = { hang = true }
 
+--- The daemon version of a described node that names none: a driver of the r580 branch, which
+-- acts on SIGUSR1 (imexguard.nudge.version_allows with the default floor).
+M.VERSION = "580.95.05"
+
 --- Render a described mesh as `nvidia-imex-ctl -N -j` prints it (objects keyed by decimal ids).
 -- @param d table {status = "UP"|... (default: derived), timestamp = string, nodes = list of
 --   {host =, status = "READY" (default), version =, connections = {[host] = status}}}; a missing
@@ -46,7 +50,7 @@ function M.render_mesh(d)
     end
     if st == "READY" then any_up = true else all_up = false end
     nodes[tostring(i - 1)] = { status = st, host = n.host, connections = conns, changed = false,
-      version = n.version or "570.172.08" }
+      version = n.version or M.VERSION }
   end
   local status = d.status or (all_up and "UP" or (any_up and "DEGRADED" or "DOWN"))
   return cjson.encode({ nodes = nodes, timestamp = d.timestamp or "8/8/2025 17:38:02.641", status = status })

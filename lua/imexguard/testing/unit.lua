@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The fake host's systemd unit (src/unit.c's primitives over sd-bus): unit (the properties),
 -- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
--- unit_kill, with scripted queries and job results. Test infrastructure of imexguard.testing.
+-- unit_kill, unit_start_transient (recorded: the prolog's watcher), with scripted queries and job
+-- results. Test infrastructure of imexguard.testing.
 local base = require "imexguard.testing.base"
 local nodelist = require "imexguard.nodelist"
 
@@ -15,12 +16,13 @@ local function not_found()
 end
 
 --- Add the unit primitives to a fake host.
--- @param h table the fake host (gets unit, unit_job, unit_reset_failed, unit_kill, unit_props and
---   the helper daemon_nodes; needs kills, now)
+-- @param h table the fake host (gets unit, unit_job, unit_reset_failed, unit_kill,
+--   unit_start_transient, unit_props and the helper daemon_nodes; needs kills, transients, now)
 -- @param w table the host's shared world (gets unit, daemon_nodes, new_invocation; needs rec,
 --   wall_us, spend, files)
 -- @param opts table testing.host options (unit, unit_script, restart, daemon_nodes, any_unit,
---   unit_kill = a code: every unit_kill fails with it, or function(name, signal, timeout))
+--   unit_kill = a code: every unit_kill fails with it, or function(name, signal, timeout);
+--   unit_start_transient = likewise a code or function(name, spec, timeout); default: true)
 function M.install(h, w, opts)
   local serial = 0
   function w.new_invocation()
@@ -73,6 +75,25 @@ function M.install(h, w, opts)
     return table.unpack(r, 1, r.n)
   end
   M.install_jobs(h, w, opts)
+  M.install_transient(h, w, opts)
+end
+
+--- Add unit_start_transient to a fake host (the prolog's watcher): recorded in h.transients, true
+-- unless opts.unit_start_transient is a code (every call fails with it) or a function.
+-- @param h table the fake host (gets unit_start_transient; needs transients, now)
+-- @param w table the host's shared world (needs rec)
+-- @param opts table testing.host options
+function M.install_transient(h, w, opts)
+  local transient = opts.unit_start_transient
+  function h.unit_start_transient(name, spec, timeout)
+    w.rec("unit_start_transient", name, spec, timeout)
+    h.transients[#h.transients + 1] = { name = name, spec = spec, at = h.now() }
+    if type(transient) == "function" then return transient(name, spec, timeout) end
+    if transient then
+      return nil, string.format("start %s: the call failed (%s)", name, transient), transient
+    end
+    return true
+  end
 end
 
 --- The unit's state after a start/restart job that ended "done".

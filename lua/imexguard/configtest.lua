@@ -24,6 +24,7 @@ M.CHECKS = {
   { name = "IMEX", module = "imexguard.checks.imex", fn = "findings" },
   { name = "domain map", module = "imexguard.checks.maps", fn = "domain_map" },
   { name = "address map", module = "imexguard.checks.maps", fn = "address_map" },
+  { name = "membership", module = "imexguard.steps.slots", fn = "findings" },
 }
 
 --- The levels, most severe first.

@@ -156,6 +156,36 @@ describe("config-test reads every file a prolog reads", function()
     end)
   end)
 
+  describe("the facts of the other rooms: racks (C45), slots (issue 30), the ctl's target (C44)", function()
+    it("a tree and no block topology under domain_map = auto: a warning on the topology file", function()
+      local d, conf = site{ files = { ["topology.conf"] = "SwitchName=rack1 Nodes=n[1-2]\n"
+        .. "SwitchName=rack2 Nodes=n[3-4]\nSwitchName=top Switches=rack[1-2]\n" } }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/topology.conf:1: warning: ", r.stdout, 1, true)
+      assert.matches("a tree defines no NVLink domain", r.stdout, 1, true)
+      assert.not_equal(0, test(conf, { "--strict" }).code)
+    end)
+
+    it("membership = slots with domain_map = none: an error, exit 2", function()
+      local _, conf = site{ extra = 'membership = "slots"\ndomain_map = "none"\n' }
+      local r = test(conf)
+      assert.equal(2, r.code, r.stdout)
+      assert.matches("error: membership = \"slots\" needs an IMEX domain map", r.stdout, 1, true)
+    end)
+
+    it("a command service on every interface of a host without IPv6: a warning on config.cfg", function()
+      local d, conf = site{ extra = 'proc_if_inet6 = "/nonexistent/if_inet6"\n' }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/config.cfg: warning: IMEX_CMD_BIND_INTERFACE_IP is empty and this host has no "
+        .. "IPv6", r.stdout, 1, true)
+      -- the same site with IPv6: no such warning
+      local _, conf6 = site{ extra = 'proc_if_inet6 = "' .. d .. '/config.cfg"\n' }
+      assert.not_matches("has no IPv6", test(conf6).stdout, 1, true)
+    end)
+  end)
+
   describe("item 2 and C53: slurm.conf's flags and timeouts against the deadline", function()
     it("PrologFlags missing, then Alloc without DeferBatch: warnings on the line, exit 0; --strict fails",
       function()

@@ -71,6 +71,10 @@ local function config_part(ctx, config, source, out)
     out[#out + 1] = { level = level, file = config, message = f.text:sub(#config + 3),
       outcome = level == "error" and (nodes and "bad-input" or "config-fault") or nil }
   end
+  -- C44: the command service on every interface of a host without IPv6 (imexguard asks with -i)
+  for _, f in ipairs(require("imexguard.cmdtarget").findings(ctx, cfg, config)) do
+    out[#out + 1] = { level = f.level, file = config, line = f.line, message = f.message:sub(#config + 3) }
+  end
   return true
 end
 

@@ -90,6 +90,9 @@ function M.domain_map(ctx)
   if map.kind == "topology" then
     for _, f in ipairs(M.unknown_topology_keys(ctx.host, map.source)) do out[#out + 1] = f end
   end
+  -- the topologies as a whole (C45, C47): a tree and no block topology, a partition bound to a
+  -- topology the file lacks, nodes two block topologies place differently
+  for _, f in ipairs(domains.findings(ctx)) do out[#out + 1] = f end
   if map.domains then
     local nd, nn = sizes(map)
     table.insert(out, 1, { level = "info", file = map.source,

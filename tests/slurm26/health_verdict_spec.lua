@@ -84,7 +84,8 @@ describe("Slurm 26.05: health.sh and slurmctld's verdict", function()
 
   it("slurmctld says yes, imexguard a fault: drained at once; fixed: resumed after reading its reason",
     function()
-    assert(d:systemctl("stop", d:unit("n2")))
+    -- n2's own fault: its daemon dies (a unit stopped on an idle node is no fault, C33)
+    assert(d:systemctl("kill", "--signal=SIGKILL", d:unit("n2")))
     local ok, out = cluster.sh("scontrol update NodeName=n2 State=RESUME")
     assert(ok, out)
     assert.truthy(simdomain.wait_until(function() return cluster.node_state("n2") == "idle" end, 30, 0.2))

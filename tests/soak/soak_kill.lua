@@ -18,6 +18,9 @@ local EXPECTED = {
   ["state.json"] = true, ["imex.pid"] = true, -- the simulated daemon's own pid file (IMEXSIM_PID_FILE)
   -- the last prolog's and epilog's record for `status` (imexguard.state.save_last)
   ["last-prolog.json"] = true, ["last-epilog.json"] = true,
+  -- the node condition and the unit's restart count (imexguard.expected, imexguard.flapping)
+  ["condition.json"] = true, ["unit-restarts.json"] = true,
+  ["imex.state"] = true, -- the simulated daemon's state file (version, start, blocks: contrib/imexsim)
 }
 
 local function leftovers(d)

@@ -367,12 +367,14 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
 	return len;
 }
 
-/* Whether one of process `pid`'s descriptors is a socket of o->inodes: 1 yes (o->held names which),
- * 0 no (or not readable: another user's process, or it exited); *fds counts the descriptors read.
- */
-static int pid_holds(long pid, struct owner *o, long *fds)
+/* Call match(dfd, name, arg) for each open descriptor of process `pid` (the entries of
+ * /proc/PID/fd, dfd that directory's descriptor) until it returns non-zero or *fds reaches
+ * PROC_MAX_FDS; *fds counts the descriptors seen, across calls.  Returns match's non-zero value, or
+ * 0 (none matched, or the directory is not readable: another user's process, or it exited). */
+static int each_fd(long pid, long *fds, int (*match)(int dfd, const char *name, void *arg),
+		   void *arg)
 {
-	char dir[64], target[64];
+	char dir[64];
 	struct dirent *de;
 	DIR *d;
 	int found = 0;
@@ -382,26 +384,42 @@ static int pid_holds(long pid, struct owner *o, long *fds)
 	if (!d)
 		return 0;
 	while (!found && *fds < PROC_MAX_FDS && (de = readdir(d))) {
-		unsigned long inode;
-		ssize_t n;
-
 		if (de->d_name[0] == '.')
 			continue;
 		++*fds;
-		n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
-		if (n <= 0)
-			continue;
-		target[n] = '\0';
-		if (sscanf(target, "socket:[%lu]", &inode) != 1)
-			continue;
-		for (int i = 0; i < o->n_inodes && !found; i++)
-			if (o->inodes[i] == inode) {
-				found = 1;
-				o->held = i;
-			}
+		found = match(dirfd(d), de->d_name, arg);
 	}
 	closedir(d);
 	return found;
+}
+
+/* each_fd's match: whether descriptor `name` is a socket of o->inodes (1, o->held names which). */
+static int fd_is_socket_of(int dfd, const char *name, void *arg)
+{
+	struct owner *o = arg;
+	char target[64];
+	unsigned long inode;
+	ssize_t n = readlinkat(dfd, name, target, sizeof target - 1);
+
+	if (n <= 0)
+		return 0;
+	target[n] = '\0';
+	if (sscanf(target, "socket:[%lu]", &inode) != 1)
+		return 0;
+	for (int i = 0; i < o->n_inodes; i++)
+		if (o->inodes[i] == inode) {
+			o->held = i;
+			return 1;
+		}
+	return 0;
+}
+
+/* Whether one of process `pid`'s descriptors is a socket of o->inodes: 1 yes (o->held names which),
+ * 0 no (or not readable: another user's process, or it exited); *fds counts the descriptors read.
+ */
+static int pid_holds(long pid, struct owner *o, long *fds)
+{
+	return each_fd(pid, fds, fd_is_socket_of, o);
 }
 
 /* Name process `pid` in o: pid, comm and cmdline (empty when it exited meanwhile).  Returns 0. */
@@ -652,8 +670,9 @@ struct held_file {
  * component, or for a character device any /dev/ path), then fstatat follows the link
  * (proc(5)) and compares the device and inode.  Looking at the text first keeps a descriptor on a
  * hung network file system from being stat'ed at all. */
-static int fd_is(int dfd, const char *name, const struct held_file *f)
+static int fd_is(int dfd, const char *name, void *arg)
 {
+	const struct held_file *f = arg;
 	char target[4096];
 	struct stat st;
 	ssize_t n = readlinkat(dfd, name, target, sizeof target - 1);
@@ -675,23 +694,7 @@ static int fd_is(int dfd, const char *name, const struct held_file *f)
 /* Whether process `pid` has the file open; *fds counts the descriptors read. */
 static int pid_has_open(long pid, const struct held_file *f, long *fds)
 {
-	char dir[64];
-	struct dirent *de;
-	DIR *d;
-	int found = 0;
-
-	snprintf(dir, sizeof dir, "/proc/%ld/fd", pid);
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while (!found && *fds < PROC_MAX_FDS && (de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		++*fds;
-		found = fd_is(dirfd(d), de->d_name, f);
-	}
-	closedir(d);
-	return found;
+	return each_fd(pid, fds, fd_is, (void *)f);
 }
 
 /* Push the holders of f, before `end`, as a list of {pid, comm, cmdline} (at most HOLDERS_MAX, in

@@ -114,9 +114,13 @@ local function continued(line)
   return body:sub(1, -2)
 end
 
--- Slurm's logical lines of a file's text: an iterator of (line text, number of its first physical
--- line), continued lines joined (see `continued`).
-local function logical_lines(text)
+--- Slurm's logical lines of a file's text (slurm.conf, topology.conf: Slurm's parser joins them
+-- for both): an iterator of (line text, number of its first physical line), a line whose text before
+-- its comment ends in an odd number of backslashes joined to the next one without the backslash
+-- and the comment, nothing put between them.
+-- @tparam string text the file's contents
+-- @treturn function iterator
+function M.logical_lines(text)
   local iter, n = (text .. "\n"):gmatch("([^\n]*)\n"), 0
   return function()
     local line = iter()
@@ -158,7 +162,7 @@ function M.read(host, path)
     end
     open[file] = true
     conf.files[#conf.files + 1] = file
-    for line, n in logical_lines(text) do
+    for line, n in M.logical_lines(text) do
       for _, p in ipairs(pairs_of(line)) do
         if p.include then
           if p.include:find("[%*%?%[%%]") then

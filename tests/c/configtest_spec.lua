@@ -97,6 +97,17 @@ describe("config-test reads every file a prolog reads", function()
       assert.matches("this line has no Nodes=, so its unit would have no nodes", r.stdout, 1, true)
     end)
 
+    it("a misspelt key on a line continued with a backslash whose Nodes= follows: a warning on the line's "
+      .. "first line (imexguard's reader, as Slurm's, joins the lines)", function()
+      local d, conf = site{ files = {
+        ["topology.conf"] = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodez=n3 \\\n  Nodes=n[3-4]\n" } }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/topology.conf:2: warning: key Nodez is not one of Slurm's topology.conf keys",
+        r.stdout, 1, true)
+      assert.equal(0, lines_with(r.stdout, "error:"), r.stdout)
+    end)
+
     it("a missing topology_file: exit 2 naming it", function()
       local d, conf = site{ extra = 'topology_file = "/nonexistent/topology.conf"\n' }
       local r = test(conf)

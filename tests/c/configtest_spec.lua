@@ -219,6 +219,22 @@ describe("config-test reads every file a prolog reads", function()
           .. "starts once the batch node's prolog is done", r.stdout, 1, true)
       end)
 
+    it("PrologFlags=Contain or X11 imply Alloc (slurm.conf(5)): only DeferBatch is named; with it, nothing",
+      function()
+        for _, flags in ipairs({ "Contain", "X11", "contain" }) do
+          local d, conf = site{ slurm = "PrologFlags=" .. flags .. "\nPrologEpilogTimeout=180\n"
+            .. "BatchStartTimeout=180\n" }
+          local r = test(conf)
+          assert.equal(0, r.code, r.stdout)
+          assert.matches(d .. "/slurm.conf:1: warning: PrologFlags=" .. flags .. ": without DeferBatch a "
+            .. "batch script starts once the batch node's prolog is done", r.stdout, 1, true)
+          assert.not_matches("without Alloc", r.stdout, 1, true)
+        end
+        local _, conf = site{ slurm = "PrologFlags=Contain,DeferBatch\nPrologEpilogTimeout=180\n"
+          .. "BatchStartTimeout=180\n" }
+        assert.not_matches("PrologFlags", test(conf).stdout, 1, true)
+      end)
+
     it("PrologEpilogTimeout=60 and BatchStartTimeout unset: each named with the deadline's 90 s", function()
       local d, conf = site{ slurm = "PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=60\n" }
       local r = test(conf)

@@ -235,6 +235,26 @@ describe("config-test reads every file a prolog reads", function()
         assert.not_matches("PrologFlags", test(conf).stdout, 1, true)
       end)
 
+    it("PrologTimeout (Slurm 26.05) is the prolog's when set, whatever PrologEpilogTimeout says", function()
+      local function slurm(text) return text .. "BatchStartTimeout=180\n" end
+      local d, conf = site{ slurm = slurm("PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=600\n"
+        .. "PrologTimeout=30\n") }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/slurm.conf:3: warning: PrologTimeout=30 is not above imexguard's deadline = 90 s",
+        r.stdout, 1, true)
+      assert.not_matches("PrologEpilogTimeout", r.stdout, 1, true)
+      local _
+      _, conf = site{ slurm = slurm("PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=60\n"
+        .. "PrologTimeout=300\n") }
+      assert.not_matches("Timeout", test(conf).stdout, 1, true)
+      -- NoHold, ForceRequeueOnFail and RunInJob imply Alloc too (26.05)
+      _, conf = site{ slurm = slurm("PrologFlags=RunInJob,DeferBatch\nPrologEpilogTimeout=180\n") }
+      assert.not_matches("PrologFlags", test(conf).stdout, 1, true)
+      _, conf = site{ slurm = slurm("PrologFlags=NoHold\nPrologEpilogTimeout=180\n") }
+      assert.not_matches("without Alloc", test(conf).stdout, 1, true)
+    end)
+
     it("PrologEpilogTimeout=60 and BatchStartTimeout unset: each named with the deadline's 90 s", function()
       local d, conf = site{ slurm = "PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=60\n" }
       local r = test(conf)

@@ -259,6 +259,26 @@ describe("default policy, membership = \"slots\"", function()
     assert.equal("ok", (t:health{})) -- a peer's fault drains the peer
   end)
 
+  it("wait (issue 31 item 5): the job's own slots CONNECTED is ok, the domain's other slots (the sentinel) "
+    .. "wait for nothing; a peer of the job down is named", function()
+    local s = scenario{ down = { gb05 = true } }
+    assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[01-03]" }))
+    local outcome, msg = s:wait{ job = 101, settings = { health_timeout = 2 } }
+    assert.equal("ok", outcome, msg)
+    assert.matches("^job 101: 3 nodes of this node's IMEX domain, every link CONNECTED %(6 links%)", msg)
+    -- the environment's own job, not registered here: its slots from SLURM_JOB_NODELIST, the same
+    outcome, msg = s:wait{ job = 104, nodelist = "gb[01-02]", settings = { health_timeout = 2 } }
+    assert.equal("ok", outcome, msg)
+    assert.matches("^job 104: 2 nodes", msg)
+    local t = scenario{ down = { gb05 = true }, settings = { health_timeout = 2 } }
+    t:advance(10)
+    assert.equal("peers-unhealthy", (t:prolog{ job = 102, nodelist = "gb[01,05]" }))
+    outcome, msg = t:wait{ job = 102 }
+    assert.equal("domain-unhealthy", outcome, msg)
+    assert.matches(slot("gb05") .. " UNAVAILABLE", msg, 1, true)
+    assert.is_nil(msg:find(slot("gb04"), 1, true), msg)
+  end)
+
   it("plan shows the slot list and the slots the prolog would put in force", function()
     local s = scenario()
     assert.equal("ok", (s:prolog{ job = 101, nodelist = "gb[01-02]" }))

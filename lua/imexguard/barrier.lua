@@ -9,7 +9,9 @@
 --
 -- Where job N's nodes come from: this node's job registry (the state file), whose entry for N holds
 -- the node list its prolog made right and registered: the job's nodes in this node's IMEX domain,
--- in the job's order (docs/design.md, steps 2a and 9). It needs no Slurm call, no name service and
+-- in the job's order (docs/design.md, steps 2a and 9); with membership = "slots" its `slots` field,
+-- the job's slots in force (the entry's node list is then the domain's whole slot list, whose other
+-- slots refuse by design). It needs no Slurm call, no name service and
 -- no shared storage, and it is what the daemons run. A job that is not registered here (its prolog
 -- failed, ran elsewhere, or a policy without a registry: static_domain) falls back, only when
 -- --job is not given (the job is the environment's own: a job script, SLURM_JOB_ID), to the policy's
@@ -21,6 +23,7 @@ local lazy = require "imexguard.lazy"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
 local nodelist = lazy "imexguard.nodelist"
+local slots = lazy "imexguard.slots"
 local health = lazy "imexguard.health"
 local pace = lazy "imexguard.pace"
 local housekeeping = lazy "imexguard.steps.housekeeping"
@@ -82,6 +85,9 @@ function M.job_nodes(policy, ctx)
   local entry
   entry, o, m = registered(ctx, id)
   if entry == nil then return nil, o, m end
+  if entry and entry.slots then -- membership by slots: the job's slots, not the domain's slot list
+    return info, slots.of_field(entry.slots), "the registry (job " .. id .. "'s slots)"
+  end
   if entry then
     return info, nodelist.lines(entry.nodes), "the registry (job " .. id .. "'s registration)"
   end

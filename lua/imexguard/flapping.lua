@@ -16,6 +16,11 @@
 --     between, then more restarts than before, reads as fewer);
 --   a new main process and a count that is not higher: the count was reset (a start by hand or by
 --     imexguard, which is no automatic restart), and every restart it shows came after: count.
+--   the same main process and a higher count: a restart on its way (systemd raises NRestarts when it
+--     queues the restart job, service_enter_restart; ExecMainStartTimestamp changes only when the
+--     new main process is known, for the recommended Type=forking once the daemon has forked, which
+--     may take long): nothing yet, and the record keeps the count it had, so that the observation
+--     that sees the new process counts these restarts once (not the whole count, as after a reset).
 -- The restarts of one observation are dated at the new main process's start (the last of them).
 --
 -- Every restart starts a new IMEX instance: its peers drop every memory import of the old one at
@@ -121,6 +126,8 @@ function M.observe(rec, unit, props, now_us, window)
       if e[1] >= oldest then new.events[#new.events + 1] = e end
     end
     if found > 0 then new.events[#new.events + 1] = { start, found } end
+    -- a restart queued, its process not known yet: counted when it is (the module's rules)
+    if start == rec.main_start_us and n > rec.n_restarts then new.n_restarts = rec.n_restarts end
     while #new.events > M.MAX_EVENTS do table.remove(new.events, 1) end
   end
   return new, found

@@ -10,6 +10,11 @@
 --     the directory of the including file. A missing Include stops slurmd, so here it is an error.
 --   * `Key=Value` pairs, several per line allowed, keys case-insensitive, `#` starts a comment. A
 --     key given again overrides the earlier value (the last assignment counts).
+--   * A line whose text before its comment ends in an odd number of backslashes (blanks after them
+--     allowed) continues on the next line: Slurm drops the backslash and joins the two as they are
+--     (parse_config.c, _get_next_line).
+--   * `PartitionName=DEFAULT` lines add to the defaults before them, never reset them; a partition
+--     named again on a later line is ignored (slurm.conf(5), "PARTITION CONFIGURATION").
 -- Not followed (said, never guessed): an Include whose path holds a wildcard or `%` (not expanded
 -- here), nesting deeper than MAX_DEPTH, a file that includes itself (a cycle).
 -- @module imexguard.slurmconf
@@ -94,6 +99,46 @@ local function pairs_of(line)
   return out
 end
 
+-- The text of a physical line before its comment, without the continuation backslash, when it
+-- continues on the next line (Slurm: an odd number of backslashes at its end); else nil.
+local function continued(line)
+  local bs, cut = 0, #line
+  for i = 1, #line do
+    local c = line:sub(i, i)
+    if c == "#" and bs % 2 == 0 then cut = i - 1; break end
+    bs = c == "\\" and bs + 1 or 0
+  end
+  local body = line:sub(1, cut):gsub("%s+$", "")
+  local slashes = #body:match("\\*$")
+  if slashes % 2 == 0 then return nil end
+  return body:sub(1, -2)
+end
+
+--- Slurm's logical lines of a file's text (slurm.conf, topology.conf: Slurm's parser joins them
+-- for both): an iterator of (line text, number of its first physical line), a line whose text before
+-- its comment ends in an odd number of backslashes joined to the next one without the backslash
+-- and the comment, nothing put between them.
+-- @tparam string text the file's contents
+-- @treturn function iterator
+function M.logical_lines(text)
+  local iter, n = (text .. "\n"):gmatch("([^\n]*)\n"), 0
+  return function()
+    local line = iter()
+    if line == nil then return nil end
+    n = n + 1
+    local first, joined = n, ""
+    local head = continued(line)
+    while head do
+      joined = joined .. head
+      line = iter()
+      if line == nil then return joined, first end
+      n = n + 1
+      head = continued(line)
+    end
+    return joined .. line, first
+  end
+end
+
 --- Read slurm.conf and its Includes.
 -- @tparam table host the primitives (read, bounded at MAX_BYTES per file)
 -- @tparam string path slurm.conf
@@ -117,9 +162,7 @@ function M.read(host, path)
     end
     open[file] = true
     conf.files[#conf.files + 1] = file
-    local n = 0
-    for line in (text .. "\n"):gmatch("([^\n]*)\n") do
-      n = n + 1
+    for line, n in M.logical_lines(text) do
       for _, p in ipairs(pairs_of(line)) do
         if p.include then
           if p.include:find("[%*%?%[%%]") then
@@ -156,8 +199,9 @@ end
 
 --- The partitions of slurm.conf with the topology each binds (Slurm 25.05+: `PartitionName=P ...
 -- Topology=NAME`, a topology of topology.yaml; field case C47). A `PartitionName=DEFAULT` line sets
--- the value for the partition lines after it (slurm.conf(5)); a partition's own line wins; a
--- partition defined twice: the last line counts.
+-- the value for the partition lines after it, adding to the DEFAULT lines before it (slurm.conf(5));
+-- a partition's own line wins; a partition named again on a later line: that line is ignored (as
+-- slurmctld does).
 -- @tparam table conf from `read`
 -- @treturn table list of `{name = string, topology = string or nil, file = path, line = integer}`
 --   (file order; `line` is the partition's line, or the DEFAULT line's where its Topology= comes from)
@@ -167,18 +211,25 @@ function M.partitions(conf)
     local key = p.key:lower()
     if key == "partitionname" then
       if p.value:upper() == "DEFAULT" then
+        -- adds to the defaults before it: their Topology= stays until this line sets one
         cur = { default = true, file = p.file, line = p.line }
+        if default and default.topology ~= nil then
+          cur.topology, cur.set_at = default.topology, default.set_at
+        end
         default = cur
       else
         cur = { name = p.value, file = p.file, line = p.line, from = default }
         if by_name[p.value] then
-          out[by_name[p.value]] = cur
+          cur = { ignored = true, file = p.file, line = p.line } -- Slurm ignores the repeat
         else
           out[#out + 1], by_name[p.value] = cur, #out + 1
         end
       end
     elseif cur and p.file == cur.file and p.line == cur.line then
-      if key == "topology" then cur.topology = p.value ~= "" and p.value or false end
+      if key == "topology" then
+        cur.topology = p.value ~= "" and p.value or false
+        if cur.default then cur.set_at = { file = p.file, line = p.line } end
+      end
     else
       cur = nil
     end
@@ -186,7 +237,7 @@ function M.partitions(conf)
   for i, p in ipairs(out) do
     local d = p.from
     if p.topology == nil and d and d.topology then
-      out[i] = { name = p.name, topology = d.topology, file = d.file, line = d.line }
+      out[i] = { name = p.name, topology = d.topology, file = d.set_at.file, line = d.set_at.line }
     else
       out[i] = { name = p.name, topology = p.topology or nil, file = p.file, line = p.line }
     end

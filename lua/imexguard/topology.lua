@@ -24,6 +24,7 @@
 --     "slurm_load_topo error: ..." on stderr and exit status 0, no line.
 -- Pure Lua, except M.ask (host.run).
 local settings_schema = require "imexguard.settings"
+local slurmconf = require "imexguard.slurmconf"
 local text = require "imexguard.text"
 
 local trim, one_line = text.trim, text.one_line
@@ -82,8 +83,8 @@ end
 --- Parse topology.conf (slurm topology.conf(5)): `BlockName=NAME [Nodes=HOSTLIST]` lines
 -- (topology/block), `SwitchName=NAME [Nodes=HOSTLIST] [Switches=HOSTLIST] [LinkSpeed=N]` lines
 -- (topology/tree), `BlockSizes=` (ignored); '#' comments, keys case-insensitive, a trailing '\'
--- continues the line. A block or switch without Nodes= is kept without nodes (nodes may join it at
--- run time).
+-- continues the line (joined as Slurm joins it: imexguard.slurmconf.logical_lines). A block or
+-- switch without Nodes= is kept without nodes (nodes may join it at run time).
 -- @param body string file contents
 -- @param path string file name (for messages)
 -- @return list of one topology (see the header; named "default", the default), or nil, message
@@ -91,20 +92,13 @@ end
 function M.parse_conf(body, path)
   local t = new_topology(M.CONF_NAME, 1, path)
   t.default, t.from_conf = true, true
-  local n, pending, first = 0, nil, 1
-  for raw in (body .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
+  for raw, n in slurmconf.logical_lines(body) do
     local line = raw:gsub("#.*$", "")
-    if pending then line = pending .. " " .. line else first = n end
-    pending = nil
-    if line:match("\\%s*$") then
-      pending = line:gsub("\\%s*$", "")
-    elseif trim(line) ~= "" then
-      local ok, err = conf_line(t, line, first, path)
+    if trim(line) ~= "" then
+      local ok, err = conf_line(t, line, n, path)
       if not ok then return nil, err end
     end
   end
-  if pending then return bad(path, first, "the last line ends with '\\'") end
   t.kind = kind_of(t)
   return { t }
 end

@@ -97,6 +97,17 @@ describe("config-test reads every file a prolog reads", function()
       assert.matches("this line has no Nodes=, so its unit would have no nodes", r.stdout, 1, true)
     end)
 
+    it("a misspelt key on a line continued with a backslash whose Nodes= follows: a warning on the line's "
+      .. "first line (imexguard's reader, as Slurm's, joins the lines)", function()
+      local d, conf = site{ files = {
+        ["topology.conf"] = "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodez=n3 \\\n  Nodes=n[3-4]\n" } }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/topology.conf:2: warning: key Nodez is not one of Slurm's topology.conf keys",
+        r.stdout, 1, true)
+      assert.equal(0, lines_with(r.stdout, "error:"), r.stdout)
+    end)
+
     it("a missing topology_file: exit 2 naming it", function()
       local d, conf = site{ extra = 'topology_file = "/nonexistent/topology.conf"\n' }
       local r = test(conf)
@@ -207,6 +218,42 @@ describe("config-test reads every file a prolog reads", function()
         assert.matches(d .. "/slurm.conf:1: warning: PrologFlags=Alloc: without DeferBatch a batch script "
           .. "starts once the batch node's prolog is done", r.stdout, 1, true)
       end)
+
+    it("PrologFlags=Contain or X11 imply Alloc (slurm.conf(5)): only DeferBatch is named; with it, nothing",
+      function()
+        for _, flags in ipairs({ "Contain", "X11", "contain" }) do
+          local d, conf = site{ slurm = "PrologFlags=" .. flags .. "\nPrologEpilogTimeout=180\n"
+            .. "BatchStartTimeout=180\n" }
+          local r = test(conf)
+          assert.equal(0, r.code, r.stdout)
+          assert.matches(d .. "/slurm.conf:1: warning: PrologFlags=" .. flags .. ": without DeferBatch a "
+            .. "batch script starts once the batch node's prolog is done", r.stdout, 1, true)
+          assert.not_matches("without Alloc", r.stdout, 1, true)
+        end
+        local _, conf = site{ slurm = "PrologFlags=Contain,DeferBatch\nPrologEpilogTimeout=180\n"
+          .. "BatchStartTimeout=180\n" }
+        assert.not_matches("PrologFlags", test(conf).stdout, 1, true)
+      end)
+
+    it("PrologTimeout (Slurm 26.05) is the prolog's when set, whatever PrologEpilogTimeout says", function()
+      local function slurm(text) return text .. "BatchStartTimeout=180\n" end
+      local d, conf = site{ slurm = slurm("PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=600\n"
+        .. "PrologTimeout=30\n") }
+      local r = test(conf)
+      assert.equal(0, r.code, r.stdout)
+      assert.matches(d .. "/slurm.conf:3: warning: PrologTimeout=30 is not above imexguard's deadline = 90 s",
+        r.stdout, 1, true)
+      assert.not_matches("PrologEpilogTimeout", r.stdout, 1, true)
+      local _
+      _, conf = site{ slurm = slurm("PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=60\n"
+        .. "PrologTimeout=300\n") }
+      assert.not_matches("Timeout", test(conf).stdout, 1, true)
+      -- NoHold, ForceRequeueOnFail and RunInJob imply Alloc too (26.05)
+      _, conf = site{ slurm = slurm("PrologFlags=RunInJob,DeferBatch\nPrologEpilogTimeout=180\n") }
+      assert.not_matches("PrologFlags", test(conf).stdout, 1, true)
+      _, conf = site{ slurm = slurm("PrologFlags=NoHold\nPrologEpilogTimeout=180\n") }
+      assert.not_matches("without Alloc", test(conf).stdout, 1, true)
+    end)
 
     it("PrologEpilogTimeout=60 and BatchStartTimeout unset: each named with the deadline's 90 s", function()
       local d, conf = site{ slurm = "PrologFlags=Alloc,DeferBatch\nPrologEpilogTimeout=60\n" }

@@ -59,6 +59,32 @@ describe("imexguard.flapping", function()
     assert.equal(3, found)
   end)
 
+  it("a restart seen while its new process is not started yet (Type=forking: NRestarts rises when the "
+    .. "restart job is queued, ExecMainStartTimestamp when the daemon has forked): counted once, when the "
+    .. "new main process shows, never the whole count again", function()
+    local rec = flapping.observe(nil, S.unit, props(2, 0), T0, 600)
+    local found
+    rec, found = flapping.observe(rec, S.unit, props(3, 0), T0 + 100e6, 600) -- activating (auto-restart)
+    assert.equal(0, found)
+    rec, found = flapping.observe(rec, S.unit, props(3, 110), T0 + 120e6, 600) -- the new daemon forked
+    assert.equal(1, found)
+    assert.equal(1, rec.total)
+    assert.equal(1, flapping.count(rec, T0 + 120e6, 600))
+    -- the restart failed before forking and systemd restarted it again: both count
+    rec = flapping.observe(nil, S.unit, props(2, 0), T0, 600)
+    rec = flapping.observe(rec, S.unit, props(3, 0), T0 + 100e6, 600)
+    rec = flapping.observe(rec, S.unit, props(4, 0), T0 + 105e6, 600)
+    local _
+    _, found = flapping.observe(rec, S.unit, props(4, 110), T0 + 120e6, 600)
+    assert.equal(2, found)
+    -- a reset-failed meanwhile (the count drops, no new process): nothing
+    rec = flapping.observe(nil, S.unit, props(2, 0), T0, 600)
+    rec = flapping.observe(rec, S.unit, props(3, 0), T0 + 100e6, 600)
+    rec, found = flapping.observe(rec, S.unit, props(0, 0), T0 + 105e6, 600)
+    assert.equal(0, found)
+    assert.equal(0, rec.n_restarts)
+  end)
+
   it("the same main process and the same count: nothing (a run that saw no change)", function()
     local rec = flapping.observe(nil, S.unit, props(2, 0), T0, 600)
     local again, found = flapping.observe(rec, S.unit, props(2, 0), T0 + 5e6, 600)

@@ -116,3 +116,51 @@ describe("slurmconf.locate and load", function()
     assert.same({}, { slurmconf.load(ctx) })
   end)
 end)
+
+describe("slurmconf.partitions (C47: the topology a job's partition binds)", function()
+  local function parts(text)
+    local conf = assert(slurmconf.read(host{ ["/s/slurm.conf"] = text }, "/s/slurm.conf"))
+    local out = {}
+    for _, p in ipairs(slurmconf.partitions(conf)) do
+      out[#out + 1] = string.format("%s=%s@%d", p.name, tostring(p.topology), p.line)
+    end
+    return out, conf
+  end
+
+  it("a line continued with a trailing backslash is one line, as Slurm joins it", function()
+    local out, conf = parts(table.concat({
+      "PartitionName=gb200 Nodes=gb200-[0-7] \\",
+      "   State=UP Topology=gb200-racks",
+      "PartitionName=cpu Nodes=gb200-[0-3],\\",
+      "gb200-[4-7] \\   ",
+      "  MaxTime=10 # comment \\",
+      "Topology=eth",
+      "# a comment that ends in a backslash \\",
+      "PrologFlags=Alloc,\\ # DeferBatch",
+      "DeferBatch",
+    }, "\n") .. "\n")
+    assert.same({ "gb200=gb200-racks@1", "cpu=nil@3" }, out)
+    assert.equal("gb200-[0-3],gb200-[4-7]", (slurmconf.get(conf, "Nodes")))
+    assert.same({ "eth", { file = "/s/slurm.conf", line = 6 } }, { slurmconf.get(conf, "Topology") })
+    assert.same({ "Alloc,DeferBatch", { file = "/s/slurm.conf", line = 8 } },
+      { slurmconf.get(conf, "PrologFlags") })
+  end)
+
+  it("PartitionName=DEFAULT lines add to the defaults before them, never reset them (slurm.conf(5))",
+    function()
+    assert.same({ "gb200=gb200-racks@1", "gb300=gb300-racks@4", "cpu=nil@6" }, (parts(table.concat({
+      "PartitionName=DEFAULT Topology=gb200-racks",
+      "PartitionName=DEFAULT MaxTime=60 State=UP",
+      "PartitionName=gb200 Nodes=gb200-[0-7]",
+      "PartitionName=gb300 Nodes=gb300-[0-7] Topology=gb300-racks",
+      "PartitionName=DEFAULT Topology=",
+      "PartitionName=cpu Nodes=c1",
+    }, "\n") .. "\n")))
+  end)
+
+  it("a partition named on a second line: that line is ignored, the first counts (slurm.conf(5))", function()
+    assert.same({ "gb200=gb200-racks@1" }, (parts(
+      "PartitionName=gb200 Nodes=gb200-[0-7] Topology=gb200-racks\n"
+      .. "PartitionName=gb200 Nodes=gb200-[0-3] Topology=gb300-racks\n")))
+  end)
+end)

@@ -23,6 +23,20 @@ local function units(t)
 end
 
 describe("topology.parse_conf", function()
+  it("a trailing backslash joins the next line as Slurm does, with nothing between them (C45)", function()
+    local t = assert(topology.parse_conf(table.concat({
+      "BlockName=b1 Nodes=gb[01-04],\\",
+      "gb[05-08]",
+      "SwitchName=rack1 \\   ",
+      "  Nodes=gb[09-10] # rack 1 \\",
+      "BlockName=b2 Nodes=gb[11-12]",
+    }, "\n") .. "\n", "/t"))
+    assert.same({ "b1=gb[01-04],gb[05-08]", "b2=gb[11-12]", "rack1=gb[09-10]" }, units(t[1]))
+    assert.same({ 1, 5 }, { t[1].blocks[1].line, t[1].blocks[2].line })
+    -- a backslash on the last line continues nothing (Slurm reads the line as it is)
+    assert.same({ "b1=nil" }, units(assert(topology.parse_conf("BlockName=b1 \\", "/t"))[1]))
+  end)
+
   it("blocks: one topology named default, the default, kind block", function()
     local t = assert(topology.parse_conf("BlockName=b1 Nodes=n[1-2]\nBlockName=b2\nBlockSizes=2\n", "/t"))
     assert.equal(1, #t)

@@ -7,6 +7,7 @@
 -- with its file and line, and the file that was found is said.
 local domains = require "imexguard.domains"
 local addresses = require "imexguard.addresses"
+local slurmconf = require "imexguard.slurmconf"
 
 local M = {}
 
@@ -37,9 +38,8 @@ local TOPOLOGY_KEYS = { blockname = true, nodes = true, blocksizes = true, switc
 -- @return list of findings
 function M.unknown_topology_keys(host, path)
   local text = path:match("%.ya?ml$") == nil and host.read(path, domains.MAX_FILE)
-  local out, n = {}, 0
-  for raw in ((text or "") .. "\n"):gmatch("([^\n]*)\n") do
-    n = n + 1
+  local out = {}
+  for raw, n in slurmconf.logical_lines(text or "") do
     local line = raw:gsub("#.*$", "")
     local has_nodes = line:lower():find("nodes=", 1, true) ~= nil
     for key in line:gmatch("([%a_]+)=") do

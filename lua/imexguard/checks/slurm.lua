@@ -4,12 +4,14 @@
 -- the configless cache; Includes followed) and the lines that decide whether a prolog can do its
 -- job. Facts (slurm.conf(5), Slurm 22.05 to 26.05):
 --   * PrologFlags=Alloc runs the prolog on every allocated node at allocation; without it only
---     where a step starts. DeferBatch: slurmctld launches the batch script once the prolog is done
---     on ALL allocated nodes; with Alloc alone, once the batch node's prolog is done, before the
---     other nodes' IMEX domains are up. (Slurm 26.05: DeferBatch implies Alloc; Google's GB300
---     blueprint sets Alloc,DeferBatch,NoHold.)
+--     where a step starts. Contain implies Alloc, X11 implies Contain and Alloc. DeferBatch:
+--     slurmctld launches the batch script once the prolog is done on ALL allocated nodes; with
+--     Alloc alone, once the batch node's prolog is done, before the other nodes' IMEX domains are
+--     up. (Slurm 26.05: DeferBatch implies Alloc; Google's GB300 blueprint sets
+--     Alloc,DeferBatch,NoHold.)
 --   * PrologEpilogTimeout: slurmd kills a prolog that runs longer (default: wait indefinitely), then
---     drains the node and requeues the job, before imexguard's deadline names the step.
+--     drains the node and requeues the job, before imexguard's deadline names the step. Slurm 26.05's
+--     PrologTimeout, when set, is the prolog's instead (its default: PrologEpilogTimeout).
 --   * BatchStartTimeout (default 10 s): a batch job whose launch, prolog included, takes longer may be
 --     declared missing and requeued (Slurm 26.05 warns about it itself).
 --   * SwitchType=switch/nvidia_imex hands each job its own IMEX channel: the setting imex_channels =
@@ -60,13 +62,19 @@ local function flags(value)
   return set
 end
 
---- PrologFlags: Alloc (or DeferBatch, which implies it from Slurm 26.05), and DeferBatch.
+--- The PrologFlags that imply Alloc (slurm.conf(5): Contain sets it, X11 sets Contain and Alloc;
+-- Slurm 26.05: also DeferBatch, NoHold, ForceRequeueOnFail and RunInJob).
+M.IMPLY_ALLOC = { "alloc", "contain", "x11", "deferbatch", "nohold", "forcerequeueonfail", "runinjob" }
+
+--- PrologFlags: Alloc (or a flag that implies it, M.IMPLY_ALLOC), and DeferBatch.
 function M.prolog_flags(_, conf)
   local v, file, line = get(conf, "PrologFlags")
   local f = flags(v)
   local out = {}
   local shown = v and ("PrologFlags=" .. v) or "PrologFlags is not set"
-  if not f.alloc and not f.deferbatch then
+  local alloc = false
+  for _, name in ipairs(M.IMPLY_ALLOC) do alloc = alloc or f[name] == true end
+  if not alloc then
     out[#out + 1] = { level = "warning", file = file or conf.path, line = line,
       message = shown .. ": without Alloc the prolog runs only on nodes where a job step starts, so the "
         .. "job's other nodes keep a stale IMEX node list; set PrologFlags=Alloc,DeferBatch" }
@@ -94,11 +102,13 @@ local function timeout(ctx, conf, key, default, effect)
       math.max(2 * math.ceil(deadline), 180)) }
 end
 
---- PrologEpilogTimeout (unset: Slurm waits indefinitely) and BatchStartTimeout (unset: 10 s) against
--- the setting deadline (C53): each named with both values when it is not above it.
+--- PrologTimeout, else PrologEpilogTimeout (unset: Slurm waits indefinitely), and BatchStartTimeout
+-- (unset: 10 s) against the setting deadline (C53): each named with both values when it is not above it.
 function M.timeouts(ctx, conf)
   local out = {}
-  out[#out + 1] = timeout(ctx, conf, "PrologEpilogTimeout", nil, "slurmd kills the prolog first, drains the "
+  -- PrologTimeout (Slurm 26.05), when set, is the prolog's; PrologEpilogTimeout is then not used for it
+  local key = get(conf, "PrologTimeout") and "PrologTimeout" or "PrologEpilogTimeout"
+  out[#out + 1] = timeout(ctx, conf, key, nil, "slurmd kills the prolog first, drains the "
     .. "node and requeues the job, and no outcome names the step")
   out[#out + 1] = timeout(ctx, conf, "BatchStartTimeout", M.BATCH_START_TIMEOUT_DEFAULT, "a batch job whose "
     .. "prolog runs longer can be declared missing and requeued")

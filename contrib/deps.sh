@@ -83,9 +83,11 @@ printf '#!/bin/sh\n# imexguard contrib/deps.sh: no service starts while packages
 	$SUDO tee "$RCD" >/dev/null
 $SUDO chmod 0755 "$RCD"
 
-# The unit files enabled now (systemctl reads them without a running manager, as in a chroot).
+# Unit files are read and changed with --root=/ (systemctl(1): on the files only, no manager asked),
+# so that it works the same with a running systemd, without one (a chroot), and in a chroot where
+# /run/systemd/system exists but no manager answers (plain systemctl then fails to connect).
 enabled_units() {
-	systemctl list-unit-files --state=enabled --no-legend 2>/dev/null | awk '{ print $1 }' | sort
+	systemctl --root=/ list-unit-files --state=enabled --no-legend 2>/dev/null | awk '{ print $1 }' | sort
 }
 BEFORE=$(mktemp)
 enabled_units >"$BEFORE"
@@ -104,8 +106,10 @@ done
 bad=""
 for u in $units; do
 	$SUDO deb-systemd-helper disable "$u" >/dev/null 2>&1 || true
-	$SUDO systemctl disable "$u" >/dev/null 2>&1 || true
-	[ "$(systemctl is-enabled "$u" 2>/dev/null)" = "enabled" ] && bad="$bad $u(enabled)"
+	$SUDO systemctl --root=/ disable "$u" >/dev/null 2>&1 || true
+	case "$(systemctl --root=/ is-enabled "$u" 2>/dev/null)" in
+	enabled* | linked*) bad="$bad $u(enabled)" ;;
+	esac
 	[ "$(systemctl is-active "$u" 2>/dev/null)" = "active" ] && bad="$bad $u(running)"
 done
 if [ -n "$bad" ]; then

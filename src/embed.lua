@@ -80,6 +80,21 @@ local HELP_COLUMN, WIDTH = 18, 80
 
 -- The usage text's list of commands: "  NAME [ARG] [--json]" and the help (with the command's
 -- own budget) from HELP_COLUMN, wrapped at WIDTH; a longer head gets a line of its own.
+-- Append `help` to `lines` word by word after `line` (a head padded to its column), wrapped at
+-- WIDTH; continuation lines start with `pad`.
+local function wrap(lines, line, pad, help)
+  local fresh = true
+  for word in help:gmatch("%S+") do
+    if not fresh and #line + 1 + #word > WIDTH then
+      lines[#lines + 1] = line
+      line, fresh = pad, true
+    end
+    line = fresh and line .. word or line .. " " .. word
+    fresh = false
+  end
+  lines[#lines + 1] = line
+end
+
 local function commands_usage(commands)
   local lines = {}
   local pad = string.rep(" ", HELP_COLUMN)
@@ -100,16 +115,7 @@ local function commands_usage(commands)
       lines[#lines + 1] = head
       line = pad
     end
-    local fresh = true
-    for word in help:gmatch("%S+") do
-      if not fresh and #line + 1 + #word > WIDTH then
-        lines[#lines + 1] = line
-        line, fresh = pad, true
-      end
-      line = fresh and line .. word or line .. " " .. word
-      fresh = false
-    end
-    lines[#lines + 1] = line
+    wrap(lines, line, pad, help)
   end
   return table.concat(lines, "\n") .. "\n"
 end
@@ -121,17 +127,7 @@ local function options_usage(commands)
   for _, o in ipairs(commands.OPTIONS) do
     local head = "  --" .. o[1] .. " " .. o[2]
     local line = head .. string.rep(" ", math.max(1, col - #head))
-    local fresh = true
-    local help = table.concat(commands.taking(o[1]), ", ") .. " only: " .. o[3]
-    for word in help:gmatch("%S+") do
-      if not fresh and #line + 1 + #word > WIDTH then
-        lines[#lines + 1] = line
-        line, fresh = string.rep(" ", col), true
-      end
-      line = fresh and line .. word or line .. " " .. word
-      fresh = false
-    end
-    lines[#lines + 1] = line
+    wrap(lines, line, string.rep(" ", col), table.concat(commands.taking(o[1]), ", ") .. " only: " .. o[3])
   end
   return table.concat(lines, "\n") .. "\n"
 end

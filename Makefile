@@ -214,6 +214,8 @@ install: $(BIN) $(MANPAGES) $(COMPLETION)
 	install -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
 	install -m 0644 $(EXAMPLES) $(DESTDIR)$(DOCDIR)/examples/
 
+# What install wrote, then the folders that are imexguard's own once empty (/etc/imexguard keeps
+# an admin's imexguard.conf); shared folders (man, completions, doc, sbin) stay.
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/sbin/imexguard $(DESTDIR)$(LIBEXEC)/prolog.sh \
 	      $(DESTDIR)$(LIBEXEC)/epilog.sh $(DESTDIR)$(LIBEXEC)/health.sh \
@@ -226,7 +228,7 @@ uninstall:
 	      $(addprefix $(DESTDIR)$(DOCDIR)/examples/,$(notdir $(EXAMPLES)))
 	-rmdir $(DESTDIR)$(LIBEXEC) $(DESTDIR)$(PREFIX)/share/imexguard/policies \
 	       $(DESTDIR)$(PREFIX)/share/imexguard/nhc $(DESTDIR)$(PREFIX)/share/imexguard \
-	       $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+	       $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) $(DESTDIR)/etc/imexguard 2>/dev/null
 
 # The Debian package imexguard_VERSION_ARCH.deb in $(B)/deb/, built with debhelper from a copy of
 # the committed and working-tree sources in $(B)/deb/src (the work tree stays clean).

@@ -75,7 +75,7 @@ end
 local d = simdomain.new { nodes = nodes, root = keep and (keep .. "/rack"), settings = settings }
 local ok, err = xpcall(function()
   say("imexguard demo: a simulated %d-node IMEX domain under a private systemd user manager", nodes)
-  say("  node files, settings and daemon logs: %s (removed at the end)", d.root)
+  say("  node files, settings and daemon logs: %s (%s)", d.root, keep and "kept" or "removed at the end")
   -- Stale lists left by earlier jobs: the nodes were split into pairs.
   for i, name in ipairs(d.names) do
     local a = i % 2 == 1 and i or i - 1

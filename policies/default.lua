@@ -86,16 +86,18 @@ local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "r
 -- entry point, is an error of the build, never a run without the command.
 local ENTRY_NAMES = (function()
   local commands = require "imexguard.commands"
-  local names, why = commands.names("entry"), nil
+  local names = commands.names("entry")
   for _, name in ipairs(names) do
-    why = why or (not ENTRY_POINTS[name] and "ENTRY_POINTS has no method for the command '" .. name .. "'")
+    if not ENTRY_POINTS[name] then
+      error("policies/default.lua: ENTRY_POINTS has no method for the command '" .. name .. "'")
+    end
   end
   for name in pairs(ENTRY_POINTS) do
     local c = commands.by_name[name]
-    why = why or (not (c and c.entry) and "ENTRY_POINTS names '" .. name .. "', no command with an entry "
-      .. "point")
+    if not (c and c.entry) then
+      error("policies/default.lua: ENTRY_POINTS names '" .. name .. "', no command with an entry point")
+    end
   end
-  if why then error("policies/default.lua: " .. why) end
   return names
 end)()
 
@@ -280,9 +282,8 @@ function Policy:prepare(ctx)
   return info, want
 end
 
---- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A
--- daemon imexguard did not start, which the ctl proved current (assessment.adopt, C51), is recorded
--- with what it runs (saved with the registration).
+--- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A daemon
+-- imexguard did not start that the ctl proved current (assessment.adopt, C51) is recorded with what it runs.
 function Policy:keep(ctx, st, want, assessment, extra, info)
   if assessment.adopt then state.record_start(st, assessment.adopt) end
   if want.slots then -- the job's slots into the name map (membership by slots)
@@ -469,10 +470,9 @@ function Policy:unregister(ctx, id)
   return "ok", string.format("job %s unregistered on node %s (%s); %s left running", id, node, rest, s.unit)
 end
 
---- Entry point `epilog`: unregister the job under the node lock; IMEX is left running. A job that
--- is not registered (its prolog failed or never ran here, or IMEX does not apply) is fine: "ok",
--- without taking the lock (a job's own prolog has finished before its epilog starts, so an entry
--- for it cannot appear meanwhile).
+--- Entry point `epilog`: unregister the job under the node lock; IMEX is left running. A job not
+-- registered here (its prolog failed or never ran, or IMEX does not apply) is "ok" without the lock
+-- (a job's own prolog has finished before its epilog starts: its entry cannot appear meanwhile).
 function Policy:run_epilog(ctx)
   local id, o, m = base.check_job_id(ctx)
   if not id then return o, m end

@@ -16,6 +16,7 @@
 --   with nothing to change (the same list, action none):
 --   8  wait for health     P:wait_converged(ctx, want, a, st, info) P:wait_healthy (P:check_fabric, C31,
 --                                                                   then the ctl), C32's one restart
+--   10 watcher             P:leave_watcher(ctx, want)               once the wait exits 0 (C51)
 --      port owner          P:check_port_owner(ctx, info, props)     the command port is the unit's (C27)
 --   9  register            P:register(ctx, st, want, extra)         the job's entry (P:register_extra)
 --   else a change:
@@ -36,22 +37,10 @@
 -- registrations, forget) are imexguard.inspect's, which this table falls back to. Entry points
 -- return outcome, message [, report]: report (string) is printed verbatim on stdout.
 --
--- A site policy extends this one in two ways (examples, each with a spec: policies/shared_nodes.lua,
--- stop_on_last_epilog.lua, static_domain.lua):
--- * hooks, plain functions given to P.extend(hooks), which returns a new policy table with the
---   same entry points (and its own extend) where the given hooks replace the default ones:
---     applies(ctx)                  -> info (as steps.applies) | nil, outcome, message: does IMEX
---                                      apply on this node (default: steps.applies)
---     lookup(ctx, names)            -> addresses (same order) | nil, message naming the node, code:
---                                      the address source (default: settings: DNS or address map);
---                                      names: the job's nodes in this node's IMEX domain (C29)
---     admit(ctx, info, want)        -> true | nil, outcome, message: an extra check of the job
---                                      before the lock (default: none)
---     may_restart(ctx, st, assessment) -> true | false, message (default: steps.may_restart)
---     register_extra(ctx, want)     -> table of extra scalar fields for the registry entry
---     after_unregister(ctx, st, entry, remaining) -> nil (keep the default result) | outcome,
---                                      message: in the epilog, under the lock, after the job's entry
---                                      was removed and the state saved; remaining = the other entries
+-- A site policy extends this one (docs/policy-api.md, "The built-in policy and its steps"; examples,
+-- each with a spec: policies/shared_nodes.lua, stop_on_last_epilog.lua, static_domain.lua) with
+-- * hooks, plain functions given to P.extend(hooks) (HOOKS below, each described at its method),
+--   which returns a new policy table with the same entry points (and its own extend);
 -- * methods: assign a method of the table P.extend() returns (`function P:assess_daemon(ctx, ...)`):
 --   the entry points call every step as a method, so the override is used; the default step is
 --   `default.assess_daemon(self, ctx, ...)`. Old method names still work (RENAMED below).
@@ -71,9 +60,9 @@ local other_jobs = lazy "imexguard.steps.other_jobs"
 local registration = lazy "imexguard.steps.registration"
 local restart = lazy "imexguard.steps.restart"
 local slots = lazy "imexguard.steps.slots"
+local converge = lazy "imexguard.steps.converge"
 local state = lazy "imexguard.state"
 local registry = lazy "imexguard.registry"
-local health = lazy "imexguard.health"
 local addresses = lazy "imexguard.addresses"
 local channels = lazy "imexguard.channels"
 local fabric = lazy "imexguard.fabric"
@@ -128,11 +117,9 @@ local Policy = setmetatable({ RENAMED = RENAMED }, { __index = function(t, name)
   return inspect[name]
 end })
 
---- Is IMEX expected on this node while no job is registered (imexguard.expected: the node
--- condition's reason "static-domain")? false: the per-job daemon of this policy is as the last job
--- left it, and the next prolog makes it right ("idle"). A policy that runs a daemon at all times
--- sets it true (policies/static_domain.lua). A field, not a method: the driver reads it after the
--- outcome, outside the count hook.
+--- Is IMEX expected on this node while no job is registered (imexguard.expected: reason
+-- "static-domain")? false: the next prolog makes the per-job daemon right ("idle"); true: a policy
+-- whose daemon runs at all times (static_domain.lua). A field: the driver reads it after the outcome.
 Policy.imex_always_expected = false
 
 -- ---------------------------------------------------------------------------------------------
@@ -190,8 +177,7 @@ function Policy:load_state(ctx) -- luacheck: no self
   return st
 end
 
---- Assess the daemon: must it be started, restarted, waited for, or is it current
--- (steps.assess_daemon)?
+--- Assess the daemon: must it be started, restarted, waited for, or is it current (steps.assess_daemon)?
 -- @return assessment, or nil, outcome, message
 function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
   local a, o, m = staleness.assess_daemon(ctx, info, want, st, opts)
@@ -200,18 +186,15 @@ function Policy:assess_daemon(ctx, info, want, st, opts) -- luacheck: no self
 end
 
 --- Respect other jobs: may the list be rewritten or the daemon (re)started under the registered
--- jobs? The may_restart hook, else steps.may_restart. A refusal that returns the registered jobs
--- that block (a non-empty list, as steps.may_restart does) is `conflict` (the prolog waits
--- conflict_wait for a late epilog, C24); any other refusal is the policy's own rule: `refused`
--- (exit 22), its message as the cause, no registry hint (issue 32 item 6).
+-- jobs? The may_restart hook, else steps.may_restart. A refusal naming the registered jobs that
+-- block is `conflict` (waited for, C24); any other is the policy's own rule: `refused` (exit 22).
 -- @return true, or false, message, list of the blocking registry entries (or nil)
 function Policy:may_restart(ctx, st, assessment)
   local f = self.hooks.may_restart or other_jobs.may_restart
   return f(ctx, st, assessment)
 end
 
---- Write: the node list, atomically, recorded in the state file (steps.write_node_list), once the
--- change is allowed and registered.
+--- Write: the node list, atomically, recorded in the state file (steps.write_node_list).
 -- @return true, or nil, outcome, message
 function Policy:write_node_list(ctx, info, want, st) -- luacheck: no self
   return nodes_file.write_node_list(ctx, info, want, st)
@@ -227,100 +210,28 @@ function Policy:restart(ctx, want, assessment, st, info)
   return restart.restart(ctx, want, assessment, st, info)
 end
 
---- Fabric: the GPUs' NVLink fabric (imexguard.fabric.check, C31, C41-C43): every GPU Completed with
--- status Success, a non-zero ClusterUUID, all in one partition, its Health block not unhealthy, and
--- that partition the one the domain map names when want.domain's name is a fabric identity
--- (fabric.matches). GPUs that report N/A, or all registered with a zero ClusterUUID (HGX boards), have
--- no multi-node NVLink (nothing checked, said once in the log). NVML that cannot start on a
--- driver/library version mismatch is driver-mismatch. Sets ctx.fabric.
--- @param want table|nil the desired list (want.domain: this node's domain from the domain map,
---   {name =, nodes =, source =}, or nil; else ctx.domain when set)
--- @param wait boolean wait up to fabric_timeout while a GPU is registering (the prolog); false: one read
---   (status, health, plan)
--- @return result (fabric.check's), or nil, outcome ("fabric-fault", "driver-mismatch",
---   "fabric-unknown", "deadline-exceeded"), message
+--- Fabric (step 8a): the GPUs' NVLink fabric (fabric.check, C31, C41-C43: its result, or nil,
+-- outcome, message; sets ctx.fabric) in the partition want.domain (else ctx.domain) names.
+-- @param wait boolean wait while a GPU is registering (the prolog); false: one read (status, plan)
 function Policy:check_fabric(ctx, want, wait) -- luacheck: no self
   return fabric.check(ctx, { wait = wait, domain = (want and want.domain) or rawget(ctx, "domain") })
 end
 
---- Wait for health: P:check_fabric first (waiting while a GPU registers; this node's fabric fault ends the
--- step at once: it outranks a peer's fault, names this node's GPU and blames no peer, and needs no
--- wait on the domain), then poll the ctl until the job's domain is healthy (the assessment's ctl answer
--- is the first poll).
+--- Wait for health (step 8): P:check_fabric, then the ctl (steps.wait_healthy).
 -- @return outcome, message
 function Policy:wait_healthy(ctx, want, assessment)
-  local r, fo, fm = self:check_fabric(ctx, want, true)
-  if not r then return fo, fm end
-  local outcome, msg = health.wait(ctx, want, assessment.answer)
-  if want.slots then outcome, msg = slots.after_wait(ctx, want, outcome, msg) end -- the SIGUSR1 floor
-  if r.state == "unknown" or r.state == "degraded" or (r.polls or 0) > 1 then
-    msg = msg .. "; fabric: " .. r.message
-  end
-  return outcome, text.one_line(msg)
+  return converge.wait_healthy(self, ctx, want, assessment)
 end
 
---- Wait for health and converge (C32): P:wait_healthy; when it ends in a stale node-map mismatch
--- (both ends of a link run the job's node list, the link still shows NODE_MAP_MISMATCH, and IMEX
--- keeps it until both ends restart), restart this node's daemon once per run where P:may_restart
--- allows a restart under the registered jobs (the rule of every restart), then wait again. Where it
--- may not, wait once more (the other end may hold the block alone and restart); where the mismatch
--- stays after that, or after this node's restart, the outcome stays stuck-mismatch, naming the
--- nodes to restart together. A nudge (SIGUSR1) is no substitute: it does not clear the block.
--- Only the older end restarts (C52): a daemon this run started or restarted (assessment.action
--- "start" or "restart") is a new instance, started after the mismatch its peers show began, so it
--- cannot be the end that remembers it (IMEX remembers a mismatch on the end that had the peer
--- connected when the peer's list changed); it never restarts again for one, and waits the whole
--- health wait for the older end's restart instead of stale_mismatch_after.
--- @param assessment table from P:assess_daemon (action, nodes, unit, answer: the first poll)
--- @param st table the state file (the registry; saved by P:restart)
--- An outcome that exits 0 leaves the watcher (P:leave_watcher): the convergence of the peers that
--- restart after this prolog returns.
--- @return outcome, message, restarted (true when this run restarted the daemon to converge; called
---   once per run, so that is the one restart)
+--- Wait for health, converge (C32, C52) and leave the watcher (steps.wait_converged).
+-- @return outcome, message, restarted (true when this run restarted the daemon to converge)
 function Policy:wait_converged(ctx, want, assessment, st, info)
-  local outcome, msg, restarted = self:converge(ctx, want, assessment, st, info)
-  local w = outcomes.exit_code(outcome, ctx.settings) == 0 and self:leave_watcher(ctx, want)
-  if w then msg = text.one_line(msg .. "; " .. w) end
-  return outcome, msg, restarted
+  return converge.wait_converged(self, ctx, want, assessment, st, info)
 end
 
---- P:wait_converged's wait and its one restart (C32, C52), without the watcher.
+--- P:wait_converged's wait and its one restart (C32, C52), without the watcher (steps.converge).
 function Policy:converge(ctx, want, assessment, st, info)
-  local fresh = assessment.action == "start" or assessment.action == "restart"
-  if fresh then desired.set_stale_wait(want) end
-  local outcome, msg = self:wait_healthy(ctx, want, assessment)
-  if outcome ~= health.STALE_MISMATCH_OUTCOME then return outcome, msg end
-  if fresh then
-    return outcome, text.one_line(msg .. "; this run " .. assessment.action .. "ed " .. ctx.settings.unit
-      .. " after the mismatch began, so this end cannot be the one that holds it: the other end must restart")
-  end
-  local a = { action = "restart", nodes = assessment.nodes, unit = assessment.unit, changed = false,
-    reason = "a stale node-map mismatch (C32)" }
-  local allowed, why = self:may_restart(ctx, st, a)
-  if not allowed then
-    -- the other end may hold the block alone and restart to clear it: one more round of the wait
-    ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": may not restart "
-      .. ctx.settings.unit .. " to clear a stale node-map mismatch (" .. tostring(why) .. "); waiting once "
-      .. "more for the other end's restart"))
-    local o2, m2 = self:wait_healthy(ctx, want, {})
-    if o2 ~= health.STALE_MISMATCH_OUTCOME then return o2, m2 end
-    return o2, text.one_line(m2 .. "; this node may not restart it: " .. tostring(why))
-  end
-  ctx.host.log("warning", text.one_line("node " .. base.node_name(ctx) .. ": restarting "
-    .. ctx.settings.unit .. " once to clear a stale node-map mismatch: " .. msg))
-  local rok, props, rm = self:restart(ctx, want, a, st, info)
-  if not rok then return props, rm end
-  -- this end is new now; the other end's prolog may be restarting its daemon (a slow unit job, a
-  -- systemd re-exec): the whole health wait for it, not stale_mismatch_after
-  desired.set_stale_wait(want)
-  local o2, m2 = self:wait_healthy(ctx, want, {})
-  if o2 == health.STALE_MISMATCH_OUTCOME then
-    m2 = m2 .. "; this run already restarted " .. ctx.settings.unit .. " once to clear it: the other end "
-      .. "must restart too"
-  else
-    m2 = m2 .. "; " .. ctx.settings.unit .. " restarted once to clear a stale node-map mismatch"
-  end
-  return o2, text.one_line(m2), true
+  return converge.converge(self, ctx, want, assessment, st, info)
 end
 
 --- Port owner: before a healthy answer counts, the command port is the unit's (steps.check_port_owner, C27).
@@ -359,12 +270,9 @@ end
 --- The decisions before the lock, which change nothing: job id, applies?, desired list.
 -- @return info, want, or nil, outcome, message
 function Policy:prepare(ctx)
-  local id, o, m = base.check_job_id(ctx)
-  if not id then return nil, o, m end
-  local info
-  info, o, m = self:applies(ctx)
-  if not info then return nil, o, m end
-  local ch
+  local id, info, m = applies.applies_to_job(self, ctx)
+  if not id then return nil, info, m end
+  local ch, o
   ch, o, m = self:ensure_channel(ctx)
   if not ch then return nil, o, m end
   info.channel = ch
@@ -374,9 +282,8 @@ function Policy:prepare(ctx)
   return info, want
 end
 
---- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A
--- daemon imexguard did not start, which the ctl proved current (assessment.adopt, C51), is recorded
--- with what it runs (saved with the registration).
+--- Nothing to change: wait for health, then register the job (only when the outcome exits 0). A daemon
+-- imexguard did not start that the ctl proved current (assessment.adopt, C51) is recorded with what it runs.
 function Policy:keep(ctx, st, want, assessment, extra, info)
   if assessment.adopt then state.record_start(st, assessment.adopt) end
   if want.slots then -- the job's slots into the name map (membership by slots)
@@ -444,11 +351,11 @@ function Policy:locked_prolog(ctx, info, want)
   if not a then return o, m end
   local extra = self:register_extra(ctx, want)
   -- membership by slots: a prolog that ends non-zero takes its job's slots out of the map again
-  local function settled(outcome, msg) return slots.settle(ctx, st, want, outcome, msg) end
-  if want.slots and not changed and a.action == "none" then
-    return settled(self:keep(ctx, st, want, a, extra, info))
+  local function settled(outcome, msg)
+    if not want.slots then return outcome, msg end
+    return slots.settle(ctx, st, want, outcome, msg)
   end
-  if not changed and a.action == "none" then return self:keep(ctx, st, want, a, extra, info) end
+  if not changed and a.action == "none" then return settled(self:keep(ctx, st, want, a, extra, info)) end
   local allowed, why, blocking = self:may_restart(ctx, st, a)
   if not allowed then
     -- a refusal that names no registered job is the policy's own rule (issue 32 item 6)
@@ -457,8 +364,7 @@ function Policy:locked_prolog(ctx, info, want)
     if a.action ~= "none" then why = why .. "; " .. a.action .. " needed: " .. a.reason end
     return "conflict", text.one_line(why), { registry = other_jobs.registry_key(st) }
   end
-  if want.slots then return settled(self:change(ctx, info, want, st, a, extra, changed)) end
-  return self:change(ctx, info, want, st, a, extra, changed)
+  return settled(self:change(ctx, info, want, st, a, extra, changed))
 end
 
 --- One decision under the node lock (taken and released here).
@@ -470,24 +376,21 @@ function Policy:decide_locked(ctx, info, want)
   return self:locked_prolog(ctx, info, want)
 end
 
---- Step 10, the watcher (imexguard.watch; C51): once the health wait ends in an outcome that exits 0
--- (P:wait_converged), leave `imexguard watch` as a transient service that nudges this node's daemon
--- when a peer of the job restarts after this prolog returned (settings watch, watch_skew,
--- watch_interval), so that the domain converges whichever prolog returns first. Its start is sent
--- without waiting for systemd (the rest of the run hides systemd's answer); a prolog that ends
--- non-zero after it (the port owner, the registration) leaves its job unregistered, and the
--- watcher, which first waits watch_interval, ends at its first look at the registry. A dry run
--- records it.
--- @return string a note for the message, or nil (no watcher: a single-node domain, the settings, a
---   daemon below the SIGUSR1 floor; or its start failed: a warning)
+--- Step 10, the watcher (watch.start, C51; steps.wait_converged leaves it): `imexguard watch`, a
+-- transient service that nudges this node's daemon when a peer restarts after this prolog returned.
+-- @return string a note for the message, or nil (no watcher; or its start failed: a warning)
 function Policy:leave_watcher(ctx, want) -- luacheck: no self
   return watch.start(ctx, want)
 end
 
---- Entry point `prolog`. A conflict with a registered job (C24: typically the previous job's epilog
--- is late) is decided again after steps.wait_registry (up to conflict_wait seconds in all, within
--- the deadline, WITHOUT the node lock so that the epilog can take it); a job that stays registered
--- is still `conflict`, named with how to clear it.
+--- Entry point `watch`: the prolog's watcher (step 10) of the job's IMEX domain (steps.watch_job).
+function Policy:run_watch(ctx)
+  return converge.watch_job(self, ctx)
+end
+
+--- Entry point `prolog`. A conflict with a registered job (C24: a late epilog) is decided again
+-- after steps.wait_registry (up to conflict_wait seconds in all, within the deadline, WITHOUT the
+-- node lock so that the epilog can take it); a job that stays registered is still `conflict`.
 function Policy:run_prolog(ctx)
   local info, want, m = self:prepare(ctx)
   if not info then return want, m end
@@ -536,9 +439,8 @@ function Policy:save_unregistered(ctx, st, id) -- luacheck: no self
 end
 
 --- Does this node's daemon run a slot list (membership by slots), whatever the setting says now (a
--- rack switched back to lists: its slots' jobs still end)? The setting, else the bytes the daemon
--- was started with (state file) ending in a slot name (imexguard.slots.SUFFIX; default_slots_spec
--- checks they agree). The epilog of a list-mode node loads nothing for it.
+-- rack switched back to lists)? The setting, else the daemon's bytes (state file) naming a slot
+-- (slots.SUFFIX; default_slots_spec checks they agree): a list-mode epilog loads no slots module.
 local SLOT_SUFFIX = ".imexguard.invalid\n"
 local function runs_slots(ctx, st)
   if base.setting(ctx, "membership", "list") == "slots" then return true end
@@ -568,10 +470,9 @@ function Policy:unregister(ctx, id)
   return "ok", string.format("job %s unregistered on node %s (%s); %s left running", id, node, rest, s.unit)
 end
 
---- Entry point `epilog`: unregister the job under the node lock; IMEX is left running. A job that
--- is not registered (its prolog failed or never ran here, or IMEX does not apply) is fine: "ok",
--- without taking the lock (a job's own prolog has finished before its epilog starts, so an entry
--- for it cannot appear meanwhile).
+--- Entry point `epilog`: unregister the job under the node lock; IMEX is left running. A job not
+-- registered here (its prolog failed or never ran, or IMEX does not apply) is "ok" without the lock
+-- (a job's own prolog has finished before its epilog starts: its entry cannot appear meanwhile).
 function Policy:run_epilog(ctx)
   local id, o, m = base.check_job_id(ctx)
   if not id then return o, m end
@@ -583,23 +484,6 @@ function Policy:run_epilog(ctx)
   if not guard then return o, m end
   local lk <close> = guard -- luacheck: ignore lk
   return self:unregister(ctx, id)
-end
-
--- ---------------------------------------------------------------------------------------------
--- The watcher.
-
---- Entry point `watch` (the prolog's watcher, imexguard.watch): the watch, which only ever sends
--- SIGUSR1 (the host of `watch` refuses every other side effect), of the job's IMEX domain as the
--- prolog found it (P:applies, P:desired; the channel step is the prolog's), found at its first
--- poll (a job that ended before costs no query).
-function Policy:run_watch(ctx)
-  local id, o, m = base.check_job_id(ctx)
-  if not id then return o, m end
-  return watch.run(ctx, function()
-    local info, io, im = self:applies(ctx)
-    if not info then return nil, io, im end
-    return self:desired(ctx, info)
-  end)
 end
 
 -- ---------------------------------------------------------------------------------------------
@@ -615,15 +499,12 @@ function Policy:ensure_channel(ctx) -- luacheck: no self
   return msg
 end
 
---- The final message with the channel step's line added when it created (or would create) one.
--- @param info table|nil from applies (info.channel: the line of Policy:ensure_channel)
--- @param msg string the message
+--- The final message with the channel step's line (info.channel, info from applies or nil) added
+-- when it created (or would create) one (channels.created).
 -- @return string one line
 function Policy:channel_note(info, msg) -- luacheck: no self
   local ch = info and info.channel
-  if ch and (ch:find("IMEX channel: created", 1, true) or ch:find("IMEX channel: would create", 1, true)) then
-    return text.one_line(msg .. "; " .. ch)
-  end
+  if ch and channels.created(ch) then return text.one_line(msg .. "; " .. ch) end
   return msg
 end
 

@@ -27,6 +27,7 @@ local slots = lazy "imexguard.slots"
 local health = lazy "imexguard.health"
 local pace = lazy "imexguard.pace"
 local housekeeping = lazy "imexguard.steps.housekeeping"
+local applies = lazy "imexguard.steps.applies"
 
 local M = {}
 
@@ -77,12 +78,9 @@ end
 -- @param policy table the policy (applies, desired)
 -- @return info (P:applies'), list of addresses, source (string); or nil, outcome, message
 function M.job_nodes(policy, ctx)
-  local id, o, m = base.check_job_id(ctx)
-  if not id then return nil, o, m end
-  local info
-  info, o, m = policy:applies(ctx)
-  if not info then return nil, o, m end
-  local entry
+  local id, info, m = applies.applies_to_job(policy, ctx)
+  if not id then return nil, info, m end
+  local entry, o
   entry, o, m = registered(ctx, id)
   if entry == nil then return nil, o, m end
   if entry and entry.slots then -- membership by slots: the job's slots, not the domain's slot list

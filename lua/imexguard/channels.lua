@@ -206,6 +206,15 @@ function M.ensure(ctx)
   return string.format("IMEX channel: created %s (%d:0, mode %s)", path, d.major, octal(mode))
 end
 
+--- Did M.ensure's line say it created the channel (or, in a dry run, would create it)? The
+-- prolog's final message then names it (P:channel_note).
+-- @param line string M.ensure's line
+-- @return boolean
+function M.created(line)
+  return line:find("IMEX channel: created", 1, true) ~= nil
+    or line:find("IMEX channel: would create", 1, true) ~= nil
+end
+
 --- The channel's state for `status` and `health`, without changing anything (no mkdir, no mknod).
 -- @tparam table ctx the run's context (settings, host)
 -- @treturn string one line: "off (why)", "DIR/channel0 present (MAJOR:0)"

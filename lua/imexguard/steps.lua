@@ -14,12 +14,13 @@
 --   imexguard.steps.other_jobs    step 6: the registered jobs decide; the conflict wait (C24)
 --   imexguard.steps.registration  steps 9a, 9b, 9: the job's registration
 --   imexguard.steps.restart       step 7: (re)start the unit; the command port's owner (C27)
+--   imexguard.steps.converge      steps 8 and 10: the health wait, C32's one restart, the watcher (C51)
 -- plus `one_line` (imexguard.text), `entry_hosts` (imexguard.registry) and the old names of five
 -- steps (RENAMED below).
 -- Requiring this index loads every room. The library (the built-in policy included) requires the
 -- rooms it uses, so that a command loads only those (the epilog: base, node_lock, housekeeping).
 local ROOMS = { "base", "applies", "desired", "node_lock", "housekeeping", "nodes_file", "staleness",
-  "other_jobs", "registration", "restart" }
+  "other_jobs", "registration", "restart", "converge" }
 
 --- The old names of steps, each still the function of its new name (docs/policy-api.md, "The
 -- built-in policy and its steps"), so that a site policy written for them runs unchanged. Old name

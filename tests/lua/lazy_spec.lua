@@ -55,10 +55,11 @@ describe("the modules a command of the default policy loads", function()
     "imexguard.hostlist", "imexguard.addresses", "imexguard.nodelist", "imexguard.imexcfg",
     "imexguard.channels" }
   -- the rooms of the steps (lua/imexguard/steps/) that only the prolog's decision uses: applies?,
-  -- the desired list, the node list file, stale? (the assessment), the (re)start, the registration
+  -- the desired list, the node list file, stale? (the assessment), the (re)start, the registration,
+  -- the health wait and its convergence
   local PROLOG_ROOMS = { "imexguard.steps.applies", "imexguard.steps.desired",
     "imexguard.steps.nodes_file", "imexguard.steps.staleness", "imexguard.steps.restart",
-    "imexguard.steps.registration" }
+    "imexguard.steps.registration", "imexguard.steps.converge" }
 
   it("the epilog loads none of the prolog's decision modules", function()
     local h = testing.host()

@@ -6,7 +6,7 @@ local steps = require "imexguard.steps"
 local desired = require "imexguard.steps.desired"
 
 local ROOMS = { "base", "applies", "desired", "node_lock", "housekeeping", "nodes_file", "staleness",
-  "other_jobs", "registration", "restart" }
+  "other_jobs", "registration", "restart", "converge" }
 
 describe("imexguard.steps, the index", function()
   it("still gives every name the single module steps.lua gave site policies", function()

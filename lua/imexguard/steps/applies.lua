@@ -148,6 +148,19 @@ function M.applies(ctx)
     bind = (bind ~= "" and bind) or nil, managed_disabled = managed_disabled }
 end
 
+--- Steps 0 and 1 as a policy runs them (its prolog, `imexguard wait`): the job id checked
+-- (base.check_job_id), then the policy's P:applies (its applies hook, else M.applies).
+-- @param policy table the policy
+-- @return id, info, or nil, outcome, message
+function M.applies_to_job(policy, ctx)
+  local id, o, m = base.check_job_id(ctx)
+  if not id then return nil, o, m end
+  local info
+  info, o, m = policy:applies(ctx)
+  if not info then return nil, o, m end
+  return id, info
+end
+
 --- A unit that is installed but not enabled (C23: some node images ship it disabled on purpose, for
 -- a per-job tool to start). With the setting manage_disabled_unit = true a "disabled" unit (not a
 -- masked one: systemd refuses to start it) is managed per job

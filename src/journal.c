@@ -187,7 +187,7 @@ static lua_Integer check_matches(lua_State *L)
  *   "timeout"/"deadline" when the bound passed during the walk (the message says after how many
  *   entries).
  */
-static int l_journal_read(lua_State *L)
+int ig_host_journal_read(lua_State *L)
 {
 	_cleanup_(journal_closep) sd_journal *j = NULL;
 	struct jopts o;
@@ -252,14 +252,4 @@ static int l_journal_read(lua_State *L)
 		lua_seti(L, -2, b);
 	}
 	return 1;
-}
-
-/* ig_register_journal: see imexguard.h; adds journal_read to the table on top of the stack. */
-void ig_register_journal(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"journal_read", l_journal_read},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }

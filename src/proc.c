@@ -507,7 +507,7 @@ static int find_pid(struct owner *o, long hint, double end)
  *   descriptors, or 200000 sockets), "timeout"/"deadline" (the bound passed), or the errno
  *   code of reading /proc ("EACCES", ...).
  */
-static int l_port_owner(lua_State *L)
+int ig_host_port_owner(lua_State *L)
 {
 	lua_Integer port = luaL_checkinteger(L, 1);
 	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
@@ -605,7 +605,7 @@ static int scan_unix(const char *path, struct owner *o)
  *   Errors (the message names the path): "none" (no listener on it), "unknown" (a listener but no
  *   visible process holds it), "limit", "timeout"/"deadline", or the errno code of reading /proc.
  */
-static int l_socket_owner(lua_State *L)
+int ig_host_socket_owner(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
@@ -753,7 +753,7 @@ static int push_holders(lua_State *L, const struct held_file *f, double end, int
  *   Errors (the message names the path): stat(2)'s errno code ("ENOENT"...), "limit" (65536
  *   processes or 1048576 descriptors), "timeout"/"deadline", or the errno code of reading /proc.
  */
-static int l_file_holders(lua_State *L)
+int ig_host_file_holders(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
@@ -794,19 +794,6 @@ static int l_file_holders(lua_State *L)
 				     path, PROC_MAX_PIDS, PROC_MAX_FDS);
 	return ig_push_error(L, ig_code(why), "file holders of %s: reading /proc: %s", path,
 			     strerror(-why));
-}
-
-/* ig_register_proc: see imexguard.h; adds port_owner, socket_owner and file_holders to the table on
- * top of the stack. */
-void ig_register_proc(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"port_owner", l_port_owner},
-	    {"socket_owner", l_socket_owner},
-	    {"file_holders", l_file_holders},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }
 
 /* Test hooks of the busted specs (tests/systemd/proc_spec.lua), loaded from the Lua C module with

@@ -203,7 +203,7 @@ static void check_strings(lua_State *L, int spec, const char *field, const char 
  *   name is loaded; only with wait).  Misuse (a name without ".service", a relative program, a
  *   spec that is not as above) raises.
  */
-static int l_unit_start_transient(lua_State *L)
+int ig_host_unit_start_transient(lua_State *L)
 {
 	struct transient t;
 	size_t len;
@@ -237,14 +237,4 @@ static int l_unit_start_transient(lua_State *L)
 		return ig_push_error(L, code, "%s", msg);
 	lua_pushboolean(L, 1);
 	return 1;
-}
-
-/* ig_register_transient: see imexguard.h; adds unit_start_transient to the table on top. */
-void ig_register_transient(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"unit_start_transient", l_unit_start_transient},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }

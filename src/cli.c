@@ -151,11 +151,26 @@ static int in_list(const char *list, const char *name)
 	return 0;
 }
 
+/* Take optarg, the argument of `option` (its name as the user writes it, "--deadline"), as a
+ * number of seconds > 0 and finite (strtod(3): decimal, hexadecimal or with an exponent) into
+ * *seconds, and optarg itself into *given.  Returns -1 to go on, or ig_usage_exit after a usage
+ * error naming the option and its argument. */
+static int take_seconds(const char *option, double *seconds, const char **given)
+{
+	char *end;
+
+	errno = 0;
+	*seconds = strtod(optarg, &end);
+	if (errno || end == optarg || *end || !(*seconds > 0) || isinf(*seconds))
+		return usage_error("%s: '%s' is not a number of seconds > 0", option, optarg);
+	*given = optarg;
+	return -1;
+}
+
 /* Take one option c (getopt_long's value) with its argument optarg.  Returns -1 to go on, or the
  * exit code (0 after --help/--version, ig_usage_exit after a usage error on stderr). */
 static int take_option(int c, char **argv, struct ig_opts *o)
 {
-	char *end;
 	switch (c) {
 	case OPT_CONFIG:
 		o->config = optarg;
@@ -165,13 +180,7 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		o->policy = optarg;
 		return -1;
 	case OPT_DEADLINE:
-		errno = 0;
-		o->deadline = strtod(optarg, &end);
-		if (errno || end == optarg || *end || !(o->deadline > 0) || isinf(o->deadline))
-			return usage_error("--deadline: '%s' is not a number of seconds > 0",
-					   optarg);
-		o->deadline_arg = optarg;
-		return -1;
+		return take_seconds("--deadline", &o->deadline, &o->deadline_arg);
 	case OPT_SET:
 		if (strchr(optarg, '=') == NULL)
 			return usage_error("--set: expected KEY=VALUE, got '%s'", optarg);
@@ -188,13 +197,7 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 		o->nodelist = optarg;
 		return -1;
 	case OPT_TIMEOUT:
-		errno = 0;
-		o->timeout = strtod(optarg, &end);
-		if (errno || end == optarg || *end || !(o->timeout > 0) || isinf(o->timeout))
-			return usage_error("--timeout: '%s' is not a number of seconds > 0",
-					   optarg);
-		o->timeout_arg = optarg;
-		return -1;
+		return take_seconds("--timeout", &o->timeout, &o->timeout_arg);
 	case OPT_JSON:
 		o->json = 1;
 		return -1;

@@ -74,6 +74,10 @@ struct owner {
 	char cmdline[4096];
 	char why[160];	    /* what stopped the search (limit reached, timeout) */
 	const char *source; /* where the listeners were found: SRC_DIAG or SRC_PROC */
+	long hint;	    /* the pid whose descriptors are read first (0: none) */
+	double bound;	    /* seconds: the search's timeout bounded by the run's budget */
+	double end;	    /* monotonic seconds: when the search stops */
+	int by_deadline;    /* the budget, not the timeout, is the tighter bound */
 };
 
 /* The local address of a /proc/net/tcp{,6} line in text: 8 hex digits (one 32-bit word in host
@@ -435,23 +439,23 @@ static int name_pid(struct owner *o, long pid)
 	return 0;
 }
 
-/* Find the process holding one of o->inodes, before `end` (monotonic seconds): `hint` first (a
+/* Find the process holding one of o->inodes, before o->end (monotonic seconds): o->hint first (a
  * pid > 0, else none), then every process in the order /proc lists them.  Returns 0 with o->pid,
  * comm and cmdline set, -ESRCH when no visible process holds it, -E2BIG when a limit was reached
  * first, -ETIMEDOUT when `end` passed (o->why says which), or negative errno. */
-static int find_pid(struct owner *o, long hint, double end)
+static int find_pid(struct owner *o)
 {
 	long pids = 0, fds = 0;
 	struct dirent *de;
 	DIR *d;
 	int r = -ESRCH;
 
-	if (ig_now() >= end) {
+	if (ig_now() >= o->end) {
 		snprintf(o->why, sizeof o->why, "before reading any process");
 		return -ETIMEDOUT;
 	}
-	if (hint > 0 && pid_holds(hint, o, &fds))
-		return name_pid(o, hint);
+	if (o->hint > 0 && pid_holds(o->hint, o, &fds))
+		return name_pid(o, o->hint);
 	d = opendir("/proc");
 	if (!d)
 		return -errno;
@@ -461,9 +465,9 @@ static int find_pid(struct owner *o, long hint, double end)
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
 		pid = strtol(de->d_name, NULL, 10);
-		if (pid == hint)
+		if (pid == o->hint)
 			continue; /* read above */
-		if (ig_now() >= end) {
+		if (ig_now() >= o->end) {
 			snprintf(o->why, sizeof o->why, "after %ld processes", pids);
 			r = -ETIMEDOUT;
 			break;
@@ -481,6 +485,46 @@ static int find_pid(struct owner *o, long hint, double end)
 	}
 	closedir(d);
 	return r;
+}
+
+/* Start the search of port_owner or socket_owner in o (emptied first): their optional arguments
+ * timeout (index timeout_arg: seconds >= 0, default PROC_DEFAULT_WAIT) and pid (index pid_arg:
+ * a process ID >= 0, 0 none) read into o, and the timeout bounded by the run's budget
+ * (ig_bound) from now.  Raises on misuse. */
+static void start_search(lua_State *L, int timeout_arg, int pid_arg, struct owner *o)
+{
+	double timeout = luaL_optnumber(L, timeout_arg, PROC_DEFAULT_WAIT);
+	lua_Integer hint = luaL_optinteger(L, pid_arg, 0);
+
+	luaL_argcheck(L, timeout >= 0, timeout_arg, "timeout must be a number of seconds >= 0");
+	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, pid_arg, "pid must be a process ID >= 0");
+	memset(o, 0, sizeof *o);
+	o->hint = (long)hint;
+	o->bound = ig_bound(timeout, &o->by_deadline);
+	o->end = ig_now() + o->bound;
+}
+
+/* The code of a search stopped by r, -E2BIG or -ETIMEDOUT: "limit", or "deadline" when the run's
+ * budget was the bound, else "timeout". */
+static const char *search_code(int r, const struct owner *o)
+{
+	if (r == -E2BIG)
+		return "limit";
+	return o->by_deadline ? "deadline" : "timeout";
+}
+
+/* Push the result of port_owner (with_address: 1) or socket_owner (0): {pid, comm, cmdline,
+ * address (with_address only), inode} of the listener o->held.  Returns 1 (one value). */
+static int push_owner(lua_State *L, const struct owner *o, int with_address)
+{
+	lua_createtable(L, 0, 5);
+	ig_set_integer(L, "pid", o->pid);
+	ig_set_string(L, "comm", o->comm);
+	ig_set_string(L, "cmdline", o->cmdline);
+	if (with_address)
+		ig_set_string(L, "address", o->addresses[o->held]);
+	ig_set_integer(L, "inode", (lua_Integer)o->inodes[o->held]);
+	return 1;
 }
 
 /*
@@ -510,28 +554,20 @@ static int find_pid(struct owner *o, long hint, double end)
 int ig_host_port_owner(lua_State *L)
 {
 	lua_Integer port = luaL_checkinteger(L, 1);
-	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
-	lua_Integer hint = luaL_optinteger(L, 4, 0);
-	int by_deadline = 0;
 	struct owner o;
-	double bound, end;
 	int r;
 
 	luaL_argcheck(L, port >= 1 && port <= 65535, 1, "port must be a TCP port 1..65535");
-	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
-	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, 4, "pid must be a process ID >= 0");
-	memset(&o, 0, sizeof o);
+	start_search(L, 2, 4, &o);
 	o.only = luaL_optstring(L, 3, NULL);
-	bound = ig_bound(timeout, &by_deadline);
-	end = ig_now() + bound;
-	r = find_listeners((unsigned)port, &o, end);
+	r = find_listeners((unsigned)port, &o, o.end);
 	g_last_source = o.source;
 	if (r == 0 && o.n_inodes == 0)
 		return ig_push_error(L, "none", "port %d: no listener on TCP port %d%s%s (%s)",
 				     (int)port, (int)port, o.only ? " for " : "",
 				     o.only ? o.only : "", o.source);
 	if (r == 0)
-		r = find_pid(&o, (long)hint, end);
+		r = find_pid(&o);
 	if (r == -ESRCH)
 		return ig_push_error(L, "unknown",
 				     "port %d: socket inode %lu listens on %s (%s) but no process "
@@ -541,22 +577,13 @@ int ig_host_port_owner(lua_State *L)
 		return ig_push_error(L, "limit", "port %d: more than %d sockets in %s", (int)port,
 				     PROC_MAX_LINES, o.source);
 	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L,
-				     r == -E2BIG   ? "limit"
-				     : by_deadline ? "deadline"
-						   : "timeout",
+		return ig_push_error(L, search_code(r, &o),
 				     "port %d: listener not found within %.3g s (%s)", (int)port,
-				     bound, o.why);
+				     o.bound, o.why);
 	if (r < 0)
 		return ig_push_error(L, ig_code(r), "port %d: reading %s: %s", (int)port,
 				     o.n_inodes ? "/proc" : o.source, strerror(-r));
-	lua_createtable(L, 0, 5);
-	ig_set_integer(L, "pid", o.pid);
-	ig_set_string(L, "comm", o.comm);
-	ig_set_string(L, "cmdline", o.cmdline);
-	ig_set_string(L, "address", o.addresses[o.held]);
-	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
-	return 1;
+	return push_owner(L, &o, 1);
 }
 
 /* A socket path and the owner to add its listeners to (scan_unix). */
@@ -608,46 +635,30 @@ static int scan_unix(const char *path, struct owner *o)
 int ig_host_socket_owner(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
-	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
-	lua_Integer hint = luaL_optinteger(L, 3, 0);
-	int by_deadline = 0;
 	struct owner o;
-	double bound, end;
 	int r;
 
 	luaL_argcheck(L, *path != '\0', 1, "path must not be empty");
-	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
-	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, 3, "pid must be a process ID >= 0");
-	memset(&o, 0, sizeof o);
-	bound = ig_bound(timeout, &by_deadline);
-	end = ig_now() + bound;
+	start_search(L, 2, 3, &o);
 	r = scan_unix(path, &o);
 	if (r == 0 && o.n_inodes == 0)
 		return ig_push_error(L, "none", "unix socket %s: no listener (/proc/net/unix)",
 				     path);
 	if (r == 0)
-		r = find_pid(&o, (long)hint, end);
+		r = find_pid(&o);
 	if (r == -ESRCH)
 		return ig_push_error(L, "unknown",
 				     "unix socket %s: socket inode %lu listens but no process "
 				     "visible here holds it",
 				     path, o.inodes[0]);
 	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L,
-				     r == -E2BIG   ? "limit"
-				     : by_deadline ? "deadline"
-						   : "timeout",
+		return ig_push_error(L, search_code(r, &o),
 				     "unix socket %s: listener not found within %.3g s (%s)", path,
-				     bound, o.why[0] ? o.why : "too many sockets");
+				     o.bound, o.why[0] ? o.why : "too many sockets");
 	if (r < 0)
 		return ig_push_error(L, ig_code(r), "unix socket %s: reading /proc: %s", path,
 				     strerror(-r));
-	lua_createtable(L, 0, 4);
-	ig_set_integer(L, "pid", o.pid);
-	ig_set_string(L, "comm", o.comm);
-	ig_set_string(L, "cmdline", o.cmdline);
-	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
-	return 1;
+	return push_owner(L, &o, 0);
 }
 
 /* ---- file_holders ------------------------------------------------------------------------ */

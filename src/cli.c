@@ -124,11 +124,8 @@ enum {
 	OPT_DEADLINE,
 	OPT_SET,
 	OPT_LUA_DIR,
-	OPT_JSON,
-	OPT_TIMING,
 	OPT_JOB,
 	OPT_NODELIST,
-	OPT_STRICT,
 	OPT_TIMEOUT
 };
 
@@ -172,23 +169,23 @@ static int take_seconds(const char *option, double *seconds, const char **given)
 static int take_option(int c, char **argv, struct ig_opts *o)
 {
 	switch (c) {
+	case 0: /* a flag (--json, --strict, --timing), set by getopt_long */
+		return -1;
 	case OPT_CONFIG:
 		o->config = optarg;
 		o->config_explicit = 1;
 		return -1;
-	case OPT_POLICY:
-		o->policy = optarg;
+	case OPT_LUA_DIR:
+		o->lua_dir = optarg;
+		o->lua_dir_from = "--lua-dir";
 		return -1;
-	case OPT_DEADLINE:
-		return take_seconds("--deadline", &o->deadline, &o->deadline_arg);
 	case OPT_SET:
 		if (strchr(optarg, '=') == NULL)
 			return usage_error("--set: expected KEY=VALUE, got '%s'", optarg);
 		o->sets[o->nsets++] = optarg;
 		return -1;
-	case OPT_LUA_DIR:
-		o->lua_dir = optarg;
-		o->lua_dir_from = "--lua-dir";
+	case OPT_POLICY:
+		o->policy = optarg;
 		return -1;
 	case OPT_JOB:
 		o->job = optarg;
@@ -196,17 +193,10 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 	case OPT_NODELIST:
 		o->nodelist = optarg;
 		return -1;
+	case OPT_DEADLINE:
+		return take_seconds("--deadline", &o->deadline, &o->deadline_arg);
 	case OPT_TIMEOUT:
 		return take_seconds("--timeout", &o->timeout, &o->timeout_arg);
-	case OPT_JSON:
-		o->json = 1;
-		return -1;
-	case OPT_STRICT:
-		o->strict = 1;
-		return -1;
-	case OPT_TIMING:
-		o->timing = 1;
-		return -1;
 	case 'q':
 		o->verbosity = -1;
 		return -1;
@@ -298,7 +288,8 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 
 int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 {
-	static const struct option longopts[] = {
+	/* the flags are set by getopt_long itself (a flag's pointer and value; it returns 0) */
+	const struct option longopts[] = {
 	    {"config", required_argument, NULL, OPT_CONFIG},
 	    {"policy", required_argument, NULL, OPT_POLICY},
 	    {"deadline", required_argument, NULL, OPT_DEADLINE},
@@ -307,9 +298,9 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"job", required_argument, NULL, OPT_JOB},
 	    {"nodelist", required_argument, NULL, OPT_NODELIST},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-	    {"json", no_argument, NULL, OPT_JSON},
-	    {"strict", no_argument, NULL, OPT_STRICT},
-	    {"timing", no_argument, NULL, OPT_TIMING},
+	    {"json", no_argument, &o->json, 1},
+	    {"strict", no_argument, &o->strict, 1},
+	    {"timing", no_argument, &o->timing, 1},
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},

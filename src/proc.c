@@ -74,6 +74,8 @@ struct owner {
 	char cmdline[4096];
 	char why[160];	    /* what stopped the search (limit reached, timeout) */
 	const char *source; /* where the listeners were found: SRC_DIAG or SRC_PROC */
+	int port;	    /* port_owner: the TCP port searched; socket_owner: 0 */
+	const char *path;   /* socket_owner: the unix socket's path searched */
 	long hint;	    /* the pid whose descriptors are read first (0: none) */
 	double bound;	    /* seconds: the search's timeout bounded by the run's budget */
 	double end;	    /* monotonic seconds: when the search stops */
@@ -335,18 +337,18 @@ static int diag_scan(unsigned port, struct owner *o, double end)
 	return r;
 }
 
-/* The listeners on `port` that serve o->only, into o (o->source names where they were found):
+/* The listeners on o->port that serve o->only, into o (o->source names where they were found):
  * from sock_diag(7), else from /proc/net/tcp{,6}.  Returns 0, -E2BIG (too many sockets),
- * -ETIMEDOUT (sock_diag did not answer before `end`), or negative errno of reading /proc. */
-static int find_listeners(unsigned port, struct owner *o, double end)
+ * -ETIMEDOUT (sock_diag did not answer before o->end), or negative errno of reading /proc. */
+static int find_listeners(struct owner *o)
 {
-	int r = diag_scan(port, o, end);
+	int r = diag_scan((unsigned)o->port, o, o->end);
 
 	o->source = SRC_DIAG;
 	if (r == 0 || r == -E2BIG || r == -ETIMEDOUT)
 		return r;
 	o->source = SRC_PROC;
-	return proc_scan(port, o);
+	return proc_scan((unsigned)o->port, o);
 }
 
 /* Read at most size-1 bytes of a small /proc file into buf (NUL-terminated); NULs (between
@@ -441,8 +443,9 @@ static int name_pid(struct owner *o, long pid)
 
 /* Find the process holding one of o->inodes, before o->end (monotonic seconds): o->hint first (a
  * pid > 0, else none), then every process in the order /proc lists them.  Returns 0 with o->pid,
- * comm and cmdline set, -ESRCH when no visible process holds it, -E2BIG when a limit was reached
- * first, -ETIMEDOUT when `end` passed (o->why says which), or negative errno. */
+ * comm and cmdline set, -ENODATA when o has no listener, -ESRCH when no visible process holds it,
+ * -E2BIG when a limit was reached first, -ETIMEDOUT when `end` passed (o->why says which), or
+ * negative errno. */
 static int find_pid(struct owner *o)
 {
 	long pids = 0, fds = 0;
@@ -450,6 +453,8 @@ static int find_pid(struct owner *o)
 	DIR *d;
 	int r = -ESRCH;
 
+	if (o->n_inodes == 0)
+		return -ENODATA;
 	if (ig_now() >= o->end) {
 		snprintf(o->why, sizeof o->why, "before reading any process");
 		return -ETIMEDOUT;
@@ -504,27 +509,54 @@ static void start_search(lua_State *L, int timeout_arg, int pid_arg, struct owne
 	o->end = ig_now() + o->bound;
 }
 
-/* The code of a search stopped by r, -E2BIG or -ETIMEDOUT: "limit", or "deadline" when the run's
- * budget was the bound, else "timeout". */
-static const char *search_code(int r, const struct owner *o)
-{
-	if (r == -E2BIG)
-		return "limit";
-	return o->by_deadline ? "deadline" : "timeout";
-}
-
-/* Push the result of port_owner (with_address: 1) or socket_owner (0): {pid, comm, cmdline,
- * address (with_address only), inode} of the listener o->held.  Returns 1 (one value). */
-static int push_owner(lua_State *L, const struct owner *o, int with_address)
+/* Push the result of port_owner or socket_owner: {pid, comm, cmdline, address (port_owner only),
+ * inode} of the listener o->held.  Returns 1 (one value). */
+static int push_owner(lua_State *L, const struct owner *o)
 {
 	lua_createtable(L, 0, 5);
 	ig_set_integer(L, "pid", o->pid);
 	ig_set_string(L, "comm", o->comm);
 	ig_set_string(L, "cmdline", o->cmdline);
-	if (with_address)
+	if (o->port)
 		ig_set_string(L, "address", o->addresses[o->held]);
 	ig_set_integer(L, "inode", (lua_Integer)o->inodes[o->held]);
 	return 1;
+}
+
+/* Push the failure r (a negative errno) of the search o of port_owner (o->port) or socket_owner
+ * (o->path) as nil, message, code; the message names the port or the path: "none" (-ENODATA: no
+ * listener), "unknown" (-ESRCH: no visible process holds it), "limit" (-E2BIG),
+ * "timeout"/"deadline" (-ETIMEDOUT), else the errno code of reading /proc (or, for a port,
+ * where the listeners were read).  Returns 3. */
+static int push_search_error(lua_State *L, int r, const struct owner *o)
+{
+	const char *what = o->port ? lua_pushfstring(L, "port %d", o->port)
+				   : lua_pushfstring(L, "unix socket %s", o->path);
+
+	if (r == -ENODATA && o->port)
+		return ig_push_error(L, "none", "%s: no listener on TCP port %d%s%s (%s)", what,
+				     o->port, o->only ? " for " : "", o->only ? o->only : "",
+				     o->source);
+	if (r == -ENODATA)
+		return ig_push_error(L, "none", "%s: no listener (/proc/net/unix)", what);
+	if (r == -ESRCH)
+		return ig_push_error(
+		    L, "unknown",
+		    "%s: socket inode %lu listens%s but no process visible here holds it", what,
+		    o->inodes[0],
+		    o->port ? lua_pushfstring(L, " on %s (%s)", o->addresses[0], o->source) : "");
+	if (r == -E2BIG && o->why[0] == '\0' && o->port)
+		return ig_push_error(L, "limit", "%s: more than %d sockets in %s", what,
+				     PROC_MAX_LINES, o->source);
+	if (r == -E2BIG || r == -ETIMEDOUT)
+		return ig_push_error(L,
+				     r == -E2BIG      ? "limit"
+				     : o->by_deadline ? "deadline"
+						      : "timeout",
+				     "%s: listener not found within %.3g s (%s)", what, o->bound,
+				     o->why[0] ? o->why : "too many sockets");
+	return ig_push_error(L, ig_code(r), "%s: reading %s: %s", what,
+			     o->port && o->n_inodes == 0 ? o->source : "/proc", strerror(-r));
 }
 
 /*
@@ -559,66 +591,41 @@ int ig_host_port_owner(lua_State *L)
 
 	luaL_argcheck(L, port >= 1 && port <= 65535, 1, "port must be a TCP port 1..65535");
 	start_search(L, 2, 4, &o);
+	o.port = (int)port;
 	o.only = luaL_optstring(L, 3, NULL);
-	r = find_listeners((unsigned)port, &o, o.end);
+	r = find_listeners(&o);
 	g_last_source = o.source;
-	if (r == 0 && o.n_inodes == 0)
-		return ig_push_error(L, "none", "port %d: no listener on TCP port %d%s%s (%s)",
-				     (int)port, (int)port, o.only ? " for " : "",
-				     o.only ? o.only : "", o.source);
 	if (r == 0)
 		r = find_pid(&o);
-	if (r == -ESRCH)
-		return ig_push_error(L, "unknown",
-				     "port %d: socket inode %lu listens on %s (%s) but no process "
-				     "visible here holds it",
-				     (int)port, o.inodes[0], o.addresses[0], o.source);
-	if (r == -E2BIG && o.why[0] == '\0')
-		return ig_push_error(L, "limit", "port %d: more than %d sockets in %s", (int)port,
-				     PROC_MAX_LINES, o.source);
-	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L, search_code(r, &o),
-				     "port %d: listener not found within %.3g s (%s)", (int)port,
-				     o.bound, o.why);
-	if (r < 0)
-		return ig_push_error(L, ig_code(r), "port %d: reading %s: %s", (int)port,
-				     o.n_inodes ? "/proc" : o.source, strerror(-r));
-	return push_owner(L, &o, 1);
+	return r < 0 ? push_search_error(L, r, &o) : push_owner(L, &o);
 }
 
-/* A socket path and the owner to add its listeners to (scan_unix). */
-struct unix_scan {
-	const char *path;
-	struct owner *o;
-};
-
-/* One line of /proc/net/unix: a listening socket bound to the path is added to the owner. */
+/* One line of /proc/net/unix: a listening socket bound to o->path is added to the owner o. */
 static void unix_line(char *line, void *arg)
 {
-	struct unix_scan *u = arg;
+	struct owner *o = arg;
 	unsigned long flags, inode;
 	int off = 0;
 
 	line[strcspn(line, "\n")] = '\0';
 	if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %n", &flags, &inode, &off) != 2 || off == 0 ||
-	    !(flags & 0x10000) || strcmp(line + off, u->path) != 0)
+	    !(flags & 0x10000) || strcmp(line + off, o->path) != 0)
 		return;
-	if (u->o->n_inodes < PROC_MAX_INODES) {
-		snprintf(u->o->addresses[u->o->n_inodes], sizeof u->o->addresses[0], "unix");
-		u->o->inodes[u->o->n_inodes++] = inode;
+	if (o->n_inodes < PROC_MAX_INODES) {
+		snprintf(o->addresses[o->n_inodes], sizeof o->addresses[0], "unix");
+		o->inodes[o->n_inodes++] = inode;
 	}
 }
 
-/* Add to o the inodes of the unix sockets listening on `path` in /proc/net/unix (proc(5): lines
+/* Add to o the inodes of the unix sockets listening on o->path in /proc/net/unix (proc(5): lines
  * "Num RefCount Protocol Flags Type St Inode Path"; a listening socket has __SO_ACCEPTCON,
  * 0x00010000, in Flags).  Returns 0, -E2BIG over PROC_MAX_LINES lines, or negative errno. */
-static int scan_unix(const char *path, struct owner *o)
+static int scan_unix(struct owner *o)
 {
 	char line[4096 + 128];
 	long lines = 0;
-	struct unix_scan u = {path, o};
 
-	return each_line("/proc/net/unix", line, sizeof line, &lines, unix_line, &u);
+	return each_line("/proc/net/unix", line, sizeof line, &lines, unix_line, o);
 }
 
 /*
@@ -640,25 +647,11 @@ int ig_host_socket_owner(lua_State *L)
 
 	luaL_argcheck(L, *path != '\0', 1, "path must not be empty");
 	start_search(L, 2, 3, &o);
-	r = scan_unix(path, &o);
-	if (r == 0 && o.n_inodes == 0)
-		return ig_push_error(L, "none", "unix socket %s: no listener (/proc/net/unix)",
-				     path);
+	o.path = path;
+	r = scan_unix(&o);
 	if (r == 0)
 		r = find_pid(&o);
-	if (r == -ESRCH)
-		return ig_push_error(L, "unknown",
-				     "unix socket %s: socket inode %lu listens but no process "
-				     "visible here holds it",
-				     path, o.inodes[0]);
-	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L, search_code(r, &o),
-				     "unix socket %s: listener not found within %.3g s (%s)", path,
-				     o.bound, o.why[0] ? o.why : "too many sockets");
-	if (r < 0)
-		return ig_push_error(L, ig_code(r), "unix socket %s: reading /proc: %s", path,
-				     strerror(-r));
-	return push_owner(L, &o, 0);
+	return r < 0 ? push_search_error(L, r, &o) : push_owner(L, &o);
 }
 
 /* ---- file_holders ------------------------------------------------------------------------ */

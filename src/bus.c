@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.c: the D-Bus connection to systemd's service manager (libsystemd's sd-bus), for the unit
- * primitives of unit.c.
+ * primitives of unit.c and transient.c; it closes with the Lua state (ig_bus_forget_at_close).
  *
  * One connection per process, opened lazily on first use and reopened when it was closed (the
  * manager re-executed, or the process forked).  A call whose connection breaks or is refused

@@ -75,23 +75,6 @@ static inline void ig_set_integer(lua_State *L, const char *key, lua_Integer val
 	lua_setfield(L, -2, key);
 }
 
-/* Copy src into dst (size bytes) as one line: every CR and every LF becomes a space (ig_blank_crlf)
- * and a text longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
-char *ig_one_line(char *dst, size_t size, const char *src);
-/* Make the len bytes at s one line in place: every CR and every LF becomes a space.  Returns s.
- * (log.c) */
-char *ig_blank_crlf(char *s, size_t len);
-
-/* ---- file.c: bounded reads (systemd's read_full_stream / read_full_file) ------------------- */
-
-/* Read fd to its end into a malloc'ed NUL-terminated buffer (*out, *len bytes without the NUL)
- * of at most max_bytes bytes; size_hint: the file's st_size in bytes.  Restarts on EINTR.
- * Returns 0, -EFBIG (more than max_bytes), -ENOMEM or read(2)'s negative errno.  fd stays open. */
-int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size_t *len);
-/* Open `path` (symlinks followed) and read it as ig_read_full_fd.  Returns 0, or -EFBIG, -EISDIR,
- * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
-int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
-
 /* Push the metatable called tname in the registry, made on the first call in the Lua state
  * (luaL_newmetatable): meta's functions (__gc, __close...) and, when methods is not NULL, an
  * __index table of methods.  Set it on a new userdata with lua_setmetatable(L, -2); then
@@ -108,6 +91,23 @@ static inline void ig_push_metatable(lua_State *L, const char *tname, const luaL
 		lua_setfield(L, -2, "__index");
 	}
 }
+
+/* Copy src into dst (size bytes) as one line: every CR and every LF becomes a space (ig_blank_crlf)
+ * and a text longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
+char *ig_one_line(char *dst, size_t size, const char *src);
+/* Make the len bytes at s one line in place: every CR and every LF becomes a space.  Returns s.
+ * (log.c) */
+char *ig_blank_crlf(char *s, size_t len);
+
+/* ---- file.c: bounded reads (systemd's read_full_stream / read_full_file) ------------------- */
+
+/* Read fd to its end into a malloc'ed NUL-terminated buffer (*out, *len bytes without the NUL)
+ * of at most max_bytes bytes; size_hint: the file's st_size in bytes.  Restarts on EINTR.
+ * Returns 0, -EFBIG (more than max_bytes), -ENOMEM or read(2)'s negative errno.  fd stays open. */
+int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size_t *len);
+/* Open `path` (symlinks followed) and read it as ig_read_full_fd.  Returns 0, or -EFBIG, -EISDIR,
+ * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
+int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
 /* ---- the primitives: host.NAME is ig_host_NAME (host.c's table) ----------------------------- */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bus.c: the D-Bus connection to systemd's service manager (libsystemd's sd-bus), for the unit
- * primitives of unit.c.
+ * primitives of unit.c and transient.c; it closes with the Lua state (ig_bus_forget_at_close).
  *
  * One connection per process, opened lazily on first use and reopened when it was closed (the
  * manager re-executed, or the process forked).  A call whose connection breaks or is refused
@@ -260,6 +260,33 @@ void ig_bus_forget(void)
 	ig_bus_drop();
 	free(bus_address);
 	bus_address = NULL;
+}
+
+/* __gc of the registry sentinel of ig_bus_forget_at_close. */
+static int forget_gc(lua_State *L)
+{
+	(void)L;
+	ig_bus_forget();
+	return 0;
+}
+
+/* ig_bus_forget_at_close: see bus.h. */
+void ig_bus_forget_at_close(lua_State *L)
+{
+	/* One sentinel per state: the module opened again (busted restores package.loaded between
+	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
+	 * at an arbitrary later collection. */
+	if (lua_getfield(L, LUA_REGISTRYINDEX, "imexguard.bus") != LUA_TNIL) {
+		lua_pop(L, 1);
+		return;
+	}
+	lua_pop(L, 1);
+	lua_newuserdatauv(L, 0, 0);
+	lua_createtable(L, 0, 1);
+	lua_pushcfunction(L, forget_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_setmetatable(L, -2);
+	lua_setfield(L, LUA_REGISTRYINDEX, "imexguard.bus");
 }
 
 /* ---- calls ------------------------------------------------------------------------------ */

@@ -7,6 +7,7 @@
 #ifndef IMEXGUARD_BUS_H
 #define IMEXGUARD_BUS_H
 
+#include <lua.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <systemd/sd-bus.h>
@@ -27,9 +28,12 @@
 int ig_bus_set_address(const char *address);
 
 /* Close the connection and go back to the default bus ("system"): what the Lua state's end does
- * (unit.c), so nothing of sd-bus outlives it.  First it waits for the answers of the calls sent
- * with ig_bus_send_detached (at most 1 s, never past the run's deadline). */
+ * (ig_bus_forget_at_close), so nothing of sd-bus outlives it.  First it waits for the answers of
+ * the calls sent with ig_bus_send_detached (at most 1 s, never past the run's deadline). */
 void ig_bus_forget(void);
+/* Make the Lua state L call ig_bus_forget when it closes (the __gc of a sentinel in its registry,
+ * made once per state), so that the connection of its primitives ends with it (host.c). */
+void ig_bus_forget_at_close(lua_State *L);
 
 /* Microseconds left until the absolute monotonic time `end` (seconds; ig_now): 0 when expired,
  * UINT64_MAX (no timeout, for sd_bus_wait and sd_bus_call) when `end` is infinite, else >= 1. */

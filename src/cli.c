@@ -124,11 +124,8 @@ enum {
 	OPT_DEADLINE,
 	OPT_SET,
 	OPT_LUA_DIR,
-	OPT_JSON,
-	OPT_TIMING,
 	OPT_JOB,
 	OPT_NODELIST,
-	OPT_STRICT,
 	OPT_TIMEOUT
 };
 
@@ -151,35 +148,44 @@ static int in_list(const char *list, const char *name)
 	return 0;
 }
 
+/* Take optarg, the argument of `option` (its name as the user writes it, "--deadline"), as a
+ * number of seconds > 0 and finite (strtod(3): decimal, hexadecimal or with an exponent) into
+ * *seconds, and optarg itself into *given.  Returns -1 to go on, or ig_usage_exit after a usage
+ * error naming the option and its argument. */
+static int take_seconds(const char *option, double *seconds, const char **given)
+{
+	char *end;
+
+	errno = 0;
+	*seconds = strtod(optarg, &end);
+	if (errno || end == optarg || *end || !(*seconds > 0) || isinf(*seconds))
+		return usage_error("%s: '%s' is not a number of seconds > 0", option, optarg);
+	*given = optarg;
+	return -1;
+}
+
 /* Take one option c (getopt_long's value) with its argument optarg.  Returns -1 to go on, or the
  * exit code (0 after --help/--version, ig_usage_exit after a usage error on stderr). */
 static int take_option(int c, char **argv, struct ig_opts *o)
 {
-	char *end;
 	switch (c) {
+	case 0: /* a flag (--json, --strict, --timing), set by getopt_long */
+		return -1;
 	case OPT_CONFIG:
 		o->config = optarg;
 		o->config_explicit = 1;
 		return -1;
-	case OPT_POLICY:
-		o->policy = optarg;
-		return -1;
-	case OPT_DEADLINE:
-		errno = 0;
-		o->deadline = strtod(optarg, &end);
-		if (errno || end == optarg || *end || !(o->deadline > 0) || isinf(o->deadline))
-			return usage_error("--deadline: '%s' is not a number of seconds > 0",
-					   optarg);
-		o->deadline_arg = optarg;
+	case OPT_LUA_DIR:
+		o->lua_dir = optarg;
+		o->lua_dir_from = "--lua-dir";
 		return -1;
 	case OPT_SET:
 		if (strchr(optarg, '=') == NULL)
 			return usage_error("--set: expected KEY=VALUE, got '%s'", optarg);
 		o->sets[o->nsets++] = optarg;
 		return -1;
-	case OPT_LUA_DIR:
-		o->lua_dir = optarg;
-		o->lua_dir_from = "--lua-dir";
+	case OPT_POLICY:
+		o->policy = optarg;
 		return -1;
 	case OPT_JOB:
 		o->job = optarg;
@@ -187,23 +193,10 @@ static int take_option(int c, char **argv, struct ig_opts *o)
 	case OPT_NODELIST:
 		o->nodelist = optarg;
 		return -1;
+	case OPT_DEADLINE:
+		return take_seconds("--deadline", &o->deadline, &o->deadline_arg);
 	case OPT_TIMEOUT:
-		errno = 0;
-		o->timeout = strtod(optarg, &end);
-		if (errno || end == optarg || *end || !(o->timeout > 0) || isinf(o->timeout))
-			return usage_error("--timeout: '%s' is not a number of seconds > 0",
-					   optarg);
-		o->timeout_arg = optarg;
-		return -1;
-	case OPT_JSON:
-		o->json = 1;
-		return -1;
-	case OPT_STRICT:
-		o->strict = 1;
-		return -1;
-	case OPT_TIMING:
-		o->timing = 1;
-		return -1;
+		return take_seconds("--timeout", &o->timeout, &o->timeout_arg);
 	case 'q':
 		o->verbosity = -1;
 		return -1;
@@ -295,7 +288,8 @@ static int take_command(int argc, char **argv, struct ig_opts *o)
 
 int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 {
-	static const struct option longopts[] = {
+	/* the flags are set by getopt_long itself (a flag's pointer and value; it returns 0) */
+	const struct option longopts[] = {
 	    {"config", required_argument, NULL, OPT_CONFIG},
 	    {"policy", required_argument, NULL, OPT_POLICY},
 	    {"deadline", required_argument, NULL, OPT_DEADLINE},
@@ -304,9 +298,9 @@ int ig_parse_args(int argc, char **argv, struct ig_opts *o)
 	    {"job", required_argument, NULL, OPT_JOB},
 	    {"nodelist", required_argument, NULL, OPT_NODELIST},
 	    {"timeout", required_argument, NULL, OPT_TIMEOUT},
-	    {"json", no_argument, NULL, OPT_JSON},
-	    {"strict", no_argument, NULL, OPT_STRICT},
-	    {"timing", no_argument, NULL, OPT_TIMING},
+	    {"json", no_argument, &o->json, 1},
+	    {"strict", no_argument, &o->strict, 1},
+	    {"timing", no_argument, &o->timing, 1},
 	    {"quiet", no_argument, NULL, 'q'},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},

@@ -168,14 +168,14 @@ int ig_push_error(lua_State *L, const char *code, const char *fmt, ...)
 /* ---- Lua primitives ------------------------------------------------------------------------- */
 
 /* host.now() -> number: monotonic seconds (CLOCK_MONOTONIC). */
-static int l_now(lua_State *L)
+int ig_host_now(lua_State *L)
 {
 	lua_pushnumber(L, ig_now());
 	return 1;
 }
 
 /* host.wallclock() -> number: seconds since the Unix epoch (CLOCK_REALTIME), sub-second. */
-static int l_wallclock(lua_State *L)
+int ig_host_wallclock(lua_State *L)
 {
 	lua_pushnumber(L, ig_wallclock());
 	return 1;
@@ -189,7 +189,7 @@ static int l_wallclock(lua_State *L)
  * zone (the abbreviation, e.g. "CET").  The sandbox has no `os` (no os.date): a policy with a rule
  * of local hours reads them here.  Errors: nil, msg, "EOVERFLOW" for a time localtime_r cannot
  * represent; a NaN or infinite `seconds` raises. */
-static int l_localtime(lua_State *L)
+int ig_host_localtime(lua_State *L)
 {
 	double t = luaL_optnumber(L, 1, ig_wallclock());
 	luaL_argcheck(L, isfinite(t), 1, "seconds must be finite");
@@ -223,7 +223,7 @@ static int l_localtime(lua_State *L)
 }
 
 /* host.remaining() -> number: seconds left of the run's budget, math.huge when none is set. */
-static int l_remaining(lua_State *L)
+int ig_host_remaining(lua_State *L)
 {
 	lua_pushnumber(L, ig_remaining());
 	return 1;
@@ -231,7 +231,7 @@ static int l_remaining(lua_State *L)
 
 /* host.sleep(seconds) -> true, or nil, msg, "deadline" when the budget cut the sleep short
  * (the call returns at the deadline).  seconds: number; negative sleeps 0; NaN raises. */
-static int l_sleep(lua_State *L)
+int ig_host_sleep(lua_State *L)
 {
 	double s = luaL_checknumber(L, 1);
 	luaL_argcheck(L, s == s, 1, "seconds is NaN");
@@ -246,25 +246,11 @@ static int l_sleep(lua_State *L)
 
 /* host.set_deadline(seconds) -> true: the run's budget from now (<= 0 or math.huge: none).
  * Only the busted module keeps it; the binary removes it from the policy's host table. */
-static int l_set_deadline(lua_State *L)
+int ig_host_set_deadline(lua_State *L)
 {
 	double s = luaL_checknumber(L, 1);
 	luaL_argcheck(L, s == s, 1, "seconds is NaN");
 	ig_set_deadline(s);
 	lua_pushboolean(L, 1);
 	return 1;
-}
-
-/* Add now, wallclock, localtime, remaining, sleep, set_deadline to the table on top of the
- * stack. */
-void ig_register_clock(lua_State *L)
-{
-	static const luaL_Reg fns[] = {{"now", l_now},
-				       {"wallclock", l_wallclock},
-				       {"localtime", l_localtime},
-				       {"remaining", l_remaining},
-				       {"sleep", l_sleep},
-				       {"set_deadline", l_set_deadline},
-				       {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
 }

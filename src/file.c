@@ -134,7 +134,7 @@ int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *le
  * path: string (symlinks followed); max_bytes: integer >= 0, the cap.  code: "EFBIG" when the file
  * holds more than max_bytes, "EISDIR", "EINVAL" (not a regular file), or open(2)/read(2)'s errno
  * name ("ENOENT", "EACCES"...). */
-static int l_read(lua_State *L)
+int ig_host_read(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	lua_Integer max = luaL_checkinteger(L, 2);
@@ -162,7 +162,7 @@ static int l_read(lua_State *L)
  * only what was appended since.  size: the file's size when read (bytes).  One pread(2) loop of at
  * most max_bytes; a file that grows meanwhile is read up to the size fstat gave.  code: "EISDIR",
  * "EINVAL" (not a regular file), or open(2)/read(2)'s errno name ("ENOENT", "EACCES"...). */
-static int l_read_tail(lua_State *L)
+int ig_host_read_tail(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	lua_Integer max = luaL_checkinteger(L, 2);
@@ -224,7 +224,7 @@ static int l_read_tail(lua_State *L)
  * Fields: type "file"|"dir"|"link"|"char"|"other", size (bytes), mode (permission bits, integer,
  * & 07777), uid, gid, ino, dev, nlink, mtime_us (microseconds since the epoch, integer); for a
  * character device also rdev_major and rdev_minor. */
-static int l_stat(lua_State *L)
+int ig_host_stat(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	struct stat st;
@@ -544,7 +544,7 @@ static int write_atomic(const char *path, const char *data, size_t len, mode_t m
  * directory fails: the message then says the file was replaced (durability of the rename unknown).
  * Behaviour: rename(2) atomicity (POSIX), fsync of the file and the directory (Linux ext4/xfs
  * guidance for durable replace); see the top of file.c. */
-static int l_write_atomic(lua_State *L)
+int ig_host_write_atomic(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	size_t len;
@@ -571,7 +571,7 @@ static int l_write_atomic(lua_State *L)
  * slots": the caller changes only bytes whose every mix of old and new is valid).  code: "EINVAL"
  * when the size differs or the file is not a regular file (nothing written), "ENOENT", "ELOOP" (a
  * symlink), "EACCES", "EROFS", "EIO" for a short write, or the errno name of the failing step. */
-static int l_write_in_place(lua_State *L)
+int ig_host_write_in_place(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	size_t len;
@@ -648,7 +648,7 @@ static int push_made(lua_State *L, const char *what, const char *path, lua_Integ
  * openable by the job's user; NVIDIA's IMEX guide creates it with mknod ... c MAJOR N).  MAJOR
  * comes from /proc/devices.  Already a character device with the same numbers: true (nothing
  * changed). Anything else at path: "EEXIST". */
-static int l_mknod_char(lua_State *L)
+int ig_host_mknod_char(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	lua_Integer maj = luaL_checkinteger(L, 2);
@@ -684,7 +684,7 @@ static int l_mknod_char(lua_State *L)
  * directory is success and is left as it is (mode and owner unchanged); anything else at `path`
  * is "ENOTDIR".  Errors: the errno name ("ENOENT" when the parent is missing, "EACCES", "EROFS").
  */
-static int l_mkdir(lua_State *L)
+int ig_host_mkdir(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	lua_Integer mode = luaL_optinteger(L, 2, 0755);
@@ -713,7 +713,7 @@ static int l_mkdir(lua_State *L)
  * order; {} when none).  code: "ENOENT" for a missing directory, "EINVAL" for a path without a
  * file name, or opendir's errno name.  Call it under the node lock (the writers of those files
  * hold it). */
-static int l_remove_temps(lua_State *L)
+int ig_host_remove_temps(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	char *dir = NULL;
@@ -730,20 +730,4 @@ static int l_remove_temps(lua_State *L)
 	remove_stale_temps_of(dirfd, base, L);
 	close(dirfd);
 	return 1;
-}
-
-/* Add read, stat, write_atomic, write_in_place, remove_temps, mknod_char, mkdir to the table on top
- * of the stack. */
-void ig_register_file(lua_State *L)
-{
-	static const luaL_Reg fns[] = {{"read", l_read},
-				       {"read_tail", l_read_tail},
-				       {"stat", l_stat},
-				       {"write_atomic", l_write_atomic},
-				       {"write_in_place", l_write_in_place},
-				       {"remove_temps", l_remove_temps},
-				       {"mknod_char", l_mknod_char},
-				       {"mkdir", l_mkdir},
-				       {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
 }

@@ -75,6 +75,23 @@ static inline void ig_set_integer(lua_State *L, const char *key, lua_Integer val
 	lua_setfield(L, -2, key);
 }
 
+/* Push the metatable called tname in the registry, made on the first call in the Lua state
+ * (luaL_newmetatable): meta's functions (__gc, __close...) and, when methods is not NULL, an
+ * __index table of methods.  Set it on a new userdata with lua_setmetatable(L, -2); then
+ * luaL_checkudata(L, i, tname) finds it. */
+static inline void ig_push_metatable(lua_State *L, const char *tname, const luaL_Reg *meta,
+				     const luaL_Reg *methods)
+{
+	if (!luaL_newmetatable(L, tname))
+		return;
+	luaL_setfuncs(L, meta, 0);
+	if (methods) {
+		lua_newtable(L);
+		luaL_setfuncs(L, methods, 0);
+		lua_setfield(L, -2, "__index");
+	}
+}
+
 /* Copy src into dst (size bytes) as one line: every CR and every LF becomes a space (ig_blank_crlf)
  * and a text longer than size - 1 bytes is cut, ending in "...".  Returns dst. (log.c) */
 char *ig_one_line(char *dst, size_t size, const char *src);
@@ -92,27 +109,53 @@ int ig_read_full_fd(int fd, size_t size_hint, size_t max_bytes, char **out, size
  * -EINVAL (not a regular file), -ENOMEM, or the negative errno of open/fstat/read. */
 int ig_read_full_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
-/* ---- registration (host.c) ------------------------------------------------------------------ */
+/* ---- the primitives: host.NAME is ig_host_NAME (host.c's table) ----------------------------- */
 
-/* Each primitive file adds its primitives (luaL_setfuncs) to the table on top of the stack; host.c
- * calls them all and, with --timing, times each (timing.c). */
-void ig_register_clock(lua_State *L); /* clock.c: now, wallclock, remaining, sleep, set_deadline */
-void ig_register_lock(lua_State *L);  /* lock.c: lock, lock_holder */
-/* file.c: read, read_tail, stat, write_atomic, write_in_place, remove_temps, mknod_char, mkdir */
-void ig_register_file(lua_State *L);
-void ig_register_run(lua_State *L); /* run.c: run, spawn (and its handles' metatable) */
-/* unit.c: unit, unit_job, unit_reset_failed, unit_kill, unit_set_bus (over bus.c's connection) */
-void ig_register_unit(lua_State *L);
-void ig_register_transient(lua_State *L); /* transient.c: unit_start_transient */
-void ig_register_log(lua_State *L);	  /* log.c: log */
-void ig_register_net(lua_State *L);	  /* net.c: local_addresses, resolve, hostname */
-void ig_register_proc(lua_State *L);	  /* proc.c: port_owner, socket_owner, file_holders */
-void ig_register_xml(lua_State *L);	  /* xml.c: xml_parse */
-void ig_register_journal(lua_State *L);	  /* journal.c: journal_read */
+/* Each is the lua_CFunction of one field of the host table: its arguments on L's stack, it
+ * pushes its results and returns their count.  The comment at its definition gives its
+ * arguments, results (types, units), errors and where its behaviour comes from;
+ * docs/policy-api.md is the policy's view of the same. */
+int ig_host_now(lua_State *L);			/* clock.c: monotonic seconds */
+int ig_host_wallclock(lua_State *L);		/* clock.c: seconds since the Unix epoch */
+int ig_host_localtime(lua_State *L);		/* clock.c: the local civil time of a time */
+int ig_host_remaining(lua_State *L);		/* clock.c: seconds left of the budget */
+int ig_host_sleep(lua_State *L);		/* clock.c: sleep, never past the deadline */
+int ig_host_set_deadline(lua_State *L);		/* clock.c: the budget (busted module only) */
+int ig_host_read(lua_State *L);			/* file.c: a file, bounded */
+int ig_host_read_tail(lua_State *L);		/* file.c: a growing file's end */
+int ig_host_stat(lua_State *L);			/* file.c: lstat(2) */
+int ig_host_write_atomic(lua_State *L);		/* file.c: a file replaced by rename(2) */
+int ig_host_write_in_place(lua_State *L);	/* file.c: a same-size write in place */
+int ig_host_remove_temps(lua_State *L);		/* file.c: temp files of write_atomic left behind */
+int ig_host_mknod_char(lua_State *L);		/* file.c: a character device node */
+int ig_host_mkdir(lua_State *L);		/* file.c: a directory */
+int ig_host_lock(lua_State *L);			/* lock.c: the node lock, with a timed wait */
+int ig_host_lock_holder(lua_State *L);		/* lock.c: who holds the node lock */
+int ig_host_run(lua_State *L);			/* run.c: run an argv to its end */
+int ig_host_spawn(lua_State *L);		/* run.c: start an argv, wait later */
+int ig_host_unit(lua_State *L);			/* unit.c: a unit's properties */
+int ig_host_unit_job(lua_State *L);		/* unit.c: start/stop/restart, waited for */
+int ig_host_unit_reset_failed(lua_State *L);	/* unit.c: ResetFailedUnit */
+int ig_host_unit_kill(lua_State *L);		/* unit.c: KillUnit */
+int ig_host_unit_set_bus(lua_State *L);		/* unit.c: the bus (busted module only) */
+int ig_host_unit_start_transient(lua_State *L); /* transient.c: a service of imexguard's own */
+int ig_host_log(lua_State *L);			/* log.c: a line on stderr and the journal */
+int ig_host_local_addresses(lua_State *L);	/* net.c: this host's addresses */
+int ig_host_resolve(lua_State *L);		/* net.c: IPv4 resolution with a timeout */
+int ig_host_hostname(lua_State *L);		/* net.c: the kernel's node name */
+int ig_host_euid(lua_State *L);			/* net.c: the effective user id */
+int ig_host_port_owner(lua_State *L);		/* proc.c: who listens on a TCP port */
+int ig_host_socket_owner(lua_State *L);		/* proc.c: who listens on a unix socket */
+int ig_host_file_holders(lua_State *L);		/* proc.c: who holds a file open */
+int ig_host_xml_parse(lua_State *L);		/* xml.c: an XML document as tables */
+int ig_host_journal_read(lua_State *L);		/* journal.c: matching journal entries */
 
 /* The registry name of the metatable of host.spawn's process handles (run.c); host.c times their
  * methods. */
 #define IG_PROCESS_MT "imexguard.process"
+/* Push the metatable of host.spawn's process handles (ig_push_metatable): methods wait, pid and
+ * close; __close and __gc kill and reap an unwaited process.  (run.c) */
+void ig_push_process_metatable(lua_State *L);
 
 /* host.c: the module table `imexguard.host` (also the entry point of the Lua C module). */
 int luaopen_imexguard_host(lua_State *L);

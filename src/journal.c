@@ -99,6 +99,17 @@ struct jopts {
 	double timeout;
 };
 
+/* Set *value to the integer t[key] of the options table t at index idx, when it is not nil; a
+ * value that is not an integer raises (luaL_checkinteger). */
+static void opt_integer(lua_State *L, int idx, const char *key, lua_Integer *value)
+{
+	if (lua_getfield(L, idx, key) != LUA_TNIL)
+		*value = luaL_checkinteger(L, -1);
+	lua_pop(L, 1);
+}
+
+/* Read the options of journal_read from the table at index idx (none or nil: the defaults) into o;
+ * raises on misuse. */
 static void check_opts(lua_State *L, int idx, struct jopts *o)
 {
 	o->since_us = 0;
@@ -108,15 +119,9 @@ static void check_opts(lua_State *L, int idx, struct jopts *o)
 	if (lua_isnoneornil(L, idx))
 		return;
 	luaL_checktype(L, idx, LUA_TTABLE);
-	if (lua_getfield(L, idx, "since_us") != LUA_TNIL)
-		o->since_us = luaL_checkinteger(L, -1);
-	lua_pop(L, 1);
-	if (lua_getfield(L, idx, "max_entries") != LUA_TNIL)
-		o->max_entries = luaL_checkinteger(L, -1);
-	lua_pop(L, 1);
-	if (lua_getfield(L, idx, "max_bytes") != LUA_TNIL)
-		o->max_bytes = luaL_checkinteger(L, -1);
-	lua_pop(L, 1);
+	opt_integer(L, idx, "since_us", &o->since_us);
+	opt_integer(L, idx, "max_entries", &o->max_entries);
+	opt_integer(L, idx, "max_bytes", &o->max_bytes);
 	if (lua_getfield(L, idx, "timeout") != LUA_TNIL)
 		o->timeout = luaL_checknumber(L, -1);
 	lua_pop(L, 1);
@@ -187,7 +192,7 @@ static lua_Integer check_matches(lua_State *L)
  *   "timeout"/"deadline" when the bound passed during the walk (the message says after how many
  *   entries).
  */
-static int l_journal_read(lua_State *L)
+int ig_host_journal_read(lua_State *L)
 {
 	_cleanup_(journal_closep) sd_journal *j = NULL;
 	struct jopts o;
@@ -252,14 +257,4 @@ static int l_journal_read(lua_State *L)
 		lua_seti(L, -2, b);
 	}
 	return 1;
-}
-
-/* ig_register_journal: see imexguard.h; adds journal_read to the table on top of the stack. */
-void ig_register_journal(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"journal_read", l_journal_read},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }

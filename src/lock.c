@@ -387,6 +387,47 @@ static void describe_holder(char *buf, size_t len, const struct holder *h)
 		 h->owner[0] ? h->owner : "unnamed", age < 0 ? 0 : age);
 }
 
+static int m_unlock(lua_State *L)
+{
+	release(luaL_checkudata(L, 1, LOCK_MT));
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+static int m_gc(lua_State *L)
+{
+	release(luaL_checkudata(L, 1, LOCK_MT));
+	return 0;
+}
+
+static int m_inode(lua_State *L)
+{
+	struct ig_lock *lk = luaL_checkudata(L, 1, LOCK_MT);
+	lua_pushinteger(L, (lua_Integer)lk->dev);
+	lua_pushinteger(L, (lua_Integer)lk->ino);
+	return 2;
+}
+
+static int m_tostring(lua_State *L)
+{
+	struct ig_lock *lk = luaL_checkudata(L, 1, LOCK_MT);
+	if (lk->fd >= 0)
+		lua_pushfstring(L, "imexguard.lock (held, inode %I)", (lua_Integer)lk->ino);
+	else
+		lua_pushliteral(L, "imexguard.lock (released)");
+	return 1;
+}
+
+/* Push the metatable of lock objects (ig_push_metatable). */
+static void push_lock_metatable(lua_State *L)
+{
+	static const luaL_Reg methods[] = {{"unlock", m_unlock}, {"inode", m_inode}, {NULL, NULL}};
+	static const luaL_Reg meta[] = {
+	    {"__gc", m_gc}, {"__close", m_gc}, {"__tostring", m_tostring}, {NULL, NULL}};
+
+	ig_push_metatable(L, LOCK_MT, meta, methods);
+}
+
 /* host.lock(path, timeout, owner) -> lock, or nil, msg, code, holder.
  * path: string, the lock file (created 0644, never deleted or renamed; a symlink is refused with
  * ELOOP); timeout: seconds (number, bounded by the run's budget; 0 tries once; math.huge waits as
@@ -398,7 +439,7 @@ static void describe_holder(char *buf, size_t len, const struct holder *h)
  * timeout; {} when neither is known.  The lock object: lock:unlock() -> true (idempotent; also on
  * __gc, __close and process exit, the kernel releasing flock(2) with the last descriptor);
  * lock:inode() -> dev, ino (integers) of the locked file. */
-static int l_lock(lua_State *L)
+int ig_host_lock(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	double timeout = luaL_checknumber(L, 2);
@@ -407,7 +448,8 @@ static int l_lock(lua_State *L)
 
 	struct ig_lock *lk = lua_newuserdatauv(L, sizeof *lk, 0);
 	lk->fd = -1;
-	luaL_setmetatable(L, LOCK_MT);
+	push_lock_metatable(L);
+	lua_setmetatable(L, -2);
 
 	struct stat st;
 	struct holder h;
@@ -444,7 +486,7 @@ static int l_lock(lua_State *L)
  * holds it, and is released at once.  holder: {pid, owner, since}, or {} while the first holder of
  * a new file has not yet written its record; during a hand-over (between the next holder's flock
  * and its record) the record read is the previous holder's, which no unlock clears. */
-static int l_lock_holder(lua_State *L)
+int ig_host_lock_holder(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
@@ -472,52 +514,4 @@ static int l_lock_holder(lua_State *L)
 	close(fd);
 	push_holder(L, &h);
 	return 1;
-}
-
-static int m_unlock(lua_State *L)
-{
-	release(luaL_checkudata(L, 1, LOCK_MT));
-	lua_pushboolean(L, 1);
-	return 1;
-}
-
-static int m_gc(lua_State *L)
-{
-	release(luaL_checkudata(L, 1, LOCK_MT));
-	return 0;
-}
-
-static int m_inode(lua_State *L)
-{
-	struct ig_lock *lk = luaL_checkudata(L, 1, LOCK_MT);
-	lua_pushinteger(L, (lua_Integer)lk->dev);
-	lua_pushinteger(L, (lua_Integer)lk->ino);
-	return 2;
-}
-
-static int m_tostring(lua_State *L)
-{
-	struct ig_lock *lk = luaL_checkudata(L, 1, LOCK_MT);
-	if (lk->fd >= 0)
-		lua_pushfstring(L, "imexguard.lock (held, inode %I)", (lua_Integer)lk->ino);
-	else
-		lua_pushliteral(L, "imexguard.lock (released)");
-	return 1;
-}
-
-/* Add lock and lock_holder to the table on top of the stack (and create the lock metatable). */
-void ig_register_lock(lua_State *L)
-{
-	static const luaL_Reg methods[] = {{"unlock", m_unlock}, {"inode", m_inode}, {NULL, NULL}};
-	static const luaL_Reg meta[] = {
-	    {"__gc", m_gc}, {"__close", m_gc}, {"__tostring", m_tostring}, {NULL, NULL}};
-	if (luaL_newmetatable(L, LOCK_MT)) {
-		luaL_setfuncs(L, meta, 0);
-		luaL_newlib(L, methods);
-		lua_setfield(L, -2, "__index");
-	}
-	lua_pop(L, 1);
-	static const luaL_Reg fns[] = {
-	    {"lock", l_lock}, {"lock_holder", l_lock_holder}, {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
 }

@@ -299,7 +299,7 @@ void ig_log_journal_first(enum ig_level level, const char *const *fields, const 
  * sent to journald as IMEXGUARD_<KEY>=value (key upper-cased, characters other than A-Z 0-9 become
  * '_', cut to journald's 64-character field names; e.g. {job = "101"} -> IMEXGUARD_JOB=101).  Never
  * fails: journald errors are ignored. */
-static int l_log(lua_State *L)
+int ig_host_log(lua_State *L)
 {
 	int level = ig_level_of(ig_log_levels[luaL_checkoption(L, 1, NULL, ig_log_levels)]);
 	luaL_argcheck(L, level >= 0, 1, "not a syslog level");
@@ -339,11 +339,4 @@ static int l_log(lua_State *L)
 	}
 	emit((enum ig_level)level, message, fields, nfields, 0);
 	return 0;
-}
-
-/* Add log to the table on top of the stack. */
-void ig_register_log(lua_State *L)
-{
-	lua_pushcfunction(L, l_log);
-	lua_setfield(L, -2, "log");
 }

@@ -55,7 +55,7 @@ static void push_addresses(lua_State *L, const struct addrinfo *ai)
 /* host.local_addresses() -> list of strings, or nil, msg, code.
  * The IPv4 addresses of every interface (getifaddrs(3)), in interface order, without duplicates,
  * loopback included (127.0.0.1 on lo).  code: errno name of getifaddrs. */
-static int l_local_addresses(lua_State *L)
+int ig_host_local_addresses(lua_State *L)
 {
 	struct ifaddrs *ifa;
 	if (getifaddrs(&ifa) < 0) {
@@ -145,7 +145,7 @@ static const char *gai_code(int e)
  * code: "timeout" / "deadline", "EINVAL" (empty or over-long name), "EAI_NONAME" (no such host),
  * "EAI_NODATA" (no IPv4 address), "EAI_AGAIN" (temporary resolver failure), "EAI_FAIL" (any
  * other resolver failure, including EAI_SYSTEM: its errno belongs to glibc's helper thread). */
-static int l_resolve(lua_State *L)
+int ig_host_resolve(lua_State *L)
 {
 	size_t nlen;
 	const char *name = luaL_checklstring(L, 1, &nlen);
@@ -225,7 +225,7 @@ static int l_resolve(lua_State *L)
 
 /* host.hostname() -> string: the kernel's node name (uname(2) nodename, what `hostname` prints;
  * Slurm's SLURMD_NODENAME can differ), or nil, msg, code (uname(2)'s errno name) on failure. */
-static int l_hostname(lua_State *L)
+int ig_host_hostname(lua_State *L)
 {
 	struct utsname u;
 	if (uname(&u) < 0) {
@@ -238,19 +238,8 @@ static int l_hostname(lua_State *L)
 
 /* host.euid() -> integer: this process's effective user id (geteuid(2), never fails).  A
  * permission error of a non-root run says "run as root" (the prolog runs as root under slurmd). */
-static int l_euid(lua_State *L)
+int ig_host_euid(lua_State *L)
 {
 	lua_pushinteger(L, (lua_Integer)geteuid());
 	return 1;
-}
-
-/* Add local_addresses, resolve, hostname, euid to the table on top of the stack. */
-void ig_register_net(lua_State *L)
-{
-	static const luaL_Reg fns[] = {{"local_addresses", l_local_addresses},
-				       {"resolve", l_resolve},
-				       {"hostname", l_hostname},
-				       {"euid", l_euid},
-				       {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
 }

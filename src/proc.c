@@ -74,6 +74,12 @@ struct owner {
 	char cmdline[4096];
 	char why[160];	    /* what stopped the search (limit reached, timeout) */
 	const char *source; /* where the listeners were found: SRC_DIAG or SRC_PROC */
+	int port;	    /* port_owner: the TCP port searched; socket_owner: 0 */
+	const char *path;   /* socket_owner: the unix socket's path searched */
+	long hint;	    /* the pid whose descriptors are read first (0: none) */
+	double bound;	    /* seconds: the search's timeout bounded by the run's budget */
+	double end;	    /* monotonic seconds: when the search stops */
+	int by_deadline;    /* the budget, not the timeout, is the tighter bound */
 };
 
 /* The local address of a /proc/net/tcp{,6} line in text: 8 hex digits (one 32-bit word in host
@@ -331,18 +337,18 @@ static int diag_scan(unsigned port, struct owner *o, double end)
 	return r;
 }
 
-/* The listeners on `port` that serve o->only, into o (o->source names where they were found):
+/* The listeners on o->port that serve o->only, into o (o->source names where they were found):
  * from sock_diag(7), else from /proc/net/tcp{,6}.  Returns 0, -E2BIG (too many sockets),
- * -ETIMEDOUT (sock_diag did not answer before `end`), or negative errno of reading /proc. */
-static int find_listeners(unsigned port, struct owner *o, double end)
+ * -ETIMEDOUT (sock_diag did not answer before o->end), or negative errno of reading /proc. */
+static int find_listeners(struct owner *o)
 {
-	int r = diag_scan(port, o, end);
+	int r = diag_scan((unsigned)o->port, o, o->end);
 
 	o->source = SRC_DIAG;
 	if (r == 0 || r == -E2BIG || r == -ETIMEDOUT)
 		return r;
 	o->source = SRC_PROC;
-	return proc_scan(port, o);
+	return proc_scan((unsigned)o->port, o);
 }
 
 /* Read at most size-1 bytes of a small /proc file into buf (NUL-terminated); NULs (between
@@ -435,23 +441,26 @@ static int name_pid(struct owner *o, long pid)
 	return 0;
 }
 
-/* Find the process holding one of o->inodes, before `end` (monotonic seconds): `hint` first (a
+/* Find the process holding one of o->inodes, before o->end (monotonic seconds): o->hint first (a
  * pid > 0, else none), then every process in the order /proc lists them.  Returns 0 with o->pid,
- * comm and cmdline set, -ESRCH when no visible process holds it, -E2BIG when a limit was reached
- * first, -ETIMEDOUT when `end` passed (o->why says which), or negative errno. */
-static int find_pid(struct owner *o, long hint, double end)
+ * comm and cmdline set, -ENODATA when o has no listener, -ESRCH when no visible process holds it,
+ * -E2BIG when a limit was reached first, -ETIMEDOUT when `end` passed (o->why says which), or
+ * negative errno. */
+static int find_pid(struct owner *o)
 {
 	long pids = 0, fds = 0;
 	struct dirent *de;
 	DIR *d;
 	int r = -ESRCH;
 
-	if (ig_now() >= end) {
+	if (o->n_inodes == 0)
+		return -ENODATA;
+	if (ig_now() >= o->end) {
 		snprintf(o->why, sizeof o->why, "before reading any process");
 		return -ETIMEDOUT;
 	}
-	if (hint > 0 && pid_holds(hint, o, &fds))
-		return name_pid(o, hint);
+	if (o->hint > 0 && pid_holds(o->hint, o, &fds))
+		return name_pid(o, o->hint);
 	d = opendir("/proc");
 	if (!d)
 		return -errno;
@@ -461,9 +470,9 @@ static int find_pid(struct owner *o, long hint, double end)
 		if (!isdigit((unsigned char)de->d_name[0]))
 			continue;
 		pid = strtol(de->d_name, NULL, 10);
-		if (pid == hint)
+		if (pid == o->hint)
 			continue; /* read above */
-		if (ig_now() >= end) {
+		if (ig_now() >= o->end) {
 			snprintf(o->why, sizeof o->why, "after %ld processes", pids);
 			r = -ETIMEDOUT;
 			break;
@@ -481,6 +490,73 @@ static int find_pid(struct owner *o, long hint, double end)
 	}
 	closedir(d);
 	return r;
+}
+
+/* Start the search of port_owner or socket_owner in o (emptied first): their optional arguments
+ * timeout (index timeout_arg: seconds >= 0, default PROC_DEFAULT_WAIT) and pid (index pid_arg:
+ * a process ID >= 0, 0 none) read into o, and the timeout bounded by the run's budget
+ * (ig_bound) from now.  Raises on misuse. */
+static void start_search(lua_State *L, int timeout_arg, int pid_arg, struct owner *o)
+{
+	double timeout = luaL_optnumber(L, timeout_arg, PROC_DEFAULT_WAIT);
+	lua_Integer hint = luaL_optinteger(L, pid_arg, 0);
+
+	luaL_argcheck(L, timeout >= 0, timeout_arg, "timeout must be a number of seconds >= 0");
+	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, pid_arg, "pid must be a process ID >= 0");
+	memset(o, 0, sizeof *o);
+	o->hint = (long)hint;
+	o->bound = ig_bound(timeout, &o->by_deadline);
+	o->end = ig_now() + o->bound;
+}
+
+/* Push the result of port_owner or socket_owner: {pid, comm, cmdline, address (port_owner only),
+ * inode} of the listener o->held.  Returns 1 (one value). */
+static int push_owner(lua_State *L, const struct owner *o)
+{
+	lua_createtable(L, 0, 5);
+	ig_set_integer(L, "pid", o->pid);
+	ig_set_string(L, "comm", o->comm);
+	ig_set_string(L, "cmdline", o->cmdline);
+	if (o->port)
+		ig_set_string(L, "address", o->addresses[o->held]);
+	ig_set_integer(L, "inode", (lua_Integer)o->inodes[o->held]);
+	return 1;
+}
+
+/* Push the failure r (a negative errno) of the search o of port_owner (o->port) or socket_owner
+ * (o->path) as nil, message, code; the message names the port or the path: "none" (-ENODATA: no
+ * listener), "unknown" (-ESRCH: no visible process holds it), "limit" (-E2BIG),
+ * "timeout"/"deadline" (-ETIMEDOUT), else the errno code of reading /proc (or, for a port,
+ * where the listeners were read).  Returns 3. */
+static int push_search_error(lua_State *L, int r, const struct owner *o)
+{
+	const char *what = o->port ? lua_pushfstring(L, "port %d", o->port)
+				   : lua_pushfstring(L, "unix socket %s", o->path);
+
+	if (r == -ENODATA && o->port)
+		return ig_push_error(L, "none", "%s: no listener on TCP port %d%s%s (%s)", what,
+				     o->port, o->only ? " for " : "", o->only ? o->only : "",
+				     o->source);
+	if (r == -ENODATA)
+		return ig_push_error(L, "none", "%s: no listener (/proc/net/unix)", what);
+	if (r == -ESRCH)
+		return ig_push_error(
+		    L, "unknown",
+		    "%s: socket inode %lu listens%s but no process visible here holds it", what,
+		    o->inodes[0],
+		    o->port ? lua_pushfstring(L, " on %s (%s)", o->addresses[0], o->source) : "");
+	if (r == -E2BIG && o->why[0] == '\0' && o->port)
+		return ig_push_error(L, "limit", "%s: more than %d sockets in %s", what,
+				     PROC_MAX_LINES, o->source);
+	if (r == -E2BIG || r == -ETIMEDOUT)
+		return ig_push_error(L,
+				     r == -E2BIG      ? "limit"
+				     : o->by_deadline ? "deadline"
+						      : "timeout",
+				     "%s: listener not found within %.3g s (%s)", what, o->bound,
+				     o->why[0] ? o->why : "too many sockets");
+	return ig_push_error(L, ig_code(r), "%s: reading %s: %s", what,
+			     o->port && o->n_inodes == 0 ? o->source : "/proc", strerror(-r));
 }
 
 /*
@@ -507,91 +583,49 @@ static int find_pid(struct owner *o, long hint, double end)
  *   descriptors, or 200000 sockets), "timeout"/"deadline" (the bound passed), or the errno
  *   code of reading /proc ("EACCES", ...).
  */
-static int l_port_owner(lua_State *L)
+int ig_host_port_owner(lua_State *L)
 {
 	lua_Integer port = luaL_checkinteger(L, 1);
-	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
-	lua_Integer hint = luaL_optinteger(L, 4, 0);
-	int by_deadline = 0;
 	struct owner o;
-	double bound, end;
 	int r;
 
 	luaL_argcheck(L, port >= 1 && port <= 65535, 1, "port must be a TCP port 1..65535");
-	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
-	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, 4, "pid must be a process ID >= 0");
-	memset(&o, 0, sizeof o);
+	start_search(L, 2, 4, &o);
+	o.port = (int)port;
 	o.only = luaL_optstring(L, 3, NULL);
-	bound = ig_bound(timeout, &by_deadline);
-	end = ig_now() + bound;
-	r = find_listeners((unsigned)port, &o, end);
+	r = find_listeners(&o);
 	g_last_source = o.source;
-	if (r == 0 && o.n_inodes == 0)
-		return ig_push_error(L, "none", "port %d: no listener on TCP port %d%s%s (%s)",
-				     (int)port, (int)port, o.only ? " for " : "",
-				     o.only ? o.only : "", o.source);
 	if (r == 0)
-		r = find_pid(&o, (long)hint, end);
-	if (r == -ESRCH)
-		return ig_push_error(L, "unknown",
-				     "port %d: socket inode %lu listens on %s (%s) but no process "
-				     "visible here holds it",
-				     (int)port, o.inodes[0], o.addresses[0], o.source);
-	if (r == -E2BIG && o.why[0] == '\0')
-		return ig_push_error(L, "limit", "port %d: more than %d sockets in %s", (int)port,
-				     PROC_MAX_LINES, o.source);
-	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L,
-				     r == -E2BIG   ? "limit"
-				     : by_deadline ? "deadline"
-						   : "timeout",
-				     "port %d: listener not found within %.3g s (%s)", (int)port,
-				     bound, o.why);
-	if (r < 0)
-		return ig_push_error(L, ig_code(r), "port %d: reading %s: %s", (int)port,
-				     o.n_inodes ? "/proc" : o.source, strerror(-r));
-	lua_createtable(L, 0, 5);
-	ig_set_integer(L, "pid", o.pid);
-	ig_set_string(L, "comm", o.comm);
-	ig_set_string(L, "cmdline", o.cmdline);
-	ig_set_string(L, "address", o.addresses[o.held]);
-	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
-	return 1;
+		r = find_pid(&o);
+	return r < 0 ? push_search_error(L, r, &o) : push_owner(L, &o);
 }
 
-/* A socket path and the owner to add its listeners to (scan_unix). */
-struct unix_scan {
-	const char *path;
-	struct owner *o;
-};
-
-/* One line of /proc/net/unix: a listening socket bound to the path is added to the owner. */
+/* One line of /proc/net/unix: a listening socket bound to o->path is added to the owner o. */
 static void unix_line(char *line, void *arg)
 {
-	struct unix_scan *u = arg;
+	struct owner *o = arg;
 	unsigned long flags, inode;
 	int off = 0;
 
 	line[strcspn(line, "\n")] = '\0';
 	if (sscanf(line, "%*s %*s %*s %lx %*s %*s %lu %n", &flags, &inode, &off) != 2 || off == 0 ||
-	    !(flags & 0x10000) || strcmp(line + off, u->path) != 0)
+	    !(flags & 0x10000) || strcmp(line + off, o->path) != 0)
 		return;
-	if (u->o->n_inodes < PROC_MAX_INODES) {
-		snprintf(u->o->addresses[u->o->n_inodes], sizeof u->o->addresses[0], "unix");
-		u->o->inodes[u->o->n_inodes++] = inode;
+	if (o->n_inodes < PROC_MAX_INODES) {
+		snprintf(o->addresses[o->n_inodes], sizeof o->addresses[0], "unix");
+		o->inodes[o->n_inodes++] = inode;
 	}
 }
 
-/* Add to o the inodes of the unix sockets listening on `path` in /proc/net/unix (proc(5): lines
+/* Add to o the inodes of the unix sockets listening on o->path in /proc/net/unix (proc(5): lines
  * "Num RefCount Protocol Flags Type St Inode Path"; a listening socket has __SO_ACCEPTCON,
  * 0x00010000, in Flags).  Returns 0, -E2BIG over PROC_MAX_LINES lines, or negative errno. */
-static int scan_unix(const char *path, struct owner *o)
+static int scan_unix(struct owner *o)
 {
 	char line[4096 + 128];
 	long lines = 0;
-	struct unix_scan u = {path, o};
 
-	return each_line("/proc/net/unix", line, sizeof line, &lines, unix_line, &u);
+	return each_line("/proc/net/unix", line, sizeof line, &lines, unix_line, o);
 }
 
 /*
@@ -605,49 +639,19 @@ static int scan_unix(const char *path, struct owner *o)
  *   Errors (the message names the path): "none" (no listener on it), "unknown" (a listener but no
  *   visible process holds it), "limit", "timeout"/"deadline", or the errno code of reading /proc.
  */
-static int l_socket_owner(lua_State *L)
+int ig_host_socket_owner(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
-	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
-	lua_Integer hint = luaL_optinteger(L, 3, 0);
-	int by_deadline = 0;
 	struct owner o;
-	double bound, end;
 	int r;
 
 	luaL_argcheck(L, *path != '\0', 1, "path must not be empty");
-	luaL_argcheck(L, timeout >= 0, 2, "timeout must be a number of seconds >= 0");
-	luaL_argcheck(L, hint >= 0 && hint <= INT32_MAX, 3, "pid must be a process ID >= 0");
-	memset(&o, 0, sizeof o);
-	bound = ig_bound(timeout, &by_deadline);
-	end = ig_now() + bound;
-	r = scan_unix(path, &o);
-	if (r == 0 && o.n_inodes == 0)
-		return ig_push_error(L, "none", "unix socket %s: no listener (/proc/net/unix)",
-				     path);
+	start_search(L, 2, 3, &o);
+	o.path = path;
+	r = scan_unix(&o);
 	if (r == 0)
-		r = find_pid(&o, (long)hint, end);
-	if (r == -ESRCH)
-		return ig_push_error(L, "unknown",
-				     "unix socket %s: socket inode %lu listens but no process "
-				     "visible here holds it",
-				     path, o.inodes[0]);
-	if (r == -E2BIG || r == -ETIMEDOUT)
-		return ig_push_error(L,
-				     r == -E2BIG   ? "limit"
-				     : by_deadline ? "deadline"
-						   : "timeout",
-				     "unix socket %s: listener not found within %.3g s (%s)", path,
-				     bound, o.why[0] ? o.why : "too many sockets");
-	if (r < 0)
-		return ig_push_error(L, ig_code(r), "unix socket %s: reading /proc: %s", path,
-				     strerror(-r));
-	lua_createtable(L, 0, 4);
-	ig_set_integer(L, "pid", o.pid);
-	ig_set_string(L, "comm", o.comm);
-	ig_set_string(L, "cmdline", o.cmdline);
-	ig_set_integer(L, "inode", (lua_Integer)o.inodes[o.held]);
-	return 1;
+		r = find_pid(&o);
+	return r < 0 ? push_search_error(L, r, &o) : push_owner(L, &o);
 }
 
 /* ---- file_holders ------------------------------------------------------------------------ */
@@ -753,7 +757,7 @@ static int push_holders(lua_State *L, const struct held_file *f, double end, int
  *   Errors (the message names the path): stat(2)'s errno code ("ENOENT"...), "limit" (65536
  *   processes or 1048576 descriptors), "timeout"/"deadline", or the errno code of reading /proc.
  */
-static int l_file_holders(lua_State *L)
+int ig_host_file_holders(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	double timeout = luaL_optnumber(L, 2, PROC_DEFAULT_WAIT);
@@ -794,19 +798,6 @@ static int l_file_holders(lua_State *L)
 				     path, PROC_MAX_PIDS, PROC_MAX_FDS);
 	return ig_push_error(L, ig_code(why), "file holders of %s: reading /proc: %s", path,
 			     strerror(-why));
-}
-
-/* ig_register_proc: see imexguard.h; adds port_owner, socket_owner and file_holders to the table on
- * top of the stack. */
-void ig_register_proc(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"port_owner", l_port_owner},
-	    {"socket_owner", l_socket_owner},
-	    {"file_holders", l_file_holders},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }
 
 /* Test hooks of the busted specs (tests/systemd/proc_spec.lua), loaded from the Lua C module with

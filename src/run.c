@@ -439,7 +439,8 @@ static struct proc *new_proc(lua_State *L, char **argv, double timeout, size_t m
 	struct proc *p = lua_newuserdatauv(L, sizeof *p, 1);
 	memset(p, 0, sizeof *p);
 	p->pidfd = -1;
-	luaL_setmetatable(L, IG_PROCESS_MT);
+	ig_push_process_metatable(L);
+	lua_setmetatable(L, -2);
 	lua_pushstring(L, argv[0]);
 	lua_setiuservalue(L, -2, 1);
 	int rc = proc_start(p, argv, timeout, max);
@@ -485,7 +486,7 @@ static int wait_results(lua_State *L, int idx, struct proc *p)
  * result given), or the errno name of a spawn failure ("ENOENT", "EACCES", "ENOEXEC", "EMFILE").
  * host.spawn(argv, opts) then process:wait(), in one call.  See the top of run.c for the
  * process-group and grandchild rules. */
-static int l_run(lua_State *L)
+int ig_host_run(lua_State *L)
 {
 	double timeout;
 	size_t max;
@@ -511,7 +512,7 @@ static int l_run(lua_State *L)
  *     wait never comes (an error, a return on another path) is killed and reaped, never leaked.
  * Where it comes from: posix_spawn(3) and pidfd_open(2) as host.run; the handle as Lua 5.4's
  * io.popen file (a userdata closed by :close, __close or __gc). */
-static int l_spawn(lua_State *L)
+int ig_host_spawn(lua_State *L)
 {
 	double timeout;
 	size_t max;
@@ -524,7 +525,7 @@ static struct proc *check_proc(lua_State *L)
 	return luaL_checkudata(L, 1, IG_PROCESS_MT);
 }
 
-/* process:wait(): see l_spawn. */
+/* process:wait(): see ig_host_spawn. */
 static int l_proc_wait(lua_State *L)
 {
 	struct proc *p = check_proc(L);
@@ -532,14 +533,14 @@ static int l_proc_wait(lua_State *L)
 	return wait_results(L, 1, p);
 }
 
-/* process:pid(): see l_spawn. */
+/* process:pid(): see ig_host_spawn. */
 static int l_proc_pid(lua_State *L)
 {
 	lua_pushinteger(L, check_proc(L)->pid);
 	return 1;
 }
 
-/* process:close(), __close and __gc: see l_spawn. */
+/* process:close(), __close and __gc: see ig_host_spawn. */
 static int l_proc_close(lua_State *L)
 {
 	proc_discard(check_proc(L));
@@ -547,21 +548,13 @@ static int l_proc_close(lua_State *L)
 	return 1;
 }
 
-/* Add run and spawn to the table on top of the stack; create the process handles' metatable
- * (registry name IG_PROCESS_MT, its methods in __index). */
-void ig_register_run(lua_State *L)
+/* ig_push_process_metatable: see imexguard.h. */
+void ig_push_process_metatable(lua_State *L)
 {
-	static const luaL_Reg funcs[] = {{"run", l_run}, {"spawn", l_spawn}, {NULL, NULL}};
 	static const luaL_Reg methods[] = {
 	    {"wait", l_proc_wait}, {"pid", l_proc_pid}, {"close", l_proc_close}, {NULL, NULL}};
 	static const luaL_Reg meta[] = {
 	    {"__close", l_proc_close}, {"__gc", l_proc_close}, {NULL, NULL}};
 
-	luaL_setfuncs(L, funcs, 0);
-	if (luaL_newmetatable(L, IG_PROCESS_MT)) {
-		luaL_setfuncs(L, meta, 0);
-		luaL_newlib(L, methods);
-		lua_setfield(L, -2, "__index");
-	}
-	lua_pop(L, 1);
+	ig_push_metatable(L, IG_PROCESS_MT, meta, methods);
 }

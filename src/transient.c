@@ -36,9 +36,59 @@ struct transient {
 	int wait;			/* wait for systemd's answer (the job queued) */
 };
 
-/* Append the properties of t (a(sv)) to m: Description, ExecStart (a(sasb): one command, its
- * failure not ignored), Environment, RuntimeMaxUSec, and CollectMode=inactive-or-failed so that
- * systemd unloads the unit when it ended, whatever its result (systemd.unit(5)). */
+/* Open the property `name` of D-Bus type `type` (a signature: "as") in the a(sv) that m is
+ * filling: its struct (sv), the name, and its variant, left open for the value (as systemd's
+ * bus-unit-util writes a property).  Returns 0 or sd-bus's negative errno. */
+static int open_property(sd_bus_message *m, const char *name, const char *type)
+{
+	int r = sd_bus_message_open_container(m, 'r', "sv");
+
+	if (r >= 0)
+		r = sd_bus_message_append(m, "s", name);
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'v', type);
+	return r < 0 ? r : 0;
+}
+
+/* Close the variant and the struct of the property that open_property opened.  Returns 0 or
+ * sd-bus's negative errno. */
+static int close_property(sd_bus_message *m)
+{
+	int r = sd_bus_message_close_container(m);
+
+	if (r >= 0)
+		r = sd_bus_message_close_container(m);
+	return r < 0 ? r : 0;
+}
+
+/* Append to m's a(sv) the property ExecStart (a(sasb)): one command, argv (NULL-ended; argv[0]
+ * the program's absolute path, also its path) whose failure is not ignored.  Returns 0 or sd-bus's
+ * negative errno. */
+static int append_exec_start(sd_bus_message *m, const char *const *argv)
+{
+	int r = open_property(m, "ExecStart", "a(sasb)");
+
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'a', "(sasb)");
+	if (r >= 0)
+		r = sd_bus_message_open_container(m, 'r', "sasb");
+	if (r >= 0)
+		r = sd_bus_message_append(m, "s", argv[0]);
+	if (r >= 0)
+		r = sd_bus_message_append_strv(m, (char **)argv);
+	if (r >= 0)
+		r = sd_bus_message_append(m, "b", 0);
+	for (int i = 0; i < 2 && r >= 0; i++) /* the struct (sasb), the array */
+		r = sd_bus_message_close_container(m);
+	if (r >= 0)
+		r = close_property(m);
+	return r < 0 ? r : 0;
+}
+
+/* Append the properties of t (a(sv)) to m: Description, ExecStart (append_exec_start),
+ * Environment, RuntimeMaxUSec, and CollectMode=inactive-or-failed so that systemd unloads the
+ * unit when it ended, whatever its result (systemd.unit(5)).  Returns 0 or sd-bus's negative
+ * errno. */
 static int append_properties(sd_bus_message *m, const struct transient *t)
 {
 	int r = sd_bus_message_open_container(m, 'a', "(sv)");
@@ -50,38 +100,16 @@ static int append_properties(sd_bus_message *m, const struct transient *t)
 	if (r >= 0 && t->runtime_max_us)
 		r = sd_bus_message_append(m, "(sv)", "RuntimeMaxUSec", "t", t->runtime_max_us);
 	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'r', "sv");
-	if (r >= 0)
-		r = sd_bus_message_append(m, "s", "Environment");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'v', "as");
+		r = open_property(m, "Environment", "as");
 	if (r >= 0)
 		r = sd_bus_message_append_strv(m, (char **)t->env);
 	if (r >= 0)
-		r = sd_bus_message_close_container(m);
+		r = close_property(m);
+	if (r >= 0)
+		r = append_exec_start(m, t->argv);
 	if (r >= 0)
 		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'r', "sv");
-	if (r >= 0)
-		r = sd_bus_message_append(m, "s", "ExecStart");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'v', "a(sasb)");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'a', "(sasb)");
-	if (r >= 0)
-		r = sd_bus_message_open_container(m, 'r', "sasb");
-	if (r >= 0)
-		r = sd_bus_message_append(m, "s", t->argv[0]);
-	if (r >= 0)
-		r = sd_bus_message_append_strv(m, (char **)t->argv);
-	if (r >= 0)
-		r = sd_bus_message_append(m, "b", 0);
-	for (int i = 0; i < 4 && r >= 0; i++)
-		r = sd_bus_message_close_container(m);
-	if (r >= 0)
-		r = sd_bus_message_close_container(m);
-	return r;
+	return r < 0 ? r : 0;
 }
 
 /* Send StartTransientUnit(name, "fail", properties, no auxiliary units) for t on b before `end`:
@@ -203,7 +231,7 @@ static void check_strings(lua_State *L, int spec, const char *field, const char 
  *   name is loaded; only with wait).  Misuse (a name without ".service", a relative program, a
  *   spec that is not as above) raises.
  */
-static int l_unit_start_transient(lua_State *L)
+int ig_host_unit_start_transient(lua_State *L)
 {
 	struct transient t;
 	size_t len;
@@ -237,14 +265,4 @@ static int l_unit_start_transient(lua_State *L)
 		return ig_push_error(L, code, "%s", msg);
 	lua_pushboolean(L, 1);
 	return 1;
-}
-
-/* ig_register_transient: see imexguard.h; adds unit_start_transient to the table on top. */
-void ig_register_transient(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"unit_start_transient", l_unit_start_transient},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
 }

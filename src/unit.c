@@ -808,7 +808,7 @@ static void push_exec_start(lua_State *L, const struct unit_props *p)
  *   "EOVERFLOW" when it has over EXEC_MAX commands or EXEC_BUF bytes.  A connection lost while
  *   systemd re-executes is reopened and the query retried (unit_query).
  */
-static int l_unit(lua_State *L)
+int ig_host_unit(lua_State *L)
 {
 	const char *name = check_unit_name(L, 1);
 	double timeout = check_timeout(L, 2, 1);
@@ -852,7 +852,7 @@ static int l_unit(lua_State *L)
  *   re-executes or reloads is survived (unit_job_run); a job that ended meanwhile gets its
  *   result from the unit's state (deduce_result) and the message says so.
  */
-static int l_unit_job(lua_State *L)
+int ig_host_unit_job(lua_State *L)
 {
 	static const char *const verbs[] = {"start", "stop", "restart", "try-restart", NULL};
 	static const char *const methods[] = {"StartUnit", "StopUnit", "RestartUnit",
@@ -883,7 +883,7 @@ static int l_unit_job(lua_State *L)
  *   (Manager.ResetFailedUnit, org.freedesktop.systemd1(5)).  Errors: "timeout", "deadline",
  *   "bus" (e.g. org.freedesktop.systemd1.NoSuchUnit for a unit that is not loaded).
  */
-static int l_unit_reset_failed(lua_State *L)
+int ig_host_unit_reset_failed(lua_State *L)
 {
 	const char *name = check_unit_name(L, 1);
 	double timeout = check_timeout(L, 2, 1);
@@ -905,7 +905,7 @@ static int l_unit_reset_failed(lua_State *L)
  *   signal), org.freedesktop.systemd1(5)).  Errors: "timeout", "deadline", "bus" (e.g.
  *   org.freedesktop.systemd1.NoSuchProcess when the unit has no main process).
  */
-static int l_unit_kill(lua_State *L)
+int ig_host_unit_kill(lua_State *L)
 {
 	const char *name = check_unit_name(L, 1);
 	lua_Integer signo = luaL_checkinteger(L, 2);
@@ -930,7 +930,7 @@ static int l_unit_kill(lua_State *L)
  *   manager; the binary sets the bus from its settings with ig_bus_set_address and may remove it
  *   from the sandbox like set_deadline.
  */
-static int l_unit_set_bus(lua_State *L)
+int ig_host_unit_set_bus(lua_State *L)
 {
 	const char *address = luaL_checkstring(L, 1);
 	int r = ig_bus_set_address(address);
@@ -942,41 +942,4 @@ static int l_unit_set_bus(lua_State *L)
 				     address);
 	lua_pushboolean(L, 1);
 	return 1;
-}
-
-/* __gc of a registry sentinel: closes the connection and forgets the bus setting when the Lua
- * state closes (before the module is unloaded), so nothing of sd-bus outlives the state. */
-static int l_unit_gc(lua_State *L)
-{
-	(void)L;
-	ig_bus_forget();
-	return 0;
-}
-
-/* ig_register_unit: see imexguard.h; adds the primitives above to the table on top of the stack. */
-void ig_register_unit(lua_State *L)
-{
-	static const luaL_Reg fns[] = {
-	    {"unit", l_unit},
-	    {"unit_job", l_unit_job},
-	    {"unit_reset_failed", l_unit_reset_failed},
-	    {"unit_kill", l_unit_kill},
-	    {"unit_set_bus", l_unit_set_bus},
-	    {NULL, NULL},
-	};
-	luaL_setfuncs(L, fns, 0);
-	/* One sentinel per state: the module opened again (busted restores package.loaded between
-	 * spec files) must not orphan the first one, whose __gc would then forget the bus setting
-	 * at an arbitrary later collection. */
-	if (lua_getfield(L, LUA_REGISTRYINDEX, "imexguard.unit.bus") != LUA_TNIL) {
-		lua_pop(L, 1);
-		return;
-	}
-	lua_pop(L, 1);
-	lua_newuserdatauv(L, 0, 0);
-	lua_createtable(L, 0, 1);
-	lua_pushcfunction(L, l_unit_gc);
-	lua_setfield(L, -2, "__gc");
-	lua_setmetatable(L, -2);
-	lua_setfield(L, LUA_REGISTRYINDEX, "imexguard.unit.bus");
 }

@@ -76,6 +76,9 @@ static int m_free(lua_State *L)
 	return 0;
 }
 
+/* The parser's metatable: freed when closed or collected (ig_push_metatable). */
+static const luaL_Reg xml_meta[] = {{"__gc", m_free}, {"__close", m_free}, {NULL, NULL}};
+
 /* Stop the parse with code and a message (printf format) after "NAME: ", and where in the input
  * ("at line L, column C"). */
 static void stop(struct xml_parse *x, const char *code, const char *fmt, ...)
@@ -281,7 +284,7 @@ static lua_Integer opt_limit(lua_State *L, const char *key, lua_Integer def, lua
  * (deeper or more elements than allowed), "ENOMEM".  Misuse (not a string, a bad limit, a skip
  * that is not a list of strings) raises.
  * libexpat: https://libexpat.github.io/doc/api/ */
-static int l_xml_parse(lua_State *L)
+int ig_host_xml_parse(lua_State *L)
 {
 	size_t len = 0;
 	const char *text = luaL_checklstring(L, 1, &len);
@@ -298,7 +301,8 @@ static int l_xml_parse(lua_State *L)
 
 	struct xml_parse *x = lua_newuserdatauv(L, sizeof *x, 0);
 	memset(x, 0, sizeof *x);
-	luaL_setmetatable(L, XML_MT);
+	ig_push_metatable(L, XML_MT, xml_meta, NULL);
+	lua_setmetatable(L, -2);
 	lua_toclose(L, -1);
 	x->L = L;
 	x->name = name;
@@ -360,15 +364,4 @@ static int l_xml_parse(lua_State *L)
 	if (lua_gettop(L) != top + 1) /* cannot happen after XML_STATUS_OK: one root, closed */
 		return ig_push_error(L, "xml", "%s: no document element", name);
 	return 1;
-}
-
-/* Add xml_parse to the table on top of the stack (and create the parser's metatable). */
-void ig_register_xml(lua_State *L)
-{
-	static const luaL_Reg meta[] = {{"__gc", m_free}, {"__close", m_free}, {NULL, NULL}};
-	if (luaL_newmetatable(L, XML_MT))
-		luaL_setfuncs(L, meta, 0);
-	lua_pop(L, 1);
-	static const luaL_Reg fns[] = {{"xml_parse", l_xml_parse}, {NULL, NULL}};
-	luaL_setfuncs(L, fns, 0);
 }

@@ -46,6 +46,30 @@ describe("imexguard.lazy", function()
       "cannot set imexguard.lazy_probe.answer through its lazy stand-in")
     package.preload["imexguard.lazy_probe"], package.loaded["imexguard.lazy_probe"] = nil, nil
   end)
+
+  it("gives one stand-in per name, in order, each requiring its own module at its first read", function()
+    local required = {}
+    for _, name in ipairs { "imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c" } do
+      package.preload[name] = function()
+        required[#required + 1] = name
+        return { name = name }
+      end
+    end
+    local a, b, c, none = lazy("imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c")
+    assert.is_nil(none)
+    assert.same({}, required)
+    assert.equal("imexguard.lazy_c", c.name)
+    assert.equal("imexguard.lazy_a", a.name)
+    assert.same({ "imexguard.lazy_c", "imexguard.lazy_a" }, required)
+    assert.equal("imexguard.lazy_b", b.name)
+    assert.equal("imexguard.lazy_b", b.name)
+    assert.same({ "imexguard.lazy_c", "imexguard.lazy_a", "imexguard.lazy_b" }, required)
+    assert.has_error(function() b.name = "x" end,
+      "cannot set imexguard.lazy_b.name through its lazy stand-in")
+    for _, name in ipairs { "imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c" } do
+      package.preload[name], package.loaded[name] = nil, nil
+    end
+  end)
 end)
 
 describe("the modules a command of the default policy loads", function()

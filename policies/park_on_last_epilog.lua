@@ -18,10 +18,9 @@
 local default = require "policies.default"
 local base = require "imexguard.steps.base"
 local lazy = require "imexguard.lazy"
-local applies = lazy "imexguard.steps.applies"
-local nodes_file = lazy "imexguard.steps.nodes_file"
-local restart = lazy "imexguard.steps.restart"
-local nodelist = lazy "imexguard.nodelist"
+local applies, nodes_file, restart, nodelist =
+  lazy("imexguard.steps.applies", "imexguard.steps.nodes_file", "imexguard.steps.restart",
+    "imexguard.nodelist")
 local text = require "imexguard.text"
 
 local P = default.extend()

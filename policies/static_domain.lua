@@ -46,9 +46,8 @@ local cmdtarget = require "imexguard.cmdtarget"
 local verdict = require "imexguard.verdict"
 local default = require "policies.default"
 local lazy = require "imexguard.lazy"
-local slots_room = lazy "imexguard.steps.slots" -- membership = "slots"
-local slotnames = lazy "imexguard.slots"
-local state = lazy "imexguard.state"
+local slots_room, slotnames, state = -- the first two for membership = "slots"
+  lazy("imexguard.steps.slots", "imexguard.slots", "imexguard.state")
 
 local P = {}
 

@@ -20,13 +20,10 @@
 local text = require "imexguard.text"
 local base = require "imexguard.steps.base"
 local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local nodelist = lazy "imexguard.nodelist"
-local slots = lazy "imexguard.slots"
-local health = lazy "imexguard.health"
-local pace = lazy "imexguard.pace"
-local housekeeping = lazy "imexguard.steps.housekeeping"
+local state, registry, housekeeping =
+  lazy("imexguard.state", "imexguard.registry", "imexguard.steps.housekeeping")
+local nodelist, slots = lazy("imexguard.nodelist", "imexguard.slots")
+local health, pace = lazy("imexguard.health", "imexguard.pace")
 
 local M = {}
 

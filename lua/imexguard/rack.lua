@@ -19,14 +19,9 @@
 local text = require "imexguard.text"
 local base = require "imexguard.steps.base"
 local lazy = require "imexguard.lazy"
-local digest = lazy "imexguard.digest"
-local health = lazy "imexguard.health"
-local domains = lazy "imexguard.domains"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
-local nodelist = lazy "imexguard.nodelist"
-local json = lazy "imexguard.json"
+local state, registry, digest = lazy("imexguard.state", "imexguard.registry", "imexguard.digest")
+local domains, hostlist, nodelist = lazy("imexguard.domains", "imexguard.hostlist", "imexguard.nodelist")
+local health, json = lazy("imexguard.health", "imexguard.json")
 
 local M = {}
 

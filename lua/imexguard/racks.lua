@@ -24,8 +24,7 @@
 --   for topology.conf's, asked without an argument; nil: none can be), slurmctld (set by M.refresh),
 --   partition (set by imexguard.domains: SLURM_JOB_PARTITION)}.
 local lazy = require "imexguard.lazy"
-local topology = lazy "imexguard.topology"
-local hostlist = lazy "imexguard.hostlist"
+local topology, hostlist = lazy("imexguard.topology", "imexguard.hostlist")
 local one_line = require("imexguard.text").one_line
 
 local M = {}

@@ -30,8 +30,7 @@
 -- whatever daemon is running now, so restarting it again would break them again.
 -- Loaded when first used (imexguard.lazy): only the renderings for a person need them.
 local lazy = require "imexguard.lazy"
-local hostlist = lazy "imexguard.hostlist"
-local nodelist = lazy "imexguard.nodelist"
+local hostlist, nodelist = lazy("imexguard.hostlist", "imexguard.nodelist")
 
 local M = {}
 

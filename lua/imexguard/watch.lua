@@ -28,10 +28,8 @@ local base = require "imexguard.steps.base"
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy): the prolog uses start only.
 local lazy = require "imexguard.lazy"
-local nudge = lazy "imexguard.nudge"
-local health = lazy "imexguard.health"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
+local nudge, health, state, registry =
+  lazy("imexguard.nudge", "imexguard.health", "imexguard.state", "imexguard.registry")
 
 local M = {}
 

@@ -9,8 +9,7 @@ local base = require "imexguard.steps.base"
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
+local state, registry = lazy("imexguard.state", "imexguard.registry")
 
 local node_name = base.node_name
 

@@ -8,10 +8,8 @@ local base = require "imexguard.steps.base"
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
-local state = lazy "imexguard.state"
-local progress = lazy "imexguard.progress"
+local registry, hostlist, state, progress =
+  lazy("imexguard.registry", "imexguard.hostlist", "imexguard.state", "imexguard.progress")
 
 local node_name, job_id = base.node_name, base.job_id
 

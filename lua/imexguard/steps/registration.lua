@@ -10,9 +10,7 @@ local outcomes = require "imexguard.outcomes"
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
+local state, registry, hostlist = lazy("imexguard.state", "imexguard.registry", "imexguard.hostlist")
 
 local node_name = base.node_name
 

@@ -10,10 +10,8 @@ local one_line = require("imexguard.text").one_line
 local excerpt = require("imexguard.text").excerpt
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
-local imexcfg = lazy "imexguard.imexcfg"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local daemonlog = lazy "imexguard.daemonlog"
+local imexcfg, state, registry, daemonlog =
+  lazy("imexguard.imexcfg", "imexguard.state", "imexguard.registry", "imexguard.daemonlog")
 
 local fail, by_code, node_name = base.fail, base.by_code, base.node_name
 

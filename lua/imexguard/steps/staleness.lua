@@ -9,11 +9,9 @@ local base = require "imexguard.steps.base"
 local applies = require "imexguard.steps.applies"
 -- Loaded when first used (imexguard.lazy).
 local lazy = require "imexguard.lazy"
-local progress = lazy "imexguard.progress"
-local health = lazy "imexguard.health"
-local verdict = lazy "imexguard.verdict"
-local cmdtarget = lazy "imexguard.cmdtarget"
-local daemonlog = lazy "imexguard.daemonlog"
+local progress, health, verdict, cmdtarget, daemonlog =
+  lazy("imexguard.progress", "imexguard.health", "imexguard.verdict", "imexguard.cmdtarget",
+    "imexguard.daemonlog")
 
 local fail, node_name = base.fail, base.node_name
 

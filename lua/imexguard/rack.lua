@@ -293,16 +293,7 @@ function M.render_text(g, f)
   if g.slurm_error then out[#out + 1] = "Slurm: " .. g.slurm_error end
   local rows = { { "NODE", "SLURM", "LIST", "ID/LINE", "DAEMON", "LAST", "LAST ERROR" } }
   for _, r in ipairs(g.rows) do rows[#rows + 1] = columns(r) end
-  local width = {}
-  for _, r in ipairs(rows) do
-    for i, c in ipairs(r) do width[i] = math.max(width[i] or 0, #c) end
-  end
-  for _, r in ipairs(rows) do
-    local cells = {}
-    for i, c in ipairs(r) do cells[i] = i < #r and (c .. string.rep(" ", width[i] - #c)) or c end
-    out[#out + 1] = table.concat(cells, "  ")
-  end
-  return table.concat(out, "\n") .. "\n"
+  return table.concat(text.columns(rows, out), "\n") .. "\n"
 end
 
 local function split(ids)

@@ -67,3 +67,16 @@ describe("text.ends", function()
     assert.equal(20, #text.ends(string.rep("y", 50), 3)) -- at least 20
   end)
 end)
+
+describe("text.columns", function()
+  it("pads every cell but a row's last to its column's widest, joined by two spaces", function()
+    assert.same({ "ID  HOST        STATE", "1   node-a.lan  UP", "12  b           DOWN here" },
+      text.columns { { "ID", "HOST", "STATE" }, { "1", "node-a.lan", "UP" }, { "12", "b", "DOWN here" } })
+  end)
+
+  it("appends to the lines given, and a shorter row keeps its own last cell unpadded", function()
+    local out = { "head" }
+    assert.equal(out, text.columns({ { "A", "BB", "C" }, { "aaa", "b" } }, out))
+    assert.same({ "head", "A    BB  C", "aaa  b" }, out)
+  end)
+end)

@@ -644,3 +644,19 @@ describe("verdict.compare_map by id", function()
     assert.same({ 1, 5, 9 }, ids_of(r.moved))
   end)
 end)
+
+describe("verdict.names_list", function()
+  it("is true when the node's view names every other host of the list, none INVALID", function()
+    local p = { host = "a", connections = { a = "CONNECTED", b = "CONNECTED", c = "DISCONNECTED" } }
+    assert.is_true(verdict.names_list(p, { "a", "b", "c" }))
+    assert.is_true(verdict.names_list(p, { "b" }))
+    assert.is_true(verdict.names_list({ host = "a" }, { "a" })) -- itself need not be named
+  end)
+
+  it("is false when a host of the list is INVALID or absent from the view (another list)", function()
+    local p = { host = "a", connections = { b = "CONNECTED", c = "INVALID" } }
+    assert.is_false(verdict.names_list(p, { "a", "b", "c" }))
+    assert.is_false(verdict.names_list(p, { "a", "b", "d" }))
+    assert.is_false(verdict.names_list({ host = "a" }, { "a", "b" }))
+  end)
+end)

@@ -8,6 +8,7 @@
 -- change it) and C05 (IPv4 literals only, no loopback, no duplicates, this node present).
 -- @module imexguard.nodelist
 local trim = require("imexguard.text").trim
+local matches = require("imexguard.text").matches
 
 local M = {}
 
@@ -74,9 +75,7 @@ end
 -- @param bytes string, or nil (no list: no entries)
 -- @treturn {string,...} the entries
 function M.lines(bytes)
-  local l = {}
-  for a in tostring(bytes or ""):gmatch("[^\n]+") do l[#l + 1] = a end
-  return l
+  return matches(bytes, "[^\n]+")
 end
 
 --- Is s a strict dotted-quad IPv4 literal?

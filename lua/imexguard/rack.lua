@@ -297,9 +297,7 @@ function M.render_text(g, f)
 end
 
 local function split(ids)
-  local t = {}
-  for id in (ids or ""):gmatch("[^,]+") do t[#t + 1] = id end
-  return json.array(t)
+  return json.array(text.matches(ids, "[^,]+"))
 end
 
 local function digest_json(d)

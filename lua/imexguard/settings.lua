@@ -528,10 +528,7 @@ local function parse_value(e, s)
     end
     return b
   elseif e.kind == "argv" then
-    local words = {}
-    for w in s:gmatch("%S+") do
-      words[#words + 1] = w
-    end
+    local words = textlib.matches(s, "%S+")
     if #words == 1 then
       return words[1]
     end

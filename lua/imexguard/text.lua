@@ -89,6 +89,16 @@ function M.ends(v, max)
   return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
 end
 
+--- Every match of a pattern in a string, in order: the lines of bytes ("[^\n]+"), its words ("%S+").
+-- @param s string, or nil (none)
+-- @param pattern string a Lua pattern without captures
+-- @return list of strings
+function M.matches(s, pattern)
+  local out = {}
+  for m in tostring(s or ""):gmatch(pattern) do out[#out + 1] = m end
+  return out
+end
+
 --- Rows of cells as column-aligned lines (a table for a person): every cell but a row's last is
 -- padded with spaces to its column's widest cell (bytes), and a row's cells are joined by two spaces.
 -- @param rows list of lists of strings (the head row first, where there is one)

@@ -37,6 +37,7 @@
 local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local one_line = require("imexguard.text").one_line
+local matches = require("imexguard.text").matches
 
 local M = {}
 
@@ -546,8 +547,7 @@ end
 -- @return string the JSON text
 function M.report_json(r)
   local json = require "imexguard.json"
-  local e = {}
-  for w in r.entries:gmatch("[^, ]+") do e[#e + 1] = w end
+  local e = matches(r.entries, "[^, ]+")
   local scenarios = {}
   for i, res in ipairs(r.results) do
     local verdict = res.not_run and "not-run" or (not res.ok and "fail") or (res.not_applicable and "n/a")

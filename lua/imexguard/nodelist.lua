@@ -9,6 +9,7 @@
 -- @module imexguard.nodelist
 local trim = require("imexguard.text").trim
 local matches = require("imexguard.text").matches
+local expect = require "imexguard.expect"
 
 local M = {}
 
@@ -52,9 +53,7 @@ end
 -- @treturn[2] string error naming the line number and the entry with inner whitespace
 -- @raise when text is not a string
 function M.parse(text)
-  if type(text) ~= "string" then
-    error("nodelist.parse: expected a string, got " .. type(text), 2)
-  end
+  expect(text, "string", "nodelist.parse: expected a string, got %s", type(text))
   local list, lineno = {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
@@ -126,9 +125,7 @@ end
 function M.check(addrs, opts)
   check_list(addrs, "check")
   opts = opts or {}
-  if type(opts) ~= "table" then
-    error("nodelist.check: opts must be a table", 2)
-  end
+  expect(opts, "table", "nodelist.check: opts must be a table")
   local names = opts.names or {}
   local function which(i)
     local s = string.format("entry %d '%s'", i, addrs[i])

@@ -38,6 +38,7 @@ local testing = require "imexguard.testing"
 local outcomes = require "imexguard.outcomes"
 local one_line = require("imexguard.text").one_line
 local matches = require("imexguard.text").matches
+local expect = require "imexguard.expect"
 
 local M = {}
 
@@ -471,9 +472,7 @@ end
 -- @return table {ok = boolean, results = list of run_one results, failed = list of names,
 --   not_applicable = list of names, text = the report lines joined}
 function M.run_all(policy, settings)
-  if type(policy) ~= "table" then
-    error("scenarios.run_all: the policy must be a table, got " .. type(policy), 2)
-  end
+  expect(policy, "table", "scenarios.run_all: the policy must be a table, got %s", type(policy))
   if settings ~= nil and type(settings) ~= "table" then
     error("scenarios.run_all: settings must be a table or nil, got " .. type(settings), 2)
   end

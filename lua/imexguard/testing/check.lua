@@ -238,6 +238,19 @@ local function unreached(r, need, ok)
   return string.format("the policy never got to %s (it ended in %s)", need, said(r))
 end
 
+-- A scenario run in several variants: one(v) for each v of `variants` returns its run, or nil and
+-- why it fails, and its "not applicable" (unreached). The first failure ends the scenario; else
+-- it passes with the last run's detail and the first variant's "not applicable".
+local function each_variant(variants, one)
+  local last, na
+  for _, v in ipairs(variants) do
+    local r, why, unreached_why = one(v)
+    if not r then return why end
+    na, last = na or unreached_why, r
+  end
+  return nil, said(last), na
+end
+
 -- ---- the scenarios ---------------------------------------------------------------------------
 -- Each: name, title (what a sane policy does), run(policy, settings) -> nil (pass) | why (fail),
 -- an optional detail string (what it ended in) as the second result, and as the third, when the
@@ -328,16 +341,14 @@ M.list = {
         { what = "an answer, then D-Bus errors", script = { {}, table.unpack(repeat_list("bus", 200)) },
           reach = 2 },
       }
-      local last, na
-      for _, w in ipairs(worlds) do
+      return each_variant(worlds, function(w)
         local r = M.call(policy, { settings = settings, host = { unit_script = w.script,
           files = { [testing.NODES] = M.OTHER } } })
         local why = known(r) or no_restart(r)
-        if why then return w.what .. ": " .. why end
-        na = na or unreached(r, w.what .. " (systemd call " .. w.reach .. ")", systemd_calls(r) >= w.reach)
-        last = r
-      end
-      return nil, said(last), na
+        if why then return nil, w.what .. ": " .. why end
+        local call = w.what .. " (systemd call " .. w.reach .. ")"
+        return r, nil, unreached(r, call, systemd_calls(r) >= w.reach)
+      end)
     end,
   },
   {
@@ -354,20 +365,17 @@ M.list = {
     name = "ctl-hangs",
     title = "nvidia-imex-ctl never answers: the policy ends within the run's budget",
     run = function(policy, settings)
-      local last, na
-      for _, budget in ipairs({ false, M.SHORT_BUDGET }) do
+      return each_variant({ false, M.SHORT_BUDGET }, function(budget)
         local r = M.call(policy, { settings = settings, host = { ctl = { testing.HANG },
           deadline = budget or nil } })
         local what = string.format("budget %g s: ", r.budget)
-        if r.err then return what .. r.err end
+        if r.err then return nil, what .. r.err end
         local used = r.h.now() - r.start
         if used > r.budget + 1e-6 then
-          return string.format("%sused %.1f s of simulated time (then %s)", what, used, said(r))
+          return nil, string.format("%sused %.1f s of simulated time (then %s)", what, used, said(r))
         end
-        na = na or unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
-        last = r
-      end
-      return nil, said(last), na
+        return r, nil, unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
+      end)
     end,
   },
   {

@@ -245,20 +245,21 @@ function Scenario:writes(path)
   return out
 end
 
+-- Number of unit jobs whose verb is in the set `verbs`, whatever their result.
+local function jobs_of(self, verbs)
+  local n = 0
+  for _, j in ipairs(self.host.jobs) do if verbs[j.verb] then n = n + 1 end end
+  return n
+end
+
 --- Number of unit jobs that (re)start the daemon (start, restart, try-restart), whatever their result.
 function Scenario:restarts()
-  local n = 0
-  for _, j in ipairs(self.host.jobs) do
-    if j.verb == "start" or j.verb == "restart" or j.verb == "try-restart" then n = n + 1 end
-  end
-  return n
+  return jobs_of(self, { start = true, restart = true, ["try-restart"] = true })
 end
 
 --- Number of stop jobs.
 function Scenario:stops()
-  local n = 0
-  for _, j in ipairs(self.host.jobs) do if j.verb == "stop" then n = n + 1 end end
-  return n
+  return jobs_of(self, { stop = true })
 end
 
 --- Verbs of every unit job, in order ("restart", "stop", ...).

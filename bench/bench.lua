@@ -8,11 +8,11 @@
 package.path = "contrib/?.lua;bench/?.lua;" .. package.path
 local BUILD = os.getenv("IMEXGUARD_BUILD") or "build"
 package.cpath = BUILD .. "/lua/?.so;" .. package.cpath
-local simdomain = require "simdomain"
-local host = require "imexguard.host"
-local stats = require "stats"
-local timing = require "timing"
-local slots_bench = require "slots"
+local simdomain = require("simdomain")
+local host = require("imexguard.host")
+local stats = require("stats")
+local timing = require("timing")
+local slots_bench = require("slots")
 
 local quote = simdomain.quote
 local now = host.now

@@ -20,15 +20,15 @@
 -- in its input shows a ratio of about 2 (per node) or 4 (per connection) and a flat time per unit.
 package.path = "lua/?.lua;" .. package.path
 
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
-local health = require "imexguard.health"
-local hostlist = require "imexguard.hostlist"
-local nodelist = require "imexguard.nodelist"
-local addresses = require "imexguard.addresses"
-local state = require "imexguard.state"
-local registry = require "imexguard.registry"
-local report = require "imexguard.report"
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
+local health = require("imexguard.health")
+local hostlist = require("imexguard.hostlist")
+local nodelist = require("imexguard.nodelist")
+local addresses = require("imexguard.addresses")
+local state = require("imexguard.state")
+local registry = require("imexguard.registry")
+local report = require("imexguard.report")
 
 local MAX_N = tonumber(arg[1]) or 576
 local MIN_SECONDS = tonumber(arg[2]) or 0.2

@@ -10,7 +10,7 @@
 local build, cmd, done = arg[1], arg[2], arg[3]
 assert(build and cmd, "usage: lua5.4 bench/timeit.lua BUILD_DIR 'SHELL COMMAND' [DONE_FILE]")
 package.cpath = build .. "/lua/?.so;" .. package.cpath
-local host = require "imexguard.host"
+local host = require("imexguard.host")
 
 local t0 = host.now()
 local ok, how, code = os.execute(cmd)

@@ -11,7 +11,7 @@
 -- with it every simulated daemon).
 package.path = "contrib/?.lua;" .. package.path
 package.cpath = (os.getenv("IMEXGUARD_BUILD") or "build") .. "/lua/?.so;" .. package.cpath
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local nodes, keep = 4, nil
 for _, a in ipairs(arg) do

@@ -4,7 +4,7 @@
 -- It expects to run inside tests/with-systemd, which exports IMEXGUARD_TEST_BUS and
 -- IMEXGUARD_TEST_UNIT_DIR for a private `systemd --user` in a private mount namespace.
 --
---   local simdomain = require "simdomain"
+--   local simdomain = require("simdomain")
 --   local d = simdomain.new{ nodes = 4, build = "build" }
 --   d:write_node_list("n1", {"n3", "n4"})      -- a stale list for node n1
 --   d:start()                             -- every node's unit, waits for active

@@ -13,11 +13,11 @@
 -- `@MORE NAME@` followed by lines that start with a tab (a block that names no command fails the
 -- build). Usage: lua5.4 man/gen.lua TEMPLATE OUTPUT (run from the top of the repository).
 package.path = "lua/?.lua;" .. package.path
-local commands = require "imexguard.commands"
-local settings = require "imexguard.settings"
-local outcomes = require "imexguard.outcomes"
-local metrics = require "imexguard.metrics"
-local drain = require "imexguard.drain"
+local commands = require("imexguard.commands")
+local settings = require("imexguard.settings")
+local outcomes = require("imexguard.outcomes")
+local metrics = require("imexguard.metrics")
+local drain = require("imexguard.drain")
 
 local TYPES = { number = "number > 0", string = "string", path = "absolute path", boolean = "boolean",
   bus = "string: \"system\", \"user\" or a D-Bus address \"unix:...\"",

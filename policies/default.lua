@@ -44,31 +44,22 @@
 -- * methods: assign a method of the table P.extend() returns (`function P:assess_daemon(ctx, ...)`):
 --   the entry points call every step as a method, so the override is used; the default step is
 --   `default.assess_daemon(self, ctx, ...)`. Old method names still work (RENAMED below).
-local base = require "imexguard.steps.base"
-local outcomes = require "imexguard.outcomes"
-local text = require "imexguard.text"
+local base = require("imexguard.steps.base")
+local outcomes = require("imexguard.outcomes")
+local text = require("imexguard.text")
 -- Loaded when first used (imexguard.lazy): the epilog loads of the steps' rooms only the node lock
 -- and the housekeeping; the prolog and epilog never load imexguard.inspect nor the reports.
-local lazy = require "imexguard.lazy"
-local applies = lazy "imexguard.steps.applies"
-local desired = lazy "imexguard.steps.desired"
-local node_lock = lazy "imexguard.steps.node_lock"
-local housekeeping = lazy "imexguard.steps.housekeeping"
-local nodes_file = lazy "imexguard.steps.nodes_file"
-local staleness = lazy "imexguard.steps.staleness"
-local other_jobs = lazy "imexguard.steps.other_jobs"
-local registration = lazy "imexguard.steps.registration"
-local restart = lazy "imexguard.steps.restart"
-local slots = lazy "imexguard.steps.slots"
-local converge = lazy "imexguard.steps.converge"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local addresses = lazy "imexguard.addresses"
-local channels = lazy "imexguard.channels"
-local fabric = lazy "imexguard.fabric"
-local inspect = lazy "imexguard.inspect"
-local lastgood = lazy "imexguard.lastgood"
-local watch = lazy "imexguard.watch"
+local lazy = require("imexguard.lazy")
+local applies, desired, node_lock, housekeeping = lazy("imexguard.steps.applies", "imexguard.steps.desired",
+  "imexguard.steps.node_lock", "imexguard.steps.housekeeping")
+local nodes_file, staleness, other_jobs, registration = lazy("imexguard.steps.nodes_file",
+  "imexguard.steps.staleness", "imexguard.steps.other_jobs", "imexguard.steps.registration")
+local restart, slots, converge = lazy("imexguard.steps.restart", "imexguard.steps.slots",
+  "imexguard.steps.converge")
+local state, registry, addresses, channels = lazy("imexguard.state", "imexguard.registry",
+  "imexguard.addresses", "imexguard.channels")
+local fabric, inspect, lastgood, watch = lazy("imexguard.fabric", "imexguard.inspect", "imexguard.lastgood",
+  "imexguard.watch")
 
 local HOOKS = { applies = true, lookup = true, admit = true, may_restart = true, register_extra = true,
   after_unregister = true }
@@ -85,7 +76,7 @@ local ENTRY_POINTS = { prolog = "run_prolog", epilog = "run_epilog", status = "r
 -- loads: a command with an entry point and no method here, or a method for a command without an
 -- entry point, is an error of the build, never a run without the command.
 local ENTRY_NAMES = (function()
-  local commands = require "imexguard.commands"
+  local commands = require("imexguard.commands")
   local names = commands.names("entry")
   for _, name in ipairs(names) do
     if not ENTRY_POINTS[name] then

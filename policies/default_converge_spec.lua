@@ -6,8 +6,8 @@
 -- restarts its own daemon once where the registry allows it; otherwise every node of the pair ends
 -- stuck-mismatch (exit 19) naming the nodes to restart together.
 
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
 
 -- A ctl for the domain of `hosts` (this node first), every node READY, where the links of
 -- `stuck` ({{a, b}, ...}: pairs of addresses) show NODE_MAP_MISMATCH from both ends until the

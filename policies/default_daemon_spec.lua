@@ -6,11 +6,11 @@
 -- service-failed quotes the daemon's own last error line and names who holds the session. Against the
 -- test kit's fake host; the same cases under a real systemd with the simulator are in
 -- tests/sim/daemon_spec.lua.
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
-local cjson = require "cjson"
-local H = require "default_policy_helper"
-local static = require "static_domain"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
+local cjson = require("cjson")
+local H = require("default_policy_helper")
+local static = require("static_domain")
 
 local run = H.run
 local CONFIG, NO_V6 = testing.CONFIG, { [testing.IF_INET6] = false }

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the default policy's IMEX domains (imexguard.domains; docs/design.md step 2, C29, C30):
 -- a job that spans NVLink domains gets one node list per domain, its nodes in no domain are left out.
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
 
 -- gb01..gb12, cpu07 with addresses 10.0.1.x (gb), 10.0.9.7 (cpu07)
 local NODES = { cpu07 = "10.0.9.7" }

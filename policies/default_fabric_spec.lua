@@ -3,9 +3,9 @@
 -- docs/design.md), on the kit's scenarios: the prolog's health step, health, status and plan.
 -- nvidia-smi is scripted by argv (C40): the default world's GPUs are registered in one partition,
 -- their fabric healthy (the kit's `-q -x` document, imexguard.testing.gpus).
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
-local cjson = require "cjson"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
+local cjson = require("cjson")
 
 local U = "dc6e40c4-d722-4357-9ba6-5291dd461278"
 
@@ -214,7 +214,7 @@ describe("default policy: the NVLink fabric (C31)", function()
 
   it("the domain map names a partition (want.domain): another identity is this node's fault", function()
     local P = require("policies.default").extend()
-    local default = require "policies.default"
+    local default = require("policies.default")
     function P:desired(ctx, info)
       local want, o, m = default.desired(self, ctx, info)
       if want then want.domain = { name = U .. ".7", nodes = { "n1", "n2" }, source = "spec" } end

@@ -4,9 +4,9 @@
 -- several entry points has a describe of the same name in each policies/default_*_spec.lua;
 -- what these files share is tests/default_policy_helper.lua.
 
-local outcomes = require "imexguard.outcomes"
-local testing = require "imexguard.testing"
-local H = require "default_policy_helper"
+local outcomes = require("imexguard.outcomes")
+local testing = require("imexguard.testing")
+local H = require("default_policy_helper")
 
 local fixture, DEGRADED, run = H.fixture, H.DEGRADED, H.run
 local assert_one_line, assert_untouched = H.assert_one_line, H.assert_untouched

@@ -4,10 +4,10 @@
 -- several entry points has a describe of the same name in each policies/default_*_spec.lua;
 -- what these files share is tests/default_policy_helper.lua.
 
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
-local P = require "default"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
+local P = require("default")
+local H = require("default_policy_helper")
 
 local NODES, CONFIG = testing.NODES, testing.CONFIG
 local env, run, assert_one_line, assert_untouched = H.env, H.run, H.assert_one_line, H.assert_untouched
@@ -112,7 +112,7 @@ describe("default policy: the IMEX channel step (after applies?, before the node
   local CONF, CH, PD, chost = c.CONF, c.CH, c.PD, c.chost
 
   it("plan through the driver's recorders: 'would create ... c 238 0', mkdir, mknod_char recorded", function()
-    local D = require "imexguard.driver"
+    local D = require("imexguard.driver")
     local h = chost()
     local host, planned = D.host(h, true)
     local outcome, message, report = P.plan(testing.ctx{ host = host, settings = CH, command = "plan",

@@ -5,9 +5,9 @@
 -- describe of the same name in each policies/default_*_spec.lua; what these files share is
 -- tests/default_policy_helper.lua.
 
-local testing = require "imexguard.testing"
-local P = require "default"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local P = require("default")
+local H = require("default_policy_helper")
 
 local run, assert_one_line, assert_untouched = H.run, H.assert_one_line, H.assert_untouched
 
@@ -23,8 +23,8 @@ describe("default policy: a table of methods in the order of its decision model"
 
   it("has an entry point for every command with one (imexguard.commands), each running the policy's own "
     .. "method; the inspection commands' methods are imexguard.inspect's", function()
-    local commands = require "imexguard.commands"
-    local inspect = require "imexguard.inspect"
+    local commands = require("imexguard.commands")
+    local inspect = require("imexguard.inspect")
     local site = P.extend()
     for _, name in ipairs(commands.names("entry")) do
       assert.is_function(P[name], name)
@@ -45,7 +45,7 @@ describe("default policy: a table of methods in the order of its decision model"
   end)
 
   it("will not load when its entry points and imexguard.commands disagree", function()
-    local commands = require "imexguard.commands"
+    local commands = require("imexguard.commands")
     local function load_with(list)
       local fake = { list = list, by_name = {} }
       for _, c in ipairs(list) do fake.by_name[c.name] = c end
@@ -170,7 +170,7 @@ describe("default policy: a disabled unit (C23)", function()
   it("the applies hook replaces the step: a site policy decides by its own rule", function()
     local site = P.extend{ applies = function(ctx)
       if ctx.env.SLURM_JOB_PARTITION ~= "nvl72" then return nil, "skipped", "not an NVL72 partition" end
-      local steps = require "imexguard.steps"
+      local steps = require("imexguard.steps")
       return steps.applies(ctx)
     end }
     local s = testing.scenario{ policy = site, file = { "n1", "n3" } }

@@ -4,13 +4,13 @@
 -- several entry points has a describe of the same name in each policies/default_*_spec.lua;
 -- what these files share is tests/default_policy_helper.lua.
 
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
-local cjson = require "cjson"
-local pace = require "imexguard.pace"
-local steps = require "imexguard.steps"
-local P = require "default"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
+local cjson = require("cjson")
+local pace = require("imexguard.pace")
+local steps = require("imexguard.steps")
+local P = require("default")
+local H = require("default_policy_helper")
 
 local NODES, CONFIG, STATE = testing.NODES, testing.CONFIG, testing.STATE
 local fixture, DEGRADED, env, run = H.fixture, H.DEGRADED, H.env, H.run

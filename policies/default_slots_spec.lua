@@ -3,8 +3,8 @@
 -- slots"), on the test kit's fake host: the slot list written once per domain, the name map built
 -- before the daemon's first start and switched in place per job, SIGUSR1 within the daemon's window
 -- and the version floor, readiness per job, the epilog's unmap, the failure modes.
-local testing = require "imexguard.testing"
-local slots = require "imexguard.slots"
+local testing = require("imexguard.testing")
+local slots = require("imexguard.slots")
 
 local NODES = {}
 for i = 1, 6 do NODES[string.format("gb%02d", i)] = string.format("10.0.1.%d", i) end
@@ -291,7 +291,7 @@ describe("default policy, membership = \"slots\"", function()
   end)
 
   describe("the static policy", function()
-    local static = require "static_domain"
+    local static = require("static_domain")
     local function built(on)
       local set = {}
       for _, n in ipairs(on) do set[slot(n)] = true end

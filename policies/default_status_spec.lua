@@ -4,10 +4,10 @@
 -- several entry points has a describe of the same name in each policies/default_*_spec.lua;
 -- what these files share is tests/default_policy_helper.lua.
 
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
-local P = require "default"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
+local P = require("default")
+local H = require("default_policy_helper")
 
 local NODES, CONFIG = testing.NODES, testing.CONFIG
 local run, assert_one_line = H.run, H.assert_one_line

@@ -6,10 +6,10 @@
 -- comes back as a new instance, until the job is unregistered or its time is up, and never changes
 -- anything else.
 
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
-local watch = require "imexguard.watch"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
+local watch = require("imexguard.watch")
+local H = require("default_policy_helper")
 
 local STATE = testing.STATE
 local env, run = H.env, H.run

@@ -15,14 +15,13 @@
 -- restart.restart: the state file records what the daemon runs, so the next prolog knows). A node
 -- already parked changes nothing. A write or restart that fails ends the epilog in its outcome (the
 -- node drains: an admin looks at a daemon that would not start).
-local default = require "policies.default"
-local base = require "imexguard.steps.base"
-local lazy = require "imexguard.lazy"
-local applies = lazy "imexguard.steps.applies"
-local nodes_file = lazy "imexguard.steps.nodes_file"
-local restart = lazy "imexguard.steps.restart"
-local nodelist = lazy "imexguard.nodelist"
-local text = require "imexguard.text"
+local default = require("policies.default")
+local base = require("imexguard.steps.base")
+local lazy = require("imexguard.lazy")
+local applies, nodes_file, restart, nodelist =
+  lazy("imexguard.steps.applies", "imexguard.steps.nodes_file", "imexguard.steps.restart",
+    "imexguard.nodelist")
+local text = require("imexguard.text")
 
 local P = default.extend()
 

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the park-on-last-epilog site policy: when the last registered job ends, IMEX runs on
 -- this node alone (an idle node's domain is its own: UP for a health check that asks the ctl).
-local testing = require "imexguard.testing"
-local P = require "park_on_last_epilog"
+local testing = require("imexguard.testing")
+local P = require("park_on_last_epilog")
 
 describe("park_on_last_epilog policy", function()
   it("the last registered job's epilog writes this node alone and restarts the unit", function()

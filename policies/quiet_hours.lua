@@ -11,8 +11,8 @@
 -- P.settings and set in imexguard.conf under `policy_settings`:
 --   policy = "/etc/imexguard/quiet_hours.lua"
 --   policy_settings = { quiet_from = 8, quiet_to = 18 }   -- 08:00 to 18:00 local time
-local default = require "policies.default"
-local other_jobs = require "imexguard.steps.other_jobs"
+local default = require("policies.default")
+local other_jobs = require("imexguard.steps.other_jobs")
 
 --- Whether `hour` (0-23) is in the quiet hours [from, to) of the local day; `to` below `from`
 -- spans midnight (22 to 6); `from` equal to `to`: no quiet hours.

@@ -2,9 +2,9 @@
 -- Specs of the quiet-hours site policy (docs/policy-api.md, "Your first policy"): no restart of a
 -- running daemon during the quiet hours of the local day, with its own settings (policy_settings)
 -- and the kit's wall clock and time zone (testing.host's wallclock, utc_offset, zone).
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
-local P = require "quiet_hours"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
+local P = require("quiet_hours")
 
 -- 2026-01-01 at HH:MM UTC, seconds since the epoch
 local function at(hh, mm) return 1767225600 + hh * 3600 + (mm or 0) * 60 end

@@ -19,14 +19,14 @@
 --      `asked`: what the two mean together, "node", "user", "mcs", "topo", "no" (shared) or
 --      "unknown"), logged once (info), and named in a conflict message, so that an admin sees
 --      which jobs shared the node and what each asked for.
-local default = require "policies.default"
+local default = require("policies.default")
 -- the rooms of imexguard.steps it uses (the index would load every room); step 6's when a prolog
 -- first needs it (imexguard.lazy: the epilog never does)
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local other_jobs = require("imexguard.lazy") "imexguard.steps.other_jobs"
-local text = require "imexguard.text"
-local registry = require "imexguard.registry"
-local slurmenv = require "imexguard.slurmenv"
+local text = require("imexguard.text")
+local registry = require("imexguard.registry")
+local slurmenv = require("imexguard.slurmenv")
 
 -- What the job asked for, as its registry entry keeps it.
 local function asked(ctx)

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the shared-nodes site policy: never restart a running daemon while another job is
 -- registered, whatever its list; otherwise the default policy.
-local testing = require "imexguard.testing"
-local P = require "shared_nodes"
+local testing = require("imexguard.testing")
+local P = require("shared_nodes")
 
 describe("shared_nodes policy", function()
   it("is the default policy with its own rule (extend)", function()
@@ -36,7 +36,7 @@ describe("shared_nodes policy", function()
     assert.same({ "100" }, s:registered())
     -- the default policy refuses it too, but lets restart_under_jobs = true allow it; this one does not
     local under = { restart_under_jobs = true }
-    local d = testing.scenario{ policy = require "default", jobs = { { id = 100, nodes = "n[1-2]" } },
+    local d = testing.scenario{ policy = require("default"), jobs = { { id = 100, nodes = "n[1-2]" } },
       settings = under,
       files = { [testing.CONFIG] = { data = testing.CONFIG_TEXT, mtime_us = testing.WALL0 * 1e6 } } }
     assert.equal("ok", (d:prolog{ job = 101, nodelist = "n[1-2]" }))

@@ -34,21 +34,20 @@
 -- (building the map when there is none: the unit must then be restarted once by the site to bind
 -- it) and signals the daemon, the health wait is per job, and the epilog puts them back on the
 -- sentinel. Nodes are taken to be exclusive (no registry: the epilog keeps only this node's slot).
-local steps = require "imexguard.steps"
-local text = require "imexguard.text"
-local health = require "imexguard.health"
-local nodelist = require "imexguard.nodelist"
+local steps = require("imexguard.steps")
+local text = require("imexguard.text")
+local health = require("imexguard.health")
+local nodelist = require("imexguard.nodelist")
 local hostlist = require("imexguard.lazy")("imexguard.hostlist") -- only to name the nodes (a log line)
 local daemonlog = require("imexguard.lazy")("imexguard.daemonlog") -- only for a failed unit
-local addresses = require "imexguard.addresses"
-local ctl = require "imexguard.ctl"
-local cmdtarget = require "imexguard.cmdtarget"
-local verdict = require "imexguard.verdict"
-local default = require "policies.default"
-local lazy = require "imexguard.lazy"
-local slots_room = lazy "imexguard.steps.slots" -- membership = "slots"
-local slotnames = lazy "imexguard.slots"
-local state = lazy "imexguard.state"
+local addresses = require("imexguard.addresses")
+local ctl = require("imexguard.ctl")
+local cmdtarget = require("imexguard.cmdtarget")
+local verdict = require("imexguard.verdict")
+local default = require("policies.default")
+local lazy = require("imexguard.lazy")
+local slots_room, slotnames, state = -- the first two for membership = "slots"
+  lazy("imexguard.steps.slots", "imexguard.slots", "imexguard.state")
 
 local P = {}
 

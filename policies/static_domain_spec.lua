@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the static-domain site policy: verify only, never rewrite, start, restart or stop.
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
-local P = require "static_domain"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
+local P = require("static_domain")
 
 -- The rack: n1..n4 in the static list the daemon was started with at boot.
 local RACK = { "n1", "n2", "n3", "n4" }

@@ -9,11 +9,11 @@
 -- (never registered) leaves the unit alone, and so does a node with other jobs registered.
 -- It shows how a site overrides a method of the default policy: P.extend() gives a policy table
 -- that inherits every step, and assigning P:after_unregister replaces that one step.
-local default = require "policies.default"
+local default = require("policies.default")
 -- the room of imexguard.steps this epilog uses (the index, imexguard.steps, would load every room)
-local base = require "imexguard.steps.base"
-local registry = require "imexguard.registry"
-local text = require "imexguard.text"
+local base = require("imexguard.steps.base")
+local registry = require("imexguard.registry")
+local text = require("imexguard.text")
 
 local P = default.extend()
 

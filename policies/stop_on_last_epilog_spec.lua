@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the stop-on-last-epilog site policy: IMEX stops when the last registered job ends.
-local testing = require "imexguard.testing"
-local P = require "stop_on_last_epilog"
+local testing = require("imexguard.testing")
+local P = require("stop_on_last_epilog")
 
 describe("stop_on_last_epilog policy", function()
   it("the last registered job's epilog stops the unit", function()
@@ -52,7 +52,7 @@ describe("stop_on_last_epilog policy", function()
 end)
 
 describe("stop_on_last_epilog policy: a method override of the default policy", function()
-  local default = require "policies.default"
+  local default = require("policies.default")
 
   it("replaces after_unregister only; every other step is the default's", function()
     assert.are_not.equal(default.after_unregister, P.after_unregister)

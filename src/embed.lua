@@ -138,9 +138,9 @@ local FACT_SOURCES = { "commands", "outcomes", "settings", "progress" }
 -- The C source of the facts.
 local function facts()
   package.path = "lua/?.lua;lua/?/init.lua"
-  local commands = require "imexguard.commands"
-  local outcomes = require "imexguard.outcomes"
-  local settings = require "imexguard.settings"
+  local commands = require("imexguard.commands")
+  local outcomes = require("imexguard.outcomes")
+  local settings = require("imexguard.settings")
   local files = {}
   for i, m in ipairs(FACT_SOURCES) do files[i] = m .. ".lua" end
   local out = {

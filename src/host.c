@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * host.c: the Lua C module `imexguard.host` (require "imexguard.host" from busted; the binary
+ * host.c: the Lua C module `imexguard.host` (require("imexguard.host") from busted; the binary
  * calls luaopen_imexguard_host too and then removes what policies must not have, such as
  * set_deadline): one table holding every primitive of docs/policy-api.md plus `version`, each
  * primitive timed for --timing (timing.c).

@@ -2,7 +2,7 @@
 --- Ctl answers built for the Lua specs (tests/lua), each written once: the described meshes that
 -- imexguard.testing.render_mesh turns into `nvidia-imex-ctl -N -j` JSON, and JSON answers of
 -- any node ids for the scale specs.
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 

@@ -2,9 +2,9 @@
 --- What the specs of the default policy (policies/default_*_spec.lua) share: running one entry
 -- point against the test kit's fake host, the assertions on what a run touched, and the fixtures
 -- of the field cases whose tests sit in more than one of those files.
-local testing = require "imexguard.testing"
-local assert = require "luassert"
-local P = require "default"
+local testing = require("imexguard.testing")
+local assert = require("luassert")
+local P = require("default")
 
 local M = {}
 

@@ -41,7 +41,7 @@ function M.host()
   if not package.cpath:find(cp, 1, true) then
     package.cpath = cp .. ";" .. package.cpath
   end
-  return require "imexguard.host"
+  return require("imexguard.host")
 end
 
 --- A fresh temp directory (mktemp -d).

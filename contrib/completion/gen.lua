@@ -7,8 +7,8 @@
 -- Usage (from the top of the repository): build/imexguard --help | lua5.4 contrib/completion/gen.lua
 --   contrib/completion/imexguard.bash.in OUTPUT
 package.path = "lua/?.lua;" .. package.path
-local commands = require "imexguard.commands"
-local settings = require "imexguard.settings"
+local commands = require("imexguard.commands")
+local settings = require("imexguard.settings")
 
 local src, dst = arg[1], arg[2]
 assert(src and dst, "usage: imexguard --help | lua5.4 contrib/completion/gen.lua TEMPLATE OUTPUT")

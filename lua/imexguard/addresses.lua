@@ -10,7 +10,7 @@
 -- glibc's getaddrinfo sorts by RFC 6724 rule 9, longest prefix match with the node's own
 -- addresses), so "the first answer" differs between nodes and no per-node choice is safe. Such a
 -- name is bad input; the site lists the IMEX address of each node in an address map instead.
-local nodelist = require "imexguard.nodelist"
+local nodelist = require("imexguard.nodelist")
 local trim = require("imexguard.text").trim
 
 local M = {}

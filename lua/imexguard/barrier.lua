@@ -17,17 +17,13 @@
 -- --job is not given (the job is the environment's own: a job script, SLURM_JOB_ID), to the policy's
 -- desired list from SLURM_JOB_NODELIST (P:applies, P:desired: the prolog's steps 1, 2 and 2a). A node
 -- where IMEX does not apply has nothing to wait for: `skipped`, exit 0.
-local text = require "imexguard.text"
-local base = require "imexguard.steps.base"
-local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local nodelist = lazy "imexguard.nodelist"
-local slots = lazy "imexguard.slots"
-local health = lazy "imexguard.health"
-local pace = lazy "imexguard.pace"
-local housekeeping = lazy "imexguard.steps.housekeeping"
-local applies = lazy "imexguard.steps.applies"
+local text = require("imexguard.text")
+local base = require("imexguard.steps.base")
+local lazy = require("imexguard.lazy")
+local state, registry, housekeeping, applies = lazy("imexguard.state", "imexguard.registry",
+  "imexguard.steps.housekeeping", "imexguard.steps.applies")
+local nodelist, slots = lazy("imexguard.nodelist", "imexguard.slots")
+local health, pace = lazy("imexguard.health", "imexguard.pace")
 
 local M = {}
 

@@ -21,7 +21,7 @@
 -- ctx.host (mkdir, stat, mknod_char), so `plan` records them instead.
 -- @module imexguard.channels
 local trim = require("imexguard.text").trim
-local slurmconf = require "imexguard.slurmconf"
+local slurmconf = require("imexguard.slurmconf")
 
 local M = {}
 

@@ -7,7 +7,7 @@
 -- at its BIND_INTERFACE_IP). Also the ctl's answer that shows such a fault, and the finding that
 -- `plan`, `status` and `imexguard -t` report (imexguard.imexcfg has the config's other findings).
 -- Facts: docs/design.md, "IMEX facts the code relies on" (nvidia-imex-ctl, More daemon and ctl facts).
-local imexcfg = require "imexguard.imexcfg"
+local imexcfg = require("imexguard.imexcfg")
 
 local M = {}
 

@@ -22,8 +22,9 @@
 --   non-zero status, or no status at all: killed by a signal);
 -- * `"malformed"`: exit 0 but the output is not what the format promises (never guessed at).
 -- @module imexguard.ctl
-local cjson = require "cjson"
-local text = require "imexguard.text"
+local cjson = require("cjson")
+local text = require("imexguard.text")
+local expect = require("imexguard.expect")
 
 local M = {}
 
@@ -436,9 +437,7 @@ end
 -- @treturn[2] string "malformed"
 -- @raise when stdout is not a string
 function M.parse_text(stdout)
-  if type(stdout) ~= "string" then
-    error("ctl.parse_text: stdout must be a string", 2)
-  end
+  expect(stdout, "string", "ctl.parse_text: stdout must be a string")
   local function malformed(why)
     return nil, "nvidia-imex-ctl -N: malformed output: " .. why, "malformed"
   end

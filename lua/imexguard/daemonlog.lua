@@ -7,8 +7,8 @@
 -- `service-failed` of a failed start quotes it, and so do `status` and `health` for a failed unit.
 -- A host without these primitives (a site's own test host) proves nothing: no quote, no error.
 -- Loaded only on a failure or a start (imexguard.lazy).
-local text = require "imexguard.text"
-local imexcfg = require "imexguard.imexcfg"
+local text = require("imexguard.text")
+local imexcfg = require("imexguard.imexcfg")
 
 local M = {}
 

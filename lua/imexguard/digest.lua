@@ -32,8 +32,8 @@
 -- the same daemon, exit 0) leaves the digest as it was, and so calls no scontrol.
 --   e  the daemon's last [ERROR] line (its LOG_FILE_NAME), cut to M.MAX_ERROR bytes
 --   t  when the digest last changed (Unix seconds; not compared)
-local cjson = require "cjson"
-local text = require "imexguard.text"
+local cjson = require("cjson")
+local text = require("imexguard.text")
 
 local M = {}
 
@@ -152,7 +152,7 @@ end
 -- @return table digest
 function M.build(host, f)
   local prev = f.previous or {}
-  local imexcfg = require "imexguard.imexcfg"
+  local imexcfg = require("imexguard.imexcfg")
   local ctext = f.config and host.read(f.config, 1048576)
   local cfg = ctext and imexcfg.parse(ctext) or {}
   local nodes_path = cfg.IMEX_NODE_CONFIG_FILE ~= "" and cfg.IMEX_NODE_CONFIG_FILE or nil

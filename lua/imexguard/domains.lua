@@ -29,12 +29,10 @@
 -- compared with the GPUs' fabric by the fabric check).
 -- Pure Lua; files are read with host.read, slurmctld asked with host.run (imexguard.topology.ask).
 -- Loaded when first used (imexguard.lazy): `status` on a site without a domain map needs neither.
-local lazy = require "imexguard.lazy"
-local hostlist = lazy "imexguard.hostlist"
-local addresses = lazy "imexguard.addresses"
-local topology = lazy "imexguard.topology"
-local racks = lazy "imexguard.racks"
-local slurmconf = lazy "imexguard.slurmconf"
+local lazy = require("imexguard.lazy")
+local hostlist, addresses, topology, racks, slurmconf =
+  lazy("imexguard.hostlist", "imexguard.addresses", "imexguard.topology", "imexguard.racks",
+    "imexguard.slurmconf")
 local one_line = require("imexguard.text").one_line
 
 local M = {}

@@ -11,8 +11,8 @@
 -- DOWN, DRAIN or FAIL). The call is bounded by its own short timeout within the run's deadline, runs
 -- no shell, and a Slurm that does not answer is skipped with a log line: the outcome never changes.
 -- @module imexguard.drain
-local settings_schema = require "imexguard.settings"
-local outcomes = require "imexguard.outcomes"
+local settings_schema = require("imexguard.settings")
+local outcomes = require("imexguard.outcomes")
 local rtrim = require("imexguard.text").rtrim
 
 local M = {}

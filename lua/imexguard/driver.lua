@@ -34,10 +34,10 @@
 -- (imexguard.drain, setting drain_reason), records the last prolog and epilog for `status` and the
 -- run in the Prometheus textfile (imexguard.runrecord; setting metrics_dir, the commands of
 -- D.METRICS). None changes the outcome: each failure is a log line.
-local S = require 'imexguard.settings'
-local commands = require 'imexguard.commands'
-local outcomes = require 'imexguard.outcomes'
-local runhost = require 'imexguard.runhost'
+local S = require('imexguard.settings')
+local commands = require('imexguard.commands')
+local outcomes = require('imexguard.outcomes')
+local runhost = require('imexguard.runhost')
 local one_line = require('imexguard.text').one_line -- at most text.MAX_LINE bytes: the final line carries it
 
 local D = {}
@@ -607,7 +607,7 @@ end
 -- @param run table the run (after settings)
 -- @return table {output = the entry points line} or an end
 function D.check_begin(run)
-  local sc = require 'imexguard.testing.check'
+  local sc = require('imexguard.testing.check')
   -- a policy that requires the primitives reaches the fake host, never the node
   run.c.preload('imexguard.host', sc.host_proxy())
   local path = run.check_path

@@ -15,7 +15,7 @@
 --   the metric imexguard_imex_expected{reason} (1 or 0) in the metrics file (metrics_dir).
 -- The reason is one of a fixed set (M.REASONS); a value that is unknown counts as expected, so a
 -- health stack that gates its IMEX check on this never stops judging a node on a guess.
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 
@@ -138,7 +138,7 @@ end
 --   flapping.judge's result or nil)}
 -- @return string
 function M.render(c)
-  local json = require "imexguard.json"
+  local json = require("imexguard.json")
   local flap = c.flap and json.object():set("flapping", c.flap.flapping):set("restarts", c.flap.count)
     :set("window", c.flap.window):set("threshold", c.flap.threshold) or nil
   return json.encode(json.object():set("schema", json.SCHEMA):set("expected", c.expected)

@@ -20,12 +20,11 @@
 -- version: 580.105" and exits 18 (seen: public CI logs, e.g. mozilla/translations issue 1167); CUDA
 -- cannot start there either. The loaded kernel module's version is the first line of
 -- /proc/driver/nvidia/version (NVIDIA's kernel module).
-local settings_schema = require "imexguard.settings"
-local pace = require "imexguard.pace"
+local settings_schema = require("imexguard.settings")
+local pace = require("imexguard.pace")
 -- Loaded when first used (imexguard.lazy): nothing of them with fabric_check = "off".
-local lazy = require "imexguard.lazy"
-local smi = lazy "imexguard.smi"
-local judge = lazy "imexguard.fabricjudge"
+local lazy = require("imexguard.lazy")
+local smi, judge = lazy("imexguard.smi", "imexguard.fabricjudge")
 local one_line = require("imexguard.text").one_line
 local trim = require("imexguard.text").trim
 local excerpt = require("imexguard.text").excerpt

@@ -25,7 +25,7 @@
 --   Chassis Serial Number, No Partition, Insufficient NVLinks, Incompatible GPU Firmware, Invalid
 --   Location). NVIDIA's NMX partition health calls a partition with parked GPUs or missing trunk
 --   links "operational" (degraded) and an unhealthy one "not operational".
-local smi = require "imexguard.smi"
+local smi = require("imexguard.smi")
 local one_line = require("imexguard.text").one_line
 
 local M = {}

@@ -27,7 +27,7 @@
 -- once (docs/design.md, "IMEX facts"), so a flapping unit breaks its jobs over and over even where
 -- each instance comes up READY. `health` makes it this node's outcome `unit-flapping`, `status`
 -- shows the count, the metrics count the restarts (imexguard_unit_restarts_total).
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 

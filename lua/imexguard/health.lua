@@ -2,15 +2,15 @@
 --- Domain health: query `nvidia-imex-ctl -N -j`, wait for health by polling, blame the right node
 -- (the staleness probe and the health wait; field cases C06, C13, C20, C21, C22 of docs/design.md).
 -- The status table that shows a mesh is imexguard.report's.
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
-local imexcfg = require "imexguard.imexcfg"
-local cmdtarget = require "imexguard.cmdtarget"
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
+local imexcfg = require("imexguard.imexcfg")
+local cmdtarget = require("imexguard.cmdtarget")
 local one_line = require("imexguard.text").one_line
-local settings_schema = require "imexguard.settings"
-local pace = require "imexguard.pace"
-local nudge = require "imexguard.nudge"
-local progress_of = require "imexguard.progress"
+local settings_schema = require("imexguard.settings")
+local pace = require("imexguard.pace")
+local nudge = require("imexguard.nudge")
+local progress_of = require("imexguard.progress")
 
 local M = {}
 
@@ -123,7 +123,7 @@ end
 -- @param names table|nil {[address] = Slurm name}
 -- @return string
 function M.hosts_ranged(hosts, names)
-  local hostlist = require "imexguard.hostlist" -- only on a fault: the healthy paths do not load it
+  local hostlist = require("imexguard.hostlist") -- only on a fault: the healthy paths do not load it
   local shown = {}
   for i, h in ipairs(hosts) do
     local n = names and names[h]

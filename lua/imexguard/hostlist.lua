@@ -26,6 +26,8 @@
 -- list must name the job's nodes as Slurm does, so the name is refused, not kept), and more than
 -- `MAX_NAMES` names in total.
 -- @module imexguard.hostlist
+local expect = require("imexguard.expect")
+
 local M = {}
 
 --- Largest number of names `expand` returns (imexguard's cap; an NVL72 domain has 18 nodes).
@@ -156,9 +158,7 @@ end
 -- @treturn[2] string one-line error naming the expression: "invalid hostlist 'expr': why"
 -- @raise when expr is not a string (programmer misuse)
 function M.expand(expr)
-  if type(expr) ~= "string" then
-    error("hostlist.expand: expected a string, got " .. type(expr), 2)
-  end
+  expect(expr, "string", "hostlist.expand: expected a string, got %s", type(expr))
   if expr == "" then
     return bad(expr, "empty")
   end
@@ -223,14 +223,10 @@ end
 -- @treturn[2] string error naming a name that cannot appear in a hostlist
 -- @raise when names is not a table of strings
 function M.compress(names)
-  if type(names) ~= "table" then
-    error("hostlist.compress: expected a table, got " .. type(names), 2)
-  end
+  expect(names, "table", "hostlist.compress: expected a table, got %s", type(names))
   local groups = {} -- {prefix=, ranges={ {lo,hi,width,digits} }} or {literal=}
   for i, name in ipairs(names) do
-    if type(name) ~= "string" then
-      error("hostlist.compress: entry " .. i .. " is a " .. type(name), 2)
-    end
+    expect(name, "string", "hostlist.compress: entry %d is a %s", i, type(name))
     local d = name ~= "" and trailing_digits(name) or 0
     if name == "" or name:find("[%[%],%s%c]") or d > MAX_DIGITS then
       return nil, string.format("name %d '%s' cannot be written in a hostlist", i, name)
@@ -315,12 +311,10 @@ end
 -- @treturn {string,...} a new list
 -- @raise when names is not a table of strings
 function M.sort(names)
-  if type(names) ~= "table" then
-    error("hostlist.sort: expected a table, got " .. type(names), 2)
-  end
+  expect(names, "table", "hostlist.sort: expected a table, got %s", type(names))
   local seen, items = {}, {}
   for i, name in ipairs(names) do
-    if type(name) ~= "string" then error("hostlist.sort: entry " .. i .. " is a " .. type(name), 2) end
+    expect(name, "string", "hostlist.sort: entry %d is a %s", i, type(name))
     if not seen[name] then
       seen[name] = true
       items[#items + 1] = { name = name, key = chunks(name) }

@@ -7,6 +7,7 @@
 -- (`ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg`).
 -- @module imexguard.imexcfg
 local trim = require("imexguard.text").trim
+local expect = require("imexguard.expect")
 
 local M = {}
 
@@ -47,9 +48,7 @@ local FIRST_LINES = setmetatable({}, { __mode = "k" })
 -- @treturn[2] string error naming the line number and the line
 -- @raise when text is not a string
 function M.parse(text)
-  if type(text) ~= "string" then
-    error("imexcfg.parse: expected a string, got " .. type(text), 2)
-  end
+  expect(text, "string", "imexcfg.parse: expected a string, got %s", type(text))
   local cfg, seen, order, lineno = {}, {}, {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
@@ -149,9 +148,7 @@ end
 -- @treturn string|nil when unknown: the message naming the lines
 -- @raise when key is not a string
 function M.get(cfg, key)
-  if type(key) ~= "string" then
-    error("imexcfg.get: key must be a string", 2)
-  end
+  expect(key, "string", "imexcfg.get: key must be a string")
   if cfg ~= nil and cfg[key] ~= nil then
     return cfg[key]
   end
@@ -282,9 +279,7 @@ end
 --   repeated = true|nil}, ... }`
 -- @raise when cfg is not a table or path is not a string
 function M.lint(cfg, path)
-  if type(cfg) ~= "table" then
-    error("imexcfg.lint: cfg must be a parsed config.cfg", 2)
-  end
+  expect(cfg, "table", "imexcfg.lint: cfg must be a parsed config.cfg")
   if path ~= nil and type(path) ~= "string" then
     error("imexcfg.lint: path must be a string", 2)
   end
@@ -328,12 +323,8 @@ end
 --   white space (a shell wrapper's `-c` command line)
 -- @raise when argv is not a list of strings
 function M.config_path(argv)
-  if type(argv) ~= "table" then
-    error("imexcfg.config_path: argv must be a list of strings", 2)
-  end
-  for i, a in ipairs(argv) do
-    if type(a) ~= "string" then error("imexcfg.config_path: argv[" .. i .. "] is not a string", 2) end
-  end
+  expect(argv, "table", "imexcfg.config_path: argv must be a list of strings")
+  for i, a in ipairs(argv) do expect(a, "string", "imexcfg.config_path: argv[%d] is not a string", i) end
   local found
   local i = 2
   while i <= #argv do

@@ -14,31 +14,19 @@
 -- `status` is three parts: gather (what it reads: the unit, the ctl's answer, the node list file,
 -- the registry), judge (the outcome and message: the verdict on the mesh, the unit, config.cfg's
 -- findings, the fabric) and render (imexguard.report's table or JSON, with the node's facts).
-local base = require "imexguard.steps.base"
-local outcomes = require "imexguard.outcomes"
-local text = require "imexguard.text"
-local lazy = require "imexguard.lazy"
-local housekeeping = lazy "imexguard.steps.housekeeping"
-local nodes_file = lazy "imexguard.steps.nodes_file"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local health = lazy "imexguard.health"
-local verdict = lazy "imexguard.verdict"
-local addresses = lazy "imexguard.addresses"
-local channels = lazy "imexguard.channels"
-local nodelist = lazy "imexguard.nodelist"
-local ctl = lazy "imexguard.ctl"
-local report = lazy "imexguard.report"
-local drain = lazy "imexguard.drain"
-local json = lazy "imexguard.json"
-local domains = lazy "imexguard.domains"
-local restart = lazy "imexguard.steps.restart"
-local lostjobs = lazy "imexguard.lostjobs"
-local starting = lazy "imexguard.starting"
-local cmdtarget = lazy "imexguard.cmdtarget"
-local flapping = lazy "imexguard.flapping"
-local slots = lazy "imexguard.steps.slots"
-local slotnames = lazy "imexguard.slots"
+local base = require("imexguard.steps.base")
+local outcomes = require("imexguard.outcomes")
+local text = require("imexguard.text")
+local lazy = require("imexguard.lazy")
+local housekeeping, nodes_file, restart, slots = lazy("imexguard.steps.housekeeping",
+  "imexguard.steps.nodes_file", "imexguard.steps.restart", "imexguard.steps.slots")
+local state, registry, lostjobs, starting, flapping = lazy("imexguard.state", "imexguard.registry",
+  "imexguard.lostjobs", "imexguard.starting", "imexguard.flapping")
+local ctl, health, verdict, cmdtarget =
+  lazy("imexguard.ctl", "imexguard.health", "imexguard.verdict", "imexguard.cmdtarget")
+local addresses, nodelist, domains, slotnames, channels = lazy("imexguard.addresses", "imexguard.nodelist",
+  "imexguard.domains", "imexguard.slots", "imexguard.channels")
+local report, drain, json = lazy("imexguard.report", "imexguard.drain", "imexguard.json")
 
 --- The methods (self: the policy).
 local M = {}

@@ -9,7 +9,7 @@
 -- table is refused (an error names it): every report builds its shape explicitly, so that the
 -- shape is the same in every run and the spec can pin it.
 -- @module imexguard.json
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 

@@ -20,9 +20,8 @@
 -- error until the file is fixed. Nodes whose records differ (one saw an edit that another did not)
 -- can only disagree where the broken file does not say: the health wait then finds the mismatch.
 local one_line = require("imexguard.text").one_line
-local lazy = require "imexguard.lazy"
-local domains = lazy "imexguard.domains"
-local hostlist = lazy "imexguard.hostlist"
+local lazy = require("imexguard.lazy")
+local domains, hostlist = lazy("imexguard.domains", "imexguard.hostlist")
 
 local M = {}
 

@@ -12,7 +12,8 @@
 -- judgement with a log line (nothing is written: status and health change nothing; `imexguard
 -- forget ID` removes the registration); where Slurm cannot say, the judgement says so with that
 -- same hint. Either way the node is then judged on what it owns, as an idle node (C33).
-local S = require "imexguard.settings"
+local S = require("imexguard.settings")
+local verdict = require("imexguard.verdict")
 local one_line = require("imexguard.text").one_line
 
 local M = {}
@@ -26,20 +27,10 @@ M.ENDED = { COMPLETED = true, CANCELLED = true, FAILED = true, TIMEOUT = true, N
   PREEMPTED = true, BOOT_FAIL = true, DEADLINE = true, OUT_OF_MEMORY = true, REVOKED = true,
   SPECIAL_EXIT = true }
 
--- Does peer p visibly run a node list other than `list`? Its view names a host of `list` INVALID
--- or not at all (a host its own list lacks). A node-map mismatch alone is not enough: both ends of
--- a stale mismatch run the same list (C32).
-local function runs_other_list(p, list)
-  for _, h in ipairs(list) do
-    local st = p.connections and p.connections[h]
-    if h ~= p.host and (st == nil or st == "INVALID") then return true end
-  end
-  return false
-end
-
 --- The peers of `list` that moved on to another node list: those this node's links do not reach
--- (not CONNECTED), when every one of them is READY, runs another list (runs_other_list) and is
--- CONNECTED to every other of them.
+-- (not CONNECTED), when every one of them is READY, visibly runs another list (its view names a
+-- host of `list` INVALID or not at all: not verdict.names_list) and is CONNECTED to every other of
+-- them.
 -- @param mesh table the ctl's answer (ctl.parse_mesh)
 -- @param list list the registered job's addresses
 -- @param self_host string this node's address
@@ -54,7 +45,7 @@ function M.moved_on(mesh, list, self_host)
   end
   if #cut == 0 then return nil end
   for _, a in ipairs(cut) do
-    if a.status ~= "READY" or not runs_other_list(a, list) then return nil end
+    if a.status ~= "READY" or verdict.names_list(a, list) then return nil end
     for _, b in ipairs(cut) do
       if a ~= b and a.connections[b.host] ~= "CONNECTED" then return nil end
     end

@@ -8,6 +8,8 @@
 -- change it) and C05 (IPv4 literals only, no loopback, no duplicates, this node present).
 -- @module imexguard.nodelist
 local trim = require("imexguard.text").trim
+local matches = require("imexguard.text").matches
+local expect = require("imexguard.expect")
 
 local M = {}
 
@@ -51,9 +53,7 @@ end
 -- @treturn[2] string error naming the line number and the entry with inner whitespace
 -- @raise when text is not a string
 function M.parse(text)
-  if type(text) ~= "string" then
-    error("nodelist.parse: expected a string, got " .. type(text), 2)
-  end
+  expect(text, "string", "nodelist.parse: expected a string, got %s", type(text))
   local list, lineno = {}, 0
   for line in (text .. "\n"):gmatch("([^\n]*)\n") do
     lineno = lineno + 1
@@ -74,9 +74,7 @@ end
 -- @param bytes string, or nil (no list: no entries)
 -- @treturn {string,...} the entries
 function M.lines(bytes)
-  local l = {}
-  for a in tostring(bytes or ""):gmatch("[^\n]+") do l[#l + 1] = a end
-  return l
+  return matches(bytes, "[^\n]+")
 end
 
 --- Is s a strict dotted-quad IPv4 literal?
@@ -127,9 +125,7 @@ end
 function M.check(addrs, opts)
   check_list(addrs, "check")
   opts = opts or {}
-  if type(opts) ~= "table" then
-    error("nodelist.check: opts must be a table", 2)
-  end
+  expect(opts, "table", "nodelist.check: opts must be a table")
   local names = opts.names or {}
   local function which(i)
     local s = string.format("entry %d '%s'", i, addrs[i])

@@ -7,7 +7,7 @@
 -- is a settings-error naming the file and line, as any setting's; the policy reads them, defaults
 -- filled in, as ctx.settings.policy_settings.NAME. `show-config` lists them with their sources.
 -- The one namespace for policy settings: a policy never invents another key of its own.
-local S = require "imexguard.settings"
+local S = require("imexguard.settings")
 
 local M = {}
 

@@ -16,17 +16,12 @@
 -- not active, nodes Slurm drained or lost, runs that failed, nodes without a digest. Then one row
 -- per node: Slurm's state, its list's hash and size, its ID and line, the daemon's instance and
 -- start, its last run and outcome, its daemon's last error line.
-local text = require "imexguard.text"
-local base = require "imexguard.steps.base"
-local lazy = require "imexguard.lazy"
-local digest = lazy "imexguard.digest"
-local health = lazy "imexguard.health"
-local domains = lazy "imexguard.domains"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
-local nodelist = lazy "imexguard.nodelist"
-local json = lazy "imexguard.json"
+local text = require("imexguard.text")
+local base = require("imexguard.steps.base")
+local lazy = require("imexguard.lazy")
+local state, registry, digest = lazy("imexguard.state", "imexguard.registry", "imexguard.digest")
+local domains, hostlist, nodelist = lazy("imexguard.domains", "imexguard.hostlist", "imexguard.nodelist")
+local health, json = lazy("imexguard.health", "imexguard.json")
 
 local M = {}
 
@@ -298,22 +293,11 @@ function M.render_text(g, f)
   if g.slurm_error then out[#out + 1] = "Slurm: " .. g.slurm_error end
   local rows = { { "NODE", "SLURM", "LIST", "ID/LINE", "DAEMON", "LAST", "LAST ERROR" } }
   for _, r in ipairs(g.rows) do rows[#rows + 1] = columns(r) end
-  local width = {}
-  for _, r in ipairs(rows) do
-    for i, c in ipairs(r) do width[i] = math.max(width[i] or 0, #c) end
-  end
-  for _, r in ipairs(rows) do
-    local cells = {}
-    for i, c in ipairs(r) do cells[i] = i < #r and (c .. string.rep(" ", width[i] - #c)) or c end
-    out[#out + 1] = table.concat(cells, "  ")
-  end
-  return table.concat(out, "\n") .. "\n"
+  return table.concat(text.columns(rows, out), "\n") .. "\n"
 end
 
 local function split(ids)
-  local t = {}
-  for id in (ids or ""):gmatch("[^,]+") do t[#t + 1] = id end
-  return json.array(t)
+  return json.array(text.matches(ids, "[^,]+"))
 end
 
 local function digest_json(d)

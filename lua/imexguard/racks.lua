@@ -23,9 +23,8 @@
 --   partition's binding or nil), ask = the topology slurmctld is asked for ({name}: its name, ""
 --   for topology.conf's, asked without an argument; nil: none can be), slurmctld (set by M.refresh),
 --   partition (set by imexguard.domains: SLURM_JOB_PARTITION)}.
-local lazy = require "imexguard.lazy"
-local topology = lazy "imexguard.topology"
-local hostlist = lazy "imexguard.hostlist"
+local lazy = require("imexguard.lazy")
+local topology, hostlist = lazy("imexguard.topology", "imexguard.hostlist")
 local one_line = require("imexguard.text").one_line
 
 local M = {}

@@ -29,9 +29,8 @@
 -- `systemctl restart`, Restart=on-failure after a crash): the jobs may still run, and they use
 -- whatever daemon is running now, so restarting it again would break them again.
 -- Loaded when first used (imexguard.lazy): only the renderings for a person need them.
-local lazy = require "imexguard.lazy"
-local hostlist = lazy "imexguard.hostlist"
-local nodelist = lazy "imexguard.nodelist"
+local lazy = require("imexguard.lazy")
+local hostlist, nodelist = lazy("imexguard.hostlist", "imexguard.nodelist")
 
 local M = {}
 

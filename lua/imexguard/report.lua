@@ -2,13 +2,13 @@
 --- The reports of the default policy's `plan`, `status` and `registrations` commands: what a person
 -- reads on stdout (or JSON with --json), the per-node mesh table of `status` included. Pure functions
 -- of the facts the policy gathered; no primitive is called.
-local json = require "imexguard.json"
-local hostlist = require "imexguard.hostlist"
-local health = require "imexguard.health"
-local verdict = require "imexguard.verdict"
-local registry = require "imexguard.registry"
-local text = require "imexguard.text"
-local nodelist = require "imexguard.nodelist"
+local json = require("imexguard.json")
+local hostlist = require("imexguard.hostlist")
+local health = require("imexguard.health")
+local verdict = require("imexguard.verdict")
+local registry = require("imexguard.registry")
+local text = require("imexguard.text")
+local nodelist = require("imexguard.nodelist")
 
 local M = {}
 
@@ -627,20 +627,10 @@ function M.status(mesh, v, opts)
     cells[#cells + 1] = { tostring(r.id) .. (r.self and "*" or ""), r.host, r.name, r.status, r.connections,
       r.diagnosis }
   end
-  local width = {}
-  for _, row in ipairs(cells) do
-    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
-  end
   local out = opts.facts and M.facts_lines(opts.facts, (opts.verbosity or 0) > 0) or {}
   out[#out + 1] = string.format("IMEX domain %s at %s: %d nodes (* = this node)", tostring(mesh.status),
     tostring(json.ctl_time(mesh.timestamp)), #rows)
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for i, c in ipairs(row) do
-      parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c
-    end
-    out[#out + 1] = table.concat(parts, "  ")
-  end
+  text.columns(cells, out)
   out[#out + 1] = self_line(v, opts)
   if v and v.order and v.order.kind ~= "same" then out[#out + 1] = "node map: " .. v.order.summary end
   for _, f in ipairs(opts.findings or {}) do out[#out + 1] = "config fault: " .. f end
@@ -685,16 +675,7 @@ function M.registrations(facts, opts)
     end
     cells[#cells + 1] = row
   end
-  local width, out = {}, {}
-  for _, row in ipairs(cells) do
-    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
-  end
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for i, c in ipairs(row) do parts[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c end
-    out[#out + 1] = table.concat(parts, "  ")
-  end
-  return table.concat(out, "\n") .. "\n"
+  return table.concat(text.columns(cells), "\n") .. "\n"
 end
 
 return M

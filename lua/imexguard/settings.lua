@@ -6,7 +6,7 @@
 -- an error (so `unit = nvidia` is caught instead of silently meaning nil).
 -- The driver runs (imexguard.driver, its settings call): t = load(text, "@path"); t =
 -- apply_overrides(t, sets); t = validate(t).
-local textlib = require "imexguard.text"
+local textlib = require("imexguard.text")
 
 local M = {}
 
@@ -528,10 +528,7 @@ local function parse_value(e, s)
     end
     return b
   elseif e.kind == "argv" then
-    local words = {}
-    for w in s:gmatch("%S+") do
-      words[#words + 1] = w
-    end
+    local words = textlib.matches(s, "%S+")
     if #words == 1 then
       return words[1]
     end

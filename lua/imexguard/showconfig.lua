@@ -5,8 +5,8 @@
 -- uses where the value alone does not say it (M.effective, which stats files), and `config-test`
 -- (-t, as `sshd -t`) its verdict line. The rest are pure functions of the run table (docs/json.md
 -- for the JSON).
-local S = require 'imexguard.settings'
-local commands = require 'imexguard.commands'
+local S = require('imexguard.settings')
+local commands = require('imexguard.commands')
 local one_line = require('imexguard.text').one_line
 
 local M = {}
@@ -65,7 +65,7 @@ function M.effective(ctx)
   elseif why ~= 'setting slurm_conf' then
     out.slurm_conf = { path = path, why = why }
   end
-  local domains = require 'imexguard.domains'
+  local domains = require('imexguard.domains')
   local paths, named = domains.topology_paths(ctx)
   if not named then
     for _, p in ipairs(paths) do
@@ -91,7 +91,7 @@ end
 -- source, effective (the path a run uses when the value alone does not say it, else null), why}]}
 -- in that order.
 local function settings_json(run, shown, src)
-  local json = require 'imexguard.json'
+  local json = require('imexguard.json')
   local list = {}
   for i, e in ipairs(S.schema) do
     local v = shown[e.name]

@@ -13,6 +13,8 @@
 -- Its addresses never change while a daemon runs it; a change of the map flips switch bytes and
 -- nothing else (M.switch), so a reader racing the write sees each slot mapped to its own node, the
 -- sentinel, both or neither, never to another node's address.
+local matches = require("imexguard.text").matches
+
 local M = {}
 
 --- The suffix of every slot name (RFC 6761's reserved `.invalid`: never resolved elsewhere).
@@ -97,12 +99,10 @@ function M.field(list)
   return table.concat(list, " ")
 end
 
---- @param text string|nil a registry entry's `slots`
+--- @param field string|nil a registry entry's `slots`
 -- @return list of slot names ({} for nil)
-function M.of_field(text)
-  local out = {}
-  for n in tostring(text or ""):gmatch("%S+") do out[#out + 1] = n end
-  return out
+function M.of_field(field)
+  return matches(field, "%S+")
 end
 
 --- The hosts file of a slot list: the header, then per slot its node's line and the sentinel's,

@@ -18,7 +18,7 @@
 -- Not followed (said, never guessed): an Include whose path holds a wildcard or `%` (not expanded
 -- here), nesting deeper than MAX_DEPTH, a file that includes itself (a cycle).
 -- @module imexguard.slurmconf
-local slurmenv = require "imexguard.slurmenv"
+local slurmenv = require("imexguard.slurmenv")
 
 local M = {}
 

@@ -22,8 +22,8 @@
 -- but cannot be read or is not what imexguard writes (truncated JSON, a field of the wrong type, a
 -- malformed registry entry) is an error, never "no jobs": the registry is then unknown, and
 -- overwriting it would erase the registrations of running jobs.
-local cjson = require "cjson"
-local T = require "imexguard.text"
+local cjson = require("cjson")
+local T = require("imexguard.text")
 
 local M = {}
 

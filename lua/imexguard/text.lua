@@ -1,7 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- Text helpers shared by the steps, the policies and the kit: a message that goes into one log
 -- line (the final line, a journal entry, slurmd's log) must not span lines or grow without bound,
--- and neither may a value from the outside quoted in it.
+-- and neither may a value from the outside quoted in it. Also the columns of a table for a person
+-- (status, rack, the registrations).
 local M = {}
 
 --- Longest one-line message kept (bytes, before the "..." that marks a cut); the final log line
@@ -86,6 +87,35 @@ function M.ends(v, max)
     t = t:sub(1, head) .. " ... " .. t:sub(-(max - 5 - head))
   end
   return (t:gsub("%c", function(c) return string.format("\\%03d", c:byte()) end))
+end
+
+--- Every match of a pattern in a string, in order: the lines of bytes ("[^\n]+"), its words ("%S+").
+-- @param s string, or nil (none)
+-- @param pattern string a Lua pattern without captures
+-- @return list of strings
+function M.matches(s, pattern)
+  local out = {}
+  for m in tostring(s or ""):gmatch(pattern) do out[#out + 1] = m end
+  return out
+end
+
+--- Rows of cells as column-aligned lines (a table for a person): every cell but a row's last is
+-- padded with spaces to its column's widest cell (bytes), and a row's cells are joined by two spaces.
+-- @param rows list of lists of strings (the head row first, where there is one)
+-- @param out list|nil lines to append to (default: a new list)
+-- @return list of strings `out`, with one line per row appended
+function M.columns(rows, out)
+  out = out or {}
+  local width = {}
+  for _, row in ipairs(rows) do
+    for i, c in ipairs(row) do width[i] = math.max(width[i] or 0, #c) end
+  end
+  for _, row in ipairs(rows) do
+    local cells = {}
+    for i, c in ipairs(row) do cells[i] = i < #row and (c .. string.rep(" ", width[i] - #c)) or c end
+    out[#out + 1] = table.concat(cells, "  ")
+  end
+  return out
 end
 
 return M

@@ -23,9 +23,9 @@
 --     (Slurm 24.11 and 26.05 alike); NAME is a topology from 25.05 (24.11: a node). An unknown NAME:
 --     "slurm_load_topo error: ..." on stderr and exit status 0, no line.
 -- Pure Lua, except M.ask (host.run).
-local settings_schema = require "imexguard.settings"
-local slurmconf = require "imexguard.slurmconf"
-local text = require "imexguard.text"
+local settings_schema = require("imexguard.settings")
+local slurmconf = require("imexguard.slurmconf")
+local text = require("imexguard.text")
 
 local trim, one_line = text.trim, text.one_line
 

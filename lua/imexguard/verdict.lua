@@ -319,18 +319,28 @@ local function judge_config(v, mesh, expected, self_host, note)
   return true
 end
 
--- Does peer p run `list` as far as the answer shows: its view names every host of the list under
--- that list's ids (no finding other than a mismatch) and none of them INVALID (a host its own
--- list lacks: IMEXSIM_CTL_CONNECTIONS=local, tests/fixtures/ctl/c21-reordered-peer.json)?
-local function runs_list(p, list, findings)
-  for _, f in ipairs(findings or {}) do
-    if f.kind ~= "mismatch" then return false end
-  end
+--- Does node p's own view name every other host of `list`, none of them INVALID (a host its own
+-- list lacks: IMEXSIM_CTL_CONNECTIONS=local, tests/fixtures/ctl/c21-reordered-peer.json)? A peer
+-- where it does not visibly runs another node list; a node-map mismatch alone does not say so: both
+-- ends of a stale mismatch run the same list (C32).
+-- @param p table a node of a mesh (ctl.parse_mesh: host, connections {[host] = state})
+-- @param list list of addresses
+-- @return boolean
+function M.names_list(p, list)
   for _, h in ipairs(list) do
     local st = p.connections and p.connections[h]
     if h ~= p.host and (st == nil or st == "INVALID") then return false end
   end
   return true
+end
+
+-- Does peer p run `list` as far as the answer shows: its view names every host of the list under
+-- that list's ids (no finding other than a mismatch) and none of them INVALID (M.names_list)?
+local function runs_list(p, list, findings)
+  for _, f in ipairs(findings or {}) do
+    if f.kind ~= "mismatch" then return false end
+  end
+  return M.names_list(p, list)
 end
 
 -- Node-map mismatches between two peers (both ends NODE_MAP_MISMATCH) where nothing else is wrong:

@@ -24,14 +24,12 @@
 -- RUNTIME_SLACK seconds later whatever happens (RuntimeMaxSec). It never restarts or writes
 -- anything: the host of `watch` refuses every side effect but host.unit_kill (driver.lua,
 -- signals_only), and the nudger sends only SIGUSR1 to the unit's main process.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy): the prolog uses start only.
-local lazy = require "imexguard.lazy"
-local nudge = lazy "imexguard.nudge"
-local health = lazy "imexguard.health"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
+local lazy = require("imexguard.lazy")
+local nudge, health, state, registry =
+  lazy("imexguard.nudge", "imexguard.health", "imexguard.state", "imexguard.registry")
 
 local M = {}
 

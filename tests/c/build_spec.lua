@@ -2,7 +2,7 @@
 -- The build (Makefile, src/embed.lua): header dependencies of every object (-MD -MP), a plain
 -- `make` without the build packages, and the C side of the outcomes generated from
 -- lua/imexguard/outcomes.lua. Dry runs only (make -n): nothing in the tree is rebuilt or touched.
-local H = require "helpers"
+local H = require("helpers")
 
 -- Run a shell command (without the ASan preload of the asan tier); its exit code and its stdout +
 -- stderr.
@@ -40,7 +40,7 @@ describe("the build", function()
   end)
 
   it("--help lists every outcome of outcomes.lua with its exit code, in its order", function()
-    local outcomes = require "imexguard.outcomes"
+    local outcomes = require("imexguard.outcomes")
     local rc, out = sh(H.q(H.imexguard_bin()) .. " --help")
     assert.equal(0, rc, out)
     local list = out:match("Outcomes and exit codes[^\n]*\n(.-)\n\n")

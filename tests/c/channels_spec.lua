@@ -2,15 +2,15 @@
 -- IMEX channels against the real kernel: lua/imexguard/channels.lua with the real host module
 -- (src/file.c mknod_char, mkdir, stat) on a tmpfs in a private mount namespace; the result is
 -- checked with stat(1) (major, minor, mode, owner, type) inside the same namespace.
-local H = require "helpers"
+local H = require("helpers")
 
 -- Runs inside `unshare -m`: mounts a tmpfs on DIR/dev, runs channels.ensure with the settings
 -- given as JSON, and prints the result and stat(1) of the channel and its directory.
 local SCRIPT = [[
-local cjson = require "cjson"
-local host = require "imexguard.host"
-local S = require "imexguard.settings"
-local channels = require "imexguard.channels"
+local cjson = require("cjson")
+local host = require("imexguard.host")
+local S = require("imexguard.settings")
+local channels = require("imexguard.channels")
 local dev, pre, raw = arg[1], arg[2], cjson.decode(arg[3])
 assert(os.execute("mount -t tmpfs -o mode=0755 imexguard-test " .. dev))
 if pre ~= "" then assert(os.execute(pre)) end
@@ -42,7 +42,7 @@ describe("IMEX channel creation on a real device directory (tmpfs, private mount
     local settings = { imex_channels = "channel0", imex_channel_dir = dir .. "/dev/nvidia-caps-imex-channels",
       proc_devices = dir .. "/" .. devices, slurm_conf = dir .. "/slurm.conf" }
     for k, v in pairs(extra or {}) do settings[k] = v end
-    local cjson = require "cjson"
+    local cjson = require("cjson")
     local lua = H.lua_cmd(dir, "ensure", SCRIPT, dir .. "/dev", pre or "", cjson.encode(settings))
     local cmd = "unshare -m --propagation private env LUA_PATH='lua/?.lua;;' "
       .. lua:gsub("^env ", "") .. " 2>&1"

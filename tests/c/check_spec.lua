@@ -4,8 +4,8 @@
 -- against the test kit's fake host, each reported as one PASS/FAIL/N/A line; exit 0 only when none
 -- failed (a scenario the policy never reached is "not applicable", counted apart).
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local H = require "helpers"
-local cjson = require "cjson"
+local H = require("helpers")
+local cjson = require("cjson")
 local final = H.final
 
 -- Run the binary with `env -i` plus `env`; {code, stdout, stderr, elapsed (seconds)}.
@@ -59,13 +59,13 @@ describe("imexguard check", function()
 
   -- A policy from the default one, with its prolog replaced by `prolog` (Lua source of a function).
   local function default_with(prolog)
-    return policy("local D = require 'policies.default'\nlocal P = {}\nfor k, v in pairs(D) do P[k] = v end\n"
-      .. "P.prolog = " .. prolog .. "\nreturn P\n")
+    return policy("local D = require('policies.default')\nlocal P = {}\n"
+      .. "for k, v in pairs(D) do P[k] = v end\nP.prolog = " .. prolog .. "\nreturn P\n")
   end
 
   describe("a good policy", function()
     it("the built-in default policy passes every scenario: exit 0, one PASS line each", function()
-      local p = policy("return (require 'policies.default')\n")
+      local p = policy("return (require('policies.default'))\n")
       local r = check(p)
       assert.equal(0, r.code, r.stdout .. r.stderr)
       local v = verdicts(r)
@@ -85,8 +85,8 @@ describe("imexguard check", function()
     it("a small verify-only site policy written from the API passes", function()
       -- never writes, never restarts: checks the job's list and the domain, returns an outcome
       local p = policy([[
-local steps = require "imexguard.steps"
-local health = require "imexguard.health"
+local steps = require("imexguard.steps")
+local health = require("imexguard.health")
 local P = {}
 function P.prolog(ctx)
   local info, o, m = steps.applies(ctx)
@@ -105,7 +105,7 @@ return P
     end)
 
     it("--json prints one object with every scenario", function()
-      local r = check(policy("return (require 'policies.default')\n"), { "--json" })
+      local r = check(policy("return (require('policies.default'))\n"), { "--json" })
       assert.equal(0, r.code)
       local obj = cjson.decode(r.stdout)
       assert.equal(10, obj.passed)
@@ -165,8 +165,8 @@ return P
     end)
 
     it("the kit's run_all lists them apart from the failures", function()
-      local scenarios = require "imexguard.testing.check"
-      local static = require "policies.static_domain"
+      local scenarios = require("imexguard.testing.check")
+      local static = require("policies.static_domain")
       local rep = scenarios.run_all(static)
       assert.is_true(rep.ok, rep.text)
       assert.same({}, rep.failed)
@@ -311,7 +311,7 @@ end]]))
     end)
 
     it("each scenario has its own time limit: scenarios before a looping one pass", function()
-      local p = policy("local D = require 'policies.default'\nreturn { prolog = D.prolog,\n"
+      local p = policy("local D = require('policies.default')\nreturn { prolog = D.prolog,\n"
         .. "  epilog = function() while true do end end }\n")
       local r = check(p)
       assert.equal(3, r.code)
@@ -335,10 +335,10 @@ end]]))
   end)
 
   describe("isolation", function()
-    it("never touches the node: require 'imexguard.host' gives the scenario's fake host", function()
+    it("never touches the node: require('imexguard.host') gives the scenario's fake host", function()
       local target = dir .. "/written-by-check"
       local p = default_with(string.format([[function(ctx)
-  local host = require "imexguard.host"
+  local host = require("imexguard.host")
   host.write_atomic(%q, "x\n")
   host.unit_job("nvidia-imex.service", "restart", 1)
   return "ok", "did things"
@@ -362,7 +362,7 @@ end]], target))
 
     it("adds the files a policy lists in check_files to every scenario's world", function()
       local function site_policy(with_files)
-        return policy("local D = require 'policies.default'\nlocal P = {}\n"
+        return policy("local D = require('policies.default')\nlocal P = {}\n"
           .. "for k, v in pairs(D) do P[k] = v end\n"
           .. "function P.prolog(ctx)\n"
           .. "  if not ctx.host.read('/etc/site/imex-enabled', 100) then\n"
@@ -381,7 +381,7 @@ end]], target))
 
     it("each scenario gets a fresh policy table (state in the policy does not leak)", function()
       local p = policy([[
-local D = require "policies.default"
+local D = require("policies.default")
 local runs = 0
 local P = {}
 for k, v in pairs(D) do P[k] = v end
@@ -427,10 +427,10 @@ return P
   end)
 
   describe("the scenarios from busted (the kit, no binary)", function()
-    local scenarios = require "imexguard.testing.check"
+    local scenarios = require("imexguard.testing.check")
 
     it("run_all reports every scenario of a good policy as passed", function()
-      local P = require "policies.default"
+      local P = require("policies.default")
       local rep = scenarios.run_all(P)
       assert.is_true(rep.ok, rep.text)
       assert.same({}, rep.failed)

@@ -3,7 +3,7 @@
 -- --help/--version, settings (file, --set, --deadline), the context given to the policy, check,
 -- status, plan, and the final log line.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local H = require "helpers"
+local H = require("helpers")
 local final = H.final
 
 -- A number #defined in a header of src/ (the bounds below follow the code's own constants).
@@ -118,7 +118,7 @@ describe("imexguard command line", function()
   describe("--timing", function()
     -- A policy that sleeps 0.05 s (host.sleep), reads a file twice and decodes JSON once.
     local function timed_policy()
-      return file("local cjson = require 'cjson'\nlocal P = {}\nfunction P.prolog(ctx)\n"
+      return file("local cjson = require('cjson')\nlocal P = {}\nfunction P.prolog(ctx)\n"
         .. "  ctx.host.sleep(0.05)\n  ctx.host.read('/proc/self/stat', 4096)\n"
         .. "  ctx.host.read('/proc/self/stat', 4096)\n  cjson.decode('{}')\n  return 'ok', 'timed'\nend\n"
         .. "P.epilog = P.prolog\nreturn P\n")
@@ -551,7 +551,7 @@ return P
   describe("check", function()
     it("accepts a valid policy, names its entry points and runs the scenarios (tests/c/check_spec.lua)",
       function()
-        local p = file("local D = require 'policies.default'\n"
+        local p = file("local D = require('policies.default')\n"
           .. "return { prolog = D.prolog, epilog = D.epilog, status = D.status }")
         local r = run(dir, { "--config", dir .. "/empty.conf", "check", p })
         assert.equal(0, r.code)

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Clock and deadline (src/clock.c) through the Lua binding.
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 describe("host clock", function()
@@ -72,7 +72,7 @@ describe("host.localtime (issue 32 item 7: the local time a policy has without o
   -- "year month day hour min sec wday yday isdst utc_offset zone".
   local function localtime(tz, t)
     local cmd = H.lua_cmd(dir, "localtime", [[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       local t = h.localtime(tonumber(arg[1]))
       print(t.year, t.month, t.day, t.hour, t.min, t.sec, t.wday, t.yday, t.isdst, t.utc_offset, t.zone)
     ]], tostring(t))
@@ -100,9 +100,9 @@ describe("host.localtime (issue 32 item 7: the local time a policy has without o
   end)
 
   it("the test kit's fake localtime agrees with the primitive (fixed zones, 2000 instants)", function()
-    local clock = require "imexguard.testing.clock"
+    local clock = require("imexguard.testing.clock")
     local cmd = H.lua_cmd(dir, "many", [[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       local seed = tonumber(arg[1])
       for i = 1, 2000 do
         local t = (seed * i * 7919) % 9000000000 - 2000000000

@@ -4,7 +4,7 @@
 -- no other edit (src/embed.lua generates the C side, man/gen.lua the man page). The spec copies
 -- the sources into a temp dir, adds one command to the copy's commands.lua, builds the copy's
 -- binary (-O0) and man page, and reads them.
-local H = require "helpers"
+local H = require("helpers")
 local q = H.q
 
 -- The command the spec adds: an argument, --json, a budget of its own and a help long enough to

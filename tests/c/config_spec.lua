@@ -6,9 +6,9 @@
 -- IMEXGUARD_LUA_DIR failures exit 1 as usage errors and name their source; `plan --job
 -- --nodelist`; a policy error lost to a tail call names the policy file and line.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) in a private temp dir.
-local H = require "helpers"
+local H = require("helpers")
 local final = H.final
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local function run(dir, args, env)
   return H.run_imexguard(args, { dir = dir, env = env })
@@ -118,7 +118,7 @@ describe("imexguard configuration commands", function()
         assert.matches('\nstart_timeout = 30 %-%- default\n', out)
         assert.matches('\n%-%- nodes_file unset %(default%)\n', out)
         -- every setting of the schema, once
-        local S = require "imexguard.settings"
+        local S = require("imexguard.settings")
         for _, e in ipairs(S.schema) do
           local _, n = out:gsub("\n%-?%-? ?" .. e.name .. " [=u]", "")
           assert.equal(1, n, e.name)
@@ -192,7 +192,7 @@ describe("imexguard configuration commands", function()
 
     it("follows the grammar of a drain reason: a long cause cut at 200 bytes with '...', never inside a "
       .. "UTF-8 sequence, the whole line within drain.MAX_REASON", function()
-      local drain = require "imexguard.drain"
+      local drain = require("imexguard.drain")
       local p = file("local P = {}\nP.prolog = function() end\nP.epilog = P.prolog\n"
         .. "function P.health() error('" .. string.rep("\195\188", 150) .. "', 0) end\nreturn P\n")
       local r = run(dir, { "--config", dir .. "/empty.conf", "--policy", p, "health" })

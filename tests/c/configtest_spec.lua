@@ -6,7 +6,7 @@
 -- (SLURM_CONF honoured) and the line a repeated setting's value comes from; a syntax error on the
 -- last line is named on that line. Runs the BUILT binary in a private temp dir; systemd is never
 -- asked (bus = a path that does not exist).
-local H = require "helpers"
+local H = require("helpers")
 
 describe("config-test reads every file a prolog reads", function()
   local dir

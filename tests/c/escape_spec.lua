@@ -4,7 +4,7 @@
 -- require of a standard library, setmetatable(_G), collectgarbage, finalizers, coroutines,
 -- host metatables, changes to the shared libraries, C-side pattern backtracking and the memory
 -- limit. Also: the surface a policy sees equals the list in docs/policy-api.md "The sandbox".
-local H = require "helpers"
+local H = require("helpers")
 
 local function final(r)
   local f = H.final(r)
@@ -88,7 +88,7 @@ describe("imexguard sandbox escapes", function()
   describe("require", function()
     for _, name in ipairs({ "io", "os", "debug", "package", "coroutine", "string", "_G" }) do
       it("refuses the standard library '" .. name .. "'", function()
-        refused(policy("require '" .. name .. "'\nreturn 'ok', 'loaded'"),
+        refused(policy("require('" .. name .. "')\nreturn 'ok', 'loaded'"),
           "module '" .. name .. "' not found (the sandbox provides only imexguard.*, policies.* and cjson)")
       end)
     end
@@ -147,7 +147,7 @@ describe("imexguard sandbox escapes", function()
   describe("host objects", function()
     it("hides the lock object's metatable: no methods to change, no __gc to install", function()
       local r = policy([[
-        local host = require "imexguard.host"
+        local host = require("imexguard.host")
         local lock = assert(host.lock(ctx.settings.state_dir .. "/escape.lock", 1))
         local mt = getmetatable(lock)
         local ok, err = pcall(setmetatable, lock, {})
@@ -174,7 +174,7 @@ describe("imexguard sandbox escapes", function()
 
     it("has no cjson configuration functions (shared with the host); cjson.new() is private", function()
       local r = policy([[
-        local cjson = require "cjson"
+        local cjson = require("cjson")
         local mine = cjson.new()
         mine.encode_sparse_array(true)
         return 'ok', tostring(cjson.encode_sparse_array) .. ' ' .. tostring(cjson.decode_max_depth)
@@ -310,7 +310,7 @@ describe("imexguard sandbox escapes", function()
         for _, lib in ipairs({ "string", "table", "math", "utf8" }) do
           lines[#lines + 1] = lib .. ": " .. names(_G[lib])
         end
-        lines[#lines + 1] = "cjson: " .. names(require "cjson")
+        lines[#lines + 1] = "cjson: " .. names(require("cjson"))
         print("SURFACE " .. table.concat(lines, "|"))
         return 'ok']])
       assert.equal("ok", (final(r)), r.stderr)

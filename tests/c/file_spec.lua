@@ -2,7 +2,7 @@
 -- Files (src/file.c) through the Lua binding: read cap, a growing file's end (C50), stat, atomic
 -- replace (field case C03 of docs/design.md, "Field cases"), the same-size write in place
 -- ("Membership by slots"), mknod.
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 -- An 18-line node list (one NVL72 rack) with a marker so torn reads are detectable.
@@ -137,7 +137,7 @@ describe("host.write_atomic", function()
     assert.are_not.equal(ino, host.stat(p).ino) -- a new inode, the old one never modified
     -- the umask does not apply
     local cmd = H.lua_cmd(dir, "umask", [[
-      local h = require "imexguard.host"; assert(h.write_atomic(arg[1], "x", tonumber("666", 8)))]],
+      local h = require("imexguard.host"); assert(h.write_atomic(arg[1], "x", tonumber("666", 8)))]],
       dir .. "/u")
     assert.is_true(os.execute("umask 077 && " .. cmd))
     assert.equal(tonumber("666", 8), host.stat(dir .. "/u").mode)
@@ -171,7 +171,7 @@ describe("host.write_atomic", function()
       assert.is_true(host.write_atomic(p, A))
       local stop, out = shm .. "/stop", shm .. "/reader.out"
       local reader = H.lua_cmd(shm, "reader", [[
-        local h = require "imexguard.host"
+        local h = require("imexguard.host")
         local path, A, B, stop, out = arg[1], arg[2], arg[3], arg[4], arg[5]
         local a, b, bad, reads, badsample = 0, 0, 0, 0, ""
         local ready = io.open(out .. ".ready", "w"); ready:close()
@@ -214,7 +214,7 @@ describe("host.write_atomic", function()
       H.write(dir .. "/A", big[1])
       H.write(dir .. "/B", big[2])
       local writer = H.lua_cmd(dir, "writer", [[
-        local h = require "imexguard.host"
+        local h = require("imexguard.host")
         local p = arg[1]
         local c = { io.open(arg[2]):read("a"), io.open(arg[3]):read("a") }
         local i = 0
@@ -295,7 +295,7 @@ describe("host.write_atomic", function()
   end
 
   local PROBE = [[
-    local h = require "imexguard.host"
+    local h = require("imexguard.host")
     local d = arg[1]
     local old = io.open(d .. "/nodes_config.cfg"):read("a")
     local ok, msg, code = h.write_atomic(d .. "/nodes_config.cfg", string.rep("x", 200 * 1024))
@@ -369,7 +369,7 @@ describe("host.write_in_place", function()
       H.write(p, X)
       local stop, out = shm .. "/stop", shm .. "/reader.out"
       local reader = H.lua_cmd(shm, "reader", [[
-        local h = require "imexguard.host"
+        local h = require("imexguard.host")
         local path, X, Y, stop, out = arg[1], arg[2], arg[3], arg[4], arg[5]
         local reads, bad, sample = 0, 0, ""
         local ready = io.open(out .. ".ready", "w"); ready:close()

@@ -2,7 +2,7 @@
 -- host.file_holders (src/proc.c) through the Lua binding: the processes that have a file open, as
 -- /proc/PID/fd shows them (C50: who holds a node's IMEX session: the simulator's daemon keeps its
 -- session file open and flock'ed, a real one the fabric-imex-mgmt capability device [guess]).
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 describe("host.file_holders", function()

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- The node lock (src/lock.c) through its Lua binding, with real contending processes (field case
 -- C01 of docs/design.md, "Field cases").
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 -- A worker process: takes the lock through the module and appends what happened to a record
@@ -10,7 +10,7 @@ local host = H.host()
 -- hold: seconds to keep the lock (the simulated slow restart), or, when release_file is given,
 -- keep it until that file exists (polled every 10 ms, at most 20 s).
 local WORKER = [[
-local h = require "imexguard.host"
+local h = require("imexguard.host")
 local path, timeout, owner, hold, rec, release = arg[1], tonumber(arg[2]), arg[3],
   tonumber(arg[4]), arg[5], arg[6]
 local f = io.open("/proc/self/stat"); local pid = tonumber(f:read("a"):match("^(%d+)")); f:close()
@@ -85,7 +85,7 @@ end
 -- holder's, which unlock keeps), writes "<pid>\n" to ready, then after `delay` seconds writes its
 -- own record and holds the lock until killed. arg: lockpath ready delay
 local HANDOVER = [[
-local h = require "imexguard.host"
+local h = require("imexguard.host")
 local path, ready, delay = arg[1], arg[2], tonumber(arg[3])
 local f = io.open("/proc/self/stat"); local pid = tonumber(f:read("a"):match("^(%d+)")); f:close()
 local l = assert(h.lock(path, 10, "ignored"))

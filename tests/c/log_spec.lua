@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Logging (src/log.c): the stderr line slurmd keeps, captured from a child lua5.4 process.
-local H = require "helpers"
+local H = require("helpers")
 
 describe("host.log", function()
   local dir
@@ -15,7 +15,7 @@ describe("host.log", function()
 
   it("writes one plain line per event on stderr", function()
     local err = stderr_of([[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       h.log("warning", "node list changed", { job = "101", nodes = 2, ok = true })
       h.log("err", "two\nlines\r\nhere")
       h.log("info", "done")
@@ -30,7 +30,7 @@ describe("host.log", function()
 
   it("ignores an unreachable journald", function()
     local err = stderr_of([[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       h.log("info", "with journal", { job = "7" })
       io.stderr:write("after\n")
     ]], "env -u IMEXGUARD_NO_JOURNAL")
@@ -39,7 +39,7 @@ describe("host.log", function()
 
   it("raises on misuse", function()
     local err = stderr_of([[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       for _, f in ipairs({
         function() h.log("loud", "x") end,
         function() h.log("info") end,

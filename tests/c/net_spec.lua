@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Network primitives (src/net.c): loopback only; the slow resolver runs in a private mount
 -- namespace whose resolv.conf points at a loopback socket that never answers.
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 describe("host network primitives", function()
@@ -64,7 +64,7 @@ describe("host network primitives", function()
     H.write(dir .. "/resolv.conf", "nameserver " .. addr .. "\noptions timeout:30 attempts:1\n")
     H.write(dir .. "/nsswitch.conf", "hosts: dns\n")
     local probe = H.lua_cmd(dir, "probe", [[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       local t0 = h.now()
       local r, msg, code = h.resolve("slow.imexguard.test", 0.5)
       print(string.format("%s %s %.3f %s", tostring(r), code, h.now() - t0, msg))
@@ -94,7 +94,7 @@ describe("host network primitives", function()
     H.write(dir .. "/resolv.conf", "nameserver 127.0.0.77\noptions timeout:1 attempts:1\n")
     H.write(dir .. "/nsswitch.conf", "hosts: dns\n")
     local probe = H.lua_cmd(dir, "unload", [[
-      local h = require "imexguard.host"
+      local h = require("imexguard.host")
       for _, n in ipairs({ "a.imexguard.test", "b.imexguard.test", "c.imexguard.test" }) do
         h.resolve(n, 1.5)
       end

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- The command runner (src/run.c) through its Lua binding.
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 -- Each test's temp dir and the pids it leaves to kill (set up by scratch() in each describe).

@@ -2,7 +2,7 @@
 -- The Lua sandbox of the imexguard binary (src/sandbox.c): the deadline layers, removed globals
 -- and modules, the global guard, error reporting, outcome codes, memory cap and the trust check.
 -- Runs the BUILT binary ($IMEXGUARD_BUILD/imexguard) on policies in a private temp dir.
-local H = require "helpers"
+local H = require("helpers")
 
 -- Run the binary with args (list) in this process's environment plus `env`;
 -- returns {code, stdout, stderr, elapsed (seconds)}.
@@ -195,8 +195,8 @@ describe("imexguard sandbox", function()
     end
 
     for _, name in ipairs({ "io", "os", "debug", "ffi", "../x", "imexguard.nope" }) do
-      it("refuses require '" .. name .. "' naming it", function()
-        local r = policy("require '" .. name .. "'\nreturn 'ok', 'loaded'")
+      it("refuses require('" .. name .. "') naming it", function()
+        local r = policy("require('" .. name .. "')\nreturn 'ok', 'loaded'")
         local outcome, msg = final(r)
         assert.equal("policy-error", outcome)
         assert.matches("module '" .. name .. "' not found", msg, 1, true)
@@ -234,10 +234,10 @@ describe("imexguard sandbox", function()
 
     it("provides the library, cjson and the host without set_deadline", function()
       local r = policy([[
-        local outcomes = require "imexguard.outcomes"
-        local cjson = require "cjson"
-        local host = require "imexguard.host"
-        assert(host == require "imexguard.host")
+        local outcomes = require("imexguard.outcomes")
+        local cjson = require("cjson")
+        local host = require("imexguard.host")
+        assert(host == require("imexguard.host"))
         return "ok", string.format("%d %s %s %s", outcomes.codes["lock-timeout"],
           cjson.encode({ 1 }), type(host.now), tostring(host.set_deadline))]])
       assert.same({ "ok", "4 [1] function nil" }, { final(r) })

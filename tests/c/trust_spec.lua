@@ -6,7 +6,7 @@
 -- policy-error (exit 3) with a one-line message naming the file, and nothing of it runs.
 -- These specs need root (they chown to nobody): they fail, never pend, when not run as root.
 -- Everything happens in a root-owned 0700 temp dir under /tmp; run the BUILT binary.
-local H = require "helpers"
+local H = require("helpers")
 local final, q = H.final, H.q
 
 local function sh(cmd)
@@ -243,7 +243,7 @@ describe("trust of files loaded as root", function()
   describe("not as root", function()
     it("a user checking a policy of their own is not refused (the rule guards root's runs)", function()
       local d = newdir("0755", "nobody")
-      H.write(d .. "/p.lua", "return (require 'policies.default')\n")
+      H.write(d .. "/p.lua", "return (require('policies.default'))\n")
       H.write(d .. "/ig.conf", "")
       sh("chown nobody " .. q(d .. "/p.lua") .. " " .. q(d .. "/ig.conf") .. " && chmod 0711 " .. q(top))
       -- The clone may live where nobody cannot reach (e.g. /root, mode 0700 on Debian): run a copy of

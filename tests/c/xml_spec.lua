@@ -4,7 +4,7 @@
 -- truncated at any byte, too deep, too many elements, too large, entity declarations) answered
 -- nil, a message naming the input, a code: never a raise, never a crash (the asan tier runs this
 -- file under ASan and UBSan). The binary's memory limit holds inside a parse.
-local H = require "helpers"
+local H = require("helpers")
 local host = H.host()
 
 local FIXTURES = "tests/fixtures/nvidia-smi/"

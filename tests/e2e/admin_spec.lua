@@ -10,8 +10,8 @@
 --     which has job A ended, and exits 0; a scontrol that cannot reach slurmctld leaves the verdict,
 --     named with the forget hint.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local cluster = require "tests.e2e.cluster"
+local simdomain = require("simdomain")
+local cluster = require("tests.e2e.cluster")
 
 local q = simdomain.quote
 local root, simroot = cluster.root, cluster.simroot

@@ -6,7 +6,7 @@
 -- and Slurm's output kept as fixtures. Needs the environment of tests/e2e/run.
 -- @module tests.e2e.cluster
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local M = {}
 

@@ -5,7 +5,7 @@
 -- TopologyPlugin): imexguard reads it itself (setting topology_file: slurmd 22.05 started with -f
 -- passes the prolog its compiled-in SLURM_CONF, not this file).
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local q = simdomain.quote
 local root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run")

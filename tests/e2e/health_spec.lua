@@ -5,7 +5,7 @@
 -- `imexguard health` is a stand-in here (a script that prints a line and exits as told): what the
 -- real one answers is shown by the integration tier and the demo; this is about Slurm's side.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local q = simdomain.quote
 local root = assert(os.getenv("IMEXGUARD_E2E_ROOT"), "run through tests/e2e/run")

@@ -5,9 +5,9 @@
 -- overwritten; then a rack with one node restarted by hand under the job, one whose node list differs
 -- and one drained: `imexguard rack` on n1 names all three on its first lines, and so does --json.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local cjson = require "cjson"
-local cluster = require "tests.e2e.cluster"
+local simdomain = require("simdomain")
+local cjson = require("cjson")
+local cluster = require("tests.e2e.cluster")
 
 local q = simdomain.quote
 local simroot = cluster.simroot

@@ -4,9 +4,9 @@
 -- simulated IMEX node of contrib/imexsim under the private systemd user manager. Both end-to-end
 -- tiers run it: e2e under Debian 12's Slurm 22.05, slurm24 under Debian 13's 24.11 (tests/slurm24).
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local cjson = require "cjson"
-local cluster = require "tests.e2e.cluster"
+local simdomain = require("simdomain")
+local cjson = require("cjson")
+local cluster = require("tests.e2e.cluster")
 
 local q = simdomain.quote
 local root, simroot, logdir = cluster.root, cluster.simroot, cluster.logdir

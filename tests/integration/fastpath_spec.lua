@@ -3,7 +3,7 @@
 -- manager (tests/with-systemd): the staleness probe's ctl runs during the unit query under the lock
 -- (host.spawn, docs/design.md step 5), and --timing accounts for every part of the run.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 -- The --timing lines of a run's output: name -> {ms =, calls =}.
 local function timing(output)

@@ -6,8 +6,8 @@
 -- stale, restarted, named), and a unit whose ExecStart names another config (C28). Every wait polls
 -- a condition with a deadline; every domain is destroyed in after_each.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local cjson = require "cjson"
+local simdomain = require("simdomain")
+local cjson = require("cjson")
 local CONFIG_FAULT = require("imexguard.outcomes").exit_code("config-fault") -- one source of exit codes
 
 -- A new domain of n nodes whose node files all list every node in order (not started).

@@ -6,7 +6,7 @@
 -- the metrics file (parsed by python3-prometheus-client's reference parser, counting across runs).
 -- Every wait polls a condition with a deadline; every domain is destroyed in after_each.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local q = simdomain.quote
 local FAST = { "IMEXSIM_RECONNECT_MS=100", "IMEXSIM_RECONNECT_MAX_MS=400" }

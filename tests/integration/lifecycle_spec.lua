@@ -6,7 +6,7 @@
 -- condition with a deadline; every domain (units and hand-started daemons, the latter by PID) is
 -- destroyed in after_each.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 -- A new domain of n nodes whose node files all list every node in order (not started).
 -- These specs restart one end of a node-map mismatch (C21's stale node, a start limit) and are about

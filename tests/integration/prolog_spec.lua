@@ -3,8 +3,8 @@
 -- (tests/with-systemd), with the real 22.05 prolog environment and the simulator's real ctl formats.
 -- Case ids (Cnn) are the field cases of docs/design.md, "Field cases".
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local cjson = require "cjson"
+local simdomain = require("simdomain")
+local cjson = require("cjson")
 
 -- The job ends: Slurm runs the epilog on each of its nodes, which unregisters the job.
 local function epilogs(d, job, nodelist, names)

@@ -4,7 +4,7 @@
 -- are read back by match, newest kept, oldest first, bounded by since_us, max_entries, max_bytes,
 -- the timeout and the run's deadline.  Runs under tests/journal/with-journald (a private journald
 -- in a private mount namespace: the machine's journal is neither read nor written).
-local H = require "helpers"
+local H = require("helpers")
 
 local JDIR = os.getenv("IMEXGUARD_TEST_JOURNAL_DIR")
 

@@ -4,8 +4,8 @@
 -- IMEXGUARD_JOB_ID, IMEXGUARD_COMMAND), host.log's IMEXGUARD_<KEY> fields, the off switches, and
 -- that no input forges an entry or a field.  Runs under tests/journal/with-journald (a private
 -- journald in a private mount namespace; IMEXGUARD_TEST_JOURNAL_DIR names its journal directory).
-local H = require "helpers"
-local cjson = require "cjson"
+local H = require("helpers")
+local cjson = require("cjson")
 
 local JDIR = os.getenv("IMEXGUARD_TEST_JOURNAL_DIR")
 local JPID = os.getenv("IMEXGUARD_TEST_JOURNALD_PID")
@@ -198,7 +198,7 @@ describe("the journal (a private systemd-journald)", function()
     local long = string.rep("k", 70)
     local got = journal_of(function()
       local cmd = H.lua_cmd(dir, "hostlog", string.format([[
-        local h = require "imexguard.host"
+        local h = require("imexguard.host")
         h.log("warning", "node list\nchanged", { job = "101", ["node-name"] = "n1", ok = true,
           count = 2, ratio = 0.5, ["caf\195\169"] = "x", [%q] = "long",
           note = "a\nIMEXGUARD_FORGED=1\nMESSAGE=forged" })

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the address map, the one way to give node names fixed IMEX addresses: the settings
 -- address_source = "map" and address_map = FILE, a file of "name address" lines. DNS is never asked.
-local testing = require "imexguard.testing"
-local addresses = require "imexguard.addresses"
+local testing = require("imexguard.testing")
+local addresses = require("imexguard.addresses")
 
 local MAP = addresses.MAP_PATH
 

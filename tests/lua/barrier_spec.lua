@@ -2,10 +2,10 @@
 -- imexguard.barrier (`imexguard wait [--job N] [--timeout S]`) on the kit's fake host: the job's
 -- nodes from this node's registry (else, for the environment's own job, its SLURM_JOB_NODELIST),
 -- every ordered pair CONNECTED, the missing links named after the timeout, nothing changed.
-local testing = require "imexguard.testing"
-local barrier = require "imexguard.barrier"
-local ctl = require "imexguard.ctl"
-local H = require "default_policy_helper"
+local testing = require("imexguard.testing")
+local barrier = require("imexguard.barrier")
+local ctl = require("imexguard.ctl")
+local H = require("default_policy_helper")
 
 local A = { "10.0.0.1", "10.0.0.2", "10.0.0.3" }
 

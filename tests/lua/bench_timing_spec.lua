@@ -2,9 +2,9 @@
 -- Specs of the bench's own helpers: bench/timing.lua (imexguard's --timing lines) and
 -- bench/stats.lua (the metrics and the JSON of build/bench.json).
 package.path = "bench/?.lua;" .. package.path
-local timing = require "timing"
-local stats = require "stats"
-local H = require "helpers"
+local timing = require("timing")
+local stats = require("stats")
+local H = require("helpers")
 
 local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
@@ -114,7 +114,7 @@ describe("bench stats", function()
       e = true }
     assert.equal('{\n  "a": "x\\"y\\n",\n  "b": [\n    1,\n    2.5,\n    null\n  ],\n  "c": [],\n'
       .. '  "d": {},\n  "e": true\n}', stats.json(doc))
-    local cjson = require "cjson"
+    local cjson = require("cjson")
     local back = cjson.decode(stats.json({ metrics = { stats.metric("x", "s", { 1.25 }, { 2.5 }) } }))
     assert.equal(0.5, back.metrics[1].ratio)
     assert.equal(1.25, back.metrics[1].min)

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- IMEX channels (lua/imexguard/channels.lua): the major comes from the Character devices section of
 -- /proc/devices only, never guessed; switch/nvidia_imex in slurm.conf turns creation off.
-local channels = require "imexguard.channels"
-local testing = require "imexguard.testing"
+local channels = require("imexguard.channels")
+local testing = require("imexguard.testing")
 
 local function fixture(name)
   local f = assert(io.open("tests/fixtures/proc/" .. name))

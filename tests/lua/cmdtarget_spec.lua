@@ -1,9 +1,9 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- lua/imexguard/cmdtarget.lua: where nvidia-imex-ctl reaches the daemon (C37 socket, C44 IPv4-only
 -- hosts), the answer that shows the target is wrong, and the finding of plan, status and -t.
-local cmdtarget = require "imexguard.cmdtarget"
-local imexcfg = require "imexguard.imexcfg"
-local testing = require "imexguard.testing"
+local cmdtarget = require("imexguard.cmdtarget")
+local imexcfg = require("imexguard.imexcfg")
+local testing = require("imexguard.testing")
 
 local function cfg(lines)
   return assert(imexcfg.parse(table.concat(lines, "\n") .. "\n"))

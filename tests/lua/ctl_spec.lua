@@ -1,16 +1,16 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.ctl, the parsers (field cases C06, C20, C21 of docs/design.md, "Field cases")
 -- over every fixture in tests/fixtures/ctl; the verdict on a parsed answer: verdict_spec.lua.
-local cjson = require "cjson"
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
+local cjson = require("cjson")
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
 
 -- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
 local function judge(mesh, expected, self, opts)
   return verdict.judge({ mesh = mesh }, { addrs = expected, self = self,
     node_list = opts and opts.node_list })
 end
-local answers = require "ctl_answers"
+local answers = require("ctl_answers")
 
 local FIX = "tests/fixtures/ctl/"
 

@@ -2,9 +2,9 @@
 -- lua/imexguard/daemonlog.lua (C50): the daemon's own last error line after a failed start, from the
 -- unit's journal or LOG_FILE_NAME, bounded by a mark taken before the start, and who holds the
 -- node's one IMEX session for NV_ERR_IN_USE; against the test kit's host.
-local daemonlog = require "imexguard.daemonlog"
-local imexcfg = require "imexguard.imexcfg"
-local testing = require "imexguard.testing"
+local daemonlog = require("imexguard.daemonlog")
+local imexcfg = require("imexguard.imexcfg")
+local testing = require("imexguard.testing")
 
 local LOG = "/var/log/nvidia-imex.log"
 local IN_USE = "[Dec 01 2026 10:00:01.123] [ERROR] [tid 77] Failed to allocate Imex session, status: "

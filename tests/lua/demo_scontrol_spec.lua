@@ -5,7 +5,7 @@
 -- run time; `show topology` and `show node`'s Topology= say so), in the layout of Slurm's source
 -- (src/plugins/topology/block/topology_block.c, block_record.c, src/api/node_info.c). Each spec
 -- runs the script on a cluster of its own in a temp dir.
-local H = require "helpers"
+local H = require("helpers")
 
 local SCONTROL = "contrib/demo/scontrol"
 

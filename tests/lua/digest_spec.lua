@@ -2,9 +2,9 @@
 -- imexguard.digest: the node's digest in Slurm's Extra (slurm_extra) on the kit's fake host: its
 -- facts, its text, Extra merged as a JSON object and never over a site's string, written only when
 -- it changed, and `scontrol show node` read back (its real 22.05 layout: tests/fixtures/slurm).
-local digest = require "imexguard.digest"
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
+local digest = require("imexguard.digest")
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
 
 local S = { state_dir = "/run/imexguard", scontrol = "/usr/bin/scontrol" }
 

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.domains: the readers of Slurm's block topology and the address map's domain
 -- column, the sources in order, and the split of a job by domain.
-local domains = require "imexguard.domains"
-local testing = require "imexguard.testing"
+local domains = require("imexguard.domains")
+local testing = require("imexguard.testing")
 
 local function names(map)
   local out = {}

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- imexguard.drain: the drain reason of a failed prolog, on the kit's fake host (scontrol scripted).
-local testing = require "imexguard.testing"
-local drain = require "imexguard.drain"
+local testing = require("imexguard.testing")
+local drain = require("imexguard.drain")
 
 describe("drain reason", function()
   local function ctx(answer, settings, env)
@@ -106,7 +106,7 @@ describe("drain reason", function()
 
     it("matches the reason of every outcome, short and cut, with and without scontrol's [user@time]",
       function()
-      local outcomes = require "imexguard.outcomes"
+      local outcomes = require("imexguard.outcomes")
       local long = "node gb03: " .. string.rep("job 101 holds 10.0.0.[3-18] (registered 2h05m ago); ", 12)
       for _, o in ipairs(outcomes.list) do
         for _, cause in ipairs({ "node gb03: not READY", long, "é" .. string.rep("ü", 200) }) do

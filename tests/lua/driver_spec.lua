@@ -4,11 +4,11 @@
 -- kit's fake host (imexguard.testing), preloaded as imexguard.host: no binary, no node. The binary's
 -- side of the protocol (the final line, the exit code, the deadline) is in tests/c (cli_spec,
 -- check_spec, sandbox_spec).
-local D = require "imexguard.driver"
-local S = require "imexguard.settings"
-local commands = require "imexguard.commands"
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
+local D = require("imexguard.driver")
+local S = require("imexguard.settings")
+local commands = require("imexguard.commands")
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
 
 local CONFIG = "/etc/imexguard/imexguard.conf"
 local ENV = { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1",
@@ -98,7 +98,7 @@ describe("driver", function()
         commands.by_name.drill = nil
         package.loaded["imexguard.driver"] = D
       end)
-      local D2 = require "imexguard.driver"
+      local D2 = require("imexguard.driver")
       assert.is_true(D2.DRY_RUN.drill)
       assert.is_true(D2.METRICS.drill)
       assert.equal("prolog, epilog, drill", D2.check({ prolog = f, epilog = f, drill = f }))
@@ -433,7 +433,7 @@ describe("driver", function()
       assert.matches("^policy " .. SITE:gsub("%p", "%%%0") .. ":1: ", a.message)
     end)
 
-    it("plan, a dry run: the recorders, also as require 'imexguard.host'; ctx.planned lists them", function()
+    it("plan, a dry run: the recorders, also as require('imexguard.host'); ctx.planned lists them", function()
       local text = policy_text{ prolog = "return 'ok'", epilog = "return 'ok'",
         plan = "ctx.host.write_atomic('/etc/x', 'a'); return 'ok', 'planned', 'report\\n'" }
       local run, seen = new_run{ command = "plan", policy = SITE, files = { [SITE] = text } }
@@ -591,7 +591,7 @@ describe("driver", function()
     end)
 
     it("membership by slots: the name map's writes in place counted, the mode in the metrics", function()
-      local slots = require "imexguard.slots"
+      local slots = require("imexguard.slots")
       local names = slots.list({ "n1", "n2" })
       local map = slots.build(names, { [names[1]] = "10.0.0.1", [names[2]] = "10.0.0.2" },
         { [names[1]] = true })
@@ -647,7 +647,7 @@ describe("driver", function()
     end)
 
     it("counts: a message cut to one line keeps its '; nudges=N' whole", function()
-      local text = require "imexguard.text"
+      local text = require("imexguard.text")
       assert.equal("m", D.counts({ nudges = 0 }, "m"))
       assert.equal("m", D.counts({}, "m"))
       assert.equal("nudges=3", D.counts({ nudges = 3 }, ""))

@@ -2,10 +2,10 @@
 -- lua/imexguard/expected.lua: the node condition "IMEX expected here" from the registry, the unit and
 -- the policy; its file (written only when it changes) and its metric, after the runs that the
 -- driver records (imexguard.commands' signals: prolog, epilog, health), on the kit's fake host.
-local expected = require "imexguard.expected"
-local D = require "imexguard.driver"
-local testing = require "imexguard.testing"
-local cjson = require "cjson"
+local expected = require("imexguard.expected")
+local D = require("imexguard.driver")
+local testing = require("imexguard.testing")
+local cjson = require("cjson")
 
 local S = { unit = "nvidia-imex.service", state_dir = "/run/imexguard", manage_disabled_unit = false }
 local LOADED = { load_state = "loaded", unit_file_state = "enabled" }

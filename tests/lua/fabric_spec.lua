@@ -2,10 +2,10 @@
 -- The fabric check: parsing nvidia-smi's CSV and -q answers (imexguard.smi; field reports in
 -- tests/fixtures/nvidia-smi/), judging a node's GPUs (imexguard.fabricjudge), the domain map's
 -- partition name, and the bounded check on the kit's host (imexguard.fabric).
-local fabric = require "imexguard.fabric"
-local smi = require "imexguard.smi"
-local fabricjudge = require "imexguard.fabricjudge"
-local testing = require "imexguard.testing"
+local fabric = require("imexguard.fabric")
+local smi = require("imexguard.smi")
+local fabricjudge = require("imexguard.fabricjudge")
+local testing = require("imexguard.testing")
 
 local U = "9c6f5af3-53bf-49b5-a436-b66766c413c3"
 local V = "dc6e40c4-d722-4357-9ba6-5291dd461278"

@@ -2,9 +2,9 @@
 -- lua/imexguard/flapping.lua: the unit's restarts by systemd counted from NRestarts between runs,
 -- told apart from a reset-failed and a start by hand by the main process's start time; the window;
 -- the record in state_dir; health's unit-flapping and status' line (the kit's fake host).
-local flapping = require "imexguard.flapping"
-local testing = require "imexguard.testing"
-local P = require "policies.default"
+local flapping = require("imexguard.flapping")
+local testing = require("imexguard.testing")
+local P = require("policies.default")
 
 local S = { unit = "nvidia-imex.service", flapping_window = 600, flapping_restarts = 3,
   state_dir = "/run/imexguard" }

@@ -2,13 +2,13 @@
 -- Specs of imexguard.health beyond the probe (steps_spec): the configuration-fault verdict over
 -- polls (C22), its blame and early stop in wait (the node map in the status report, C21:
 -- report_spec). Case ids are the field cases of docs/design.md, "Field cases".
-local testing = require "imexguard.testing"
-local health = require "imexguard.health"
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
-local imexcfg = require "imexguard.imexcfg"
+local testing = require("imexguard.testing")
+local health = require("imexguard.health")
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
+local imexcfg = require("imexguard.imexcfg")
 
-local ctl_answers = require "ctl_answers"
+local ctl_answers = require("ctl_answers")
 
 local H = ctl_answers.HOSTS
 local cmd_unreachable = ctl_answers.cmd_unreachable
@@ -322,7 +322,7 @@ end)
 describe("health.wait's log lines (imexguard.progress)", function()
   it("progress at info every progress.EVERY s naming what is awaited and the time left; one debug "
     .. "line per change, not per poll", function()
-    local progress = require "imexguard.progress"
+    local progress = require("imexguard.progress")
     local h = testing.host{ ctl = { { mesh = peer_down(H, H[2]) } } }
     local ctx = testing.ctx{ host = h, settings = { health_timeout = 20, poll_interval = 1 } }
     local o, _, polls = health.wait(ctx, { addrs = H, self = H[1], names = {} })

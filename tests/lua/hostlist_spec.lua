@@ -2,7 +2,7 @@
 -- Specs for imexguard.hostlist (field case C12 of docs/design.md), with a differential test against
 -- Slurm's own expander (`scontrol show hostnames`, which needs no controller: only a readable
 -- slurm.conf).
-local hostlist = require "imexguard.hostlist"
+local hostlist = require("imexguard.hostlist")
 
 local function sh_quote(s)
   return "'" .. s:gsub("'", "'\\''") .. "'"

@@ -3,13 +3,13 @@
 -- unit (steps.daemon_config, C28), the ordered node map in staleness (steps.assess_daemon, C21),
 -- config-fault's exit code and setting (C22), config.cfg findings for plan/status
 -- (report.config_findings) and check's "config-fault" scenario.
-local testing = require "imexguard.testing"
-local steps = require "imexguard.steps"
-local outcomes = require "imexguard.outcomes"
-local report = require "imexguard.report"
-local scenarios = require "imexguard.testing.check"
-local S = require "imexguard.settings"
-local imexcfg = require "imexguard.imexcfg"
+local testing = require("imexguard.testing")
+local steps = require("imexguard.steps")
+local outcomes = require("imexguard.outcomes")
+local report = require("imexguard.report")
+local scenarios = require("imexguard.testing.check")
+local S = require("imexguard.settings")
+local imexcfg = require("imexguard.imexcfg")
 
 local function ctx_with(unit, settings)
   local h = testing.host{ unit = unit }
@@ -170,7 +170,7 @@ describe("check's config-fault scenario", function()
   end)
 
   it("the default policy passes it, ending config-fault", function()
-    local r = scenarios.run_one(require "policies.default", "config-fault")
+    local r = scenarios.run_one(require("policies.default"), "config-fault")
     assert.is_true(r.ok, r.why)
     assert.truthy(r.detail:find("^config%-fault"), r.detail)
   end)

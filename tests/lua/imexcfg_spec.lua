@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.imexcfg (NVIDIA's config.cfg). Case ids (C22, C28) are the field cases of
 -- docs/design.md, "Field cases".
-local imexcfg = require "imexguard.imexcfg"
+local imexcfg = require("imexguard.imexcfg")
 
 -- Shaped like the config.cfg of the nvidia-imex package: comments, blank lines, empty values.
 local SAMPLE = [[

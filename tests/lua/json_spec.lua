@@ -3,9 +3,9 @@
 -- times) and the shape of every command's --json report, pinned: keys in order and their types.
 -- A change of a shape here is a change of the interface: docs/json.md and, when a key is removed
 -- or renamed or a type changes, json.SCHEMA change with it.
-local json = require "imexguard.json"
-local testing = require "imexguard.testing"
-local P = require "default"
+local json = require("imexguard.json")
+local testing = require("imexguard.testing")
+local P = require("default")
 
 -- A small ordered JSON reader (the spec's own: cjson.decode forgets the order of the keys).
 -- Returns {t = "object", keys = {...}, v = {key = value}} | {t = "array", ...} | scalars, and

@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.lazy and of the modules each command of the default policy loads: a command
 -- loads only the modules it uses (docs/design.md, "Performance goals").
-local testing = require "imexguard.testing"
-local lazy = require "imexguard.lazy"
+local testing = require("imexguard.testing")
+local lazy = require("imexguard.lazy")
 
 -- The library modules (imexguard.*, not the kit's) loaded while `f` runs, from a fresh load of
 -- policies/default.lua; package.loaded is restored afterwards.
@@ -36,7 +36,7 @@ describe("imexguard.lazy", function()
       requires = requires + 1
       return { answer = 42, f = function(x) return x + 1 end }
     end
-    local m = lazy "imexguard.lazy_probe"
+    local m = lazy("imexguard.lazy_probe")
     assert.equal(0, requires)
     assert.equal(42, m.answer)
     assert.equal(3, m.f(2))
@@ -45,6 +45,30 @@ describe("imexguard.lazy", function()
     assert.has_error(function() m.answer = 1 end,
       "cannot set imexguard.lazy_probe.answer through its lazy stand-in")
     package.preload["imexguard.lazy_probe"], package.loaded["imexguard.lazy_probe"] = nil, nil
+  end)
+
+  it("gives one stand-in per name, in order, each requiring its own module at its first read", function()
+    local required = {}
+    for _, name in ipairs { "imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c" } do
+      package.preload[name] = function()
+        required[#required + 1] = name
+        return { name = name }
+      end
+    end
+    local a, b, c, none = lazy("imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c")
+    assert.is_nil(none)
+    assert.same({}, required)
+    assert.equal("imexguard.lazy_c", c.name)
+    assert.equal("imexguard.lazy_a", a.name)
+    assert.same({ "imexguard.lazy_c", "imexguard.lazy_a" }, required)
+    assert.equal("imexguard.lazy_b", b.name)
+    assert.equal("imexguard.lazy_b", b.name)
+    assert.same({ "imexguard.lazy_c", "imexguard.lazy_a", "imexguard.lazy_b" }, required)
+    assert.has_error(function() b.name = "x" end,
+      "cannot set imexguard.lazy_b.name through its lazy stand-in")
+    for _, name in ipairs { "imexguard.lazy_a", "imexguard.lazy_b", "imexguard.lazy_c" } do
+      package.preload[name], package.loaded[name] = nil, nil
+    end
   end)
 end)
 

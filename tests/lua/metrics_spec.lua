@@ -2,8 +2,8 @@
 -- Prometheus textfile metrics (lua/imexguard/metrics.lua): the file parses with the reference
 -- parser of the format (python3-prometheus-client), counters survive between runs, the update
 -- goes through host.write_atomic under its own lock and never fails a run.
-local metrics = require "imexguard.metrics"
-local testing = require "imexguard.testing"
+local metrics = require("imexguard.metrics")
+local testing = require("imexguard.testing")
 
 local PARSER = [[
 import sys

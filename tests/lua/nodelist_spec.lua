@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.nodelist (field cases C04, C05 of docs/design.md, "Field cases").
-local nodelist = require "imexguard.nodelist"
-local text = require "imexguard.text"
+local nodelist = require("imexguard.nodelist")
+local text = require("imexguard.text")
 
 describe("nodelist.format (C04)", function()
   it("writes one entry per line, LF, final newline, in the given order", function()

@@ -5,10 +5,10 @@
 -- 5 s; never to a daemon that is not READY, never for a peer that is not READY or not in the job,
 -- never in a dry run; a failed unit_kill is a warning. The ctl answers and the clock are the test
 -- kit's (testing.restarted_peer: a peer restarted, this node waits on its reconnect back-off).
-local testing = require "imexguard.testing"
-local health = require "imexguard.health"
-local nudge = require "imexguard.nudge"
-local ctl = require "imexguard.ctl"
+local testing = require("imexguard.testing")
+local health = require("imexguard.health")
+local nudge = require("imexguard.nudge")
+local ctl = require("imexguard.ctl")
 
 local H = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 local NAMES = { ["10.0.0.1"] = "n1", ["10.0.0.2"] = "n2", ["10.0.0.3"] = "n3", ["10.0.0.4"] = "n4" }

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- imexguard.pace: when the health wait polls next.
-local pace = require "imexguard.pace"
+local pace = require("imexguard.pace")
 
 describe("imexguard.pace", function()
   it("polls a tenth of poll_interval after a change while the bucket holds a token", function()

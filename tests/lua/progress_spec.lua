@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.progress: the progress line of a long wait (systemd's "(15s / 1min 30s)"),
 -- at most one per progress.EVERY seconds, and debug lines only when what a wait saw changed.
-local progress = require "imexguard.progress"
-local testing = require "imexguard.testing"
+local progress = require("imexguard.progress")
+local testing = require("imexguard.testing")
 
 describe("progress", function()
   it("duration: systemd's form", function()

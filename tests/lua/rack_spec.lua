@@ -1,11 +1,11 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- imexguard.rack: the findings on a domain's rows (pure) and the whole command on the kit's fake host
 -- (scontrol's answer scripted in Slurm 22.05's layout): the findings named first, in their order.
-local rack = require "imexguard.rack"
-local digest = require "imexguard.digest"
-local ctl = require "imexguard.ctl"
-local testing = require "imexguard.testing"
-local H = require "default_policy_helper"
+local rack = require("imexguard.rack")
+local digest = require("imexguard.digest")
+local ctl = require("imexguard.ctl")
+local testing = require("imexguard.testing")
+local H = require("default_policy_helper")
 
 local A = { "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4" }
 

@@ -1,19 +1,19 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.report: the plan and status reports of the default policy, the status table
 -- with its node map (C21) and configuration fault (C22) included.
-local report = require "imexguard.report"
-local testing = require "imexguard.testing"
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
+local report = require("imexguard.report")
+local testing = require("imexguard.testing")
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
 
 -- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
 local function judge(mesh, expected, self, opts)
   return verdict.judge({ mesh = mesh }, { addrs = expected, self = self,
     node_list = opts and opts.node_list })
 end
-local cjson = require "cjson"
+local cjson = require("cjson")
 
-local ctl_answers = require "ctl_answers"
+local ctl_answers = require("ctl_answers")
 
 local H = ctl_answers.HOSTS
 local cmd_unreachable = ctl_answers.cmd_unreachable

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- lua/imexguard/settings.lua: schema, loading in an empty env, validation, --set overrides, and
 -- the example file documenting every setting.
-local S = require "imexguard.settings"
+local S = require("imexguard.settings")
 
 describe("imexguard.settings", function()
   describe("defaults and validate", function()

@@ -3,11 +3,11 @@
 -- and list (imexguard.slots), the name map's layout and its switch bytes (every mix of two versions
 -- maps each slot to its node or the sentinel, never to another address), readiness per job
 -- (verdict.judge with per_job) and the SIGUSR1 floor (nudge.version_allows).
-local slots = require "imexguard.slots"
-local verdict = require "imexguard.verdict"
-local nudge = require "imexguard.nudge"
-local ctl = require "imexguard.ctl"
-local testing = require "imexguard.testing"
+local slots = require("imexguard.slots")
+local verdict = require("imexguard.verdict")
+local nudge = require("imexguard.nudge")
+local ctl = require("imexguard.ctl")
+local testing = require("imexguard.testing")
 
 local NODES = { "gb01", "gb02", "gb03", "gb04" }
 local ADDR = {}
@@ -181,7 +181,7 @@ describe("nudge.version_allows: the SIGUSR1 floor (C48)", function()
 end)
 
 describe("steps.slots.findings: what config-test says about the mode", function()
-  local room = require "imexguard.steps.slots"
+  local room = require("imexguard.steps.slots")
   it("slots without a domain map is an error; list mode has none", function()
     local f = room.findings(testing.ctx{ settings = { membership = "slots", domain_map = "none" } })
     assert.equal(1, #f)

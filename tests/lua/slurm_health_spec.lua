@@ -3,7 +3,7 @@
 -- fake imexguard and a fake scontrol (recording each call's argv, answering `show node` with a
 -- node of a given state and reason, in Slurm 22.05's layout), and contrib/nhc/imexguard.nhc's
 -- check_imexguard under a minimal NHC harness (a `die` that records its arguments).
-local H = require "helpers"
+local H = require("helpers")
 local q = H.q
 
 --- A fake imexguard: `health` prints `line` (when given) and exits `rc`.

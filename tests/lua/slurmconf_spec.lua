@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.slurmconf (C38 of docs/design.md, "Field cases"): slurm.conf where Slurm
 -- keeps it (SLURM_CONF, the setting, the configless link), its Includes, keys as Slurm reads them.
-local testing = require "imexguard.testing"
-local slurmconf = require "imexguard.slurmconf"
+local testing = require("imexguard.testing")
+local slurmconf = require("imexguard.slurmconf")
 
 local function host(files) return testing.host{ files = files } end
 

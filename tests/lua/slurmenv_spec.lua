@@ -1,8 +1,8 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.slurmenv (field case C11 of docs/design.md) against the captured 22.05 prolog
 -- environment.
-local slurmenv = require "imexguard.slurmenv"
-local hostlist = require "imexguard.hostlist"
+local slurmenv = require("imexguard.slurmenv")
+local hostlist = require("imexguard.hostlist")
 
 local function load_env(path)
   local env = {}

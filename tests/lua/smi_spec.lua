@@ -5,8 +5,8 @@
 -- the kernel module's version line. The XML is parsed by the real primitive (host.xml_parse, the
 -- build's host.so): each capture's values are also read apart from the tree, with patterns over
 -- the text, and must agree.
-local H = require "helpers"
-local smi = require "imexguard.smi"
+local H = require("helpers")
+local smi = require("imexguard.smi")
 local host = H.host()
 
 local FIXTURES = "tests/fixtures/nvidia-smi/"

@@ -1,6 +1,6 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.state: a state file load accepts is one encode can write back.
-local state = require "imexguard.state"
+local state = require("imexguard.state")
 
 local SETTINGS = { state_dir = "/var/lib/imexguard" }
 

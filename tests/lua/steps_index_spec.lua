@@ -1,9 +1,9 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.steps, the index of the steps' rooms (lua/imexguard/steps/), and of `want`,
 -- the record whose owner is the room imexguard.steps.desired.
-local testing = require "imexguard.testing"
-local steps = require "imexguard.steps"
-local desired = require "imexguard.steps.desired"
+local testing = require("imexguard.testing")
+local steps = require("imexguard.steps")
+local desired = require("imexguard.steps.desired")
 
 local ROOMS = { "base", "applies", "desired", "node_lock", "housekeeping", "nodes_file", "staleness",
   "other_jobs", "registration", "restart", "converge" }

@@ -1,14 +1,14 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the steps the default policy is built from (steps, state, addresses, health); case ids
 -- are the field cases of docs/design.md.
-local testing = require "imexguard.testing"
-local steps = require "imexguard.steps"
-local state = require "imexguard.state"
-local addresses = require "imexguard.addresses"
-local health = require "imexguard.health"
-local verdict = require "imexguard.verdict"
-local registry = require "imexguard.registry"
-local cjson = require "cjson"
+local testing = require("imexguard.testing")
+local steps = require("imexguard.steps")
+local state = require("imexguard.state")
+local addresses = require("imexguard.addresses")
+local health = require("imexguard.health")
+local verdict = require("imexguard.verdict")
+local registry = require("imexguard.registry")
+local cjson = require("cjson")
 
 describe("state", function()
   it("keeps microsecond timestamps exactly (lua-cjson has 14 digits only)", function()

@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of the fake host (imexguard.testing): it must behave like docs/policy-api.md says.
-local testing = require "imexguard.testing"
-local ctl = require "imexguard.ctl"
+local testing = require("imexguard.testing")
+local ctl = require("imexguard.ctl")
 
 -- The ctl's query as the default policy runs it (the kit tells the ctl from other programs by argv).
 local CTL = { "/usr/bin/nvidia-imex-ctl", "-c", testing.CONFIG, "-N", "-j" }
@@ -349,7 +349,7 @@ describe("testing.ctx", function()
 end)
 
 describe("testing.scenario", function()
-  local P = require "default"
+  local P = require("default")
 
   it("given node, nodes, file, unit, jobs: the world is set up as described", function()
     local s = testing.scenario{ policy = P, node = "n2", file = { "n1", "n2", "n3" }, unit = "inactive",
@@ -440,10 +440,10 @@ describe("testing.scenario", function()
 end)
 
 describe("testing: commands scripted by argv (C40)", function()
-  local fabric = require "imexguard.fabric"
-  local smi = require "imexguard.smi"
-  local fabricjudge = require "imexguard.fabricjudge"
-  local host = require "imexguard.host"
+  local fabric = require("imexguard.fabric")
+  local smi = require("imexguard.smi")
+  local fabricjudge = require("imexguard.fabricjudge")
+  local host = require("imexguard.host")
   local SMI = { "/usr/bin/nvidia-smi", smi.QUERY[1], smi.QUERY[2] }
   -- the checked GPUs of an answer of `nvidia-smi -q -x`
   local function gpus_of(out) return smi.fabric_gpus(assert(smi.parse(host, out))) end
@@ -523,8 +523,8 @@ describe("testing: commands scripted by argv (C40)", function()
   end
 
   it("check: a site policy that runs nvidia-smi passes the healthy world (the default tray)", function()
-    local check = require "imexguard.testing.check"
-    local default = require "policies.default"
+    local check = require("imexguard.testing.check")
+    local default = require("policies.default")
     local P = default.extend{ admit = function(ctx)
       local r = ctx.host.run(fabric.argv(ctx.settings), { timeout = 5 })
       local doc = r and smi.parse(ctx.host, r.stdout)
@@ -541,7 +541,7 @@ describe("testing: commands scripted by argv (C40)", function()
 
   it("check: a command the policy does not script fails the scenario, naming it; check_commands scripts it",
     function()
-      local check = require "imexguard.testing.check"
+      local check = require("imexguard.testing.check")
       local P = require("policies.default").extend{ admit = function(ctx)
         local r = ctx.host.run({ "/opt/site/check-ib" }, { timeout = 5 })
         if r.stdout ~= "ok\n" then return nil, "bad-input", "IB down" end

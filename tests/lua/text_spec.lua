@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs of imexguard.text: the one one_line helper of the Lua side.
-local text = require "imexguard.text"
-local steps = require "imexguard.steps"
+local text = require("imexguard.text")
+local steps = require("imexguard.steps")
 
 describe("text.one_line", function()
   it("folds each run of CR/LF into one space and drops trailing space", function()
@@ -65,5 +65,28 @@ describe("text.ends", function()
     assert.matches("^Query Status returned error cod %.%.%. ", cut) -- a third: the start
     assert.matches(" %.%.%. .*Address family not supported by protocol$", cut)
     assert.equal(20, #text.ends(string.rep("y", 50), 3)) -- at least 20
+  end)
+end)
+
+describe("text.columns", function()
+  it("pads every cell but a row's last to its column's widest, joined by two spaces", function()
+    assert.same({ "ID  HOST        STATE", "1   node-a.lan  UP", "12  b           DOWN here" },
+      text.columns { { "ID", "HOST", "STATE" }, { "1", "node-a.lan", "UP" }, { "12", "b", "DOWN here" } })
+  end)
+
+  it("appends to the lines given, and a shorter row keeps its own last cell unpadded", function()
+    local out = { "head" }
+    assert.equal(out, text.columns({ { "A", "BB", "C" }, { "aaa", "b" } }, out))
+    assert.same({ "head", "A    BB  C", "aaa  b" }, out)
+  end)
+end)
+
+describe("text.matches", function()
+  it("lists every match of the pattern in order; nil or no match gives an empty list", function()
+    assert.same({ "10.0.0.1", " 10.0.0.2 " }, text.matches("10.0.0.1\n\n 10.0.0.2 \n", "[^\n]+"))
+    assert.same({ "a", "b", "c" }, text.matches(" a\tb  c\n", "%S+"))
+    assert.same({}, text.matches(nil, "%S+"))
+    assert.same({}, text.matches("   ", "%S+"))
+    assert.same({ "12" }, text.matches(12, "%d+"))
   end)
 end)

@@ -2,8 +2,8 @@
 -- Specs of imexguard.topology: Slurm's topology files (topology.conf's blocks and switches,
 -- topology.yaml's block, tree and flat topologies) and what `scontrol show topology` prints (the real
 -- 24.11 and 26.05 outputs of tests/fixtures/slurm/), and the one bounded call that asks slurmctld.
-local topology = require "imexguard.topology"
-local testing = require "imexguard.testing"
+local topology = require("imexguard.topology")
+local testing = require("imexguard.testing")
 
 local function fixture(name)
   local f = assert(io.open("tests/fixtures/slurm/" .. name))

@@ -1,10 +1,10 @@
 -- SPDX-License-Identifier: Apache-2.0
 -- Specs for imexguard.verdict, the verdict on a parsed ctl answer (field cases C20, C21, C22 of
 -- docs/design.md, "Field cases"), over the fixtures in tests/fixtures/ctl; the parsers: ctl_spec.lua.
-local cjson = require "cjson"
-local ctl = require "imexguard.ctl"
-local verdict = require "imexguard.verdict"
-local answers = require "ctl_answers"
+local cjson = require("cjson")
+local ctl = require("imexguard.ctl")
+local verdict = require("imexguard.verdict")
+local answers = require("ctl_answers")
 
 -- verdict.judge of a parsed mesh for `expected` (want.addrs) and `self`; opts.node_list: want's.
 local function judge(mesh, expected, self, opts)
@@ -642,5 +642,21 @@ describe("verdict.compare_map by id", function()
     for _, n in ipairs(d.nodes) do d.by_host[n.host] = n end
     local r = verdict.compare_map(d, { "h0", "h1" }, "h0")
     assert.same({ 1, 5, 9 }, ids_of(r.moved))
+  end)
+end)
+
+describe("verdict.names_list", function()
+  it("is true when the node's view names every other host of the list, none INVALID", function()
+    local p = { host = "a", connections = { a = "CONNECTED", b = "CONNECTED", c = "DISCONNECTED" } }
+    assert.is_true(verdict.names_list(p, { "a", "b", "c" }))
+    assert.is_true(verdict.names_list(p, { "b" }))
+    assert.is_true(verdict.names_list({ host = "a" }, { "a" })) -- itself need not be named
+  end)
+
+  it("is false when a host of the list is INVALID or absent from the view (another list)", function()
+    local p = { host = "a", connections = { b = "CONNECTED", c = "INVALID" } }
+    assert.is_false(verdict.names_list(p, { "a", "b", "c" }))
+    assert.is_false(verdict.names_list(p, { "a", "b", "d" }))
+    assert.is_false(verdict.names_list({ host = "a" }, { "a", "b" }))
   end)
 end)

@@ -9,7 +9,7 @@
 -- Needs root (dpkg -i). Safe on CI: it refuses to run (fails, never pends) when a package named
 -- imexguard is already installed or /etc/imexguard exists, so it never replaces or removes a site's
 -- own install; what it installs it purges, also when an assertion fails.
-local H = require "helpers"
+local H = require("helpers")
 local q = H.q
 
 local function ok(cmd)

@@ -2,7 +2,7 @@
 -- contrib/deps.sh: what `make deps` (build) and `make deps-run` install never includes Slurm or munge
 -- (safe on a compute node that runs a site Slurm); the build group has what compiling needs; the run
 -- group covers every library the built binary links (ldd -> dpkg -S).
-local H = require "helpers"
+local H = require("helpers")
 
 local function list(group)
   local set = {}

@@ -4,9 +4,9 @@
 -- the code's own sources, lua/imexguard/settings.lua (schema) and lua/imexguard/outcomes.lua,
 -- in both directions. The pages are read as a reader sees them (mandoc's text output), so a fault
 -- of the generator (man/gen.lua) or of the page sources shows here.
-local H = require "helpers"
-local settings = require "imexguard.settings"
-local outcomes = require "imexguard.outcomes"
+local H = require("helpers")
+local settings = require("imexguard.settings")
+local outcomes = require("imexguard.outcomes")
 local q = H.q
 
 local MAN = "build/man"
@@ -91,7 +91,7 @@ describe("man pages", function()
 
   it("imexguard(8) documents the health check, drain reasons, metrics, files and examples", function()
     local text = render("imexguard.8")
-    local metrics = require "imexguard.metrics"
+    local metrics = require("imexguard.metrics")
     local shown = {}
     for _, l in ipairs(section(text, "METRICS")) do
       local n = l:match("^       (imexguard_[%w_]+) %(")

@@ -11,8 +11,8 @@
 --   names the holder; any failed start quotes its daemon's last error line.
 -- Every wait polls with a deadline; every unit and hand-started daemon is stopped in after_each.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local system = require "system"
+local simdomain = require("simdomain")
+local system = require("system")
 
 -- A path that exists on no machine: the setting proc_if_inet6 pointing there makes imexguard take
 -- the host for one without IPv6 (the file's absence is the kernel's word, /proc/net/if_inet6).

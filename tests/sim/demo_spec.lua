@@ -5,7 +5,7 @@
 -- node with imexguard's reason and resumes it once fixed, through the demo's stand-in scontrol
 -- (contrib/demo/scontrol), leaving an admin's reason alone. The demo starts its own
 -- tests/with-systemd (a nested namespace and manager of its own).
-local H = require "helpers"
+local H = require("helpers")
 local q = H.q
 
 --- PIDs of the processes whose command line contains `text`.

@@ -6,8 +6,8 @@
 -- one rack never holds up the other; a node of the job in no rack is left out; the static policy
 -- verifies each rack on its own. Every wait polls with a deadline; every unit is stopped in after_each.
 package.path = "contrib/?.lua;" .. package.path
-local simdomain = require "simdomain"
-local system = require "system"
+local simdomain = require("simdomain")
+local system = require("system")
 
 -- The node list bytes of these nodes (their addresses, one a line).
 local function bytes(d, names)

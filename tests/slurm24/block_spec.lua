@@ -5,7 +5,7 @@
 -- "auto", which reads topology.conf beside the slurm.conf that SLURM_CONF names (slurmd 24.11 sets it
 -- in the prolog's environment: the slurm.conf of n1 and n2, the conf-cache of the configless n3 and
 -- n4).
-local cluster = require "tests.e2e.cluster"
+local cluster = require("tests.e2e.cluster")
 
 describe("Slurm " .. cluster.slurm .. " topology/block", function()
   local d

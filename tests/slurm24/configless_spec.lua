@@ -4,8 +4,8 @@
 -- configuration in its spool's conf-cache and names it in the prolog's SLURM_CONF, and
 -- SwitchType=switch/nvidia_imex is only in the Included switch.conf. With imex_channels = "channel0"
 -- and no slurm_conf setting, the prolog must find the plugin there and make no shared channel 0 (C38).
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm " .. cluster.slurm .. " configless, SwitchType in an Included file", function()
   local d

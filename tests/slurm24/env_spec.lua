@@ -7,8 +7,8 @@
 -- alone, where NO means a whole node and USER, MCS and TOPO are values; 26.05 narrows it to NO, YES
 -- and OK, and adds SLURM_JOB_EXCLUSIVE (NO, NODE, USER, MCS, TOPO): NO no longer means exclusive.
 -- IMEXGUARD_UPDATE_FIXTURES=1 writes the fixtures from this run (cluster.fixture).
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 -- The sbatch options, in the order of each row below.
 local OPTIONS = { "", "--exclusive", "--exclusive=user", "--exclusive=mcs", "--exclusive=topo",

@@ -6,8 +6,8 @@
 --   an idle node after a sub-rack job stays up (C33: judged on what it owns, not on peers that moved
 --   on); a broken node is drained with imexguard's reason; once healthy it is resumed (the operator
 --   issue: health.sh resumes a node that it drained, never one drained for another reason).
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("HealthCheckProgram under slurmd " .. cluster.slurm, function()
   local d

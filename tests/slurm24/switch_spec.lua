@@ -5,8 +5,8 @@
 -- 0, even with imex_channels = "channel0" and a /proc/devices that names the channel major; a step of
 -- the job sees the one channel the plugin made for the job (channel 1 and up; 0 is never handed out),
 -- in the step's own mount namespace.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm " .. cluster.slurm .. " switch/nvidia_imex under the static policy", function()
   local d

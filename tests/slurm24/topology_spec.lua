@@ -7,7 +7,7 @@
 -- blocks); 26.05 takes a topology name and a node as `node=n3`. Either release answers the other's
 -- form with an error on stderr and exit status 0. 24.11 refuses a node's Topology= update (26.05's:
 -- tests/slurm26/dynamic_topology_spec.lua).
-local cluster = require "tests.e2e.cluster"
+local cluster = require("tests.e2e.cluster")
 
 -- Release -> the node form, the other form and its error.
 local FORMS = {

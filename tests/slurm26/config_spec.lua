@@ -10,8 +10,8 @@
 -- BatchStartTimeout 10 and the deadline 90; and once Debian's Slurm logs SchedMD's own warning
 -- (master, commit 81ac96b985: "BatchStartTimeout (%u) is less than the prolog timeout (%u)"), assert
 -- that both name the same two values, in place of the "no warning" test below.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm 26.05 on the tier's slurm.conf", function()
   local conf, log

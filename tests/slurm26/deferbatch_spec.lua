@@ -6,8 +6,8 @@
 -- prolog is done, while n3's still runs, so b2's domain may not be up yet; with
 -- PrologFlags=DeferBatch (which 26.05 completes to Alloc,DeferBatch) it starts only after every
 -- node's prolog, with every block's domain UP. README's slurm.conf advice rests on this.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm 26.05 PrologFlags and the batch script's start", function()
   local d

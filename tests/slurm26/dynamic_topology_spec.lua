@@ -8,8 +8,8 @@
 -- (tests/fixtures/slurm/show-*-26.05-*.txt) for the fake scontrol and the parsers;
 -- IMEXGUARD_UPDATE_FIXTURES=1 writes them from this run. The file's own topology as both releases
 -- print it: tests/slurm24/topology_spec.lua.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 -- The field names of `scontrol show node` output (volatile values left aside), in order.
 local function fields(text)

@@ -6,9 +6,9 @@
 -- once, in the tier's partition p (OverSubscribe=EXCLUSIVE) and in a partition with
 -- OverSubscribe=YES; each job's script copies its node's state file while the job is registered.
 -- The values each pair of partition and option gets are tests/slurm24/env_spec.lua's.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
-local cjson = require "cjson"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
+local cjson = require("cjson")
 
 describe("Slurm 26.05: shared_nodes records what the job asked for (C49)", function()
   local d

@@ -5,8 +5,8 @@
 -- maintenance reservation. Without the parameter (26.05's default) the variable is not set, as it is
 -- not in the run at slurmd's start (no verdict yet). tests/e2e/run's health check wrapper saves each
 -- run's environment (log/env-health-NODE.txt).
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm 26.05 health_check_report", function()
   -- The environment of NODE's next health check run whose environment satisfies OK (a table).

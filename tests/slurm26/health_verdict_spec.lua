@@ -5,8 +5,8 @@
 -- does not; a node it calls unhealthy ("no": drained, down) is still asked for its reason, so that
 -- only imexguard's own drains are resumed and an admin's reason is kept. Every scontrol call of
 -- health.sh is logged by the tier (log/scontrol-health.log, "NODE ARGS...").
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm 26.05: health.sh and slurmctld's verdict", function()
   local d

@@ -6,8 +6,8 @@
 -- prolog (domain_map = "auto", slurmctld_topology = "auto") reads topology.conf, finds a node of the
 -- job unplaced, asks slurmctld once (`scontrol show topology`), and every node of the job writes the
 -- same list. A node no source places ends not-placed (exit 24): never a job without IMEX on a tray.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 describe("Slurm 26.05: trays placed in blocks at run time (C46)", function()
   local d, restore

@@ -10,8 +10,8 @@
 -- binding from slurm.conf (the conf-cache on the configless n3 and n4); in the partition p, which
 -- binds none (the default is the tree), the two block topologies place every node differently: a
 -- real conflict, bad input named on every node.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 local YAML = [[
 ---

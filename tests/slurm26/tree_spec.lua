@@ -7,8 +7,8 @@
 -- with domain_map = "auto" a tree defines no NVLink domain and its log says so; with "tree" each leaf
 -- switch is a rack; with slurmctld_topology = "always" a node moved to another leaf at run time
 -- (`scontrol update NodeName=n3 Topology=default:leaf1`) is in that leaf's list.
-local cluster = require "tests.e2e.cluster"
-local simdomain = require "simdomain"
+local cluster = require("tests.e2e.cluster")
+local simdomain = require("simdomain")
 
 local TREE = "SwitchName=leaf1 Nodes=n[1-2]\nSwitchName=leaf2 Nodes=n[3-4]\n"
   .. "SwitchName=spine Switches=leaf[1-2]\n"

@@ -11,7 +11,7 @@
 -- The build is found through IMEXGUARD_BUILD (default "build"). Ends with "N passed, N failed".
 package.path = "tests/soak/?.lua;lua/?.lua;lua/?/init.lua;tests/?.lua;contrib/?.lua;" .. package.path
 
-local util = require "soakutil"
+local util = require("soakutil")
 
 local long, only = false, nil
 local i = 1

@@ -5,7 +5,7 @@
 -- one that allocates without end. Each prolog must end inside its budget (deadline + 2.5 s: the
 -- interrupt and the watchdog) with its named outcome, the node list byte for byte unchanged and
 -- imexsim@n1 not restarted (same invocation ID); a ctl's processes must be gone afterwards.
-local util = require "soakutil"
+local util = require("soakutil")
 
 local M = {}
 
@@ -128,7 +128,7 @@ local FAULTS = {
 -- @param tap function(ok, text)
 -- @param long boolean the long form repeats every fault 3 times (short: once)
 function M.run(tap, long)
-  local simdomain = require "simdomain"
+  local simdomain = require("simdomain")
   -- IMEXSIM_MISMATCH_CLEARS=one: the rounds change lists on both nodes at once; the simulator's
   -- default (C32: both ends of a mismatch must restart) would add convergence restarts to them
   local d = simdomain.new { nodes = 2, extra_cfg = simdomain.MISMATCH_CLEARS_ONE }

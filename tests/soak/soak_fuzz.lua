@@ -8,9 +8,9 @@
 -- result of the documented shape; a ctl answer that does not parse never makes steps.assess_daemon decide
 -- "restart" and never gives a healthy verdict; every hostlist Slurm accepts expands the same.
 -- A failing input is printed (escaped) with the target's name.
-local cjson = require "cjson"
-local util = require "soakutil"
-local mut = require "soakmut"
+local cjson = require("cjson")
+local util = require("soakutil")
+local mut = require("soakmut")
 
 local M = {}
 
@@ -93,10 +93,10 @@ local function bump(counts, k) counts[k] = (counts[k] or 0) + 1 end
 
 -- ctl -N -j: parse, then the decision steps.assess_daemon and verdict.judge make from it.
 local function ctl_json(tap, n)
-  local testing = require "imexguard.testing"
-  local steps = require "imexguard.steps"
-  local ctl = require "imexguard.ctl"
-  local verdict = require "imexguard.verdict"
+  local testing = require("imexguard.testing")
+  local steps = require("imexguard.steps")
+  local ctl = require("imexguard.ctl")
+  local verdict = require("imexguard.verdict")
   local seeds = { fixture("up-2node-570.json"), fixture("down-unconfigured.json") }
   local trees = {}
   for i, s in ipairs(seeds) do trees[i] = cjson.decode(s) end
@@ -138,7 +138,7 @@ end
 
 -- The text form of `-N`.
 local function ctl_text(tap, n)
-  local ctl = require "imexguard.ctl"
+  local ctl = require("imexguard.ctl")
   local seeds = { fixture("up-18node-text.txt"), fixture("up-2node-570-00-text.txt") }
   local function gen() return mut.text(seeds[math.random(#seeds)]) end
   local function check(s, counts)
@@ -158,7 +158,7 @@ end
 
 -- Node files: parse, then check against the fake node's options.
 local function node_files(tap, n)
-  local nodelist = require "imexguard.nodelist"
+  local nodelist = require("imexguard.nodelist")
   local seed = {}
   for i = 1, 18 do seed[i] = "10.0.0." .. i end
   local base = table.concat(seed, "\n") .. "\n"
@@ -185,7 +185,7 @@ end
 
 -- config.cfg.
 local function imex_config(tap, n)
-  local imexcfg = require "imexguard.imexcfg"
+  local imexcfg = require("imexguard.imexcfg")
   local base = table.concat({ "# config.cfg", "SERVER_PORT=50000", "IMEX_CMD_PORT=50005",
     "IMEX_CMD_ENABLED=1",
     "BIND_INTERFACE_IP=10.0.0.1", "IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg",
@@ -216,10 +216,10 @@ end
 
 -- The state file through state.load on the test kit's host (and the registry on what it loads).
 local function state_file(tap, n)
-  local testing = require "imexguard.testing"
-  local state = require "imexguard.state"
-  local registry = require "imexguard.registry"
-  local settings = require "imexguard.settings"
+  local testing = require("imexguard.testing")
+  local state = require("imexguard.state")
+  local registry = require("imexguard.registry")
+  local settings = require("imexguard.settings")
   local s = settings.validate({})
   local path = state.path(s)
   local seed = {
@@ -259,7 +259,7 @@ end
 
 -- The settings file: settings.load, then settings.validate.
 local function settings_file(tap, n)
-  local settings = require "imexguard.settings"
+  local settings = require("imexguard.settings")
   local lines = {}
   for l in (util.read("contrib/imexguard.conf.example") or ""):gmatch("[^\n]+") do
     local a = l:match("^%-%- ([%a_]+ = .*)$")

@@ -6,8 +6,8 @@
 -- Two classes: well-formed expressions of the grammar both accept (Slurm and imexguard must give
 -- the same names), and mutated ones (whenever Slurm accepts one, imexguard must refuse it, a
 -- documented strictness, or expand it the same; imexguard must never accept what Slurm refuses).
-local util = require "soakutil"
-local mut = require "soakmut"
+local util = require("soakutil")
+local mut = require("soakmut")
 
 local M = {}
 
@@ -135,7 +135,7 @@ end
 -- @param tap function(ok, text)
 -- @param n integer expressions (half well-formed, half mutated)
 function M.run(tap, n)
-  local hostlist = require "imexguard.hostlist"
+  local hostlist = require("imexguard.hostlist")
   local exprs, class = {}, {}
   for i = 1, n do
     if i % 2 == 1 then

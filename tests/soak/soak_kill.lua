@@ -7,7 +7,7 @@
 -- list is the old or the new one byte for byte, the state file and its registry parse; then the
 -- job's prolog runs again (Slurm requeues it) and must end `ok` with the new list and no temp
 -- file left in the node's or the state directory; its epilog ends the job.
-local util = require "soakutil"
+local util = require("soakutil")
 
 local M = {}
 
@@ -35,8 +35,8 @@ end
 
 -- The state file of n1 parses (imexguard.state), and so does its registry.
 local function state_ok(d)
-  local state = require "imexguard.state"
-  local registry = require "imexguard.registry"
+  local state = require("imexguard.state")
+  local registry = require("imexguard.registry")
   local st, err = state.load(util.host(), { state_dir = d:dir("n1") .. "/state" })
   if not st then return false, err end
   local ok, jobs = pcall(registry.jobs, st)
@@ -46,7 +46,7 @@ end
 
 -- Start `imexguard prolog` for job on n1 in its own session; returns its pid (= its process group).
 local function start_prolog(d, job, nodelist, out)
-  local simdomain = require "simdomain"
+  local simdomain = require("simdomain")
   local env = simdomain.prolog_env(job, nodelist, "n1", 1)
   local assign = {}
   for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. util.q(v) end
@@ -103,7 +103,7 @@ end
 -- @param tap function(ok, text)
 -- @param long boolean the long form (>= 200 runs and >= 50 kills landed; short: 12 runs, >= 3 landed)
 function M.run(tap, long)
-  local simdomain = require "simdomain"
+  local simdomain = require("simdomain")
   local runs, min_landed = long and 200 or 12, long and 50 or 3
   -- IMEXSIM_MISMATCH_CLEARS=one: the rounds change lists on both nodes at once; the simulator's
   -- default (C32: both ends of a mismatch must restart) would add convergence restarts to them

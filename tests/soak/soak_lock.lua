@@ -4,13 +4,13 @@
 -- clock and a shared counter is incremented read-modify-write inside it (a lost update is an
 -- overlap too). Probes that try the lock with timeout 0 while it is held must name the holder
 -- (pid and owner) on every timeout.
-local util = require "soakutil"
+local util = require("soakutil")
 
 local M = {}
 
 -- A worker: arg = lockpath counter rounds record owner-prefix hold (seconds inside the section).
 local WORKER = [[
-local h = require "imexguard.host"
+local h = require("imexguard.host")
 local path, counter, rounds, rec, prefix = arg[1], arg[2], tonumber(arg[3]), arg[4], arg[5]
 local hold = tonumber(arg[6]) or 0
 local f = io.open("/proc/self/stat"); local pid = tonumber(f:read("a"):match("^(%d+)")); f:close()
@@ -33,7 +33,7 @@ out:close()
 -- A prober: tries the lock with timeout arg[4] seconds until arg[2] exists; counts timeouts and
 -- how many named the holder (pid in the holder table and the message, owner "worker=...").
 local PROBER = [[
-local h = require "imexguard.host"
+local h = require("imexguard.host")
 local path, stop, rec, timeout = arg[1], arg[2], arg[3], tonumber(arg[4])
 local tries, timeouts, named, unnamed, got, first = 0, 0, 0, 0, 0, nil
 while true do

@@ -5,7 +5,7 @@
 -- The prolog runs under `ulimit -v` of 2 GiB (a safety net for the machine) and GNU time reports
 -- its peak resident size: it must stay under 600 MiB (the limit, the setting memory_limit of
 -- 256 MiB by default, plus the process), and the final line must name the limit.
-local util = require "soakutil"
+local util = require("soakutil")
 
 local M = {}
 
@@ -14,7 +14,7 @@ local AS_KIB = 2 * 1024 * 1024
 
 -- Run a prolog for job on n1 with the address-space cap; returns outcome, output, peak KiB, seconds.
 local function capped_prolog(d, job, extra_args, scratch)
-  local simdomain = require "simdomain"
+  local simdomain = require("simdomain")
   local env = simdomain.prolog_env(job, "n[1-2]", "n1", 1)
   local assign = {}
   for k, v in pairs(env) do assign[#assign + 1] = k .. "=" .. util.q(v) end

@@ -2,7 +2,7 @@
 --- Soak check 2: torn reads. Many atomic rewrites (host.write_atomic) of an 18-line node list (one
 -- NVL72 rack) alternate between two lists while another process reads the file as fast as it can:
 -- every read must be one list or the other, byte for byte (never empty, short or mixed).
-local util = require "soakutil"
+local util = require("soakutil")
 
 local M = {}
 

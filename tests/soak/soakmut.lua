@@ -2,7 +2,7 @@
 --- Mutators of the soak fuzzer (tests/soak/soak_fuzz.lua), driven by math.random (seeded by
 -- tests/soak/run.lua): bytewise (truncation, invalid UTF-8, flips, splices), line-wise, JSON-tree
 -- (missing keys, wrong types, huge numbers, duplicate ids, unknown states) and Lua-token mutations.
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 

@@ -63,7 +63,7 @@ end
 function M.host()
   local cp = M.build() .. "/lua/?.so"
   if not package.cpath:find(cp, 1, true) then package.cpath = cp .. ";" .. package.cpath end
-  return require "imexguard.host"
+  return require("imexguard.host")
 end
 
 --- Monotonic seconds (the C module's clock).

@@ -21,7 +21,7 @@ if not (BUS and UNIT_DIR) then
   return
 end
 
-local host = require "imexguard.host"
+local host = require("imexguard.host")
 
 local UNIT_PORT = 47311 -- ig-listen.service
 local STRAY_PORT = 47312

@@ -13,7 +13,7 @@ if not os.getenv("IMEXGUARD_TEST_BUS") then
   return
 end
 
-local simdomain = require "simdomain"
+local simdomain = require("simdomain")
 
 local function capture(cmd)
   local f = assert(io.popen(cmd, "r"))

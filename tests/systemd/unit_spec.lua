@@ -25,7 +25,7 @@ if not (BUS and UNIT_DIR and RUNTIME) then
   return
 end
 
-local host = require "imexguard.host"
+local host = require("imexguard.host")
 
 -- States of ig-hang.service after a stop interrupted its ExecStartPre: the killed control
 -- process may leave the unit "failed" (result "signal") instead of "inactive".
@@ -465,7 +465,7 @@ describe("host.unit* against systemd", function()
     it("tells a long start job's progress at info every few seconds (systemd's '(5s / 6s)')", function()
       -- in a process of its own, whose stderr (the log lines of host.so) the spec reads
       local cmd = string.format("lua5.4 -e %q 2>&1", string.format(
-        "package.cpath = %q; local h = require 'imexguard.host'; assert(h.unit_set_bus(%q)); "
+        "package.cpath = %q; local h = require('imexguard.host'); assert(h.unit_set_bus(%q)); "
           .. "print('result', h.unit_job('ig-hang.service', 'start', 6.5))", package.cpath, BUS))
       local out = capture(cmd)
       assert.matches("result%s+nil", out)
@@ -620,7 +620,7 @@ describe("host.unit* against systemd", function()
       local f = assert(io.open(script, "w"))
       f:write(string.format([[
 package.cpath = %q
-local host = require "imexguard.host"
+local host = require("imexguard.host")
 assert(host.unit_set_bus(%q))
 local ok = host.unit_start_transient("ig-tr-m" .. arg[1] .. ".service", { argv = { "/bin/sh", "-c",
   "echo " .. arg[1] .. " >> %s" }, description = "ig test transient", wait = false })

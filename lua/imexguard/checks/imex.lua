@@ -6,10 +6,10 @@
 -- unit is not installed or config.cfg does not exist is not an IMEX node: every prolog skips there,
 -- which is said, not an error; a missing ctl on an IMEX node is (every health wait would end
 -- ctl-unusable).
-local S = require "imexguard.settings"
-local imexcfg = require "imexguard.imexcfg"
-local base = require "imexguard.steps.base"
-local applies = require "imexguard.steps.applies"
+local S = require("imexguard.settings")
+local imexcfg = require("imexguard.imexcfg")
+local base = require("imexguard.steps.base")
+local applies = require("imexguard.steps.applies")
 
 local M = {}
 

@@ -5,9 +5,9 @@
 -- the address map (address_source = "map"; imexguard.addresses). These files are shared by the
 -- whole cluster: one typo there fails every node's next prolog (bad-input), so each fault is named
 -- with its file and line, and the file that was found is said.
-local domains = require "imexguard.domains"
-local addresses = require "imexguard.addresses"
-local slurmconf = require "imexguard.slurmconf"
+local domains = require("imexguard.domains")
+local addresses = require("imexguard.addresses")
+local slurmconf = require("imexguard.slurmconf")
 
 local M = {}
 

@@ -3,7 +3,7 @@
 -- validation alone lets through but a run would regret. A key assigned twice (the last counts), a
 -- health_timeout the deadline cuts short, a state_dir whose parent is missing (the prolog creates one
 -- directory, never a tree: write-failed on every node), a metrics_dir that does not exist.
-local S = require "imexguard.settings"
+local S = require("imexguard.settings")
 
 local M = {}
 

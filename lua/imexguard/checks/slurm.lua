@@ -18,8 +18,8 @@
 --     "channel0" then makes none (never a shared channel beside the plugin).
 -- The prolog itself reads slurm.conf only for the channel (imex_channels = "channel0"): a
 -- slurm.conf that cannot be read is an error there (slurm-conf-unreadable), a warning otherwise.
-local slurmconf = require "imexguard.slurmconf"
-local slurmenv = require "imexguard.slurmenv"
+local slurmconf = require("imexguard.slurmconf")
+local slurmenv = require("imexguard.slurmenv")
 local source_of = require("imexguard.checks.settings").source_of
 
 local M = {}

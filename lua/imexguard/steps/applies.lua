@@ -4,11 +4,11 @@
 -- node, and which files does its daemon read? The unit's properties (a failed query is "unknown",
 -- never "inactive"), whether it is installed and enabled (or managed per job), its config.cfg (the
 -- `-c` of its ExecStart) and the node list file that config names. Step 5a queries the unit here too.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy): a unit query alone (step 5a) needs no config.cfg.
-local lazy = require "imexguard.lazy"
-local imexcfg = lazy "imexguard.imexcfg"
+local lazy = require("imexguard.lazy")
+local imexcfg = lazy("imexguard.imexcfg")
 
 local fail, by_code, node_name = base.fail, base.by_code, base.node_name
 

@@ -5,8 +5,8 @@
 -- ran out of the run's budget, the hint of a permission error, a setting the schema may not have;
 -- and who runs: this node's name, the job's id (step 0, checked) and the kernel's boot (C36).
 -- The other rooms of imexguard.steps (lua/imexguard/steps/) build on it; the epilog loads it too.
-local settings_schema = require "imexguard.settings"
-local text = require "imexguard.text"
+local settings_schema = require("imexguard.settings")
+local text = require("imexguard.text")
 
 local one_line = text.one_line
 

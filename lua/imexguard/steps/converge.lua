@@ -8,15 +8,13 @@
 -- (P:check_fabric, P:may_restart, P:restart, P:wait_healthy, P:converge, P:leave_watcher,
 -- P:applies, P:desired), so a site's override is used; the policy's methods wait_healthy,
 -- wait_converged, converge and run_watch call them.
-local base = require "imexguard.steps.base"
-local outcomes = require "imexguard.outcomes"
+local base = require("imexguard.steps.base")
+local outcomes = require("imexguard.outcomes")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local desired = lazy "imexguard.steps.desired"
-local slots = lazy "imexguard.steps.slots"
-local health = lazy "imexguard.health"
-local watch = lazy "imexguard.watch"
+local lazy = require("imexguard.lazy")
+local desired, slots, health, watch = lazy("imexguard.steps.desired", "imexguard.steps.slots",
+  "imexguard.health", "imexguard.watch")
 
 local M = {}
 

@@ -33,19 +33,14 @@
 --                       addrs, self, names, bytes, node_list are the slots' (addrs: the job's slots;
 --                       node_list: the domain's slot list), ips the job's addresses (config.cfg's
 --                       findings), and per_job is true (readiness per job, verdict.judge)
-local base = require "imexguard.steps.base"
-local slurmenv = require "imexguard.slurmenv"
+local base = require("imexguard.steps.base")
+local slurmenv = require("imexguard.slurmenv")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy): only the commands that build a want load them.
-local lazy = require "imexguard.lazy"
-local hostlist = lazy "imexguard.hostlist"
-local nodelist = lazy "imexguard.nodelist"
-local addresses = lazy "imexguard.addresses"
-local domains = lazy "imexguard.domains"
-local lastgood = lazy "imexguard.lastgood"
-local fabric = lazy "imexguard.fabric"
-local fabricjudge = lazy "imexguard.fabricjudge"
-local smi = lazy "imexguard.smi"
+local lazy = require("imexguard.lazy")
+local hostlist, nodelist, addresses = lazy("imexguard.hostlist", "imexguard.nodelist", "imexguard.addresses")
+local domains, lastgood = lazy("imexguard.domains", "imexguard.lastgood")
+local fabric, fabricjudge, smi = lazy("imexguard.fabric", "imexguard.fabricjudge", "imexguard.smi")
 
 local fail, node_name = base.fail, base.node_name
 

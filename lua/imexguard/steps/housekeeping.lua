@@ -5,12 +5,11 @@
 -- killed writes; a state file that cannot be read makes the registry unknown (conflict, the file
 -- kept); the registrations of another boot and the record of an interrupted change are dropped.
 -- The prolog and the epilog both run it.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
+local lazy = require("imexguard.lazy")
+local state, registry = lazy("imexguard.state", "imexguard.registry")
 
 local node_name = base.node_name
 

@@ -4,10 +4,10 @@
 -- writes and restarts: state_dir/lock, the state directory created first; how long a run waits
 -- for it (the prolog and the epilog differ) and the progress of that wait; a guard that releases
 -- it on every path.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local progress = lazy "imexguard.progress"
+local lazy = require("imexguard.lazy")
+local progress = lazy("imexguard.progress")
 
 local fail, node_name = base.fail, base.node_name
 

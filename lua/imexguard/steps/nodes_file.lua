@@ -3,11 +3,11 @@
 -- default policy"; cases C03, C04): 4a reads its current bytes (under the lock, before the
 -- decision; `plan`, `status` and the static policy read it too), 4b writes the desired bytes
 -- atomically once the change is decided and registered, and records them in the state file.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy): only a write records anything.
-local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
+local lazy = require("imexguard.lazy")
+local state = lazy("imexguard.state")
 
 local M = {}
 

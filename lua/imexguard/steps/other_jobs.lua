@@ -4,14 +4,12 @@
 -- (re)started or the node list rewritten under the jobs the registry holds? The default rule, the
 -- conflict message that names the blocking jobs and how to clear a stale one, and the wait for a
 -- late epilog without the lock (the registry's identity, polled in the state file).
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
-local state = lazy "imexguard.state"
-local progress = lazy "imexguard.progress"
+local lazy = require("imexguard.lazy")
+local registry, hostlist, state, progress =
+  lazy("imexguard.registry", "imexguard.hostlist", "imexguard.state", "imexguard.progress")
 
 local node_name, job_id = base.node_name, base.job_id
 

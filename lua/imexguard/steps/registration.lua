@@ -5,14 +5,12 @@
 -- change ends (9b) keeping it or removing it again; on the path that changes nothing it is saved
 -- once the domain is healthy (9). Both build the entry the same way (its id, node list and time,
 -- the boot, the job's hosts, the policy's fields and the daemon's invocation ID).
-local base = require "imexguard.steps.base"
-local outcomes = require "imexguard.outcomes"
+local base = require("imexguard.steps.base")
+local outcomes = require("imexguard.outcomes")
 local one_line = require("imexguard.text").one_line
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local hostlist = lazy "imexguard.hostlist"
+local lazy = require("imexguard.lazy")
+local state, registry, hostlist = lazy("imexguard.state", "imexguard.registry", "imexguard.hostlist")
 
 local node_name = base.node_name
 

@@ -5,15 +5,13 @@
 -- daemon's command service (check_port_owner); a start or restart is one systemd job, waited for, whose
 -- failure names the unit's Result with the admin's recovery (one reset-failed and one more start
 -- after start-limit-hit); what the daemon was started with is recorded in the state file.
-local base = require "imexguard.steps.base"
+local base = require("imexguard.steps.base")
 local one_line = require("imexguard.text").one_line
 local excerpt = require("imexguard.text").excerpt
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local imexcfg = lazy "imexguard.imexcfg"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local daemonlog = lazy "imexguard.daemonlog"
+local lazy = require("imexguard.lazy")
+local imexcfg, state, registry, daemonlog =
+  lazy("imexguard.imexcfg", "imexguard.state", "imexguard.registry", "imexguard.daemonlog")
 
 local fail, by_code, node_name = base.fail, base.by_code, base.node_name
 

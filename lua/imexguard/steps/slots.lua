@@ -9,19 +9,15 @@
 -- version floor, the daemon's 5 s window), and a removal is waited for until the removed slots no
 -- longer have a CONNECTED link from this node (M.verify_removed). The layout of the file and the
 -- names are imexguard.slots'.
-local base = require "imexguard.steps.base"
-local slots = require "imexguard.slots"
-local text = require "imexguard.text"
+local base = require("imexguard.steps.base")
+local slots = require("imexguard.slots")
+local text = require("imexguard.text")
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local desired = lazy "imexguard.steps.desired"
-local restart_room = lazy "imexguard.steps.restart"
-local applies = lazy "imexguard.steps.applies"
-local state = lazy "imexguard.state"
-local registry = lazy "imexguard.registry"
-local health = lazy "imexguard.health"
-local nudge = lazy "imexguard.nudge"
-local hostlist = lazy "imexguard.hostlist"
+local lazy = require("imexguard.lazy")
+local desired, restart_room, applies = lazy("imexguard.steps.desired", "imexguard.steps.restart",
+  "imexguard.steps.applies")
+local state, registry, health, nudge, hostlist = lazy("imexguard.state", "imexguard.registry",
+  "imexguard.health", "imexguard.nudge", "imexguard.hostlist")
 
 local fail, node_name, one_line = base.fail, base.node_name, text.one_line
 
@@ -369,7 +365,7 @@ end
 -- is config-fault, whatever the wait said.
 -- @return outcome, message
 function M.after_wait(ctx, want, outcome, msg)
-  local outcomes = require "imexguard.outcomes"
+  local outcomes = require("imexguard.outcomes")
   if outcomes.exit_code(outcome, ctx.settings) ~= 0 then return outcome, msg end
   local mesh = rawget(ctx, "mesh_seen")
   local row = mesh and mesh.by_host and mesh.by_host[want.self]
@@ -403,7 +399,7 @@ end
 -- map again (it is not registered).
 -- @return outcome, message (unchanged; a failed switch is added to the message)
 function M.settle(ctx, st, want, outcome, msg)
-  local outcomes = require "imexguard.outcomes"
+  local outcomes = require("imexguard.outcomes")
   local at = rawget(ctx, "usr1_at")
   if at and at ~= st.usr1_at then
     st.usr1_at, st.usr1_invocation = at, st.invocation_id

@@ -5,15 +5,13 @@
 -- settle; then the stages in order: the unit's state, a pending list change, what the daemon was
 -- started with (the state file's record, else mtimes), and the ctl's node map, whose call may start
 -- early (the overlap, step 5 of docs/design.md). `plan` runs it too.
-local base = require "imexguard.steps.base"
-local applies = require "imexguard.steps.applies"
+local base = require("imexguard.steps.base")
+local applies = require("imexguard.steps.applies")
 -- Loaded when first used (imexguard.lazy).
-local lazy = require "imexguard.lazy"
-local progress = lazy "imexguard.progress"
-local health = lazy "imexguard.health"
-local verdict = lazy "imexguard.verdict"
-local cmdtarget = lazy "imexguard.cmdtarget"
-local daemonlog = lazy "imexguard.daemonlog"
+local lazy = require("imexguard.lazy")
+local progress, health, verdict, cmdtarget, daemonlog =
+  lazy("imexguard.progress", "imexguard.health", "imexguard.verdict", "imexguard.cmdtarget",
+    "imexguard.daemonlog")
 
 local fail, node_name = base.fail, base.node_name
 

@@ -28,15 +28,17 @@
 -- raises "testing: unscripted command ..." naming it: the scenario fails with that message.
 --
 -- Use from busted (a site's own spec):
---   local scenarios = require "imexguard.testing.check"
---   local policy = require "mypolicy"   -- (not inline: require returns a second value)
+--   local scenarios = require("imexguard.testing.check")
+--   local policy = require("mypolicy")   -- (not inline: require returns a second value)
 --   local report = scenarios.run_all(policy)
 --   assert.is_true(report.ok, report.text)
 -- The binary (`imexguard check`) calls run_one per scenario with a wall-clock limit of its own,
 -- and makes its report with tally, summary and report_json.
-local testing = require "imexguard.testing"
-local outcomes = require "imexguard.outcomes"
+local testing = require("imexguard.testing")
+local outcomes = require("imexguard.outcomes")
 local one_line = require("imexguard.text").one_line
+local matches = require("imexguard.text").matches
+local expect = require("imexguard.expect")
 
 local M = {}
 
@@ -68,7 +70,7 @@ local function copy(t)
   return r
 end
 
--- The host that `require "imexguard.host"` gives while a scenario runs (see host_proxy).
+-- The host that `require("imexguard.host")` gives while a scenario runs (see host_proxy).
 local current
 
 --- A table that forwards every field to the fake host of the scenario that is running (a
@@ -236,6 +238,19 @@ local function unreached(r, need, ok)
   return string.format("the policy never got to %s (it ended in %s)", need, said(r))
 end
 
+-- A scenario run in several variants: one(v) for each v of `variants` returns its run, or nil and
+-- why it fails, and its "not applicable" (unreached). The first failure ends the scenario; else
+-- it passes with the last run's detail and the first variant's "not applicable".
+local function each_variant(variants, one)
+  local last, na
+  for _, v in ipairs(variants) do
+    local r, why, unreached_why = one(v)
+    if not r then return why end
+    na, last = na or unreached_why, r
+  end
+  return nil, said(last), na
+end
+
 -- ---- the scenarios ---------------------------------------------------------------------------
 -- Each: name, title (what a sane policy does), run(policy, settings) -> nil (pass) | why (fail),
 -- an optional detail string (what it ended in) as the second result, and as the third, when the
@@ -326,16 +341,14 @@ M.list = {
         { what = "an answer, then D-Bus errors", script = { {}, table.unpack(repeat_list("bus", 200)) },
           reach = 2 },
       }
-      local last, na
-      for _, w in ipairs(worlds) do
+      return each_variant(worlds, function(w)
         local r = M.call(policy, { settings = settings, host = { unit_script = w.script,
           files = { [testing.NODES] = M.OTHER } } })
         local why = known(r) or no_restart(r)
-        if why then return w.what .. ": " .. why end
-        na = na or unreached(r, w.what .. " (systemd call " .. w.reach .. ")", systemd_calls(r) >= w.reach)
-        last = r
-      end
-      return nil, said(last), na
+        if why then return nil, w.what .. ": " .. why end
+        local call = w.what .. " (systemd call " .. w.reach .. ")"
+        return r, nil, unreached(r, call, systemd_calls(r) >= w.reach)
+      end)
     end,
   },
   {
@@ -352,20 +365,17 @@ M.list = {
     name = "ctl-hangs",
     title = "nvidia-imex-ctl never answers: the policy ends within the run's budget",
     run = function(policy, settings)
-      local last, na
-      for _, budget in ipairs({ false, M.SHORT_BUDGET }) do
+      return each_variant({ false, M.SHORT_BUDGET }, function(budget)
         local r = M.call(policy, { settings = settings, host = { ctl = { testing.HANG },
           deadline = budget or nil } })
         local what = string.format("budget %g s: ", r.budget)
-        if r.err then return what .. r.err end
+        if r.err then return nil, what .. r.err end
         local used = r.h.now() - r.start
         if used > r.budget + 1e-6 then
-          return string.format("%sused %.1f s of simulated time (then %s)", what, used, said(r))
+          return nil, string.format("%sused %.1f s of simulated time (then %s)", what, used, said(r))
         end
-        na = na or unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
-        last = r
-      end
-      return nil, said(last), na
+        return r, nil, unreached(r, "run nvidia-imex-ctl", #r.h.runs > 0)
+      end)
     end,
   },
   {
@@ -470,9 +480,7 @@ end
 -- @return table {ok = boolean, results = list of run_one results, failed = list of names,
 --   not_applicable = list of names, text = the report lines joined}
 function M.run_all(policy, settings)
-  if type(policy) ~= "table" then
-    error("scenarios.run_all: the policy must be a table, got " .. type(policy), 2)
-  end
+  expect(policy, "table", "scenarios.run_all: the policy must be a table, got %s", type(policy))
   if settings ~= nil and type(settings) ~= "table" then
     error("scenarios.run_all: settings must be a table or nil, got " .. type(settings), 2)
   end
@@ -545,9 +553,8 @@ end
 --   outcome, exit_code, message}
 -- @return string the JSON text
 function M.report_json(r)
-  local json = require "imexguard.json"
-  local e = {}
-  for w in r.entries:gmatch("[^, ]+") do e[#e + 1] = w end
+  local json = require("imexguard.json")
+  local e = matches(r.entries, "[^, ]+")
   local scenarios = {}
   for i, res in ipairs(r.results) do
     local verdict = res.not_run and "not-run" or (not res.ok and "fail") or (res.not_applicable and "n/a")

@@ -3,7 +3,7 @@
 -- a primitive spends time, a wall clock that follows it from base.WALL0 (or the option wallclock;
 -- settable), the local time in a fixed zone (options utc_offset, zone), and the run's deadline.
 -- Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
+local base = require("imexguard.testing.base")
 
 local M = {}
 

@@ -3,7 +3,7 @@
 -- write_in_place, remove_temps, mkdir, dir_exists, mknod_char over an in-memory file table, with
 -- scripted failures and missing directories.
 -- Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
+local base = require("imexguard.testing.base")
 
 local M = {}
 

@@ -2,7 +2,7 @@
 --- A fake host for policy specs (busted) and for `imexguard check` (testing.check, which the binary
 -- runs on a node): the primitives of docs/policy-api.md, scripted, never the node's own.
 --
---   local testing = require "imexguard.testing"
+--   local testing = require("imexguard.testing")
 --   local h = testing.host{ ... }              -- options below
 --   local ctx = testing.ctx{ host = h, env = {...}, settings = {...} }
 --   local outcome, message = policy.prolog(ctx)
@@ -105,16 +105,16 @@
 -- scenarios are in imexguard.testing.scenario and
 -- the constants and settings in imexguard.testing.base. Require only this module: its API is the
 -- kit's. (The standard scenarios of `imexguard check`, built on it, are imexguard.testing.check.)
-local base = require "imexguard.testing.base"
-local clock = require "imexguard.testing.clock"
-local files = require "imexguard.testing.files"
-local lock = require "imexguard.testing.lock"
-local unit = require "imexguard.testing.unit"
-local run = require "imexguard.testing.run"
-local net = require "imexguard.testing.net"
-local xml = require "imexguard.testing.xml"
-local journal = require "imexguard.testing.journal"
-local scenario = require "imexguard.testing.scenario"
+local base = require("imexguard.testing.base")
+local clock = require("imexguard.testing.clock")
+local files = require("imexguard.testing.files")
+local lock = require("imexguard.testing.lock")
+local unit = require("imexguard.testing.unit")
+local run = require("imexguard.testing.run")
+local net = require("imexguard.testing.net")
+local xml = require("imexguard.testing.xml")
+local journal = require("imexguard.testing.journal")
+local scenario = require("imexguard.testing.scenario")
 
 local M = {}
 
@@ -123,7 +123,7 @@ M.BOOT_ID, M.BOOT_ID_FILE, M.IF_INET6 = base.BOOT_ID, base.BOOT_ID_FILE, base.IF
 M.CONFIG_TEXT, M.DEFAULT_SETTINGS = base.CONFIG_TEXT, base.DEFAULT_SETTINGS
 M.UNREACHABLE, M.UNCONFIGURED, M.HANG, M.NO_IPV6 = run.UNREACHABLE, run.UNCONFIGURED, run.HANG, run.NO_IPV6
 M.render_mesh, M.up, M.restarted_peer = run.render_mesh, run.up, run.restarted_peer
-local gpus = require "imexguard.testing.gpus"
+local gpus = require("imexguard.testing.gpus")
 M.gpus, M.FABRIC_NONE, M.FABRIC_HGX, M.ABSENT = gpus.gpus, gpus.FABRIC_NONE, gpus.FABRIC_HGX, gpus.ABSENT
 M.NVML_MISMATCH = gpus.NVML_MISMATCH
 M.CLUSTER_UUID, M.CLIQUE_ID = gpus.CLUSTER_UUID, gpus.CLIQUE_ID

@@ -2,7 +2,7 @@
 --- The fake host's journal (src/journal.c's primitive): journal_read over a list of entries, matched
 -- as sd-journal matches (the values of one field OR'ed, different fields AND'ed), newest kept,
 -- oldest first, bounded by since_us and max_entries. Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
+local base = require("imexguard.testing.base")
 
 local M = {}
 

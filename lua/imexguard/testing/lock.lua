@@ -1,7 +1,7 @@
 -- SPDX-License-Identifier: Apache-2.0
 --- The fake host's node lock (src/lock.c's primitives): lock and lock_holder, with a scripted
 -- holder that may let go at a given time. Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
+local base = require("imexguard.testing.base")
 
 local M = {}
 

@@ -3,7 +3,7 @@
 -- local_addresses, resolve (a scripted resolver), port_owner (who listens on a TCP port),
 -- socket_owner (on a unix socket) and file_holders (who has a file open, src/proc.c).
 -- Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
+local base = require("imexguard.testing.base")
 
 local M = {}
 

@@ -6,12 +6,12 @@
 -- names (UNREACHABLE, NO_IPV6, UNCONFIGURED, HANG), render_mesh, which prints a described mesh as
 -- `nvidia-imex-ctl -N -j` does; nvidia-smi's answers are imexguard.testing.gpus'. Test
 -- infrastructure of imexguard.testing.
-local cjson = require "cjson"
+local cjson = require("cjson")
 
 local M = {}
 
 -- The nvidia-smi answers (imexguard.testing.gpus: gpus, FABRIC_*, NVML_MISMATCH, ABSENT).
-local gpus = require "imexguard.testing.gpus"
+local gpus = require("imexguard.testing.gpus")
 
 --- Ctl answer of an unreachable local daemon (exit 1): nothing listens where the ctl dials, [::]:50005
 -- on a host with IPv6 (the form of tests/fixtures/ctl/errors.txt with the errno of a refused

@@ -3,11 +3,11 @@
 -- point runs for a job, then an outcome and side effects. One scenario is one node whose files,
 -- unit, registry and clock persist across the runs, so a sequence (prolog 101, prolog 101' on another
 -- list, epilog 100) reads top to bottom. Test infrastructure; no io.
-local cjson = require "cjson"
-local commands = require "imexguard.commands"
-local base = require "imexguard.testing.base"
-local run = require "imexguard.testing.run"
-local nodelist = require "imexguard.nodelist"
+local cjson = require("cjson")
+local commands = require("imexguard.commands")
+local base = require("imexguard.testing.base")
+local run = require("imexguard.testing.run")
+local nodelist = require("imexguard.nodelist")
 
 local M = {}
 local copy, lines = base.copy, nodelist.lines
@@ -218,7 +218,7 @@ function Scenario:run(command, a)
   for k, v in pairs(self.settings) do over[k] = v end
   for k, v in pairs(a.settings or {}) do over[k] = v end
   -- the policy's own settings (P.settings), checked and with their defaults, as the binary gives them
-  local ps = require "imexguard.policysettings"
+  local ps = require("imexguard.policysettings")
   over.policy_settings = assert(ps.validate(assert(ps.schema_of(self.policy)), over.policy_settings))
   local ctx = self.kit.ctx{ host = self.host, env = self:env(a), settings = over, command = command,
     json = a.json, dry_run = (commands.by_name[command] or {}).dry_run == true }
@@ -245,20 +245,21 @@ function Scenario:writes(path)
   return out
 end
 
+-- Number of unit jobs whose verb is in the set `verbs`, whatever their result.
+local function jobs_of(self, verbs)
+  local n = 0
+  for _, j in ipairs(self.host.jobs) do if verbs[j.verb] then n = n + 1 end end
+  return n
+end
+
 --- Number of unit jobs that (re)start the daemon (start, restart, try-restart), whatever their result.
 function Scenario:restarts()
-  local n = 0
-  for _, j in ipairs(self.host.jobs) do
-    if j.verb == "start" or j.verb == "restart" or j.verb == "try-restart" then n = n + 1 end
-  end
-  return n
+  return jobs_of(self, { start = true, restart = true, ["try-restart"] = true })
 end
 
 --- Number of stop jobs.
 function Scenario:stops()
-  local n = 0
-  for _, j in ipairs(self.host.jobs) do if j.verb == "stop" then n = n + 1 end end
-  return n
+  return jobs_of(self, { stop = true })
 end
 
 --- Verbs of every unit job, in order ("restart", "stop", ...).

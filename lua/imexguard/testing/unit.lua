@@ -3,8 +3,8 @@
 -- unit_job (start, restart, try-restart, stop, waiting for the job's result), unit_reset_failed,
 -- unit_kill, unit_start_transient (recorded: the prolog's watcher), with scripted queries and job
 -- results. Test infrastructure of imexguard.testing.
-local base = require "imexguard.testing.base"
-local nodelist = require "imexguard.nodelist"
+local base = require("imexguard.testing.base")
+local nodelist = require("imexguard.nodelist")
 
 local M = {}
 

@@ -59,15 +59,46 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 10.0.0.1 50005 -N -j", c) end
   end)
 
+  it("IPv6 disabled by sysctl (net.ipv6.conf.all.disable_ipv6 = 1): the address table is there but "
+    .. "lists no ::1, where a ctl given -c connects ([::] is the loopback): asked with -i, ok at once",
+  function()
+    -- the table of such a host: empty, or only other interfaces' addresses (checked on a kernel:
+    -- connect to [::] then fails 'Cannot assign requested address')
+    for _, table_text in ipairs({ "", "fe800000000000000000000000000001 02 40 20 80     eth0\n" }) do
+      local h = testing.host{ files = { [testing.IF_INET6] = table_text }, ctl = v4_only_ctl }
+      local t0 = h.now()
+      local o, m = run(h)
+      assert.equal("ok", o, m)
+      assert.is_true(h.now() - t0 < 1, "not after a wait")
+      for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 127.0.0.1 50005 -N -j", c) end
+    end
+  end)
+
+  it("error 14 on [::] 'Cannot assign requested address' (no ::1: IPv6 disabled) is the same "
+    .. "configuration fault at the first poll", function()
+    local no_loopback6 = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to "
+      .. "all addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Failed to connect to remote host: Cannot "
+      .. "assign requested address\n" }
+    local h = testing.host{ ctl = { no_loopback6 } }
+    local t0 = h.now()
+    local o, m = run(h)
+    assert.equal("config-fault", o, m)
+    assert.is_true(h.now() - t0 < 2, "at the first poll, not after health_timeout")
+    assert.matches("ipv6:%5B::%5D:50005: Failed to connect to remote host: Cannot assign requested address",
+      m, 1, true)
+    assert.matches("IMEX_CMD_BIND_INTERFACE_IP is empty (all interfaces), so nvidia-imex-ctl dials [::]",
+      m, 1, true)
+  end)
+
   it("a host with IPv6 keeps -c; the file is read once per run", function()
     local h = testing.host{}
     assert.equal("ok", (run(h)))
     for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -N -j", c) end
-    local stats = 0
+    local reads = 0
     for _, c in ipairs(h.calls) do
-      if c[1] == "stat" and c[2] == testing.IF_INET6 then stats = stats + 1 end
+      if c[1] == "read" and c[2] == testing.IF_INET6 then reads = reads + 1 end
     end
-    assert.equal(1, stats)
+    assert.equal(1, reads)
   end)
 
   it("error 14 'Address family not supported by protocol' is a configuration fault at the first poll, "

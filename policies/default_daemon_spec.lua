@@ -222,6 +222,26 @@ describe("C50: one IMEX session per driver; every service-failed quotes the daem
     H.assert_one_line(m)
   end)
 
+  it("NV_ERR_IN_USE followed by another error line (the daemon's exit): the session's line is quoted, "
+    .. "the cause, and its holder named; from the journal and from LOG_FILE_NAME", function()
+    local EXIT = "[Dec 01 2026 10:00:01.130] [ERROR] [tid 77] IMEX daemon initialization failed, exiting"
+    local holder = { files = { [CAP] = "DeviceFileMinor: 5\n", [DEV] = "" },
+      file_holders = { [DEV] = { { pid = 4242, comm = "nvidia-imex",
+        cmdline = "nvidia-imex -c /ctr/c.cfg" } } } }
+    local h = failing_start({ journal = { { message = IN_USE }, { message = EXIT } } }, holder)
+    local o, m = run(h)
+    assert.equal("service-failed", o, m)
+    assert.matches("the daemon's last error line (journal of nvidia-imex.service): '" .. IN_USE .. "'", m, 1,
+      true)
+    assert.matches("the IMEX session is held by pid 4242 (nvidia-imex -c /ctr/c.cfg)", m, 1, true)
+    holder.files[LOG] = ""
+    h = failing_start({ appends = { [LOG] = IN_USE .. "\n" .. EXIT .. "\n" } }, holder)
+    o, m = run(h)
+    assert.equal("service-failed", o, m)
+    assert.matches("the daemon's last error line (" .. LOG .. "): '" .. IN_USE .. "'", m, 1, true)
+    assert.matches("the IMEX session is held by pid 4242", m, 1, true)
+  end)
+
   it("LOG_FILE_NAME when the journal has nothing: only what this start appended; the setting "
     .. "imex_session_file names the file the holder keeps open", function()
     local h = failing_start({ appends = { [LOG] = "[INFO] starting\n" .. IN_USE .. "\n" } },

@@ -179,8 +179,8 @@ M.schema = {
   { name = "slurm_extra", default = false, kind = "boolean",
     doc = "keep a short digest of this node's IMEX (its node list's hash, its ID, its daemon's instance, "
       .. "its last outcome and error) in its Slurm node's Extra field, under the key \"imexguard\" of a "
-      .. "JSON object, written by prolog, epilog and health only when it changed: what `imexguard rack` "
-      .. "reads for every node" },
+      .. "JSON object, written by prolog, epilog, health and forget only when it changed: what "
+      .. "`imexguard rack` reads for every node" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },

@@ -59,15 +59,46 @@ describe("C44: an IPv4-only host, IMEX_CMD_BIND_INTERFACE_IP empty", function()
     for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 10.0.0.1 50005 -N -j", c) end
   end)
 
+  it("IPv6 disabled by sysctl (net.ipv6.conf.all.disable_ipv6 = 1): the address table is there but "
+    .. "lists no ::1, where a ctl given -c connects ([::] is the loopback): asked with -i, ok at once",
+  function()
+    -- the table of such a host: empty, or only other interfaces' addresses (checked on a kernel:
+    -- connect to [::] then fails 'Cannot assign requested address')
+    for _, table_text in ipairs({ "", "fe800000000000000000000000000001 02 40 20 80     eth0\n" }) do
+      local h = testing.host{ files = { [testing.IF_INET6] = table_text }, ctl = v4_only_ctl }
+      local t0 = h.now()
+      local o, m = run(h)
+      assert.equal("ok", o, m)
+      assert.is_true(h.now() - t0 < 1, "not after a wait")
+      for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -i 127.0.0.1 50005 -N -j", c) end
+    end
+  end)
+
+  it("error 14 on [::] 'Cannot assign requested address' (no ::1: IPv6 disabled) is the same "
+    .. "configuration fault at the first poll", function()
+    local no_loopback6 = { status = 1, stdout = "Query Status returned error code: 14 - failed to connect to "
+      .. "all addresses; last error: UNKNOWN: ipv6:%5B::%5D:50005: Failed to connect to remote host: Cannot "
+      .. "assign requested address\n" }
+    local h = testing.host{ ctl = { no_loopback6 } }
+    local t0 = h.now()
+    local o, m = run(h)
+    assert.equal("config-fault", o, m)
+    assert.is_true(h.now() - t0 < 2, "at the first poll, not after health_timeout")
+    assert.matches("ipv6:%5B::%5D:50005: Failed to connect to remote host: Cannot assign requested address",
+      m, 1, true)
+    assert.matches("IMEX_CMD_BIND_INTERFACE_IP is empty (all interfaces), so nvidia-imex-ctl dials [::]",
+      m, 1, true)
+  end)
+
   it("a host with IPv6 keeps -c; the file is read once per run", function()
     local h = testing.host{}
     assert.equal("ok", (run(h)))
     for _, c in ipairs(ctl_calls(h)) do assert.equal("-c " .. CONFIG .. " -N -j", c) end
-    local stats = 0
+    local reads = 0
     for _, c in ipairs(h.calls) do
-      if c[1] == "stat" and c[2] == testing.IF_INET6 then stats = stats + 1 end
+      if c[1] == "read" and c[2] == testing.IF_INET6 then reads = reads + 1 end
     end
-    assert.equal(1, stats)
+    assert.equal(1, reads)
   end)
 
   it("error 14 'Address family not supported by protocol' is a configuration fault at the first poll, "
@@ -189,6 +220,26 @@ describe("C50: one IMEX session per driver; every service-failed quotes the daem
       .. DEV .. " open (the fabric-imex-mgmt capability device, which a daemon holding the session keeps "
       .. "open: a guess)", m, 1, true)
     H.assert_one_line(m)
+  end)
+
+  it("NV_ERR_IN_USE followed by another error line (the daemon's exit): the session's line is quoted, "
+    .. "the cause, and its holder named; from the journal and from LOG_FILE_NAME", function()
+    local EXIT = "[Dec 01 2026 10:00:01.130] [ERROR] [tid 77] IMEX daemon initialization failed, exiting"
+    local holder = { files = { [CAP] = "DeviceFileMinor: 5\n", [DEV] = "" },
+      file_holders = { [DEV] = { { pid = 4242, comm = "nvidia-imex",
+        cmdline = "nvidia-imex -c /ctr/c.cfg" } } } }
+    local h = failing_start({ journal = { { message = IN_USE }, { message = EXIT } } }, holder)
+    local o, m = run(h)
+    assert.equal("service-failed", o, m)
+    assert.matches("the daemon's last error line (journal of nvidia-imex.service): '" .. IN_USE .. "'", m, 1,
+      true)
+    assert.matches("the IMEX session is held by pid 4242 (nvidia-imex -c /ctr/c.cfg)", m, 1, true)
+    holder.files[LOG] = ""
+    h = failing_start({ appends = { [LOG] = IN_USE .. "\n" .. EXIT .. "\n" } }, holder)
+    o, m = run(h)
+    assert.equal("service-failed", o, m)
+    assert.matches("the daemon's last error line (" .. LOG .. "): '" .. IN_USE .. "'", m, 1, true)
+    assert.matches("the IMEX session is held by pid 4242", m, 1, true)
   end)
 
   it("LOG_FILE_NAME when the journal has nothing: only what this start appended; the setting "

@@ -22,11 +22,19 @@ M.LOOPBACK = "127.0.0.1"
 -- host has IPv6, read once.
 local ipv6_of = setmetatable({}, { __mode = "k" })
 
---- Does this host have IPv6? The file of the setting proc_if_inet6 (default /proc/net/if_inet6,
--- the kernel's IPv6 address table, proc(5)) exists exactly when the kernel has IPv6 (a kernel
--- booted with ipv6.disable=1, or built without it, has none). Read once per run.
--- @param ctx table policy context (host.stat, settings.proc_if_inet6)
--- @return true, false (no IPv6), or nil (unknown: the stat failed otherwise, or no setting)
+--- The loopback address ::1 as a line of the kernel's IPv6 address table starts (proc(5): 32 hex
+-- digits, then the interface's index, prefix length, scope, flags and name).
+M.LOOPBACK6 = "00000000000000000000000000000001"
+
+--- Can a ctl dial [::] on this host? Linux connects the unspecified address to the loopback ::1
+-- (tcp_v6_connect), so it can exactly when the kernel's IPv6 address table (the file of the setting
+-- proc_if_inet6, default /proc/net/if_inet6, proc(5)) lists ::1. A kernel without IPv6
+-- (ipv6.disable=1, or built without it) has no such file; one whose interfaces have IPv6 disabled
+-- (sysctl net.ipv6.conf.all.disable_ipv6 = 1, the other common IPv4-only host) has the file
+-- without ::1, and a connect to [::] fails "Cannot assign requested address". Read once per run.
+-- @param ctx table policy context (host.read, settings.proc_if_inet6)
+-- @return true, false (no IPv6 on the loopback), or nil (unknown: the read failed otherwise, or no
+--   setting)
 function M.has_ipv6(ctx)
   local h, key = ctx.host, ctx.settings
   local known = ipv6_of[key]
@@ -37,8 +45,15 @@ function M.has_ipv6(ctx)
   local ok, path = pcall(function() return ctx.settings.proc_if_inet6 end)
   local v = nil
   if ok and type(path) == "string" then
-    local st, _, code = h.stat(path)
-    if st then v = true elseif code == "ENOENT" then v = false end
+    local text, _, code = h.read(path, 1024 * 1024)
+    if text then
+      v = false
+      for line in text:gmatch("[^\n]+") do
+        if line:sub(1, #M.LOOPBACK6) == M.LOOPBACK6 then v = true end
+      end
+    elseif code == "ENOENT" then
+      v = false
+    end
   end
   if v == nil then ipv6_of[key] = "unknown" else ipv6_of[key] = v end
   return v
@@ -97,13 +112,28 @@ function M.ipv6_for(ctx, cfg)
   return M.has_ipv6(ctx)
 end
 
---- Is a ctl answer the C44 failure: it could not reach the local daemon because the kernel has
--- no such address family (it dialed IPv6 on a host without)?
+--- The errors of a ctl that dialed [::] on a host whose loopback has no IPv6 address (IPv6 disabled
+-- by sysctl: connect(2) gives EADDRNOTAVAIL, or ENETUNREACH without a route; strerror(3)).
+M.NO_LOOPBACK6_TEXTS = { "Cannot assign requested address", "Network is unreachable" }
+--- How the ctl (gRPC) names the target [::] in its error (tests/fixtures/ctl/errors.txt).
+M.ANY6_TARGET = "ipv6:%5B::%5D:"
+
+--- Is a ctl answer the C44 failure: it could not reach the local daemon because it dialed IPv6 where
+-- the host has none: the kernel has no such address family (M.AF_TEXT), or the target [::] has no
+-- loopback ::1 to reach (M.NO_LOOPBACK6_TEXTS)?
 -- @param answer table a ctl answer (health.probe's: {mesh =} or {err =, kind =})
 -- @return boolean
 function M.af_unsupported(answer)
-  return type(answer) == "table" and answer.kind == "unreachable" and type(answer.err) == "string"
-    and answer.err:find(M.AF_TEXT, 1, true) ~= nil
+  if not (type(answer) == "table" and answer.kind == "unreachable" and type(answer.err) == "string") then
+    return false
+  end
+  local err = answer.err
+  if err:find(M.AF_TEXT, 1, true) then return true end
+  if not err:find(M.ANY6_TARGET, 1, true) then return false end
+  for _, t in ipairs(M.NO_LOOPBACK6_TEXTS) do
+    if err:find(t, 1, true) then return true end
+  end
+  return false
 end
 
 --- The configuration fault behind an answer of M.af_unsupported, one line naming the key.
@@ -114,9 +144,9 @@ function M.af_cause(cfg, path)
   local bind = type(cfg) == "table" and cfg.IMEX_CMD_BIND_INTERFACE_IP
   local now = (bind == nil or bind == "") and "is empty (all interfaces), so nvidia-imex-ctl dials [::]"
     or ("is " .. bind)
-  return string.format("%s: IMEX_CMD_BIND_INTERFACE_IP %s, an address family this kernel does not have "
-    .. "(no IPv6: %s); set IMEX_CMD_BIND_INTERFACE_IP to this node's IPv4 address",
-    path or imexcfg.DEFAULT_PATH, now, M.AF_TEXT)
+  return string.format("%s: IMEX_CMD_BIND_INTERFACE_IP %s, which this host cannot reach (no IPv6, or IPv6 "
+    .. "disabled: no ::1); set IMEX_CMD_BIND_INTERFACE_IP to this node's IPv4 address",
+    path or imexcfg.DEFAULT_PATH, now)
 end
 
 --- The finding of C44, for `plan`, `status` and `imexguard -t`: config.cfg leaves
@@ -136,10 +166,10 @@ function M.findings(ctx, cfg, path)
   return { {
     level = "warning", file = path, line = imexcfg.line_of(cfg, "IMEX_CMD_BIND_INTERFACE_IP"),
     message = string.format("%s: IMEX_CMD_BIND_INTERFACE_IP is empty and this host has no IPv6 (%s is "
-      .. "absent): nvidia-imex-ctl given only -c dials [::]:%d and fails (error 14, %s); imexguard asks "
-      .. "the daemon with -i %s %d, other tools do not (an admin's ctl, DCGM's IMEX health watch): set "
-      .. "IMEX_CMD_BIND_INTERFACE_IP to this node's address", path, inet6, port, M.AF_TEXT, M.address(cfg),
-      port),
+      .. "absent or lists no ::1): nvidia-imex-ctl given only -c dials [::]:%d and fails (error 14, %s, or "
+      .. "%s where IPv6 is disabled); imexguard asks the daemon with -i %s %d, other tools do not (an "
+      .. "admin's ctl, DCGM's IMEX health watch): set IMEX_CMD_BIND_INTERFACE_IP to this node's address",
+      path, inet6, port, M.AF_TEXT, M.NO_LOOPBACK6_TEXTS[1], M.address(cfg), port),
   } }
 end
 

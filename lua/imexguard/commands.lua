@@ -66,6 +66,7 @@ M.list = {
     dry_run = true,
     help = "list the jobs registered on this node (the job registry): job, hosts, since when" },
   { name = "forget", interactive = true, arg = "JOBID", entry = "optional", reason_line = true,
+    metrics = true, signals = true,
     help = "remove job JOBID's registration from this node's registry, under the node lock, and say "
       .. "what was removed; IMEX is left as it is (for a job whose epilog never ran)" },
   -- a barrier for job scripts and step prologs that must not start before the job's IMEX domain is

@@ -92,7 +92,24 @@ local function bounded(ctx)
   return math.max(0, math.min(M.TIMEOUT, ctx.host.remaining() - 0.5))
 end
 
--- The last error line (else the last line) of the unit's journal since since_us, or nil.
+-- The line to quote among what the daemon said (oldest first, {line, priority}): the error line that
+-- says the IMEX session is in use (M.SESSION_TEXT: the cause, where a later error line is the daemon
+-- giving up), else the last error line, else the last line; or nil when it said nothing.
+local function pick(lines)
+  local last, err
+  for i = #lines, 1, -1 do
+    local l = lines[i]
+    last = last or l.line
+    if M.is_error(l.line, l.priority) then
+      if l.line:find(M.SESSION_TEXT, 1, true) then return { line = l.line, error = true } end
+      err = err or l.line
+    end
+  end
+  if err then return { line = err, error = true } end
+  return last and { line = last, error = false } or nil
+end
+
+-- What pick quotes of the unit's journal since since_us, or nil.
 local function from_journal(ctx, props, since_us)
   local h = ctx.host
   if type(h.journal_read) ~= "function" then return nil end
@@ -102,18 +119,14 @@ local function from_journal(ctx, props, since_us)
     h.log("debug", text.one_line("the daemon's journal not read: " .. tostring(err)))
     return nil
   end
-  local last
-  for i = #entries, 1, -1 do
-    local e = entries[i]
-    if e.message ~= "" then
-      last = last or e.message
-      if M.is_error(e.message, e.priority) then return { line = e.message, error = true } end
-    end
+  local lines = {}
+  for _, e in ipairs(entries) do
+    if e.message ~= "" then lines[#lines + 1] = { line = e.message, priority = e.priority } end
   end
-  return last and { line = last, error = false } or nil
+  return pick(lines)
 end
 
--- The last error line (else the last line) that the daemon appended to its log since the mark
+-- What pick quotes of what the daemon appended to its log since the mark
 -- (the mark's size; without one, the log's end when it was written since since_us), or nil.
 local function from_log(ctx, mark, since_us)
   local h, log = ctx.host, mark.log
@@ -127,16 +140,11 @@ local function from_log(ctx, mark, since_us)
     h.log("debug", text.one_line("the daemon's log not read: " .. tostring(err)))
     return nil
   end
-  local last
   local lines = {}
   for line in data:gmatch("[^\n]+") do
-    if line:find("%S") then lines[#lines + 1] = line end
+    if line:find("%S") then lines[#lines + 1] = { line = line } end
   end
-  for i = #lines, 1, -1 do
-    last = last or lines[i]
-    if M.is_error(lines[i]) then return { line = lines[i], error = true } end
-  end
-  return last and { line = last, error = false } or nil
+  return pick(lines)
 end
 
 --- The daemon's last error line since a mark: the journal of the unit's invocation first (its own

@@ -8,7 +8,7 @@
 --
 -- imexguard alone knows: the registry (a job registered here uses IMEX), the unit (installed,
 -- enabled) and the policy (a static domain-wide daemon is expected at all times). Every prolog,
--- epilog and health run (and status) derives the condition from what it saw, after its outcome
+-- epilog, health and forget run (and status) derives the condition from what it saw, after its outcome
 -- (imexguard.runrecord.save_signals), and keeps it in two places:
 --   state_dir/condition.json: one line of JSON (M.render), replaced atomically and only when it
 --     changed, for a node-problem detector or a health stack's gate;

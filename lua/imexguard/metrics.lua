@@ -43,8 +43,8 @@ local HELP = {
       .. "stood in (the log and status name the file's error), else 0.", "command" },
   imexguard_imex_expected = { "gauge",
     "1 when IMEX is expected to be healthy on this node (a job registered, a static domain), 0 when not "
-      .. "(idle, not an IMEX node), as the last prolog, epilog or health run derived it; the reason is one "
-      .. "of a fixed set (imexguard(8), NODE CONDITION).", "reason" },
+      .. "(idle, not an IMEX node), as the last prolog, epilog, health or forget run derived it; the reason "
+      .. "is one of a fixed set (imexguard(8), NODE CONDITION).", "reason" },
   imexguard_unit_restarts_total = { "counter",
     "Restarts of the IMEX unit by systemd itself (Restart=), counted from its NRestarts by prolog, epilog "
       .. "and health runs; each restart is a new IMEX instance, and its peers drop every memory import of "

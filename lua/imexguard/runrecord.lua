@@ -59,7 +59,7 @@ local function fabric_gpus(fab)
 end
 
 --- What the GPU health stack reads, after a run of a command that imexguard.commands marks
--- `signals` (prolog, epilog, health): the unit's restart count (imexguard.flapping, from the unit's
+-- `signals` (prolog, epilog, health, forget): the unit's restart count (imexguard.flapping, from the unit's
 -- properties the run read last: run.unit_props, the driver's watching host; nothing is asked of
 -- systemd again) and the node condition "IMEX expected here" (imexguard.expected, from the outcome,
 -- those properties, the registry and the policy's imex_always_expected). Each file is replaced only

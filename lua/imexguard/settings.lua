@@ -179,8 +179,8 @@ M.schema = {
   { name = "slurm_extra", default = false, kind = "boolean",
     doc = "keep a short digest of this node's IMEX (its node list's hash, its ID, its daemon's instance, "
       .. "its last outcome and error) in its Slurm node's Extra field, under the key \"imexguard\" of a "
-      .. "JSON object, written by prolog, epilog and health only when it changed: what `imexguard rack` "
-      .. "reads for every node" },
+      .. "JSON object, written by prolog, epilog, health and forget only when it changed: what "
+      .. "`imexguard rack` reads for every node" },
   { name = "metrics_dir", default = nil, kind = "path", optional = true,
     doc = "directory of node_exporter's textfile collector; imexguard.prom is written there "
       .. "(unset: no metrics)" },
@@ -213,7 +213,8 @@ M.schema = {
       .. "list when the policy loads (unknown names and wrong values are settings errors), read as "
       .. "ctx.settings.policy_settings.NAME; --set policy_settings.NAME=VALUE" },
   { name = "proc_if_inet6", default = "/proc/net/if_inet6", kind = "path",
-    doc = "the kernel's IPv6 address table; when it is absent the host has no IPv6, and where config.cfg "
+    doc = "the kernel's IPv6 address table; when it is absent or lists no ::1 (IPv6 disabled by sysctl) the "
+      .. "host has no IPv6 for a ctl dialing [::], and where config.cfg "
       .. "leaves IMEX_CMD_BIND_INTERFACE_IP empty nvidia-imex-ctl is given -i ADDRESS PORT (with only -c "
       .. "it would dial [::] and fail)" },
   { name = "imex_session_file", default = nil, kind = "path", optional = true,

@@ -191,8 +191,14 @@ describe("config-test reads every file a prolog reads", function()
       assert.equal(0, r.code, r.stdout)
       assert.matches(d .. "/config.cfg: warning: IMEX_CMD_BIND_INTERFACE_IP is empty and this host has no "
         .. "IPv6", r.stdout, 1, true)
-      -- the same site with IPv6: no such warning
-      local _, conf6 = site{ extra = 'proc_if_inet6 = "' .. d .. '/config.cfg"\n' }
+      -- IPv6 disabled by sysctl: the address table is there, without ::1: the same warning
+      local eth0 = "fe800000000000000000000000000001 02 40 20 80     eth0\n"
+      H.write(d .. "/if_inet6", eth0)
+      local _, conf_off = site{ extra = 'proc_if_inet6 = "' .. d .. '/if_inet6"\n' }
+      assert.matches("has no IPv6", test(conf_off).stdout, 1, true)
+      -- the same site with IPv6 (::1 listed): no such warning
+      H.write(d .. "/if_inet6", eth0 .. "00000000000000000000000000000001 01 80 10 80       lo\n")
+      local _, conf6 = site{ extra = 'proc_if_inet6 = "' .. d .. '/if_inet6"\n' }
       assert.not_matches("has no IPv6", test(conf6).stdout, 1, true)
     end)
   end)

@@ -9,6 +9,9 @@ local function cfg(lines)
   return assert(imexcfg.parse(table.concat(lines, "\n") .. "\n"))
 end
 
+-- the line of ::1 in the kernel's IPv6 address table (/proc/net/if_inet6, proc(5))
+local LO6 = "00000000000000000000000000000001 01 80 10 80       lo\n"
+
 local DEFAULT = cfg({ "IMEX_CMD_PORT=50005", "IMEX_CMD_ENABLED=1", "IMEX_CMD_BIND_INTERFACE_IP=",
   "BIND_INTERFACE_IP=" })
 
@@ -49,21 +52,33 @@ describe("cmdtarget.args: the ctl's target", function()
 end)
 
 describe("cmdtarget.has_ipv6 and ipv6_for", function()
-  it("reads the setting's file once per host: present yes, absent no, another error unknown", function()
+  it("reads the setting's file once per host: ::1 listed yes, absent no, another error unknown", function()
     local h = testing.host()
     local ctx = testing.ctx{ host = h }
     assert.is_true(cmdtarget.has_ipv6(ctx))
     assert.is_true(cmdtarget.has_ipv6(ctx))
-    assert.equal(1, h.count("stat"))
+    assert.equal(1, h.count("read"))
     h = testing.host{ files = { [testing.IF_INET6] = false } }
     assert.is_false(cmdtarget.has_ipv6(testing.ctx{ host = h }))
-    h = testing.host{ fail = { [testing.IF_INET6] = { stat = "EACCES" } } }
+    h = testing.host{ fail = { [testing.IF_INET6] = { read = "EACCES" } } }
     ctx = testing.ctx{ host = h }
     assert.is_nil(cmdtarget.has_ipv6(ctx))
     assert.is_nil(cmdtarget.has_ipv6(ctx))
-    assert.equal(1, h.count("stat"))
-    h = testing.host{ files = { ["/x/inet6"] = "" } }
+    assert.equal(1, h.count("read"))
+    h = testing.host{ files = { ["/x/inet6"] = LO6 } }
     assert.is_true(cmdtarget.has_ipv6(testing.ctx{ host = h, settings = { proc_if_inet6 = "/x/inet6" } }))
+  end)
+
+  it("C44: IPv6 disabled by sysctl (disable_ipv6 = 1): the table is there without ::1, which a ctl "
+    .. "dialing [::] connects to: no IPv6", function()
+    for _, text in ipairs({ "", "fe800000000000000000000000000001 02 40 20 80     eth0\n",
+      "fd000000000000000000000000000001 02 80 00 80     eth0\n" }) do
+      local h = testing.host{ files = { [testing.IF_INET6] = text } }
+      assert.is_false(cmdtarget.has_ipv6(testing.ctx{ host = h }), text)
+    end
+    local both = "fe800000000000000000000000000001 02 40 20 80     eth0\n" .. LO6
+    local h = testing.host{ files = { [testing.IF_INET6] = both } }
+    assert.is_true(cmdtarget.has_ipv6(testing.ctx{ host = h }))
   end)
 
   it("ipv6_for reads the host only where the config binds every interface with a TCP port", function()
@@ -82,6 +97,14 @@ describe("cmdtarget: the ctl's error 14 on a host without IPv6", function()
       err = "nvidia-imex-ctl -N -j: local IMEX daemon unreachable (exit 1, '... ipv6:%5B::%5D:50005: "
         .. "Address family not supported by protocol')" }))
     assert.is_false(cmdtarget.af_unsupported({ kind = "unreachable", err = "... Connection refused" }))
+    -- IPv6 disabled by sysctl: [::] has no ::1 to reach
+    assert.is_true(cmdtarget.af_unsupported({ kind = "unreachable", err = "... last error: UNKNOWN: "
+      .. "ipv6:%5B::%5D:50005: Failed to connect to remote host: Cannot assign requested address" }))
+    assert.is_true(cmdtarget.af_unsupported({ kind = "unreachable",
+      err = "... ipv6:%5B::%5D:50005: Network is unreachable" }))
+    -- the same errno on another target says nothing about [::]
+    assert.is_false(cmdtarget.af_unsupported({ kind = "unreachable",
+      err = "... ipv4:10.0.0.7:50005: Network is unreachable" }))
     assert.is_false(cmdtarget.af_unsupported({ kind = "malformed",
       err = "Address family not supported by protocol" }))
     assert.is_false(cmdtarget.af_unsupported({ mesh = {} }))
@@ -110,9 +133,10 @@ describe("cmdtarget.findings (plan, status, imexguard -t)", function()
     assert.equal("/etc/imex.cfg", f[1].file)
     assert.equal(4, f[1].line)
     assert.matches("^/etc/imex.cfg: IMEX_CMD_BIND_INTERFACE_IP is empty and this host has no IPv6 "
-      .. "%(/proc/net/if_inet6 is absent%)", f[1].message)
-    assert.matches("dials [::]:50005 and fails (error 14, Address family not supported by protocol); "
-      .. "imexguard asks the daemon with -i 127.0.0.1 50005", f[1].message, 1, true)
+      .. "%(/proc/net/if_inet6 is absent or lists no ::1%)", f[1].message)
+    assert.matches("dials [::]:50005 and fails (error 14, Address family not supported by protocol, or "
+      .. "Cannot assign requested address where IPv6 is disabled); imexguard asks the daemon with -i "
+      .. "127.0.0.1 50005", f[1].message, 1, true)
     assert.is_nil(f[1].message:find("\n"))
     -- the key absent: no line to name
     f = cmdtarget.findings(testing.ctx{ host = h }, assert(imexcfg.parse("SERVER_PORT=50000\n")))

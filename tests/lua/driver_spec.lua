@@ -77,8 +77,8 @@ describe("driver", function()
       assert.same(set(commands.names("dry_run")), D.DRY_RUN)
     end)
 
-    it("METRICS: prolog, epilog, status and health are recorded, as commands.lua says", function()
-      assert.same({ prolog = true, epilog = true, status = true, health = true }, D.METRICS)
+    it("METRICS: prolog, epilog, status, health and forget are recorded, as commands.lua says", function()
+      assert.same({ prolog = true, epilog = true, status = true, health = true, forget = true }, D.METRICS)
       assert.same(set(commands.names("metrics")), D.METRICS)
     end)
 

@@ -74,10 +74,10 @@ describe("the node condition after a run (driver, runrecord.save_signals)", func
     package.loaded["imexguard.host"] = saved
   end)
 
-  local function go(command, hopts, env, policy_files)
+  local function go(command, hopts, env, policy_files, arg)
     h = h or testing.host(hopts)
     package.loaded["imexguard.host"] = h
-    local run = { command = command, config = "/etc/imexguard/imexguard.conf",
+    local run = { command = command, config = "/etc/imexguard/imexguard.conf", arg = arg,
       sets = { "metrics_dir=/var/lib/prometheus/node-exporter" },
       env = env or { SLURM_JOB_ID = "101", SLURM_JOB_NODELIST = "n[1-2]", SLURMD_NODENAME = "n1" } }
     run.c = {
@@ -110,6 +110,17 @@ describe("the node condition after a run (driver, runrecord.save_signals)", func
     assert.same({ false, "idle", {} }, { condition().expected, condition().reason, condition().jobs })
     assert.matches('\nimexguard_imex_expected{reason="idle"} 0\n', h.file(PROM))
     assert.not_matches('job%-registered', h.file(PROM))
+  end)
+
+  it("forget of the last registered job (its epilog never ran): idle, the metric too (issue 31 item 1: "
+    .. "a health stack must not judge the node on a job that is gone)", function()
+    h = nil
+    assert.equal("ok", go("prolog", {}).outcome)
+    assert.equal("job-registered", condition().reason)
+    local a = go("forget", {}, nil, nil, "101")
+    assert.equal("ok", a.outcome, a.message)
+    assert.same({ false, "idle", {} }, { condition().expected, condition().reason, condition().jobs })
+    assert.matches('\nimexguard_imex_expected{reason="idle"} 0\n', h.file(PROM))
   end)
 
   it("a fast-path prolog writes no condition again (the same text)", function()

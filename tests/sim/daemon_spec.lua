@@ -12,6 +12,7 @@
 -- Every wait polls with a deadline; every unit and hand-started daemon is stopped in after_each.
 package.path = "contrib/?.lua;" .. package.path
 local simdomain = require("simdomain")
+local H = require("helpers")
 local system = require("system")
 
 -- A path that exists on no machine: the setting proc_if_inet6 pointing there makes imexguard take
@@ -89,8 +90,11 @@ describe("imexguard under systemd: what the daemon's host gives", function()
   it("C44: where the host is taken for one with IPv6, the ctl's error 14 is a configuration fault "
     .. "at the first poll on every node, naming IMEX_CMD_BIND_INTERFACE_IP, with the ctl's own words",
   function()
-    -- /dev/null exists: imexguard takes the host for one with IPv6 and gives the ctl -c
-    v4_only(2, { 'proc_if_inet6 = "/dev/null"', "health_timeout = 20" })
+    -- an address table listing ::1: imexguard takes the host for one with IPv6 and gives the ctl -c
+    local tmp = H.tmpdir()
+    finally(function() H.rmdir(tmp) end)
+    H.write(tmp .. "/if_inet6", "00000000000000000000000000000001 01 80 10 80       lo\n")
+    v4_only(2, { string.format("proc_if_inet6 = %q", tmp .. "/if_inet6"), "health_timeout = 20" })
     local res, took = timed(function() return d:prologs { job = 45, nodelist = "n[1-2]" } end)
     for _, name in ipairs(d.names) do
       local r = res[name]

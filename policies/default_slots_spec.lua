@@ -170,6 +170,20 @@ describe("default policy, membership = \"slots\"", function()
     assert.equal(0, usr1s(s))
   end)
 
+  it("the switch asks the ctl once more when the answer it has shows this node's daemon unreachable "
+    .. "(UNAVAILABLE, an empty version: one busy poll says nothing of its version): it signals", function()
+    local h = testing.host()
+    local ctx = testing.ctx{ host = h, settings = SETTINGS }
+    local busy = { mesh = { by_host = { ["10.0.0.1"] = { host = "10.0.0.1", status = "UNAVAILABLE",
+      version = "" } } } }
+    local switch = require("imexguard.steps.slots")
+    local r, kind, why = switch.signal(ctx, {}, { self = "10.0.0.1", answer = busy })
+    assert.equal("sent", r, tostring(kind) .. ": " .. tostring(why))
+    assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
+    assert.equal(1, #h.kills)
+    assert.equal(10, h.kills[1].signal)
+  end)
+
   it("needs a domain map: without one bad-input, nothing written", function()
     local s = scenario{ topology = false, files = { [TOPO] = false } }
     local outcome, msg = s:prolog{ job = 101, nodelist = "gb[01-02]" }

@@ -162,6 +162,23 @@ describe("the watcher (C51)", function()
       assert.equal(1, #h.runs_of("nvidia-imex-ctl"))
     end)
 
+    it("a poll in which this node's own daemon did not answer (UNAVAILABLE, an empty version, as the real "
+      .. "ctl shows an unreachable node) refuses nothing: the next answers decide, and the nudge is sent",
+      function()
+      local polls = 0
+      local inner = testing.restarted_peer{ backoff = 20 }
+      local outcome, message, h = watching{ host = { deadline = 30, ctl = function(n, argv, hh)
+        polls = polls + 1
+        local a = inner(n, argv, hh)
+        if polls == 1 then a.mesh.nodes[1].status, a.mesh.nodes[1].version = "UNAVAILABLE", "" end
+        return a
+      end } }
+      assert.equal("ok", outcome, message)
+      assert.is_nil(message:find("no nudge", 1, true), message)
+      assert.equal(1, #h.kills)
+      assert.equal(10, h.kills[1].signal)
+    end)
+
     it("watch_interval spaces its polls", function()
       local _, _, h = watching{ host = { deadline = 30 }, settings = { watch_interval = 4 } }
       local n = #h.runs_of("nvidia-imex-ctl")

@@ -178,13 +178,17 @@ function M.run(ctx, target)
 end
 
 --- One poll of the watch: ask the ctl and give the answer to the nudger.
+-- The version is judged only where this node's daemon answered for itself (READY): a daemon the
+-- ctl could not reach this once is shown UNAVAILABLE with an empty version (the real ctl's layout,
+-- tests/fixtures/ctl/c22-config-fault-4node.json), which says nothing of its version; taking that
+-- for an unknown version ended the watch for good on one busy poll.
 -- @return nil, or why no nudge may ever be sent (this node's daemon below the SIGUSR1 floor)
 function M.poll(ctx, want, nudger)
   local h, s = ctx.host, ctx.settings
   local bound = math.min(s.ctl_timeout, math.max(h.remaining() - M.MARGIN, 0.05))
   local answer = health.probe(ctx, bound, want.config_path, want.cfg)
   local me = answer.mesh and answer.mesh.by_host[want.self]
-  if me then
+  if me and me.status == "READY" then
     local allowed, refused = nudge.version_allows(me.version, s)
     if not allowed then return refused end
   end

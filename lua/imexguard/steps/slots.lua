@@ -223,13 +223,15 @@ end
 -- The switch: SIGUSR1 within the version floor and the daemon's window.
 
 -- This node's daemon in a mesh (its slot's row), from `answer`, the run's last ctl answer
--- (ctx.mesh_seen), else one ctl call now.
+-- (ctx.mesh_seen), else one ctl call now. A row in which the daemon did not answer for itself (not
+-- READY: the ctl shows an unreachable node UNAVAILABLE with an empty version) tells nothing of its
+-- version: the ctl is asked once more.
 local function own_row(ctx, self, answer, info)
   local mesh = answer and answer.mesh or rawget(ctx, "mesh_seen")
   local row = mesh and mesh.by_host and mesh.by_host[self]
-  if row then return row end
+  if row and row.status == "READY" then return row end
   local ans = health.probe(ctx, nil, info and info.config, info and info.cfg)
-  return ans.mesh and ans.mesh.by_host and ans.mesh.by_host[self] or nil, ans
+  return ans.mesh and ans.mesh.by_host and ans.mesh.by_host[self] or row, ans
 end
 
 -- When imexguard last signalled this daemon instance (this run's ctx.usr1_at, the state file's
